@@ -1,0 +1,48 @@
+"""Validation of key arrays (host side). Keys are uint64; the all-ones key is reserved."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import InvalidInputError, InvalidTypeError
+
+#: The empty-slot sentinel of every hash table and index: 2**64 - 1 (-1 as int64). Never a valid key.
+EMPTY_KEY = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def as_keys(keys, name: str = "keys") -> np.ndarray:
+    """Return ``keys`` as a 1-D C-contiguous uint64 host array, reinterpreting int64 bitwise.
+
+    Raises InvalidTypeError for other dtypes, InvalidInputError for a wrong shape or the sentinel.
+    """
+    arr = np.asarray(keys)
+    if arr.ndim != 1:
+        raise InvalidInputError(f"{name} must be 1-D (n,), got shape {arr.shape}")
+    if arr.dtype == np.int64:
+        arr = arr.view(np.uint64)
+    elif arr.dtype != np.uint64:
+        if arr.size == 0:
+            return np.empty(0, dtype=np.uint64)
+        raise InvalidTypeError(f"{name} must be uint64 (or int64, reinterpreted bitwise), got {arr.dtype}")
+    arr = np.ascontiguousarray(arr)
+    if arr.size and (arr == EMPTY_KEY).any():
+        raise InvalidInputError(
+            f"{name} contains the reserved sentinel key 2**64-1 (-1 as int64), which marks empty slots; "
+            "remap it before calling"
+        )
+    return arr
+
+
+def check_rows(rows, n: int, dim: int, dtype, name: str = "values") -> np.ndarray:
+    """Return ``rows`` as a C-contiguous (n, dim) host array of ``dtype``; raise on a wrong shape/dtype.
+
+    Integer-valued and other float inputs are cast (safe-kind cast); non-numeric inputs are rejected.
+    """
+    arr = np.asarray(rows)
+    if arr.shape != (n, dim):
+        raise InvalidInputError(f"{name} must have shape ({n}, {dim}) to match the keys and dim, got {arr.shape}")
+    if arr.dtype != dtype:
+        if arr.dtype.kind not in "fiub":
+            raise InvalidTypeError(f"{name} must be numeric ({np.dtype(dtype)}), got {arr.dtype}")
+        arr = arr.astype(dtype)
+    return np.ascontiguousarray(arr)

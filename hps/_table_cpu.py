@@ -1,0 +1,82 @@
+"""CPU backend of :class:`hps.HashTable`: owns the slot arrays, launches ``_table_cpu_kernels``.
+
+Not thread-safe on its own; :class:`hps.HashTable` serialises calls. Inputs are validated host
+arrays (keys (n,) uint64 contiguous, rows (n, dim) of the table dtype).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _table_cpu_kernels as K
+from ._keys import EMPTY_KEY, as_keys, check_rows
+from .errors import InvalidTypeError
+
+
+class CpuTableImpl:
+    device = "cpu"
+
+    def __init__(self, n_slots: int, dim: int, dtype):
+        self.n_slots = n_slots
+        self.dim = dim
+        self.dtype = np.dtype(dtype)
+        self.tkeys = np.full(n_slots, EMPTY_KEY, dtype=np.uint64)
+        self.tstate = np.zeros(n_slots, dtype=np.int32)
+        self.tvals = np.zeros((n_slots, dim), dtype=self.dtype)
+
+    # -- input conversion -------------------------------------------------------------------
+    def keys_in(self, keys, name="keys"):
+        """(host keys, on_device=False). Device arrays are refused: the CPU table is host-only."""
+        if hasattr(keys, "__cuda_array_interface__"):
+            raise InvalidTypeError(f"{name} is a GPU array but this table lives on the CPU; "
+                                   "pass a NumPy array or build the table with device='cuda'")
+        return as_keys(keys, name), False
+
+    def rows_in(self, rows, n, name="values"):
+        if hasattr(rows, "__cuda_array_interface__"):
+            raise InvalidTypeError(f"{name} is a GPU array but this table lives on the CPU")
+        return check_rows(rows, n, self.dim, self.dtype, name)
+
+    def out(self, arr, on_device):
+        return arr
+
+    # -- operations (validated inputs) ------------------------------------------------------------
+    def upsert(self, keys, rows, accumulate: bool):
+        """-> (n_new, n_revived)"""
+        n_new, n_revived = K.upsert(self.tkeys, self.tstate, self.tvals, keys, rows, accumulate)
+        return int(n_new), int(n_revived)
+
+    def claim(self, keys):
+        slots = np.empty(keys.shape[0], dtype=np.int64)
+        is_new = np.empty(keys.shape[0], dtype=np.int8)
+        n_new, n_revived, n_failed = K.claim(self.tkeys, self.tstate, keys, slots, is_new)
+        return slots, is_new, int(n_new), int(n_revived), int(n_failed)
+
+    def rollback(self, slots, is_new) -> None:
+        K.rollback(self.tkeys, self.tstate, slots, is_new)
+
+    def write(self, slots, rows, accumulate: bool) -> None:
+        K.write(self.tvals, slots, rows, accumulate)
+
+    def get(self, keys):
+        out = np.empty((keys.shape[0], self.dim), dtype=self.dtype)
+        found = np.empty(keys.shape[0], dtype=np.bool_)
+        K.get(self.tkeys, self.tstate, self.tvals, keys, out, found)
+        return out, found
+
+    def contains(self, keys):
+        found = np.empty(keys.shape[0], dtype=np.bool_)
+        K.contains(self.tkeys, self.tstate, keys, found)
+        return found
+
+    def erase(self, keys) -> int:
+        return int(K.erase(self.tkeys, self.tstate, self.tvals, keys))
+
+    def export(self):
+        slots = K.live_slots(self.tkeys, self.tstate)
+        return self.tkeys[slots], self.tvals[slots]
+
+    def clear(self) -> None:
+        self.tkeys.fill(EMPTY_KEY)
+        self.tstate.fill(0)
+        self.tvals.fill(0)

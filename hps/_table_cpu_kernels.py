@@ -1,0 +1,175 @@
+"""CPU kernels of the open-addressing hash table (the twin of ``hps/gpu/_table_kernels.py``).
+
+Layout, shared with the GPU kernels (see ``hps/table.py`` for the contract):
+
+- ``tkeys`` (S,) uint64: the key of each slot, ``EMPTY`` (all ones) where no key ever lived.
+- ``tstate`` (S,) int32: ``0`` live, ``1`` erased (a tombstone that keeps its key, so probe chains
+  stay intact; only the same key revives it).
+- ``tvals`` (S, dim) float: the row of each slot. Invariant: every slot that is not live holds zeros,
+  so a claimed or revived slot starts from zeros without being written.
+
+Linear probing from ``mix64(key) & (S - 1)``; ``S`` is a power of two. Kernels only; no state.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ._hashing import mix64
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _probe(tkeys, mask, key):
+    """Slot holding ``key`` (live or tombstone), else -(1 + first empty slot), else -(S + 1) if full."""
+    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
+    s = mix64(key) & mask
+    n_slots = mask + np.uint64(1)
+    for _ in range(tkeys.shape[0]):
+        k = tkeys[s]
+        if k == key:
+            return np.int64(s)
+        if k == empty:
+            return -np.int64(s) - 1
+        s = (s + np.uint64(1)) & mask
+    return -np.int64(n_slots) - 1
+
+
+@njit(nogil=True, cache=True)
+def upsert(tkeys, tstate, tvals, keys, rows, accumulate):
+    """Insert-or-assign (``accumulate`` False: later duplicates win) or insert-or-add.
+
+    REQUIRES: the caller checked there is room for every key.
+    Returns (n_new, n_revived): keys new to the table, of which n_revived reused their tombstone."""
+    mask = np.uint64(tkeys.shape[0] - 1)
+    n_new = 0
+    n_revived = 0
+    for i in range(keys.shape[0]):
+        s = _probe(tkeys, mask, keys[i])
+        if s < 0:
+            s = -s - 1
+            tkeys[s] = keys[i]
+            n_new += 1
+        elif tstate[s] != 0:
+            tstate[s] = 0
+            n_new += 1
+            n_revived += 1
+        if accumulate:
+            for j in range(tvals.shape[1]):
+                tvals[s, j] += rows[i, j]
+        else:
+            for j in range(tvals.shape[1]):
+                tvals[s, j] = rows[i, j]
+    return n_new, n_revived
+
+
+@njit(nogil=True, cache=True)
+def claim(tkeys, tstate, keys, slots, is_new):
+    """Find or claim a slot for every key without touching rows.
+
+    slots (n,) int64 out: the slot, -1 where the table had no free slot. is_new (n,) int8 out:
+    1 claimed an empty slot, 2 revived a tombstone, 0 already live.
+    Returns (n_new, n_revived, n_failed); n_new counts revived keys too."""
+    mask = np.uint64(tkeys.shape[0] - 1)
+    n_new = 0
+    n_revived = 0
+    n_failed = 0
+    for i in range(keys.shape[0]):
+        s = _probe(tkeys, mask, keys[i])
+        is_new[i] = 0
+        if s < -np.int64(tkeys.shape[0]):
+            slots[i] = -1
+            n_failed += 1
+            continue
+        if s < 0:
+            s = -s - 1
+            tkeys[s] = keys[i]
+            is_new[i] = 1
+            n_new += 1
+        elif tstate[s] != 0:
+            tstate[s] = 0
+            is_new[i] = 2
+            n_new += 1
+            n_revived += 1
+        slots[i] = s
+    return n_new, n_revived, n_failed
+
+
+@njit(nogil=True, cache=True)
+def rollback(tkeys, tstate, slots, is_new):
+    """Undo a ``claim``: empty what it claimed, re-bury what it revived (rows were never written)."""
+    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
+    for i in range(slots.shape[0]):
+        if is_new[i] == 1:
+            tkeys[slots[i]] = empty
+        elif is_new[i] == 2:
+            tstate[slots[i]] = 1
+
+
+@njit(nogil=True, cache=True)
+def write(tvals, slots, rows, accumulate):
+    """Assign (later duplicates win) or add ``rows`` (n, dim) into the claimed ``slots`` (n,)."""
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        if accumulate:
+            for j in range(tvals.shape[1]):
+                tvals[s, j] += rows[i, j]
+        else:
+            for j in range(tvals.shape[1]):
+                tvals[s, j] = rows[i, j]
+
+
+@njit(nogil=True, cache=True)
+def get(tkeys, tstate, tvals, keys, out, found):
+    """out (n, dim) gets each live key's row, zeros otherwise; found (n,) bool."""
+    mask = np.uint64(tkeys.shape[0] - 1)
+    for i in range(keys.shape[0]):
+        s = _probe(tkeys, mask, keys[i])
+        if s >= 0 and tstate[s] == 0:
+            found[i] = True
+            for j in range(tvals.shape[1]):
+                out[i, j] = tvals[s, j]
+        else:
+            found[i] = False
+            for j in range(tvals.shape[1]):
+                out[i, j] = 0
+
+
+@njit(nogil=True, cache=True)
+def contains(tkeys, tstate, keys, found):
+    mask = np.uint64(tkeys.shape[0] - 1)
+    for i in range(keys.shape[0]):
+        s = _probe(tkeys, mask, keys[i])
+        found[i] = s >= 0 and tstate[s] == 0
+
+
+@njit(nogil=True, cache=True)
+def erase(tkeys, tstate, tvals, keys):
+    """Turn live keys into zeroed tombstones. Returns how many were live (duplicates count once)."""
+    mask = np.uint64(tkeys.shape[0] - 1)
+    n = 0
+    for i in range(keys.shape[0]):
+        s = _probe(tkeys, mask, keys[i])
+        if s >= 0 and tstate[s] == 0:
+            tstate[s] = 1
+            for j in range(tvals.shape[1]):
+                tvals[s, j] = 0
+            n += 1
+    return n
+
+
+@njit(nogil=True, cache=True)
+def live_slots(tkeys, tstate):
+    """Slots (m,) int64 of every live entry, in slot order."""
+    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
+    n = 0
+    for s in range(tkeys.shape[0]):
+        if tkeys[s] != empty and tstate[s] == 0:
+            n += 1
+    out = np.empty(n, dtype=np.int64)
+    n = 0
+    for s in range(tkeys.shape[0]):
+        if tkeys[s] != empty and tstate[s] == 0:
+            out[n] = s
+            n += 1
+    return out

@@ -1,0 +1,75 @@
+"""Typed errors of hps.
+
+Every error raised on purpose by hps derives from :class:`HpsError`, so a caller can catch the
+whole family at once. Input errors also derive from the matching builtin (``ValueError``,
+``TypeError``) so generic code that expects those keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "HpsError",
+    "InvalidInputError",
+    "InvalidTypeError",
+    "HashTableFullError",
+    "CacheBudgetError",
+    "StoreError",
+    "StoreFormatError",
+    "CorruptionError",
+    "DiskFullError",
+    "DeviceUnavailableError",
+    "CommError",
+    "PipelineError",
+]
+
+
+class HpsError(Exception):
+    """Base class of every error hps raises on purpose."""
+
+
+class InvalidInputError(HpsError, ValueError):
+    """An argument has the wrong value or shape (e.g. the sentinel key, a ragged array)."""
+
+
+class InvalidTypeError(HpsError, TypeError):
+    """An argument has the wrong type or dtype."""
+
+
+class HashTableFullError(HpsError):
+    """A hash table cannot take the new keys of a call; the table is left exactly as before it."""
+
+
+class CacheBudgetError(HpsError):
+    """The pinned working set alone exceeds the DRAM cache budget."""
+
+
+class StoreError(HpsError):
+    """Base class of SSD-PS (parameter store) errors."""
+
+
+class StoreFormatError(StoreError):
+    """A path is not a store, or the store's dim/dtype/version do not match what was asked for."""
+
+
+class CorruptionError(StoreError):
+    """Bytes of an acknowledged parameter file do not match their checksum."""
+
+
+class DiskFullError(StoreError, OSError):
+    """The device ran out of space (ENOSPC); everything acknowledged before stays readable."""
+
+
+class DeviceUnavailableError(HpsError, RuntimeError):
+    """``device="cuda"`` was asked for but no usable GPU (or CUDA toolkit) is present."""
+
+
+class CommError(HpsError, RuntimeError):
+    """A collective failed, or a peer rank failed or died."""
+
+
+class PipelineError(HpsError, RuntimeError):
+    """A stage of the training pipeline failed; ``stage`` names it and ``__cause__`` is its error."""
+
+    def __init__(self, stage: str, message: str):
+        super().__init__(f"pipeline stage {stage!r} failed: {message}")
+        self.stage = stage
