@@ -1,1 +1,6 @@
-"""HBM-PS: the GPU hash table kernels and the multi-device partitioned table (Algorithm 2)."""
+"""HBM-PS: the GPU hash table (Numba CUDA kernels behind ``hps.HashTable(device="cuda")``) and the
+multi-device partitioned table of Algorithm 2."""
+
+from .partitioned import PartitionedHashTable
+
+__all__ = ["PartitionedHashTable"]

@@ -1,0 +1,213 @@
+"""``PartitionedHashTable``: one logical table split over several parts (Algorithm 2 of
+``shared/seeds/004``, Section 4.1): keys are partitioned by a key -> part policy, scattered to their
+part, applied per part, and the results gathered back in input order.
+
+Parts live on ``device``: on ``"cuda"`` part ``p`` lives on GPU ``p % n_gpus`` (with one GPU all
+parts share it); on ``"cpu"`` they are CPU tables. Partitioning is done on the host with Numba kernels
+(device inputs are staged); the per-part operations run on each part's device.
+
+Policy: part of ``key`` = ``mix64(key ^ PART_SALT) % n_parts`` (``hps._hashing``), independent of the
+slot hash and of the key -> node policy.
+
+Capacity: the whole table accepts ``capacity`` keys; each part accepts ``part_capacity`` (default
+``ceil(1.25 * capacity / n_parts) + 64``; keys spread by a hash, so a part fills first only near full
+capacity). A call that passes either raises :class:`HashTableFullError` and changes nothing in any part:
+all parts claim first, then all commit or all roll back.
+
+Thread safety: calls are serialised by the parts' locks (always taken in part order).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import numpy as np
+
+from .._hashing import PART_SALT, group_by_owner, owner_of
+from .._keys import as_keys, check_rows
+from ..errors import HashTableFullError, InvalidInputError
+from ..table import DEFAULT_MAX_LOAD_FACTOR, HashTable
+
+
+def _to_host(arr):
+    if hasattr(arr, "__cuda_array_interface__"):
+        from numba import cuda
+
+        return cuda.as_cuda_array(arr).copy_to_host(), True
+    return arr, False
+
+
+def _part_devices(device: str, n_parts: int):
+    """Context managers selecting the device of each part."""
+    if device != "cuda":
+        return [contextlib.nullcontext] * n_parts
+    from numba import cuda
+
+    n_gpus = len(cuda.gpus) if cuda.is_available() else 1
+    return [(lambda g=p % max(1, n_gpus): cuda.gpus[g]) for p in range(n_parts)]
+
+
+class PartitionedHashTable:
+    """Same API and answers as :class:`hps.HashTable`, over ``n_parts`` part tables."""
+
+    def __init__(self, n_parts: int, capacity: int, dim: int, device: str = "cpu", dtype=np.float32,
+                 max_load_factor: float = DEFAULT_MAX_LOAD_FACTOR, part_capacity: int | None = None):
+        if int(n_parts) != n_parts or n_parts <= 0:
+            raise InvalidInputError(f"n_parts must be a positive integer, got {n_parts!r}")
+        if int(capacity) != capacity or capacity <= 0:
+            raise InvalidInputError(f"capacity must be a positive integer, got {capacity!r}")
+        self.n_parts = int(n_parts)
+        self._capacity = int(capacity)
+        if part_capacity is None:
+            part_capacity = min(self._capacity, math.ceil(1.25 * capacity / n_parts) + 64)
+        self.part_capacity = int(part_capacity)
+        self._ctx = _part_devices(device, self.n_parts)
+        self.parts: list[HashTable] = []
+        for p in range(self.n_parts):
+            with self._ctx[p]():
+                self.parts.append(HashTable(self.part_capacity, dim, device, dtype, max_load_factor))
+
+    # -- properties -----------------------------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def dim(self) -> int:
+        return self.parts[0].dim
+
+    @property
+    def dtype(self):
+        return self.parts[0].dtype
+
+    @property
+    def device(self) -> str:
+        return self.parts[0].device
+
+    @property
+    def load_factor(self) -> float:
+        return len(self) / sum(p.n_slots for p in self.parts)
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+    def __repr__(self) -> str:
+        return (f"PartitionedHashTable(n_parts={self.n_parts}, capacity={self._capacity}, dim={self.dim}, "
+                f"device={self.device!r}, size={len(self)})")
+
+    # -- partitioning -----------------------------------------------------------------------------------
+    def _split(self, keys):
+        """(host keys, on_device, order, offsets): keys[order[offsets[p]:offsets[p+1]]] go to part p."""
+        host, on_dev = _to_host(keys)
+        k = as_keys(host)
+        order, offsets = group_by_owner(owner_of(k, self.n_parts, PART_SALT), self.n_parts)
+        return k, on_dev, order, offsets
+
+    def _each(self, order, offsets):
+        for p in range(self.n_parts):
+            idx = order[offsets[p]:offsets[p + 1]]
+            if idx.shape[0]:
+                yield p, idx
+
+    @contextlib.contextmanager
+    def _locked(self):
+        with contextlib.ExitStack() as stack:
+            for part in self.parts:
+                stack.enter_context(part._lock)
+            yield
+
+    @staticmethod
+    def _out(arr, on_dev):
+        if on_dev:
+            from numba import cuda
+
+            return cuda.to_device(arr)
+        return arr
+
+    # -- operations -----------------------------------------------------------------------------------
+    def insert(self, keys, values) -> None:
+        """Insert or assign (later duplicates win); atomic across parts."""
+        self._upsert(keys, values, accumulate=False)
+
+    def accumulate(self, keys, deltas) -> None:
+        """Add deltas; missing keys start from zeros; atomic across parts."""
+        self._upsert(keys, deltas, accumulate=True)
+
+    def _upsert(self, keys, rows, accumulate: bool) -> None:
+        k, _, order, offsets = self._split(keys)
+        r = check_rows(_to_host(rows)[0], k.shape[0], self.dim, self.dtype,
+                       "deltas" if accumulate else "values")
+        if k.shape[0] == 0:
+            return
+        with self._locked():
+            shares = list(self._each(order, offsets))
+            if len(self) + k.shape[0] <= self._capacity and all(
+                    len(self.parts[p]) + idx.shape[0] <= self.part_capacity for p, idx in shares):
+                # room for every key in every part even if all are new: no part can fail
+                for p, idx in shares:
+                    with self._ctx[p]():
+                        self.parts[p]._upsert(k[idx], r[idx], accumulate)
+                return
+            tickets = []
+            try:
+                for p, idx in shares:
+                    part = self.parts[p]
+                    with self._ctx[p]():
+                        kp, _ = part._impl.keys_in(k[idx])
+                        tickets.append((p, idx, part._claim(kp)))
+                n_new = sum(t[2][2] for t in tickets)
+                if len(self) + n_new > self._capacity:
+                    raise HashTableFullError(
+                        f"PartitionedHashTable is full: {len(self)} live keys + {n_new} new keys > capacity "
+                        f"{self._capacity}; nothing was changed")
+            except HashTableFullError:
+                for p, _, ticket in reversed(tickets):
+                    with self._ctx[p]():
+                        self.parts[p]._rollback(ticket)
+                raise
+            for p, idx, ticket in tickets:
+                part = self.parts[p]
+                with self._ctx[p]():
+                    part._commit(ticket, part._impl.rows_in(r[idx], idx.shape[0]), accumulate)
+
+    def get(self, keys):
+        """(values (n, dim), found (n,) bool), in input order."""
+        k, on_dev, order, offsets = self._split(keys)
+        vals = np.zeros((k.shape[0], self.dim), dtype=self.dtype)
+        found = np.zeros(k.shape[0], dtype=np.bool_)
+        for p, idx in self._each(order, offsets):
+            with self._ctx[p]():
+                v, f = self.parts[p].get(k[idx])
+            vals[idx], found[idx] = v, f
+        return self._out(vals, on_dev), self._out(found, on_dev)
+
+    def contains(self, keys):
+        k, on_dev, order, offsets = self._split(keys)
+        found = np.zeros(k.shape[0], dtype=np.bool_)
+        for p, idx in self._each(order, offsets):
+            with self._ctx[p]():
+                found[idx] = self.parts[p].contains(k[idx])
+        return self._out(found, on_dev)
+
+    def erase(self, keys) -> int:
+        k, _, order, offsets = self._split(keys)
+        n = 0
+        for p, idx in self._each(order, offsets):
+            with self._ctx[p]():
+                n += self.parts[p].erase(k[idx])
+        return n
+
+    def export(self):
+        """(keys (m,) uint64, values (m, dim)) of every live entry, host arrays."""
+        outs = []
+        for p, part in enumerate(self.parts):
+            with self._ctx[p]():
+                outs.append(part.export())
+        return (np.concatenate([o[0] for o in outs]),
+                np.concatenate([o[1] for o in outs]).reshape(-1, self.dim))
+
+    def clear(self) -> None:
+        for p, part in enumerate(self.parts):
+            with self._ctx[p]():
+                part.clear()

@@ -1,0 +1,221 @@
+"""HashTable (CPU backend) and PartitionedHashTable against the dict model in tests/reference/table.py."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hps import HashTable, HashTableFullError, HpsError, InvalidInputError, InvalidTypeError
+from hps.gpu import PartitionedHashTable
+from tests.reference.table import DictTable
+
+SENTINEL = 2**64 - 1
+# a small universe makes duplicates, revivals and collisions likely; includes the edge keys
+UNIVERSE = [0, 1, 2, 3, 5, 8, 13, 2**63, 2**64 - 2, 12345678901234567890] + list(range(100, 140))
+
+FACTORIES = {
+    "cpu": lambda cap, dim, dtype: HashTable(cap, dim, device="cpu", dtype=dtype),
+    "cpu-lf1": lambda cap, dim, dtype: HashTable(cap, dim, device="cpu", dtype=dtype, max_load_factor=1.0),
+    "partitioned": lambda cap, dim, dtype: PartitionedHashTable(3, cap, dim, device="cpu", dtype=dtype,
+                                                                part_capacity=cap),
+}
+
+
+def keys_of(idx):
+    return np.array([UNIVERSE[i] for i in idx], dtype=np.uint64)
+
+
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["insert", "accumulate", "get", "contains", "erase", "export", "clear"]),
+        st.lists(st.integers(0, len(UNIVERSE) - 1), max_size=24),
+        st.integers(0, 2**31),
+    ),
+    max_size=30,
+)
+
+
+def assert_same_state(table, model):
+    assert len(table) == len(model)
+    k, v = table.export()
+    order = np.argsort(k)
+    mk, mv = model.export()
+    np.testing.assert_array_equal(k[order], mk)
+    np.testing.assert_array_equal(v[order], mv)
+
+
+@pytest.mark.parametrize("kind", sorted(FACTORIES))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@settings(max_examples=60, deadline=None)
+@given(seq=ops, capacity=st.integers(1, 40))
+def test_random_sequences_match_dict(kind, dtype, seq, capacity):
+    dim = 3
+    table, model = FACTORIES[kind](capacity, dim, dtype), DictTable(capacity, dim, dtype)
+    for op, idx, seed in seq:
+        keys = keys_of(idx)
+        # integer-valued rows keep float sums exact, so order of additions cannot matter
+        rows = np.random.default_rng(seed).integers(-8, 8, (len(keys), dim)).astype(dtype)
+        if op in ("insert", "accumulate"):
+            try:
+                getattr(model, op)(keys, rows)
+            except HashTableFullError:
+                with pytest.raises(HashTableFullError):
+                    getattr(table, op)(keys, rows)
+            else:
+                getattr(table, op)(keys, rows)
+        elif op == "get":
+            v, f = table.get(keys)
+            mv, mf = model.get(keys)
+            np.testing.assert_array_equal(f, mf)
+            np.testing.assert_array_equal(v, mv)
+        elif op == "contains":
+            np.testing.assert_array_equal(table.contains(keys), model.contains(keys))
+        elif op == "erase":
+            assert table.erase(keys) == model.erase(keys)
+        elif op == "clear":
+            table.clear()
+            model.clear()
+        assert_same_state(table, model)
+
+
+@pytest.mark.parametrize("kind", sorted(FACTORIES))
+def test_contention_closed_form(kind):
+    """N copies of each of U keys accumulate integer deltas: every value is N/U * delta, exactly."""
+    n, u, dim = 1 << 14, 64, 8
+    table = FACTORIES[kind](u, dim, np.float32)
+    keys = np.tile(np.arange(u, dtype=np.uint64), n // u)
+    np.random.default_rng(0).shuffle(keys)
+    table.accumulate(keys, np.full((n, dim), 3.0, np.float32))
+    v, f = table.get(np.arange(u, dtype=np.uint64))
+    assert f.all() and len(table) == u
+    assert (v == 3.0 * n / u).all()
+
+
+@pytest.mark.parametrize("kind", sorted(FACTORIES))
+def test_full_table_keeps_every_value(kind):
+    cap, dim = 100, 4
+    table = FACTORIES[kind](cap, dim, np.float32)
+    keys = np.arange(cap, dtype=np.uint64)
+    table.insert(keys, np.ones((cap, dim), np.float32))
+    assert len(table) == cap
+    before = table.export()
+    more = np.arange(cap - 10, cap + 5, dtype=np.uint64)  # 10 present keys, 5 new ones
+    with pytest.raises(HashTableFullError, match="capacity 100"):
+        table.insert(more, np.full((15, dim), 7.0, np.float32))
+    with pytest.raises(HashTableFullError):
+        table.accumulate(more, np.full((15, dim), 7.0, np.float32))
+    after = table.export()
+    o1, o2 = np.argsort(before[0]), np.argsort(after[0])
+    np.testing.assert_array_equal(before[0][o1], after[0][o2])
+    np.testing.assert_array_equal(before[1][o1], after[1][o2])
+    # present keys only: fits
+    table.accumulate(keys[:10], np.ones((10, dim), np.float32))
+    assert (table.get(keys[:10])[0] == 2).all()
+
+
+def test_tombstones_are_purged_not_leaked():
+    """Erase/insert churn far beyond the slot count never fills the table with tombstones."""
+    table = HashTable(64, 2)
+    for r in range(200):
+        keys = np.arange(r * 64, r * 64 + 64, dtype=np.uint64)
+        table.insert(keys, np.full((64, 2), r, np.float32))
+        assert table.erase(keys[:60]) == 60
+        v, f = table.get(keys[60:])
+        assert f.all() and (v == r).all()
+        table.erase(keys[60:])
+    assert len(table) == 0
+
+
+def test_duplicates_in_one_insert_last_wins():
+    table = HashTable(10, 1)
+    keys = np.array([7, 7, 7, 3], dtype=np.uint64)
+    table.insert(keys, np.array([[1.0], [2.0], [3.0], [4.0]], np.float32))
+    v, _ = table.get(np.array([7, 3], dtype=np.uint64))
+    assert v[:, 0].tolist() == [3.0, 4.0] and len(table) == 2
+
+
+def test_int64_keys_are_reinterpreted():
+    table = HashTable(10, 2)
+    table.insert(np.array([-2, 5], dtype=np.int64), np.ones((2, 2)))
+    assert table.contains(np.array([2**64 - 2, 5], dtype=np.uint64)).all()
+
+
+@pytest.mark.parametrize("bad", [np.array([SENTINEL], np.uint64), np.array([-1], np.int64)])
+def test_sentinel_key_rejected(bad):
+    table = HashTable(10, 2)
+    with pytest.raises(InvalidInputError, match="sentinel"):
+        table.insert(bad, np.ones((1, 2)))
+    with pytest.raises(ValueError):
+        table.get(bad)
+    assert len(table) == 0
+
+
+def test_bad_shapes_and_dtypes():
+    table = HashTable(10, 2)
+    with pytest.raises(InvalidInputError, match=r"shape \(2, 2\)"):
+        table.insert(np.arange(2, dtype=np.uint64), np.ones((2, 3)))
+    with pytest.raises(InvalidTypeError, match="uint64"):
+        table.get(np.array([1.5]))
+    with pytest.raises(InvalidInputError, match="1-D"):
+        table.get(np.ones((2, 2), dtype=np.uint64))
+    with pytest.raises(TypeError):
+        table.insert(np.arange(2, dtype=np.uint64), np.array([["a", "b"], ["c", "d"]]))
+    for kwargs in ({"capacity": 0, "dim": 2}, {"capacity": 5, "dim": 0},
+                   {"capacity": 5, "dim": 2, "max_load_factor": 1.5}):
+        with pytest.raises(InvalidInputError):
+            HashTable(**kwargs)
+    with pytest.raises(InvalidTypeError):
+        HashTable(5, 2, dtype=np.int32)
+    with pytest.raises(InvalidInputError, match="device"):
+        HashTable(5, 2, device="tpu")
+    assert issubclass(HashTableFullError, HpsError)
+
+
+def test_empty_batches_are_noops():
+    table = HashTable(10, 2)
+    empty = np.empty(0, dtype=np.uint64)
+    table.insert(empty, np.empty((0, 2)))
+    table.accumulate(empty, np.empty((0, 2)))
+    v, f = table.get(empty)
+    assert v.shape == (0, 2) and f.shape == (0,)
+    assert table.erase(empty) == 0 and len(table) == 0
+
+
+def test_properties():
+    table = HashTable(1000, 16, dtype=np.float64, max_load_factor=0.5)
+    assert table.capacity == 1000 and table.dim == 16 and table.device == "cpu"
+    assert table.dtype == np.float64 and table.n_slots == 2048
+    table.insert(np.arange(512, dtype=np.uint64), np.zeros((512, 16)))
+    assert table.load_factor == 0.25
+    assert "size=512" in repr(table)
+
+
+def test_nan_and_inf_values_are_stored_verbatim():
+    table = HashTable(4, 3)
+    rows = np.array([[np.nan, np.inf, -np.inf]], np.float32)
+    table.insert(np.array([1], np.uint64), rows)
+    v, _ = table.get(np.array([1], np.uint64))
+    np.testing.assert_array_equal(v, rows)
+
+
+def test_partitioned_matches_single_on_large_random_batch():
+    rng = np.random.default_rng(1)
+    keys = rng.integers(0, 2**63, 20000, dtype=np.uint64)
+    deltas = rng.integers(-4, 4, (20000, 8)).astype(np.float32)
+    single, parted = HashTable(30000, 8), PartitionedHashTable(4, 30000, 8)
+    for t in (single, parted):
+        t.accumulate(keys, deltas)
+        t.accumulate(keys[::3], deltas[::3])
+    probe = np.concatenate([keys[:5000], rng.integers(0, 2**63, 100, dtype=np.uint64)])
+    np.testing.assert_array_equal(single.get(probe)[0], parted.get(probe)[0])
+    np.testing.assert_array_equal(single.contains(probe), parted.contains(probe))
+    assert len(single) == len(parted)
+    assert single.erase(keys[:100]) == parted.erase(keys[:100])
+
+
+def test_partitioned_part_overflow_changes_nothing():
+    parted = PartitionedHashTable(2, 100, 2, part_capacity=10)
+    keys = np.arange(40, dtype=np.uint64)
+    with pytest.raises(HashTableFullError):
+        parted.insert(keys, np.ones((40, 2)))
+    assert len(parted) == 0 and all(len(p) == 0 for p in parted.parts)
