@@ -1,0 +1,169 @@
+"""A pipeline of stages in their own threads, joined by bounded queues (Appendix B of ``seeds/004``).
+
+Each stage takes an item from its input queue, works on it, and puts the result on the next queue;
+it blocks when that queue is full (the next stage already has ``depth`` unprocessed items), so with
+four stages batch *i* trains while *i+1* is prepared and *i+2* read.
+
+Every stage records its busy time (inside its function) and its waiting time (blocked on the input
+queue or on a full output queue); :meth:`Pipeline.report` names the bottleneck stage (most busy).
+
+Failure: the first exception in any stage stops the whole pipeline (other stages are woken and exit)
+and is re-raised from :meth:`Pipeline.run` as :class:`hps.errors.PipelineError` naming the stage, with
+the original exception (and its traceback) as ``__cause__``. No stage can hang the caller.
+
+Thread safety: a Pipeline is driven by one caller thread; stage functions run in their own threads
+and must be thread-safe with respect to each other.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from .errors import PipelineError
+
+_DONE = object()  # end-of-stream marker, passed down the queues
+_POLL_S = 0.05
+
+
+@dataclass
+class StageTimes:
+    busy: float = 0.0
+    wait_in: float = 0.0
+    wait_out: float = 0.0
+    items: int = 0
+
+
+@dataclass
+class Stage:
+    """``fn(item) -> item`` run in its own thread; ``name`` appears in reports and errors."""
+
+    name: str
+    fn: Callable
+    times: StageTimes = field(default_factory=StageTimes)
+
+
+class Pipeline:
+    """``Pipeline(source_name, source_iterable, [Stage, ...], depth=1)``; ``run(sink)`` drives it."""
+
+    def __init__(self, source_name: str, source: Iterable, stages: list[Stage], depth: int = 1):
+        self.source = Stage(source_name, lambda x: x)
+        self._source_iter = source
+        self.stages = stages
+        self.depth = max(1, int(depth))
+        self._stop = threading.Event()
+        self._error: tuple[str, BaseException] | None = None
+        self._lock = threading.Lock()
+
+    # -- queue helpers that give up when the pipeline stops ------------------------------------------------
+    def _put(self, q: queue.Queue, item, times: StageTimes) -> bool:
+        t = time.perf_counter()
+        while not self._stop.is_set():
+            try:
+                q.put(item, timeout=_POLL_S)
+                times.wait_out += time.perf_counter() - t
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _get(self, q: queue.Queue, times: StageTimes):
+        t = time.perf_counter()
+        while not self._stop.is_set():
+            try:
+                item = q.get(timeout=_POLL_S)
+                times.wait_in += time.perf_counter() - t
+                return item
+            except queue.Empty:
+                continue
+        return _DONE
+
+    def _fail(self, stage: str, exc: BaseException) -> None:
+        with self._lock:
+            if self._error is None:
+                self._error = (stage, exc)
+        self._stop.set()
+
+    # -- threads -----------------------------------------------------------------------------------------
+    def _run_source(self, out: queue.Queue) -> None:
+        times = self.source.times
+        try:
+            it = iter(self._source_iter)
+            while not self._stop.is_set():
+                t = time.perf_counter()
+                try:
+                    item = next(it)
+                except StopIteration:
+                    break
+                times.busy += time.perf_counter() - t
+                times.items += 1
+                if not self._put(out, item, times):
+                    return
+            self._put(out, _DONE, times)
+        except BaseException as e:  # noqa: BLE001 - reported to the caller, never swallowed
+            self._fail(self.source.name, e)
+
+    def _run_stage(self, stage: Stage, inq: queue.Queue, out: queue.Queue) -> None:
+        times = stage.times
+        try:
+            while True:
+                item = self._get(inq, times)
+                if item is _DONE:
+                    self._put(out, _DONE, times)
+                    return
+                t = time.perf_counter()
+                result = stage.fn(item)
+                times.busy += time.perf_counter() - t
+                times.items += 1
+                if not self._put(out, result, times):
+                    return
+        except BaseException as e:  # noqa: BLE001
+            self._fail(stage.name, e)
+
+    def run(self, sink: Callable | None = None) -> None:
+        """Run to the end of the source; ``sink(item)`` (in the caller's thread) takes the last
+        stage's results. Raises PipelineError if any stage (or the sink) failed."""
+        queues = [queue.Queue(maxsize=self.depth) for _ in range(len(self.stages) + 1)]
+        threads = [threading.Thread(target=self._run_source, args=(queues[0],), name=self.source.name,
+                                    daemon=True)]
+        for i, st in enumerate(self.stages):
+            threads.append(threading.Thread(target=self._run_stage, args=(st, queues[i], queues[i + 1]),
+                                            name=st.name, daemon=True))
+        for th in threads:
+            th.start()
+        sink_times = StageTimes()
+        try:
+            while True:
+                item = self._get(queues[-1], sink_times)
+                if item is _DONE:
+                    break
+                if sink is not None:
+                    sink(item)
+        except BaseException as e:  # noqa: BLE001
+            self._fail("sink", e)
+        finally:
+            if self._error is not None:
+                self._stop.set()
+            for th in threads:
+                th.join(timeout=60)
+        if self._error is not None:
+            stage, exc = self._error
+            raise PipelineError(stage, f"{type(exc).__name__}: {exc}") from exc
+
+    # -- reporting -----------------------------------------------------------------------------------------
+    def stage_times(self) -> dict[str, StageTimes]:
+        return {s.name: s.times for s in [self.source, *self.stages]}
+
+    def bottleneck(self) -> str:
+        """The stage with the most busy time."""
+        return max(self.stage_times().items(), key=lambda kv: kv[1].busy)[0]
+
+    def report(self) -> str:
+        lines = [f"{'stage':<10} {'busy s':>9} {'wait-in s':>10} {'wait-out s':>11} {'items':>6}"]
+        for name, t in self.stage_times().items():
+            lines.append(f"{name:<10} {t.busy:9.2f} {t.wait_in:10.2f} {t.wait_out:11.2f} {t.items:6d}")
+        lines.append(f"bottleneck: {self.bottleneck()}")
+        return "\n".join(lines)

@@ -1,0 +1,63 @@
+import threading
+import time
+
+import pytest
+
+from hps.errors import PipelineError
+from hps.pipeline import Pipeline, Stage
+
+
+def test_items_flow_in_order_through_all_stages():
+    out = []
+    p = Pipeline("read", range(20), [Stage("a", lambda x: x + 1), Stage("b", lambda x: x * 2)], depth=2)
+    p.run(out.append)
+    assert out == [(x + 1) * 2 for x in range(20)]
+    assert p.stage_times()["a"].items == 20
+
+
+def test_stages_overlap():
+    """Two 50 ms stages over 8 items take ~ 9 x 50 ms pipelined, not 16 x 50 ms serial."""
+    def slow(x):
+        time.sleep(0.05)
+        return x
+
+    p = Pipeline("read", range(8), [Stage("a", slow), Stage("b", slow)], depth=1)
+    t = time.perf_counter()
+    p.run()
+    assert time.perf_counter() - t < 0.7
+
+
+def test_bottleneck_is_the_busiest_stage():
+    p = Pipeline("read", range(5), [Stage("fast", lambda x: x), Stage("slow", lambda x: time.sleep(0.02))])
+    p.run()
+    assert p.bottleneck() == "slow"
+    assert "bottleneck: slow" in p.report()
+
+
+@pytest.mark.parametrize("where", ["read", "a", "b", "sink"])
+def test_failure_anywhere_stops_everything_with_its_error(where):
+    def source():
+        for i in range(1000):
+            if where == "read" and i == 3:
+                raise KeyError("bad line")
+            yield i
+
+    def boom(name):
+        def f(x):
+            if where == name and x == 5:
+                raise ValueError(f"boom in {name}")
+            return x
+        return f
+
+    def sink(x):
+        if where == "sink" and x == 7:
+            raise RuntimeError("sink broke")
+
+    p = Pipeline("read", source(), [Stage("a", boom("a")), Stage("b", boom("b"))], depth=1)
+    t = time.perf_counter()
+    with pytest.raises(PipelineError) as ei:
+        p.run(sink)
+    assert ei.value.stage == where
+    assert ei.value.__cause__ is not None and ei.value.__cause__.__traceback__ is not None
+    assert time.perf_counter() - t < 5
+    assert not any(th.name in ("a", "b") and th.is_alive() for th in threading.enumerate())
