@@ -1,5 +1,31 @@
-"""Data readers (Criteo TSV, libsvm/libFM, CSV) and the synthetic generator; all yield ``Batch``es."""
+"""Data readers (Criteo TSV, libsvm/libFM, CSV) and the synthetic generator; all yield ``Batch``es.
+
+Entry point: ``open_dataset(path, fmt, batch_size, shard=(rank, n_ranks), strict=False, **options)``.
+Every dataset offers ``batches(start_batch=0)``, ``stats``, ``n_fields`` and ``n_dense``; the text
+readers stream in constant memory and ``SyntheticData`` adds ``eval_batches()`` and ``bayes_auc()``.
+"""
 
 from ._batch import FIELD_SHIFT, Batch, make_keys
+from ._chunks import DEFAULT_CHUNK_BYTES, MISSING_VALUE, DataFileNotFoundError, ReaderStats
+from ._criteo import NEGATIVE_VALUE, CriteoReader
+from ._csv import CsvReader
+from ._libsvm import LibsvmReader
+from ._open import FORMATS, open_dataset
+from ._synthetic import SyntheticData
 
-__all__ = ["Batch", "make_keys", "FIELD_SHIFT"]
+__all__ = [
+    "Batch",
+    "make_keys",
+    "FIELD_SHIFT",
+    "open_dataset",
+    "FORMATS",
+    "CriteoReader",
+    "LibsvmReader",
+    "CsvReader",
+    "SyntheticData",
+    "ReaderStats",
+    "DataFileNotFoundError",
+    "MISSING_VALUE",
+    "NEGATIVE_VALUE",
+    "DEFAULT_CHUNK_BYTES",
+]

@@ -1,0 +1,69 @@
+"""Criteo TSV reader (Kaggle Display Advertising Challenge ``train.txt`` layout).
+
+Each line: ``label \\t I1 … I13 \\t C1 … C26`` — a 0/1 label, 13 integer counts and 26 categoricals
+written as 8 hex digits (a 32-bit hash); any feature may be empty (missing). Per example:
+
+- ``dense`` (13 columns, float32): log1p(max(x, 0)), a missing count gives 0.
+- categorical field i (0..25): key ``make_keys(i, int(Ci, 16))``; a missing Ci gets the field's
+  reserved missing key ``make_keys(i, MISSING_VALUE)`` (MISSING_VALUE = 2**32 + 1), so every example
+  has 26 keys.
+- with ``int_as_categorical=True`` the counts also become fields 26..38 (39 keys per example): key of
+  floor(log2(1 + x)) for x >= 0, ``MISSING_VALUE`` when empty, ``NEGATIVE_VALUE`` when x < 0.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from ._batch import Batch
+from ._chunks import (BAD_COLUMNS, BAD_HEX, BAD_LABEL, BAD_NUMBER, DEFAULT_CHUNK_BYTES,
+                      MAX_RECORDED_MALFORMED, MISSING_VALUE, TextReader, fixed_width_batch,
+                      iter_line_chunks)
+from ._parse_kernels import parse_criteo
+
+#: Number of integer (dense) and categorical columns of the Criteo layout.
+N_INT = 13
+N_CAT = 26
+#: Bucket value of a negative integer feature when ints are bucketized. Written into keys: never change.
+NEGATIVE_VALUE = (1 << 32) + 2
+
+_CODES = np.array([BAD_COLUMNS, BAD_LABEL, BAD_NUMBER, BAD_HEX], dtype=np.int32)
+
+
+class CriteoReader(TextReader):
+    """Streams ``Batch``es from Criteo TSV file(s). Not thread-safe (one iteration at a time).
+
+    path: a file or a list of files (read in order, batches run across file ends).
+    batch_size: examples per global batch; shard=(rank, n_ranks): this rank's contiguous share.
+    strict: raise ``InvalidInputError`` (naming file:line and why) at the first malformed line,
+    instead of counting and skipping it. int_as_categorical: also bucketize I1..I13 into fields 26..38.
+    """
+
+    def __init__(self, path, batch_size: int, shard=(0, 1), strict: bool = False,
+                 int_as_categorical: bool = False, chunk_bytes: int = DEFAULT_CHUNK_BYTES):
+        super().__init__(path, batch_size, shard, strict, chunk_bytes)
+        self.int_as_categorical = bool(int_as_categorical)
+        self.n_fields = N_CAT + (N_INT if self.int_as_categorical else 0)
+        self.n_dense = N_INT
+
+    def _parts(self, path: Path) -> Iterator[Batch]:
+        bad_line = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int64)
+        bad_code = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int32)
+        with open(path, "rb") as f:
+            for buf, first_line in iter_line_chunks(f, self.chunk_bytes):
+                cap = int(np.count_nonzero(buf == 10))
+                labels = np.empty(cap, dtype=np.float32)
+                dense = np.empty((cap, N_INT), dtype=np.float32)
+                values = np.empty((cap, self.n_fields), dtype=np.uint64)
+                n_lines, n_ok, n_bad, n_blank = parse_criteo(
+                    buf, self.int_as_categorical, self.strict, np.uint64(MISSING_VALUE),
+                    np.uint64(NEGATIVE_VALUE), _CODES, labels, dense, values, bad_line, bad_code)
+                self._account(path, buf, first_line, n_lines, n_ok, n_bad, n_blank, bad_line,
+                              bad_code)
+                yield fixed_width_batch(labels[:n_ok], dense[:n_ok], values[:n_ok])
+                if n_bad and self.strict:
+                    self._raise_first_bad(path, first_line, bad_line, bad_code)
+

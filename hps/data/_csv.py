@@ -1,0 +1,100 @@
+"""CSV reader (Avazu-style): a header line, a named label column, every other column categorical.
+
+No quoting: a comma always separates columns (Avazu and similar click logs never quote). Per example:
+
+- label: the ``label`` column (default ``"click"``), 1 -> 1, 0 or -1 -> 0.
+- dense: the columns named in ``dense_columns``, parsed as numbers (empty -> 0), in that order.
+- categorical fields: every other column not in ``ignore_columns``, in header order; field i's key is
+  ``make_keys(i, fnv1a64(bytes of the value))``, an empty value gets ``MISSING_VALUE``.
+
+Every file must start with the same header.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from ..errors import InvalidInputError
+from ._batch import Batch
+from ._chunks import (BAD_COLUMNS, BAD_LABEL, BAD_NUMBER, DEFAULT_CHUNK_BYTES,
+                      MAX_RECORDED_MALFORMED, MISSING_VALUE, TextReader, fixed_width_batch,
+                      iter_line_chunks)
+from ._parse_kernels import parse_csv
+
+_CODES = np.array([BAD_COLUMNS, BAD_LABEL, BAD_NUMBER], dtype=np.int32)
+# Column kinds understood by ``parse_csv``.
+_LABEL, _DENSE, _CAT, _IGNORE = 0, 1, 2, 3
+
+
+def _read_header(path: Path) -> list[str]:
+    with open(path, "rb") as f:
+        line = f.readline()
+    if not line.strip():
+        raise InvalidInputError(f"{path}:1: missing CSV header")
+    return [c.strip() for c in line.decode("utf-8", "replace").rstrip("\r\n").split(",")]
+
+
+class CsvReader(TextReader):
+    """Streams ``Batch``es from CSV file(s) with a header. Not thread-safe (one iteration at a time).
+
+    label: name of the label column; dense_columns: names of numeric columns; ignore_columns: names
+    of columns to drop (e.g. a unique row ``id``). ``categorical_columns`` lists the field names in
+    field-id order.
+    """
+
+    def __init__(self, path, batch_size: int, shard=(0, 1), strict: bool = False,
+                 label: str = "click", dense_columns: Sequence[str] = (),
+                 ignore_columns: Sequence[str] = (), chunk_bytes: int = DEFAULT_CHUNK_BYTES):
+        super().__init__(path, batch_size, shard, strict, chunk_bytes)
+        self.header = _read_header(self.paths[0])
+        for p in self.paths[1:]:
+            if _read_header(p) != self.header:
+                raise InvalidInputError(f"{p}: header differs from {self.paths[0]}")
+        names = set(self.header)
+        if len(names) != len(self.header):
+            raise InvalidInputError(f"{self.paths[0]}: duplicate column names in header")
+        for what, cols in (("label", [label]), ("dense", dense_columns), ("ignore", ignore_columns)):
+            missing = [c for c in cols if c not in names]
+            if missing:
+                raise InvalidInputError(f"{what} column(s) {missing} not in header {self.header}")
+        dense_columns, ignore_columns = list(dense_columns), set(ignore_columns)
+        kind = np.empty(len(self.header), dtype=np.int32)
+        slot = np.zeros(len(self.header), dtype=np.int32)
+        self.categorical_columns: list[str] = []
+        for c, name in enumerate(self.header):
+            if name == label:
+                kind[c] = _LABEL
+            elif name in ignore_columns:
+                kind[c] = _IGNORE
+            elif name in dense_columns:
+                kind[c], slot[c] = _DENSE, dense_columns.index(name)
+            else:
+                kind[c], slot[c] = _CAT, len(self.categorical_columns)
+                self.categorical_columns.append(name)
+        self.label = label
+        self.dense_columns = dense_columns
+        self._kind, self._slot = kind, slot
+        self.n_fields = len(self.categorical_columns)
+        self.n_dense = len(dense_columns)
+
+    def _parts(self, path: Path) -> Iterator[Batch]:
+        bad_line = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int64)
+        bad_code = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int32)
+        with open(path, "rb") as f:
+            f.readline()  # the header (checked in __init__)
+            for buf, first_line in iter_line_chunks(f, self.chunk_bytes, first_line=2):
+                cap = int(np.count_nonzero(buf == 10))
+                labels = np.empty(cap, dtype=np.float32)
+                dense = np.empty((cap, self.n_dense), dtype=np.float32)
+                values = np.empty((cap, self.n_fields), dtype=np.uint64)
+                n_lines, n_ok, n_bad, n_blank = parse_csv(
+                    buf, self._kind, self._slot, self.strict, np.uint64(MISSING_VALUE), _CODES,
+                    labels, dense, values, bad_line, bad_code)
+                self._account(path, buf, first_line, n_lines, n_ok, n_bad, n_blank, bad_line,
+                              bad_code)
+                yield fixed_width_batch(labels[:n_ok], dense[:n_ok], values[:n_ok])
+                if n_bad and self.strict:
+                    self._raise_first_bad(path, first_line, bad_line, bad_code)

@@ -1,0 +1,86 @@
+"""libsvm / libFM reader: ``label idx:val idx:val …`` (spaces or tabs), CRLF tolerated.
+
+Labels 1 -> 1 and 0 or -1 -> 0 (anything else is malformed). The format carries no field ids, so
+fields are positional: the j-th feature of a line (0-based) belongs to field ``min(j, n_fields - 1)``
+(Frappe has exactly 10 features per line, one per field). The key of a feature is
+``make_keys(field, idx)`` and its weight is ``val``. ``n_fields`` defaults to the number of features
+on the first valid line of the first file. There are no dense features (``n_dense = 0``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from ..errors import InvalidInputError
+from ._batch import Batch, make_keys
+from ._chunks import (BAD_FEATURE, BAD_LABEL, BAD_NUMBER, DEFAULT_CHUNK_BYTES,
+                      MAX_RECORDED_MALFORMED, TextReader, iter_line_chunks)
+from ._parse_kernels import parse_libsvm
+
+_CODES = np.array([BAD_LABEL, BAD_NUMBER, BAD_FEATURE], dtype=np.int32)
+#: Bytes read to find the first valid line when ``n_fields`` is not given.
+_PEEK_BYTES = 1 << 16
+
+
+def _parse_chunk(buf: np.ndarray, strict: bool, bad_line: np.ndarray, bad_code: np.ndarray):
+    cap = int(np.count_nonzero(buf == 10))
+    nnz_cap = int(np.count_nonzero(buf == 58))
+    labels = np.empty(cap, dtype=np.float32)
+    offsets = np.empty(cap + 1, dtype=np.int64)
+    idx = np.empty(nnz_cap, dtype=np.uint64)
+    val = np.empty(nnz_cap, dtype=np.float32)
+    pos = np.empty(nnz_cap, dtype=np.int32)
+    counts = parse_libsvm(buf, strict, _CODES, labels, offsets, idx, val, pos, bad_line, bad_code)
+    return counts, labels, offsets, idx, val, pos
+
+
+class LibsvmReader(TextReader):
+    """Streams ``Batch``es from libsvm/libFM file(s). Not thread-safe (one iteration at a time).
+
+    path: a file or a list of files; batch_size: examples per global batch; shard=(rank, n_ranks);
+    strict: raise at the first malformed line; n_fields: positional fields (default: features on
+    the first valid line).
+    """
+
+    def __init__(self, path, batch_size: int, shard=(0, 1), strict: bool = False,
+                 n_fields: int | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES):
+        super().__init__(path, batch_size, shard, strict, chunk_bytes)
+        if n_fields is None:
+            n_fields = self._first_line_width()
+        if int(n_fields) < 1:
+            raise InvalidInputError(f"n_fields must be >= 1, got {n_fields}")
+        self.n_fields = int(n_fields)
+        self.n_dense = 0
+
+    def _first_line_width(self) -> int:
+        bad_line = np.empty(1, dtype=np.int64)
+        bad_code = np.empty(1, dtype=np.int32)
+        for path in self.paths:
+            with open(path, "rb") as f:
+                for buf, _ in iter_line_chunks(f, _PEEK_BYTES):
+                    (_, n_ok, _, _), _, offsets, *_ = _parse_chunk(buf, False, bad_line, bad_code)
+                    if n_ok:
+                        return max(1, int(offsets[1] - offsets[0]))
+        raise InvalidInputError(f"no valid libsvm line in {', '.join(map(str, self.paths))}; "
+                                "cannot infer n_fields")
+
+    def _parts(self, path: Path) -> Iterator[Batch]:
+        bad_line = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int64)
+        bad_code = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int32)
+        last = np.int32(self.n_fields - 1)
+        with open(path, "rb") as f:
+            for buf, first_line in iter_line_chunks(f, self.chunk_bytes):
+                (n_lines, n_ok, n_bad, n_blank), labels, offsets, idx, val, pos = _parse_chunk(
+                    buf, self.strict, bad_line, bad_code)
+                self._account(path, buf, first_line, n_lines, n_ok, n_bad, n_blank, bad_line,
+                              bad_code)
+                nnz = int(offsets[n_ok])
+                field = np.minimum(pos[:nnz], last)
+                yield Batch(labels[:n_ok], np.zeros((n_ok, 0), dtype=np.float32),
+                            make_keys(field, idx[:nnz]), field, val[:nnz], offsets[:n_ok + 1],
+                            self.n_fields)
+                if n_bad and self.strict:
+                    self._raise_first_bad(path, first_line, bad_line, bad_code)

@@ -1,0 +1,45 @@
+"""``open_dataset``: one entry point for every data format."""
+
+from __future__ import annotations
+
+from ..errors import InvalidInputError
+from ._criteo import CriteoReader
+from ._csv import CsvReader
+from ._libsvm import LibsvmReader
+from ._synthetic import SyntheticData
+
+#: Format name -> dataset class. Every class offers ``batches(start_batch=0)``, ``stats``,
+#: ``n_fields`` and ``n_dense``.
+FORMATS = {
+    "criteo": CriteoReader,
+    "libsvm": LibsvmReader,
+    "csv": CsvReader,
+    "synthetic": SyntheticData,
+}
+
+
+def open_dataset(path, fmt: str, batch_size: int, shard=(0, 1), strict: bool = False,
+                 **fmt_options):
+    """Dataset of ``fmt`` over ``path`` (a file or a list of files; ignored for "synthetic").
+
+    fmt_options go to the format's class: criteo ``int_as_categorical``; libsvm ``n_fields``;
+    csv ``label``, ``dense_columns``, ``ignore_columns``; text formats ``chunk_bytes``; synthetic
+    ``rows``, ``fields``, ``vocab_per_field``, ``zipf``, ``n_dense``, ``seed``, ``eval_rows``.
+    Raises ``InvalidInputError`` for an unknown format or option and ``DataFileNotFoundError`` (an
+    ``InvalidInputError`` and a ``FileNotFoundError``) for a missing file.
+    """
+    cls = FORMATS.get(fmt)
+    if cls is None:
+        raise InvalidInputError(f"unknown data format {fmt!r}; valid formats: "
+                                f"{', '.join(sorted(FORMATS))}")
+    try:
+        if cls is SyntheticData:
+            # synthetic data has no malformed lines: ``strict`` does not apply
+            return SyntheticData(batch_size=batch_size, shard=shard, **fmt_options)
+        if path is None:
+            raise InvalidInputError(f"format {fmt!r} needs a data path")
+        return cls(path, batch_size, shard=shard, strict=strict, **fmt_options)
+    except TypeError as e:
+        if "unexpected keyword argument" in str(e):
+            raise InvalidInputError(f"format {fmt!r}: {e}") from None
+        raise

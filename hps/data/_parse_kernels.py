@@ -1,0 +1,400 @@
+"""Numba kernels that parse one chunk of text lines (kernels only: no I/O, no globals).
+
+Common contract of the ``parse_*`` kernels:
+
+- ``buf`` (m,) uint8: whole lines, each ending in ``\\n`` (a ``\\r`` before it is ignored).
+- Valid lines are written to rows ``0 .. n_ok-1`` of the output arrays, in order.
+- Malformed lines are skipped; the first ``bad_line.shape[0]`` of them are recorded as the 0-based
+  line index within ``buf`` (``bad_line``, int64) and a reason code (``bad_code``, int32; codes are
+  passed in as arguments and named in ``_chunks``). Blank lines are neither examples nor malformed.
+- With ``strict`` the kernel stops right after the first malformed line.
+- Returns ``(n_lines, n_ok, n_bad, n_blank)``; ``n_lines`` counts the lines consumed.
+Blocking, single-threaded, ``nogil`` (pipeline threads may parse in parallel).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+_TAB = 9
+_NL = 10
+_CR = 13
+_SPACE = 32
+_COMMA = 44
+_COLON = 58
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _line_end(buf, pos):
+    """(end, e): index of the line's ``\\n`` and the end of its content (a trailing ``\\r`` cut)."""
+    end = pos
+    while buf[end] != 10:
+        end += 1
+    e = end
+    if e > pos and buf[e - 1] == 13:
+        e -= 1
+    return end, e
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _parse_int(buf, a, b):
+    """(ok, int64 value) of an optional sign and 1-18 decimal digits filling buf[a:b]."""
+    i = a
+    neg = False
+    if i < b and (buf[i] == 45 or buf[i] == 43):
+        neg = buf[i] == 45
+        i += 1
+    if i >= b or b - i > 18:
+        return False, np.int64(0)
+    v = np.int64(0)
+    while i < b:
+        c = buf[i]
+        if c < 48 or c > 57:
+            return False, np.int64(0)
+        v = v * 10 + (c - 48)
+        i += 1
+    return True, -v if neg else v
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _parse_uint(buf, a, b):
+    """(ok, uint64 value) of 1-19 decimal digits filling buf[a:b]."""
+    if a >= b or b - a > 19:
+        return False, np.uint64(0)
+    v = np.uint64(0)
+    for i in range(a, b):
+        c = buf[i]
+        if c < 48 or c > 57:
+            return False, np.uint64(0)
+        v = v * np.uint64(10) + np.uint64(c - 48)
+    return True, v
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _parse_hex(buf, a, b):
+    """(ok, uint64 value) of 1-8 hex digits filling buf[a:b]."""
+    if a >= b or b - a > 8:
+        return False, np.uint64(0)
+    v = np.uint64(0)
+    for i in range(a, b):
+        c = buf[i]
+        if 48 <= c <= 57:
+            d = c - 48
+        elif 97 <= c <= 102:
+            d = c - 87
+        elif 65 <= c <= 70:
+            d = c - 55
+        else:
+            return False, np.uint64(0)
+        v = (v << np.uint64(4)) | np.uint64(d)
+    return True, v
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _parse_float(buf, a, b):
+    """(ok, float64 value) of a decimal number (sign, digits, '.', exponent) filling buf[a:b].
+
+    NaN, inf and overflowing numbers are not ok."""
+    i = a
+    neg = False
+    if i < b and (buf[i] == 45 or buf[i] == 43):
+        neg = buf[i] == 45
+        i += 1
+    mant = 0.0
+    nd = 0
+    exp10 = 0
+    while i < b and 48 <= buf[i] <= 57:
+        mant = mant * 10.0 + (buf[i] - 48)
+        nd += 1
+        i += 1
+    if i < b and buf[i] == 46:
+        i += 1
+        while i < b and 48 <= buf[i] <= 57:
+            mant = mant * 10.0 + (buf[i] - 48)
+            nd += 1
+            exp10 -= 1
+            i += 1
+    if nd == 0:
+        return False, 0.0
+    if i < b and (buf[i] == 101 or buf[i] == 69):
+        i += 1
+        eneg = False
+        if i < b and (buf[i] == 45 or buf[i] == 43):
+            eneg = buf[i] == 45
+            i += 1
+        ne = 0
+        ev = 0
+        while i < b and 48 <= buf[i] <= 57:
+            if ev < 100000:
+                ev = ev * 10 + (buf[i] - 48)
+            ne += 1
+            i += 1
+        if ne == 0:
+            return False, 0.0
+        exp10 += -ev if eneg else ev
+    if i != b:
+        return False, 0.0
+    if mant == 0.0:
+        v = 0.0
+    elif exp10 >= 0:
+        v = mant * 10.0 ** exp10
+    else:
+        v = mant / 10.0 ** (-exp10)
+    if not math.isfinite(v):
+        return False, 0.0
+    return True, -v if neg else v
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _fnv1a(buf, a, b):
+    """64-bit FNV-1a hash of the bytes buf[a:b]."""
+    h = np.uint64(0xCBF29CE484222325)
+    for i in range(a, b):
+        h = (h ^ np.uint64(buf[i])) * np.uint64(0x100000001B3)
+    return h
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _log2_bucket(x):
+    """floor(log2(1 + x)) of an int64 x >= 0."""
+    v = x + 1
+    k = 0
+    while v > 1:
+        v >>= 1
+        k += 1
+    return k
+
+
+@njit(nogil=True, cache=True)
+def parse_criteo(buf, int_as_cat, strict, missing, negative, codes,
+                 labels, dense, values, bad_line, bad_code):
+    """Criteo TSV: label, 13 integer counts, 26 hex categoricals (40 tab-separated columns).
+
+    labels (n,) float32; dense (n, 13) float32 = log1p(max(x, 0)), missing -> 0; values (n, 26 or
+    39) uint64: column j of the hex categoricals, ``missing`` when empty; with ``int_as_cat`` columns
+    26..38 hold floor(log2(1+x)) of the integers (``missing`` when empty, ``negative`` when x < 0).
+    codes = (BAD_COLUMNS, BAD_LABEL, BAD_NUMBER, BAD_HEX).
+    """
+    n = buf.shape[0]
+    pos = 0
+    n_lines = 0
+    r = 0
+    n_bad = 0
+    n_blank = 0
+    while pos < n:
+        end, e = _line_end(buf, pos)
+        line = n_lines
+        n_lines += 1
+        if e == pos:
+            n_blank += 1
+            pos = end + 1
+            continue
+        code = 0
+        col = 0
+        a = pos
+        while True:
+            b = a
+            while b < e and buf[b] != 9:
+                b += 1
+            if col == 0:
+                ok, v = _parse_int(buf, a, b)
+                if not ok or (v != 0 and v != 1):
+                    code = codes[1]
+                    break
+                labels[r] = v
+            elif col <= 13:
+                if b == a:
+                    dense[r, col - 1] = 0.0
+                    if int_as_cat:
+                        values[r, 25 + col] = missing
+                else:
+                    ok, v = _parse_int(buf, a, b)
+                    if not ok:
+                        code = codes[2]
+                        break
+                    dense[r, col - 1] = math.log1p(max(v, 0))
+                    if int_as_cat:
+                        values[r, 25 + col] = negative if v < 0 else np.uint64(_log2_bucket(v))
+            elif col <= 39:
+                if b == a:
+                    values[r, col - 14] = missing
+                else:
+                    ok, h = _parse_hex(buf, a, b)
+                    if not ok:
+                        code = codes[3]
+                        break
+                    values[r, col - 14] = h
+            else:
+                code = codes[0]
+                break
+            col += 1
+            if b >= e:
+                break
+            a = b + 1
+        if code == 0 and col != 40:
+            code = codes[0]
+        pos = end + 1
+        if code == 0:
+            r += 1
+        else:
+            if n_bad < bad_line.shape[0]:
+                bad_line[n_bad] = line
+                bad_code[n_bad] = code
+            n_bad += 1
+            if strict:
+                break
+    return n_lines, r, n_bad, n_blank
+
+
+@njit(nogil=True, cache=True)
+def parse_libsvm(buf, strict, codes, labels, offsets, idx, val, pos_in_line, bad_line, bad_code):
+    """libsvm/libFM: ``label idx:val idx:val …`` separated by spaces or tabs.
+
+    Labels 1 -> 1, 0 or -1 -> 0. labels (n,) float32; offsets (n+1,) int64 (CSR); idx (nnz,) uint64;
+    val (nnz,) float32; pos_in_line (nnz,) int32: 0-based position of the feature on its line.
+    Output sizes: n >= lines in buf, nnz >= ':' in buf. codes = (BAD_LABEL, BAD_NUMBER, BAD_FEATURE).
+    """
+    n = buf.shape[0]
+    pos = 0
+    n_lines = 0
+    r = 0
+    nnz = 0
+    n_bad = 0
+    n_blank = 0
+    offsets[0] = 0
+    while pos < n:
+        end, e = _line_end(buf, pos)
+        line = n_lines
+        n_lines += 1
+        a = pos
+        while a < e and (buf[a] == 32 or buf[a] == 9):
+            a += 1
+        if a == e:
+            n_blank += 1
+            pos = end + 1
+            continue
+        code = 0
+        k = 0
+        tok = 0
+        start = nnz
+        while a < e:
+            b = a
+            while b < e and buf[b] != 32 and buf[b] != 9:
+                b += 1
+            if tok == 0:
+                ok, v = _parse_float(buf, a, b)
+                if not ok or (v != 1.0 and v != 0.0 and v != -1.0):
+                    code = codes[0]
+                    break
+                labels[r] = 1.0 if v == 1.0 else 0.0
+            else:
+                c = a
+                while c < b and buf[c] != 58:
+                    c += 1
+                if c == b:
+                    code = codes[2]
+                    break
+                ok, iv = _parse_uint(buf, a, c)
+                if not ok:
+                    code = codes[2]
+                    break
+                ok, fv = _parse_float(buf, c + 1, b)
+                if not ok:
+                    code = codes[1]
+                    break
+                idx[nnz] = iv
+                val[nnz] = fv
+                pos_in_line[nnz] = k
+                nnz += 1
+                k += 1
+            tok += 1
+            a = b
+            while a < e and (buf[a] == 32 or buf[a] == 9):
+                a += 1
+        pos = end + 1
+        if code == 0:
+            r += 1
+            offsets[r] = nnz
+        else:
+            nnz = start
+            if n_bad < bad_line.shape[0]:
+                bad_line[n_bad] = line
+                bad_code[n_bad] = code
+            n_bad += 1
+            if strict:
+                break
+    return n_lines, r, n_bad, n_blank
+
+
+@njit(nogil=True, cache=True)
+def parse_csv(buf, kind, slot, strict, missing, codes, labels, dense, values, bad_line, bad_code):
+    """Comma-separated lines without quoting; column c is of ``kind[c]``: 0 label, 1 dense, 2
+    categorical, 3 ignored, and goes to column ``slot[c]`` of ``dense``/``values``.
+
+    labels (n,) float32 (1 -> 1, 0 or -1 -> 0); dense (n, D) float32 (empty -> 0); values (n, F)
+    uint64: FNV-1a of the column's bytes (``missing`` when empty).
+    codes = (BAD_COLUMNS, BAD_LABEL, BAD_NUMBER).
+    """
+    n = buf.shape[0]
+    n_cols = kind.shape[0]
+    pos = 0
+    n_lines = 0
+    r = 0
+    n_bad = 0
+    n_blank = 0
+    while pos < n:
+        end, e = _line_end(buf, pos)
+        line = n_lines
+        n_lines += 1
+        if e == pos:
+            n_blank += 1
+            pos = end + 1
+            continue
+        code = 0
+        col = 0
+        a = pos
+        while True:
+            b = a
+            while b < e and buf[b] != 44:
+                b += 1
+            if col >= n_cols:
+                code = codes[0]
+                break
+            kd = kind[col]
+            if kd == 0:
+                ok, v = _parse_float(buf, a, b)
+                if not ok or (v != 1.0 and v != 0.0 and v != -1.0):
+                    code = codes[1]
+                    break
+                labels[r] = 1.0 if v == 1.0 else 0.0
+            elif kd == 1:
+                if b == a:
+                    dense[r, slot[col]] = 0.0
+                else:
+                    ok, v = _parse_float(buf, a, b)
+                    if not ok:
+                        code = codes[2]
+                        break
+                    dense[r, slot[col]] = v
+            elif kd == 2:
+                values[r, slot[col]] = missing if b == a else _fnv1a(buf, a, b)
+            col += 1
+            if b >= e:
+                break
+            a = b + 1
+        if code == 0 and col != n_cols:
+            code = codes[0]
+        pos = end + 1
+        if code == 0:
+            r += 1
+        else:
+            if n_bad < bad_line.shape[0]:
+                bad_line[n_bad] = line
+                bad_code[n_bad] = code
+            n_bad += 1
+            if strict:
+                break
+    return n_lines, r, n_bad, n_blank
