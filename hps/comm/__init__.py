@@ -1,0 +1,47 @@
+"""hps.comm — the communication layer: key-owner exchange, hierarchical all-reduce, GPU staging.
+
+Every function takes its communicator (an mpi4py ``Comm``) or a :class:`Topology` built from one;
+nothing reaches for ``MPI.COMM_WORLD``. All collectives are blocking and must be called by every rank
+of the communicator in the same order. Run the rank's work under :func:`run_guarded` (or
+:func:`abort_on_error`) so a failure anywhere ends the whole job quickly.
+
+    topo = Topology(comm, ranks_per_node=2)           # 4 ranks -> 2 "nodes" x 2 "GPUs"
+    keys, sums = sparse_allreduce(topo, keys, grads)  # union of keys, summed rows, same bits everywhere
+    dense = dense_allreduce(topo, dense_grads)
+    rows = pull_remote(comm, keys, owner, serve_fn)   # rows of keys from their owner ranks
+"""
+
+from ._cuda import ENV_FORCE, cuda_aware, is_device_array, local_cuda_support, to_device_like, to_host
+from ._dense import dense_allreduce
+from ._exchange import exchange, pull_remote, push_to_owners
+from ._failure import abort_job, abort_on_error, failure_message, install_excepthook, run_guarded
+from ._sparse import sparse_allreduce, sparse_allreduce_allgather
+from ._stats import DENSE_ALLREDUCE, KINDS, OWNER_WRITEBACK, SPARSE_ALLREDUCE, SPARSE_PULL, CommStats
+from ._topology import Topology
+
+__all__ = [
+    "Topology",
+    "sparse_allreduce",
+    "sparse_allreduce_allgather",
+    "dense_allreduce",
+    "exchange",
+    "pull_remote",
+    "push_to_owners",
+    "CommStats",
+    "KINDS",
+    "SPARSE_PULL",
+    "SPARSE_ALLREDUCE",
+    "DENSE_ALLREDUCE",
+    "OWNER_WRITEBACK",
+    "cuda_aware",
+    "local_cuda_support",
+    "ENV_FORCE",
+    "is_device_array",
+    "to_host",
+    "to_device_like",
+    "run_guarded",
+    "abort_on_error",
+    "abort_job",
+    "install_excepthook",
+    "failure_message",
+]
