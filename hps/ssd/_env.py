@@ -1,0 +1,117 @@
+"""The file-system interface of the SSD-PS (LevelDB's ``Env``): every file operation goes through it.
+
+Tests subclass :class:`PosixEnv` to inject faults (ENOSPC, short writes, flipped bytes) or to record
+which calls happen (fsync of files and directories). Paths are ``str``. Errors are ``OSError``.
+
+Thread-safe: methods hold no state beyond the OS's (a subclass that records calls must lock).
+"""
+
+from __future__ import annotations
+
+import os
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - non-POSIX
+    fcntl = None
+
+
+class PosixEnv:
+    """Plain POSIX files. A write handle is an ``int`` file descriptor."""
+
+    # -- writing ------------------------------------------------------------------------------
+    def open_write(self, path: str) -> int:
+        """Create ``path`` (truncating it) for writing -> handle."""
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+
+    def write(self, handle: int, data) -> None:
+        """Write all of ``data`` (bytes-like) at the handle's position; loops over partial writes."""
+        mv = memoryview(data).cast("B")
+        while len(mv):
+            n = os.write(handle, mv)
+            mv = mv[n:]
+
+    def fsync(self, handle: int) -> None:
+        os.fsync(handle)
+
+    def close(self, handle: int) -> None:
+        os.close(handle)
+
+    def write_file(self, path: str, data) -> None:
+        """Create ``path`` holding exactly ``data``, fsynced (not yet renamed into place)."""
+        h = self.open_write(path)
+        try:
+            self.write(h, data)
+            self.fsync(h)
+        finally:
+            self.close(h)
+
+    # -- names --------------------------------------------------------------------------------
+    def rename(self, src: str, dst: str) -> None:
+        """Atomically replace ``dst`` by ``src`` (same directory)."""
+        os.replace(src, dst)
+
+    def remove(self, path: str) -> None:
+        os.remove(path)
+
+    def listdir(self, path: str) -> list[str]:
+        return os.listdir(path)
+
+    def fsync_dir(self, path: str) -> None:
+        """Make renames/creations/removals in directory ``path`` durable."""
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def mkdir(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def isdir(self, path: str) -> bool:
+        return os.path.isdir(path)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def size(self, path: str) -> int:
+        return os.stat(path).st_size
+
+    # -- reading ------------------------------------------------------------------------------
+    def read(self, path: str, offset: int = 0, size: int = -1) -> bytearray:
+        """Bytes [offset, offset+size) of ``path`` (to the end when size < 0); fewer at EOF."""
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if size < 0:
+                size = max(0, os.fstat(fd).st_size - offset)
+            buf = bytearray(size)
+            mv = memoryview(buf)
+            got = 0
+            while got < size:
+                n = os.preadv(fd, [mv[got:]], offset + got)
+                if n == 0:
+                    break
+                got += n
+            return buf if got == size else buf[:got]
+        finally:
+            os.close(fd)
+
+    # -- locking ------------------------------------------------------------------------------
+    def lock(self, path: str):
+        """Take an exclusive advisory lock on ``path`` (created) -> handle; BlockingIOError if held."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise
+        return fd
+
+    def unlock(self, handle) -> None:
+        if fcntl is not None:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+        os.close(handle)
+
+
+DEFAULT_ENV = PosixEnv()

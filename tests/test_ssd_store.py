@@ -1,0 +1,265 @@
+"""SSDStore: API contract, errors, compaction bounds, HDF5, and model-based tests against DictStore."""
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hps.errors import InvalidInputError, InvalidTypeError, StoreError, StoreFormatError
+from hps.ssd import HEADER_SIZE, SSDOptions, SSDStore
+from tests.reference.store import DictStore
+
+DIM = 4
+NOBG = SSDOptions(background=False, io_threads=1)
+
+
+def rows_for(keys, salt=0.0, dim=DIM):
+    k = np.asarray(keys, dtype=np.float64)[:, None]
+    return (k * 10 + np.arange(dim) + salt).astype(np.float32)
+
+
+def test_dump_load_roundtrip_and_missing(tmp_path):
+    with SSDStore(tmp_path / "s", DIM, rows_per_file=3, options=NOBG) as s:
+        k = np.array([1, 2, 4, 6, 8, 9], dtype=np.uint64)
+        s.dump(k, rows_for(k))
+        q = np.array([9, 3, 1, 8], dtype=np.uint64)
+        rows, found = s.load(q)
+        assert found.tolist() == [True, False, True, True]
+        np.testing.assert_array_equal(rows[found], rows_for(q[found]))
+        assert (rows[~found] == 0).all()
+        st_ = s.stats()
+        assert st_["files"] == 2 and st_["live_rows"] == 6 and st_["stale_rows"] == 0
+        assert st_["bytes_read"] == st_["disk_bytes"]      # both files read once, whole
+
+
+def test_load_reads_each_file_once_per_call(tmp_path):
+    with SSDStore(tmp_path / "s", DIM, rows_per_file=4, options=NOBG) as s:
+        k = np.arange(16, dtype=np.uint64)
+        s.dump(k, rows_for(k))
+        one_file = s.stats()["disk_bytes"] // 4
+        s.load(np.array([0, 1, 2, 3, 0, 1], dtype=np.uint64))
+        assert s.stats()["bytes_read"] == one_file
+
+
+def test_duplicates_in_one_dump_last_wins(tmp_path):
+    with SSDStore(tmp_path / "s", DIM, rows_per_file=2, options=NOBG) as s:
+        k = np.array([5, 7, 5, 5, 9], dtype=np.uint64)
+        r = rows_for(np.arange(5))
+        s.dump(k, r)
+        got, found = s.load(np.array([5, 7, 9], dtype=np.uint64))
+        assert found.all()
+        np.testing.assert_array_equal(got, r[[3, 1, 4]])
+        assert s.stats()["live_rows"] == 3 and s.stats()["stale_rows"] == 2
+        s.close()
+        with SSDStore(tmp_path / "s", DIM, rows_per_file=2, options=NOBG) as s2:
+            np.testing.assert_array_equal(s2.load(np.array([5, 7, 9], dtype=np.uint64))[0], r[[3, 1, 4]])
+            assert s2.stats()["stale_rows"] == 2
+
+
+def test_empty_batches(tmp_path):
+    with SSDStore(tmp_path / "s", DIM, options=NOBG) as s:
+        s.dump(np.empty(0, np.uint64), np.empty((0, DIM), np.float32))
+        rows, found = s.load(np.empty(0, np.uint64))
+        assert rows.shape == (0, DIM) and found.shape == (0,)
+        assert s.stats()["files"] == 0
+
+
+def test_int64_keys_and_float64_store(tmp_path):
+    with SSDStore(tmp_path / "s", 3, dtype=np.float64, options=NOBG) as s:
+        k = np.array([-2, 3], dtype=np.int64)
+        r = np.array([[np.nan, np.inf, -np.inf], [1e300, 0, -0.0]])
+        s.dump(k, r)
+        got, found = s.load(k)
+        assert found.all() and got.dtype == np.float64
+        np.testing.assert_array_equal(got, r)
+
+
+def test_bad_input(tmp_path):
+    with SSDStore(tmp_path / "s", DIM, options=NOBG) as s:
+        with pytest.raises(InvalidInputError, match="sentinel"):
+            s.dump(np.array([2**64 - 1], np.uint64), np.zeros((1, DIM)))
+        with pytest.raises(InvalidInputError, match="sentinel"):
+            s.load(np.array([-1], np.int64))
+        with pytest.raises(InvalidInputError, match="shape"):
+            s.dump(np.array([1], np.uint64), np.zeros((1, DIM + 1)))
+        with pytest.raises(InvalidTypeError):
+            s.dump(np.array([1.0]), np.zeros((1, DIM)))
+        assert s.stats()["files"] == 0
+
+
+def test_wrong_dim_dtype_and_not_a_store(tmp_path):
+    SSDStore(tmp_path / "s", DIM, options=NOBG).close()
+    with pytest.raises(StoreFormatError, match="dim=4"):
+        SSDStore(tmp_path / "s", DIM + 1, options=NOBG)
+    with pytest.raises(StoreFormatError, match="dtype"):
+        SSDStore(tmp_path / "s", DIM, dtype=np.float64, options=NOBG)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("hello")
+    with pytest.raises(StoreFormatError, match="not an hps SSD store"):
+        SSDStore(other, DIM, options=NOBG)
+    (tmp_path / "file").write_bytes(b"x")
+    with pytest.raises(StoreFormatError, match="not a directory"):
+        SSDStore(tmp_path / "file", DIM, options=NOBG)
+    (other / "STORE").write_bytes(b"garbage that is no descriptor")
+    with pytest.raises(StoreFormatError):
+        SSDStore(other, DIM, options=NOBG)
+
+
+def test_second_open_is_refused_and_closed_store_raises(tmp_path):
+    s = SSDStore(tmp_path / "s", DIM, options=NOBG)
+    with pytest.raises(StoreError, match="another process"):
+        SSDStore(tmp_path / "s", DIM, options=NOBG)
+    s.close()
+    s.close()
+    with pytest.raises(StoreError, match="closed"):
+        s.load(np.array([1], np.uint64))
+    SSDStore(tmp_path / "s", DIM, options=NOBG).close()
+
+
+def _check_bound(s):
+    st_ = s.stats()
+    rows_on_disk = st_["live_rows"] + st_["stale_rows"]
+    assert rows_on_disk <= 2 * st_["live_rows"]
+    row_bytes = 8 + DIM * 4
+    assert st_["disk_bytes"] <= 2 * st_["live_rows"] * row_bytes + st_["files"] * HEADER_SIZE
+
+
+def test_compaction_bound_and_values(tmp_path):
+    rng = np.random.default_rng(0)
+    ref = DictStore(DIM)
+    with SSDStore(tmp_path / "s", DIM, rows_per_file=64, options=NOBG) as s:
+        for i in range(40):
+            k = rng.integers(0, 500, size=rng.integers(1, 300)).astype(np.uint64)
+            r = rows_for(k, salt=i)
+            s.dump(k, r)
+            ref.dump(k, r)
+        assert s.stats()["stale_rows"] > s.stats()["live_rows"]
+        removed = s.compact()
+        assert removed > 0 and s.stats()["compactions"] == 1
+        _check_bound(s)
+        q = np.arange(520, dtype=np.uint64)
+        got, found = s.load(q)
+        want, wfound = ref.load(q)
+        np.testing.assert_array_equal(found, wfound)
+        np.testing.assert_array_equal(got, want)
+        n_files = len(list((tmp_path / "s").glob("*.param")))
+        assert n_files == s.stats()["files"]
+
+
+def test_background_compaction_runs_by_itself(tmp_path):
+    opts = SSDOptions(compact_interval_s=0.01)
+    with SSDStore(tmp_path / "s", DIM, rows_per_file=16, options=opts) as s:
+        k = np.arange(64, dtype=np.uint64)
+        for i in range(10):
+            s.dump(k, rows_for(k, i))
+        for _ in range(500):
+            if s.stats()["compactions"] > 0 and s.stats()["stale_rows"] <= 64:
+                break
+            threading.Event().wait(0.01)
+        assert s.stats()["compactions"] > 0
+        _check_bound(s)
+        np.testing.assert_array_equal(s.load(k)[0], rows_for(k, 9))
+
+
+def test_h5_roundtrip(tmp_path):
+    with SSDStore(tmp_path / "a", DIM, rows_per_file=8, options=NOBG) as a:
+        k = np.arange(0, 100, 3, dtype=np.uint64)
+        a.dump(k, rows_for(k))
+        a.dump(k[:5], rows_for(k[:5], 1))
+        assert a.export_h5(tmp_path / "x.h5") == k.shape[0]
+        with SSDStore(tmp_path / "b", DIM, rows_per_file=5, options=NOBG) as b:
+            assert b.import_h5(tmp_path / "x.h5") == k.shape[0]
+            np.testing.assert_array_equal(b.load(k)[0], a.load(k)[0])
+        with SSDStore(tmp_path / "c", DIM + 1, options=NOBG) as c:
+            with pytest.raises(StoreFormatError, match="dim"):
+                c.import_h5(tmp_path / "x.h5")
+
+
+def test_concurrent_dump_load_compact_never_reverts(tmp_path):
+    """Writers rewrite keys with increasing values while compaction runs; values never go back."""
+    opts = SSDOptions(compact_interval_s=0.001, compact_ratio=1.0)
+    keys = np.arange(200, dtype=np.uint64)
+    errors = []
+    with SSDStore(tmp_path / "s", DIM, rows_per_file=16, options=opts) as s:
+        s.dump(keys, np.zeros((200, DIM), np.float32))
+        stop = threading.Event()
+
+        def writer():
+            rng = np.random.default_rng(1)
+            for gen in range(1, 150):
+                k = rng.choice(keys, 40, replace=False)
+                s.dump(k, np.full((40, DIM), gen, np.float32))
+            stop.set()
+
+        def reader():
+            last = np.zeros(200, np.float32)
+            while not stop.is_set():
+                got, found = s.load(keys)
+                if not found.all() or (got[:, 0] < last).any() or (got != got[:, :1]).any():
+                    errors.append("reverted or torn")
+                    return
+                last = got[:, 0]
+
+        def compactor():
+            while not stop.is_set():
+                s.compact()
+
+        ts = [threading.Thread(target=f) for f in (writer, reader, compactor)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        assert not errors
+        final = s.load(keys)[0][:, 0].copy()
+        assert s.stats()["compactions"] > 0
+    with SSDStore(tmp_path / "s", DIM, rows_per_file=16, options=NOBG) as s:
+        np.testing.assert_array_equal(s.load(keys)[0][:, 0], final)
+
+
+# -- model-based: random operation sequences against the dict reference --------------------------
+
+KEYS = st.integers(0, 60)
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("dump"), st.lists(KEYS, min_size=0, max_size=40)),
+        st.tuples(st.just("load"), st.lists(KEYS, min_size=0, max_size=40)),
+        st.tuples(st.just("compact"), st.none()),
+        st.tuples(st.just("reopen"), st.none()),
+    ),
+    min_size=1, max_size=25)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS, rpf=st.sampled_from([1, 3, 8, 64]), background=st.booleans())
+def test_model_based(tmp_path_factory, ops, rpf, background):
+    path = tmp_path_factory.mktemp("m") / "s"
+    opts = SSDOptions(background=background, compact_interval_s=0.001, compact_ratio=1.0)
+    ref = DictStore(DIM)
+    s = SSDStore(path, DIM, rows_per_file=rpf, options=opts)
+    try:
+        for i, (op, arg) in enumerate(ops):
+            if op == "dump":
+                k = np.array(arg, dtype=np.uint64)
+                r = rows_for(k, salt=i)
+                s.dump(k, r)
+                ref.dump(k, r)
+            elif op == "load":
+                k = np.array(arg, dtype=np.uint64)
+                got, found = s.load(k)
+                want, wfound = ref.load(k)
+                np.testing.assert_array_equal(found, wfound)
+                np.testing.assert_array_equal(got, want)
+            elif op == "compact":
+                s.compact()
+                if not background:
+                    _check_bound(s)
+            else:
+                s.close()
+                s = SSDStore(path, DIM, rows_per_file=rpf, options=opts)
+                assert s.stats()["recovered_rows"] == len(ref)
+            assert s.stats()["live_rows"] == len(ref)
+        allk, allr = ref.items()
+        np.testing.assert_array_equal(s.load(allk)[0], allr)
+    finally:
+        s.close()
