@@ -1,0 +1,281 @@
+"""PyTorch peer of the hps CTR model, and the "everything in memory" NumPy reference trainer.
+
+Both train the same network as :class:`hps.model.CTRModel` from the same initial values, with the same
+optimizers, on the same mini-batches in the same order, with the same thread count:
+
+- :func:`train_torch`: ``nn.EmbeddingBag(mode="sum", per_sample_weights)`` over one bag per
+  (example, field), ``nn.Linear`` + ReLU MLP with weights copied from a ``CTRModel``, sparse
+  ``torch.optim.Adagrad`` (or SGD) for embeddings, ``torch.optim.Adam`` (or SGD) for the MLP.
+- :func:`train_numpy_reference`: ``CTRModel`` + the row optimizers over one in-memory row array
+  (no tiers, no pipeline): what hps must reproduce.
+
+Embeddings start from :func:`hps.model.init_embeddings` of each key (the table is the sorted union of
+the keys of the train and eval data, so no key is missing at eval). Every ``Batch`` handed to the
+trainers is one mini-batch (one optimizer step); :func:`minibatches` cuts bigger batches.
+
+Run::
+
+    python -m bench.peer_torch --data synthetic --rows 200000 --threads 1
+    python -m bench.peer_torch --data frappe --epochs 3
+
+prints AUC / logloss / examples/s of both and the examples/s ratio NumPy-reference : torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from hps.data import Batch, open_dataset
+from hps.metrics import auc, logloss
+from hps.model import CTRModel, ModelConfig, init_embeddings, make_optimizers
+
+__all__ = ["bag_inputs", "minibatches", "build_vocab", "train_torch", "train_numpy_reference"]
+
+FRAPPE_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "frappe"
+
+
+# -- data helpers -------------------------------------------------------------------------------
+def minibatches(batches, size: int):
+    """Yield mini-batches of ``size`` examples (the last one of each input batch may be shorter)."""
+    for b in batches:
+        for s in range(0, len(b), size):
+            yield b.slice(s, min(s + size, len(b)))
+
+
+def build_vocab(*batch_lists) -> np.ndarray:
+    """Sorted unique keys (V,) uint64 of all batches: row i of a flat table holds key vocab[i]."""
+    keys = [b.keys for bl in batch_lists for b in bl]
+    return np.unique(np.concatenate(keys)) if keys else np.empty(0, np.uint64)
+
+
+def bag_inputs(ids, batch: Batch):
+    """EmbeddingBag inputs with one bag per (example, field): bag e * F + f.
+
+    ids (nnz,) int: table row of each key occurrence. Returns (input (nnz,) int64, offsets (n*F,)
+    int64, per_sample_weights (nnz,) float32), occurrences reordered by bag.
+    """
+    F = batch.n_fields
+    slot = batch.example.astype(np.int64) * F + batch.field
+    order = np.argsort(slot, kind="stable")
+    offsets = np.searchsorted(slot[order], np.arange(len(batch) * F, dtype=np.int64)).astype(np.int64)
+    return (np.ascontiguousarray(np.asarray(ids, dtype=np.int64)[order]), offsets,
+            np.ascontiguousarray(batch.weights[order], dtype=np.float32))
+
+
+def _evaluate(predict, eval_batches):
+    ys, ps = [], []
+    for b in eval_batches:
+        ys.append(b.labels)
+        ps.append(np.asarray(predict(b), dtype=np.float64))
+    y, p = np.concatenate(ys), np.concatenate(ps)
+    return float(auc(y, p)), float(logloss(y, p))
+
+
+# -- trainers -----------------------------------------------------------------------------------
+def train_numpy_reference(train_batches, eval_batches, cfg: ModelConfig, epochs: int = 1,
+                          vocab: np.ndarray | None = None, return_state: bool = False) -> dict:
+    """Train ``CTRModel`` with the row optimizers over one in-memory table; no tiers.
+
+    train_batches / eval_batches: lists of host ``Batch`` (each one mini-batch). Returns
+    ``dict(auc, logloss, examples_per_sec, train_seconds, examples)``; with ``return_state`` also
+    ``vocab`` (V,) uint64, ``table`` (V, row_width) rows and ``dense`` (name -> array).
+    """
+    vocab = build_vocab(train_batches, eval_batches) if vocab is None else vocab
+    model = CTRModel.from_config(cfg)
+    sparse, dense = make_optimizers(cfg)
+    table = sparse.init_rows(init_embeddings(vocab, cfg.emb_dim, cfg.seed, cfg.emb_init_scale, model.dtype))
+    d = cfg.emb_dim
+    if train_batches:  # warm-up (JIT compile or load the kernels' cache) outside the timing; no step
+        b = train_batches[0]
+        uids, inv = np.unique(np.searchsorted(vocab, b.keys), return_inverse=True)
+        model.forward_backward(table[uids, :d], inv, b)
+    n_ex = 0
+    t0 = time.perf_counter()
+    for _ in range(epochs):
+        for b in train_batches:
+            uids, inv = np.unique(np.searchsorted(vocab, b.keys), return_inverse=True)
+            rows = table[uids]
+            _, _, g_emb, g_dense = model.forward_backward(rows[:, :d], inv, b)
+            table[uids] = sparse.apply(rows, g_emb)
+            dense.step(model.params, g_dense)
+            n_ex += len(b)
+    secs = time.perf_counter() - t0
+
+    def predict(b):
+        uids, inv = np.unique(np.searchsorted(vocab, b.keys), return_inverse=True)
+        return model.predict(table[uids, :d], inv, b)
+
+    a, ll = _evaluate(predict, eval_batches)
+    out = dict(auc=a, logloss=ll, examples_per_sec=n_ex / secs, train_seconds=secs, examples=n_ex)
+    if return_state:
+        out.update(vocab=vocab, table=table, dense=model.state_dict())
+    return out
+
+
+def train_torch(train_batches, eval_batches, cfg: ModelConfig, epochs: int = 1, threads: int | None = None,
+                vocab: np.ndarray | None = None, return_state: bool = False) -> dict:
+    """The same training in PyTorch (CPU). Arguments and result as :func:`train_numpy_reference`;
+    ``threads`` sets ``torch.set_num_threads``."""
+    import torch
+    from torch import nn
+
+    if threads is not None:
+        torch.set_num_threads(int(threads))
+    torch.sparse.check_sparse_tensor_invariants.disable()  # torch's default, said explicitly
+    torch.manual_seed(cfg.seed)
+    tdtype = getattr(torch, cfg.dtype)
+    vocab = build_vocab(train_batches, eval_batches) if vocab is None else vocab
+    ref = CTRModel.from_config(cfg)  # the initial dense values, copied
+    emb = nn.EmbeddingBag(max(1, vocab.shape[0]), cfg.emb_dim, mode="sum", sparse=True, dtype=tdtype)
+    with torch.no_grad():
+        emb.weight[: vocab.shape[0]] = torch.from_numpy(
+            init_embeddings(vocab, cfg.emb_dim, cfg.seed, cfg.emb_init_scale, ref.dtype))
+    layers = []
+    for i in range(ref.n_layers):
+        W, bias = ref.params[f"W{i}"], ref.params[f"b{i}"]
+        lin = nn.Linear(W.shape[0], W.shape[1], dtype=tdtype)
+        with torch.no_grad():
+            lin.weight.copy_(torch.from_numpy(np.ascontiguousarray(W.T)))
+            lin.bias.copy_(torch.from_numpy(bias))
+        layers.append(lin)
+        if i < ref.n_layers - 1:
+            layers.append(nn.ReLU())
+    mlp = nn.Sequential(*layers)
+    if cfg.sparse_optimizer == "adagrad":
+        opt_s = torch.optim.Adagrad(emb.parameters(), lr=cfg.sparse_lr, eps=cfg.adagrad_eps,
+                                    initial_accumulator_value=cfg.adagrad_initial_accumulator)
+    else:
+        opt_s = torch.optim.SGD(emb.parameters(), lr=cfg.sparse_lr)
+    if cfg.dense_optimizer == "adam":
+        opt_d = torch.optim.Adam(mlp.parameters(), lr=cfg.dense_lr, betas=cfg.adam_betas, eps=cfg.adam_eps)
+    else:
+        opt_d = torch.optim.SGD(mlp.parameters(), lr=cfg.dense_lr)
+    F, d = cfg.n_fields, cfg.emb_dim
+    np_dtype = np.dtype(cfg.dtype)
+
+    def logits(b):
+        idx, off, w = bag_inputs(np.searchsorted(vocab, b.keys), b)
+        pooled = emb(torch.from_numpy(idx), torch.from_numpy(off),
+                     per_sample_weights=torch.from_numpy(w.astype(np_dtype, copy=False))).view(len(b), F * d)
+        if cfg.n_dense:
+            pooled = torch.cat([pooled, torch.from_numpy(b.dense.astype(np_dtype, copy=False))], dim=1)
+        return mlp(pooled)[:, 0]
+
+    if train_batches:  # warm-up outside the timing, as for the reference; no step
+        logits(train_batches[0]).sum().backward()
+    n_ex = 0
+    t0 = time.perf_counter()
+    for _ in range(epochs):
+        for b in train_batches:
+            if len(b) == 0:
+                continue
+            loss = nn.functional.binary_cross_entropy_with_logits(
+                logits(b), torch.from_numpy(b.labels.astype(np_dtype, copy=False)))
+            opt_s.zero_grad(set_to_none=True)
+            opt_d.zero_grad(set_to_none=True)
+            loss.backward()
+            opt_s.step()
+            opt_d.step()
+            n_ex += len(b)
+    secs = time.perf_counter() - t0
+
+    def predict(b):
+        with torch.no_grad():
+            return torch.sigmoid(logits(b)).numpy()
+
+    a, ll = _evaluate(predict, eval_batches)
+    out = dict(auc=a, logloss=ll, examples_per_sec=n_ex / secs, train_seconds=secs, examples=n_ex)
+    if return_state:
+        out.update(vocab=vocab, table=emb.weight.detach().numpy()[: vocab.shape[0]].copy(),
+                   dense={f"W{i // 2}": l.weight.detach().numpy().T.copy() for i, l in enumerate(mlp)
+                          if isinstance(l, nn.Linear)}
+                   | {f"b{i // 2}": l.bias.detach().numpy().copy() for i, l in enumerate(mlp)
+                      if isinstance(l, nn.Linear)})
+    return out
+
+
+# -- CLI ----------------------------------------------------------------------------------------
+def _load(args):
+    """(train mini-batches, eval mini-batches, n_fields, n_dense, note) as lists in memory."""
+    if args.data == "synthetic":
+        ds = open_dataset(None, "synthetic", args.minibatch_size, rows=args.rows, fields=args.fields,
+                          vocab_per_field=args.vocab_per_field, zipf=args.zipf, n_dense=args.n_dense,
+                          seed=args.seed)
+        train, ev = list(ds.batches()), list(ds.eval_batches())
+        note = f"synthetic: Bayes AUC {ds.bayes_auc():.4f}"
+    else:
+        d = Path(args.frappe_dir)
+        tr = open_dataset(d / "frappe.validation.libfm", "libsvm", args.minibatch_size)
+        te = open_dataset(d / "frappe.test.libfm", "libsvm", args.minibatch_size, n_fields=tr.n_fields)
+        train, ev = list(tr.batches()), list(te.batches())
+        note = "frappe: train frappe.validation.libfm, eval frappe.test.libfm"
+    nf, nd = train[0].n_fields, train[0].dense.shape[1]
+    train = list(minibatches(train, args.minibatch_size))
+    return train, ev, nf, nd, note
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.peer_torch", description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", choices=["synthetic", "frappe"], default="synthetic")
+    p.add_argument("--frappe-dir", default=str(FRAPPE_DIR))
+    p.add_argument("--rows", type=int, default=200_000, help="synthetic training rows")
+    p.add_argument("--fields", type=int, default=8)
+    p.add_argument("--vocab-per-field", type=int, default=10_000)
+    p.add_argument("--zipf", type=float, default=1.1)
+    p.add_argument("--n-dense", type=int, default=4)
+    p.add_argument("--minibatch-size", type=int, default=512)
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--embedding-dim", type=int, default=16)
+    p.add_argument("--hidden", default="256,128", help="comma-separated widths ('' = none)")
+    p.add_argument("--sparse-lr", type=float, default=0.05)
+    p.add_argument("--dense-lr", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads and OPENBLAS_NUM_THREADS")
+    p.add_argument("--skip", choices=["torch", "numpy"], default=None, help="run only the other trainer")
+    p.add_argument("--json", default=None, help="also write the results to this file")
+    args = p.parse_args(argv)
+
+    # NumPy's BLAS reads its thread count at import: re-run ourselves once with it set.
+    want = str(args.threads)
+    if os.environ.get("OPENBLAS_NUM_THREADS") != want and os.environ.get("_HPS_PEER_REEXEC") != "1":
+        env = dict(os.environ, OPENBLAS_NUM_THREADS=want, OMP_NUM_THREADS=want, _HPS_PEER_REEXEC="1")
+        os.execve(sys.executable, [sys.executable, "-m", "bench.peer_torch", *(argv or sys.argv[1:])], env)
+
+    train, ev, nf, nd, note = _load(args)
+    hidden = tuple(int(h) for h in args.hidden.split(",") if h.strip())
+    cfg = ModelConfig(n_fields=nf, emb_dim=args.embedding_dim, n_dense=nd, hidden=hidden, seed=args.seed,
+                      sparse_lr=args.sparse_lr, dense_lr=args.dense_lr)
+    vocab = build_vocab(train, ev)
+    n_train = sum(len(b) for b in train)
+    print(f"{note}; {n_train} train / {sum(len(b) for b in ev)} eval examples, {vocab.shape[0]} keys, "
+          f"mini-batch {args.minibatch_size}, {args.epochs} epoch(s), {args.threads} thread(s)")
+    results = {}
+    if args.skip != "numpy":
+        results["numpy_reference"] = train_numpy_reference(train, ev, cfg, args.epochs, vocab=vocab)
+    if args.skip != "torch":
+        import torch
+
+        results["torch"] = train_torch(train, ev, cfg, args.epochs, threads=args.threads, vocab=vocab)
+        results["torch"]["version"] = torch.__version__
+    for name, r in results.items():
+        print(f"{name:16s} AUC {r['auc']:.4f}  logloss {r['logloss']:.4f}  "
+              f"{r['examples_per_sec']:,.0f} examples/s  ({r['train_seconds']:.1f} s)")
+    if len(results) == 2:
+        ratio = results["numpy_reference"]["examples_per_sec"] / results["torch"]["examples_per_sec"]
+        results["ratio_numpy_over_torch"] = ratio
+        print(f"examples/s ratio numpy_reference / torch: {ratio:.2f}x;  "
+              f"AUC diff {results['numpy_reference']['auc'] - results['torch']['auc']:+.4f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(args=vars(args), **results), indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
