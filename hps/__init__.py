@@ -15,6 +15,7 @@ from .errors import (
     HpsError,
     InvalidInputError,
     InvalidTypeError,
+    NumericalError,
     PipelineError,
     StoreError,
     StoreFormatError,
@@ -37,4 +38,5 @@ __all__ = [
     "DeviceUnavailableError",
     "CommError",
     "PipelineError",
+    "NumericalError",
 ]

@@ -20,6 +20,7 @@ __all__ = [
     "DeviceUnavailableError",
     "CommError",
     "PipelineError",
+    "NumericalError",
 ]
 
 
@@ -73,3 +74,7 @@ class PipelineError(HpsError, RuntimeError):
     def __init__(self, stage: str, message: str):
         super().__init__(f"pipeline stage {stage!r} failed: {message}")
         self.stage = stage
+
+
+class NumericalError(HpsError, ArithmeticError):
+    """Training produced a NaN or infinite loss."""

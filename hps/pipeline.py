@@ -39,10 +39,14 @@ class StageTimes:
 
 @dataclass
 class Stage:
-    """``fn(item) -> item`` run in its own thread; ``name`` appears in reports and errors."""
+    """``fn(item) -> item`` run in its own thread; ``name`` appears in reports and errors.
+
+    ``gate(item)``, if given, runs first and its time counts as waiting, not busy (e.g. waiting for a
+    later stage to release a resource)."""
 
     name: str
     fn: Callable
+    gate: Callable | None = None
     times: StageTimes = field(default_factory=StageTimes)
 
 
@@ -57,6 +61,11 @@ class Pipeline:
         self._stop = threading.Event()
         self._error: tuple[str, BaseException] | None = None
         self._lock = threading.Lock()
+
+    @property
+    def stop_event(self) -> threading.Event:
+        """Set once the pipeline stops (end of a failure); long waits inside stages should watch it."""
+        return self._stop
 
     # -- queue helpers that give up when the pipeline stops ------------------------------------------------
     def _put(self, q: queue.Queue, item, times: StageTimes) -> bool:
@@ -114,6 +123,10 @@ class Pipeline:
                 if item is _DONE:
                     self._put(out, _DONE, times)
                     return
+                if stage.gate is not None:
+                    t = time.perf_counter()
+                    stage.gate(item)
+                    times.wait_in += time.perf_counter() - t
                 t = time.perf_counter()
                 result = stage.fn(item)
                 times.busy += time.perf_counter() - t

@@ -1,0 +1,374 @@
+"""``Trainer``: wires data, tiers, model and collectives into the 4-stage pipeline (Algorithm 1).
+
+Stages (threads joined by bounded queues, ``hps.pipeline``):
+
+1. ``read``    parse the next global batch (every rank reads the global batch; Sizes are global);
+2. ``prepare`` working set = unique keys of the global batch; evict what left the residency window
+               and fetch the rest from MEM-PS/SSD-PS (own keys) or from their owner ranks; plan the
+               mini-batches (this rank's share of each global mini-batch, unique keys, inverse);
+3. ``place``   insert the fetched rows into HBM-PS;
+4. ``train``   per mini-batch: rows from HBM-PS -> forward/backward -> sparse + dense all-reduce ->
+               one optimizer step per key -> rows back into HBM-PS. Checkpoints happen here, at batch
+               boundaries.
+
+Not thread-safe: one Trainer per process, driven by one caller.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..config import Config
+from ..data import open_dataset
+from ..errors import InvalidInputError, NumericalError
+from ..mem import MemPS, RowInitializer
+from ..metrics import auc as auc_score
+from ..metrics import logloss as logloss_score
+from ..model import CTRModel, make_dense_optimizer, make_sparse_optimizer
+from ..pipeline import Pipeline, Stage
+from ..ssd import SSDStore
+from . import _checkpoint
+from ._collectives import LocalCollectives
+from ._hierarchy import ParameterHierarchy, make_hbm
+
+#: prepare(i) waits for train(i - WINDOW); keys unused for WINDOW batches leave HBM-PS.
+WINDOW = 3
+
+
+@dataclass
+class MiniBatch:
+    share: object          # this rank's Batch share of the global mini-batch
+    keys: np.ndarray       # (u,) sorted unique keys of the share
+    inv: np.ndarray        # (nnz,) index into keys of each key occurrence
+    n_total: int           # examples in the global mini-batch
+
+
+@dataclass
+class Work:
+    epoch: int
+    batch: int             # index within the epoch
+    index: int             # global batch counter (resume-stable)
+    data: object           # the global Batch
+    minibatches: list | None = None
+    prepared: object | None = None
+
+
+def share_bounds(n: int, rank: int, size: int) -> tuple[int, int]:
+    """Contiguous share ``rank`` of ``n`` items split ``size`` ways (first shares one longer)."""
+    q, r = divmod(n, size)
+    start = rank * q + min(rank, r)
+    return start, start + q + (1 if rank < r else 0)
+
+
+def _unique_inverse(keys):
+    u, inv = np.unique(keys, return_inverse=True)
+    return u, inv.astype(np.int64, copy=False)
+
+
+class Trainer:
+    """Train a CTR model over the three tiers. ``coll``: LocalCollectives (default) or MpiCollectives."""
+
+    def __init__(self, cfg: Config, coll=None, log=print):
+        self.cfg = cfg
+        self.coll = coll or LocalCollectives()
+        self.log = log if self.coll.rank == 0 else (lambda *a, **k: None)
+        d, m, t = cfg.data, cfg.model, cfg.tiers
+        self.xp = _array_module(t.device)
+        opts = _format_options(d, cfg.train.seed)
+        self.dataset = open_dataset(d.data, d.format, cfg.train.batch_size, strict=d.strict, **opts)
+        self.eval_dataset = None
+        if d.eval_data:
+            self.eval_dataset = open_dataset(d.eval_data, d.format, cfg.train.batch_size, strict=d.strict,
+                                             **{k: v for k, v in opts.items() if k != "seed"})
+        self.model = CTRModel(self.dataset.n_fields, m.embedding_dim, self.dataset.n_dense, m.hidden,
+                              seed=cfg.train.seed, xp=self.xp)
+        extra = {"initial_accumulator": m.adagrad_init} if m.sparse_optimizer == "adagrad" else {}
+        self.sparse_opt = make_sparse_optimizer(m.sparse_optimizer, m.lr, **extra)
+        self.dense_opt = make_dense_optimizer(m.dense_optimizer, m.dense_lr)
+        self.emb_dim = m.embedding_dim
+        self.row_width = self.sparse_opt.row_width(m.embedding_dim)
+        state0 = float(getattr(self.sparse_opt, "initial_accumulator", 0.0))
+        self.initializer = RowInitializer(m.embedding_dim, self.row_width, cfg.train.seed, m.init_scale,
+                                          state_value=state0)
+        self._tmp_ssd = None
+        root = Path(t.ssd_path) if t.ssd_path else Path(self._make_tmp())
+        self.ssd_dir = _check_writable(root) / f"rank{self.coll.rank}-of-{self.coll.size}"
+        if self.ssd_dir.exists():
+            shutil.rmtree(self.ssd_dir)  # SSD-PS is this run's scratch; durable state is the checkpoint
+        self.store = SSDStore(str(self.ssd_dir), self.row_width, dtype=np.float32,
+                              rows_per_file=t.rows_per_file)
+        self.memps = MemPS(self.store, self.row_width, budget_bytes=t.mem_budget or _DEFAULT_BUDGET,
+                           initializer=self.initializer)
+        self.hier = None  # built on the first batch, when the working-set size is known
+        self.start_index = 0
+        self.history = {"loss": [], "hit_rate": [], "examples": 0}
+
+    def _make_tmp(self):
+        self._tmp_ssd = tempfile.mkdtemp(prefix="hps-ssd-")
+        return self._tmp_ssd
+
+    # -- stages ---------------------------------------------------------------------------------------------
+    def _source(self):
+        epochs = self.cfg.train.epochs
+        index = 0
+        for epoch in range(epochs):
+            for b, batch in enumerate(self.dataset.batches()):
+                if index >= self.start_index:
+                    yield Work(epoch, b, index, batch)
+                index += 1
+
+    def _ensure_hierarchy(self, working_set_size: int):
+        if self.hier is not None:
+            return
+        t = self.cfg.tiers
+        capacity = t.hbm_capacity or max(1024, 2 * (WINDOW + 1) * working_set_size)
+        hbm = make_hbm(capacity, self.row_width, t.device, t.n_parts)
+        self.hier = ParameterHierarchy(hbm, self.memps, self.coll, WINDOW)
+
+    def _gate(self, w: Work) -> None:
+        if self.hier is not None:
+            self.hier.wait_ready(w.index, self.pipeline.stop_event)
+
+    def _prepare(self, w: Work) -> Work:
+        keys = np.unique(w.data.keys)
+        self._ensure_hierarchy(keys.shape[0])
+        w.prepared = self.hier.prepare(w.index, keys)
+        w.minibatches = self._plan(w.data)
+        return w
+
+    def _plan(self, batch) -> list[MiniBatch]:
+        mbs = []
+        size = self.cfg.train.minibatch_size
+        for a in range(0, len(batch), size):
+            b = min(a + size, len(batch))
+            s0, s1 = share_bounds(b - a, self.coll.rank, self.coll.size)
+            share = batch.slice(a + s0, a + s1)
+            keys, inv = _unique_inverse(share.keys)
+            mbs.append(MiniBatch(share, keys, inv, b - a))
+        return mbs
+
+    def _place(self, w: Work) -> Work:
+        self.hier.place(w.prepared)
+        return w
+
+    def _train(self, w: Work) -> dict:
+        hbm, D = self.hier.hbm, self.emb_dim
+        loss_sum, n_ex = 0.0, 0
+        for mb in w.minibatches:
+            rows, found = hbm.get(mb.keys)
+            rows = _host(rows)
+            if not found.all():
+                raise RuntimeError(f"batch {w.index}: {int((~found).sum())} working-set keys missing from "
+                                   "HBM-PS (residency bug)")
+            loss, _, g_emb, g_dense = self.model.forward_backward(self.xp.asarray(rows[:, :D]), mb.inv,
+                                                                  mb.share, n_total=mb.n_total)
+            keys, grads = self.coll.sparse_allreduce(mb.keys, _host(g_emb))
+            if keys is not mb.keys:
+                rows = _host(hbm.get(keys)[0])
+            hbm.insert(keys, _host(self.sparse_opt.apply(rows, grads)))
+            self._dense_step(g_dense)
+            loss_sum += loss * mb.n_total
+            n_ex += mb.n_total
+        loss_sum = self.coll.allsum(loss_sum)
+        if not math.isfinite(loss_sum):
+            raise NumericalError(f"training loss became {loss_sum} at epoch {w.epoch} batch {w.batch}; "
+                                 "lower --lr/--dense-lr or check the data for inf/NaN features")
+        self.hier.mark_trained(w.index)
+        self._maybe_checkpoint(w)
+        return {"index": w.index, "loss": loss_sum / max(n_ex, 1), "examples": n_ex,
+                "fetched": int(w.prepared.fetch_keys.shape[0]), "working_set": int(w.prepared.working_set)}
+
+    def _dense_step(self, grads: dict) -> None:
+        names = list(grads)
+        if self.coll.size > 1:
+            flat = np.concatenate([_host(grads[k]).ravel() for k in names])
+            flat = self.coll.dense_allreduce(flat)
+            off = 0
+            for k in names:
+                n = grads[k].size
+                grads[k] = self.xp.asarray(flat[off:off + n].reshape(grads[k].shape))
+                off += n
+        self.dense_opt.step(self.model.params, grads)
+
+    # -- checkpoints ------------------------------------------------------------------------------------
+    def _maybe_checkpoint(self, w: Work) -> None:
+        tc = self.cfg.train
+        if not tc.checkpoint_dir:
+            return
+        last_of_epoch = w.batch == self._batches_per_epoch - 1 if self._batches_per_epoch else False
+        due = tc.checkpoint_every and (w.index + 1) % tc.checkpoint_every == 0
+        if due or last_of_epoch:
+            self.save_checkpoint(w.index, w.epoch, w.batch)
+
+    def save_checkpoint(self, index: int, epoch: int, batch: int) -> str:
+        self.hier.sync_to_store()
+        return _checkpoint.save(self.cfg.train.checkpoint_dir, self.coll, self.store, self.model,
+                                self.dense_opt, {"index": index, "epoch": epoch, "batch": batch})
+
+    def resume(self) -> None:
+        meta = _checkpoint.load(self.cfg.train.checkpoint_dir, self.coll, self.store, self.model,
+                                self.dense_opt)
+        self.start_index = meta["index"] + 1
+        self.log(f"resumed from checkpoint after batch {meta['index']} (epoch {meta['epoch']})")
+
+    # -- run ----------------------------------------------------------------------------------------------
+    def fit(self) -> dict:
+        tc = self.cfg.train
+        self._batches_per_epoch = _count_batches(self.dataset, tc.batch_size)
+        if tc.resume:
+            self.resume()
+        total = self._batches_per_epoch * tc.batch_size * tc.epochs if self._batches_per_epoch else None
+        bar = _progress(tc.progress and self.coll.rank == 0, total, self.start_index * tc.batch_size)
+        self.pipeline = Pipeline("read", self._source(), [Stage("prepare", self._prepare, gate=self._gate),
+                                                           Stage("place", self._place),
+                                                           Stage("train", self._train)],
+                                 depth=tc.queue_depth)
+        t0 = time.perf_counter()
+        examples = 0
+
+        last_bar = [0.0]
+
+        def sink(res):
+            nonlocal examples
+            examples += res["examples"]
+            self.history["loss"].append(res["loss"])
+            if bar is not None:
+                bar.update(res["examples"])
+                now = time.perf_counter()
+                if now - last_bar[0] > 2.0:  # cache stats scan the cache: not every batch
+                    last_bar[0] = now
+                    bar.set_postfix(loss=f"{res['loss']:.4f}", hit=f"{self.memps.stats()['hit_rate']:.3f}",
+                                    refresh=False)
+
+        try:
+            self.pipeline.run(sink)
+        finally:
+            if self.hier is not None:
+                self.hier.abort()
+            if bar is not None:
+                bar.close()
+        self.train_seconds = time.perf_counter() - t0
+        self.examples = examples
+        if self.hier is not None:
+            self.hier.drop_all()
+        return self.metrics()
+
+    def evaluate(self) -> dict:
+        """AUC and logloss on the eval data (synthetic: its eval split), on rank 0; {} without eval data."""
+        batches = (self.dataset.eval_batches() if hasattr(self.dataset, "eval_batches") and not self.eval_dataset
+                   else (self.eval_dataset.batches() if self.eval_dataset else None))
+        if batches is None:
+            return {}
+        labels, probs = [], []
+        for batch in batches:
+            keys = np.unique(batch.keys)
+            rows = self.hier.lookup(keys) if self.hier is not None else self.initializer(keys)
+            s0, s1 = share_bounds(len(batch), self.coll.rank, self.coll.size)
+            share = batch.slice(s0, s1)
+            idx = np.searchsorted(keys, share.keys)
+            p = _host(self.model.predict(self.xp.asarray(rows[:, :self.emb_dim]), idx, share))
+            labels.append(share.labels)
+            probs.append(p)
+        lab = self.coll.gather(np.concatenate(labels))
+        pr = self.coll.gather(np.concatenate(probs))
+        if self.coll.rank != 0:
+            return {}
+        return {"auc": auc_score(lab, pr), "logloss": logloss_score(lab, pr), "eval_examples": int(lab.shape[0])}
+
+    def metrics(self) -> dict:
+        st = self.store.stats()
+        ms = self.memps.stats()
+        times = {name: t.busy for name, t in self.pipeline.stage_times().items()}
+        return {
+            "examples": self.examples,
+            "train_seconds": self.train_seconds,
+            "examples_per_sec": self.examples / self.train_seconds if self.train_seconds else 0.0,
+            "stage_seconds": times,
+            "stage_wait_seconds": {n: t.wait_in + t.wait_out for n, t in self.pipeline.stage_times().items()},
+            "bottleneck": self.pipeline.bottleneck(),
+            "cache_hit_rate": ms["hit_rate"],
+            "cache_hit_rate_per_batch": [float(x) for x in ms["per_batch_hit_rate"]],
+            "ssd_bytes_read": st["bytes_read"],
+            "ssd_bytes_written": st["bytes_written"],
+            "ssd_disk_bytes": st["disk_bytes"],
+            "ssd_files": st["files"],
+            "ranks": self.coll.size,
+            "comm_seconds": self.coll.seconds,
+            "loss_per_batch": self.history["loss"],
+        }
+
+    def export(self, directory: str) -> None:
+        _checkpoint.export(directory, self.coll, self.store, self.model, self.emb_dim)
+
+    def close(self) -> None:
+        self.store.close()
+        if self._tmp_ssd:
+            shutil.rmtree(self._tmp_ssd, ignore_errors=True)
+
+
+_DEFAULT_BUDGET = 256 << 20
+
+
+def _array_module(device: str):
+    if device == "cuda":
+        try:
+            import cupy
+        except ImportError as e:  # pragma: no cover - needs a GPU machine
+            from ..errors import DeviceUnavailableError
+
+            raise DeviceUnavailableError("--device cuda needs CuPy: pip install 'hps[gpu]'") from e
+        return cupy
+    return np
+
+
+def _format_options(d, seed: int) -> dict:
+    if d.format == "synthetic":
+        return {"rows": d.rows, "fields": d.fields, "vocab_per_field": d.vocab_per_field, "zipf": d.zipf,
+                "n_dense": d.n_dense, "seed": seed}
+    if d.format == "libsvm" and d.libsvm_fields:
+        return {"n_fields": d.libsvm_fields}
+    if d.format == "csv":
+        return {"label": d.label_column}
+    return {}
+
+
+def _check_writable(path: Path) -> Path:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=path, prefix=".hps-probe-")
+        probe.close()
+    except OSError as e:
+        raise InvalidInputError(f"--ssd-path {path} is not a writable directory: {e.strerror or e}") from e
+    return path
+
+
+def _count_batches(dataset, batch_size: int) -> int | None:
+    rows = getattr(dataset, "rows", None)
+    if isinstance(rows, int):
+        return -(-rows // batch_size)
+    return None
+
+
+def _progress(enabled: bool, total, initial):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, unit="ex", unit_scale=True, dynamic_ncols=True, leave=False)
+
+
+def _host(a):
+    if hasattr(a, "get") and type(a).__module__.startswith("cupy"):
+        return a.get()
+    if hasattr(a, "__cuda_array_interface__"):
+        from numba import cuda
+
+        return cuda.as_cuda_array(a).copy_to_host()
+    return a

@@ -1,0 +1,129 @@
+"""The training job end to end: CLI, lossless hierarchy, checkpoints/resume, export, bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from hps.train import load_export, main
+
+SMALL = ["--rows", "12000", "--fields", "4", "--vocab-per-field", "3000", "--batch-size", "2048",
+         "--minibatch-size", "256", "--hidden", "16,8", "--embedding-dim", "8", "--no-progress"]
+
+
+def run_cli(tmp_path, name, *extra):
+    out = tmp_path / name
+    metrics = tmp_path / f"{name}.json"
+    code = main([*SMALL, "--export", str(out), "--metrics-out", str(metrics), *extra])
+    assert code == 0
+    return load_export(out), json.loads(metrics.read_text())
+
+
+def assert_same_model(a, b, tol):
+    (ka, va, da), (kb, vb, db) = a, b
+    oa, ob = np.argsort(ka), np.argsort(kb)
+    np.testing.assert_array_equal(ka[oa], kb[ob])
+    assert np.abs(va[oa] - vb[ob]).max() <= tol
+    assert set(da) == set(db)
+    for k in da:
+        assert np.abs(da[k] - db[k]).max() <= tol, k
+
+
+def test_default_job_reports_everything(tmp_path, capsys):
+    model, m = run_cli(tmp_path, "plain", "--epochs", "3")
+    for key in ("auc", "logloss", "examples_per_sec", "stage_seconds", "cache_hit_rate", "ssd_bytes_read",
+                "ssd_bytes_written", "bayes_auc", "cache_hit_rate_per_batch", "bottleneck"):
+        assert key in m, key
+    assert set(m["stage_seconds"]) >= {"read", "prepare", "place", "train"}
+    assert m["examples"] == 3 * 12000
+    assert 0.6 < m["auc"] <= m["bayes_auc"] + 0.01  # learned, and not above what the truth allows
+    out = capsys.readouterr().out
+    assert "eval AUC" in out and "bottleneck" in out
+    keys, values, dense = model
+    assert values.shape == (keys.shape[0], 8) and "W0" in dense
+
+
+def test_spilling_to_ssd_is_lossless(tmp_path):
+    """A DRAM budget of ~10 % of the table (rows spill to SSD and come back) gives the same model."""
+    shape = ["--rows", "24000", "--vocab-per-field", "20000", "--batch-size", "512", "--minibatch-size", "128"]
+    ref, mref = run_cli(tmp_path, "mem", *shape)
+    n_rows = ref[0].shape[0]
+    budget = int(0.1 * n_rows * 16 * 4)  # rows are 16 floats: embedding + Adagrad state
+    spill, mspill = run_cli(tmp_path, "spill", *shape, "--mem-budget", str(budget), "--rows-per-file", "512")
+    assert mspill["ssd_bytes_read"] > 0 and mspill["cache_hit_rate"] < mref["cache_hit_rate"]
+    assert_same_model(ref, spill, 1e-6)
+    assert round(mref["auc"], 4) == round(mspill["auc"], 4)
+
+
+def test_resume_reproduces_an_uninterrupted_run(tmp_path):
+    full, mfull = run_cli(tmp_path, "full", "--epochs", "2")
+    ck = tmp_path / "ck"
+    # first run stops after epoch 1 (a checkpoint is written at every epoch end)
+    run_cli(tmp_path, "half", "--epochs", "1", "--checkpoint-dir", str(ck))
+    assert (ck / "LATEST").exists()
+    resumed, mres = run_cli(tmp_path, "resumed", "--epochs", "2", "--checkpoint-dir", str(ck), "--resume")
+    assert_same_model(full, resumed, 0.0)
+    assert mres["auc"] == mfull["auc"]
+
+
+def test_checkpoint_every_and_kill_loses_nothing(tmp_path):
+    """kill -9 in the middle of a run: the last checkpoint is intact and resuming from it finishes
+    with exactly the parameters of an uninterrupted run."""
+    ck = tmp_path / "ck"
+    args = [*SMALL, "--rows", "40000", "--checkpoint-dir", str(ck), "--checkpoint-every", "2"]
+    proc = subprocess.Popen([sys.executable, "-m", "hps.train", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (ck / "LATEST").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert (ck / "LATEST").exists()
+    ref, _ = run_cli(tmp_path, "ref", "--rows", "40000")
+    resumed, _ = run_cli(tmp_path, "resumed", "--rows", "40000", "--checkpoint-dir", str(ck), "--resume")
+    assert_same_model(ref, resumed, 0.0)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--format", "criteo", "--data", "/nonexistent/file.tsv"], "data file not found"),
+    (["--format", "parquet"], "invalid choice"),
+    (["--mem-budget", "64KB"], "budget"),
+    (["--ssd-path", "/proc/hps-cannot-write"], "not a writable directory"),
+    (["--lr", "1e30", "--dense-lr", "1e30"], "loss became"),
+    (["--resume"], "--resume needs --checkpoint-dir"),
+    (["--mem-budget", "lots"], "cannot read 'lots' as a size"),
+])
+def test_bad_input_is_one_clear_line_and_nonzero_exit(args, message, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "hps.train", *SMALL, *args], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert proc.returncode != 0
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_toml_config_and_flags(tmp_path):
+    cfg = tmp_path / "job.toml"
+    cfg.write_text('rows = 4000\nbatch-size = 1024\nminibatch_size = 128\nhidden = [8]\nembedding-dim = 4\n')
+    metrics = tmp_path / "m.json"
+    assert main(["--config", str(cfg), "--no-progress", "--fields", "3", "--metrics-out", str(metrics)]) == 0
+    m = json.loads(metrics.read_text())
+    assert m["examples"] == 4000
+
+
+def test_frappe_trains_to_a_useful_auc(shared_data, tmp_path):
+    frappe = shared_data / "frappe"
+    metrics = tmp_path / "frappe.json"
+    code = main(["--format", "libsvm", "--data", str(frappe / "frappe.validation.libfm"),
+                 "--eval-data", str(frappe / "frappe.test.libfm"), "--epochs", "2", "--batch-size", "4096",
+                 "--minibatch-size", "512", "--embedding-dim", "10", "--no-progress",
+                 "--metrics-out", str(metrics)])
+    assert code == 0
+    m = json.loads(metrics.read_text())
+    assert m["eval_examples"] == 28860
+    assert m["auc"] > 0.9
