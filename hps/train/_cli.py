@@ -7,10 +7,8 @@ flags on the command line win). Errors become one line on stderr and exit code 2
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
 
 from ..config import DENSE_OPTIMIZERS, DEVICES, FORMATS, SPARSE_OPTIMIZERS, Config
 from ..errors import HpsError, InvalidInputError
@@ -104,6 +102,8 @@ def _mpi_launched() -> bool:
 
 
 def main(argv=None) -> int:
+    """Run the job; returns the exit code. Under MPI a failing rank prints
+    ``hps: rank R of N failed: <Type>: <message>`` and aborts the whole job (no rank hangs)."""
     comm = None
     try:
         cfg = parse_config(argv)
@@ -118,19 +118,25 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("hps: interrupted", file=sys.stderr)
         return 130
-    except (InvalidInputError, HpsError) as e:
-        return _fail(comm, e, EXIT_BAD_INPUT if isinstance(e, (InvalidInputError, ValueError)) else EXIT_FAILED)
-    except OSError as e:
-        return _fail(comm, e, EXIT_FAILED)
+    except (HpsError, OSError) as e:
+        return _fail(comm, e, EXIT_BAD_INPUT if _is_bad_input(e) else EXIT_FAILED)
+    except Exception as e:
+        if comm is not None and comm.Get_size() > 1:
+            from ..comm import abort_job
+
+            abort_job(comm, e, EXIT_FAILED)  # with the traceback: this is a bug, not bad input
+        raise
+
+
+def _is_bad_input(e: BaseException) -> bool:
+    cause = e.__cause__ if getattr(e, "stage", None) else None
+    return isinstance(e, InvalidInputError) or isinstance(cause, InvalidInputError)
 
 
 def _fail(comm, e: BaseException, code: int) -> int:
-    cause = e.__cause__ if getattr(e, "stage", None) and e.__cause__ is not None else None
-    rank = f"rank {comm.Get_rank()}: " if comm is not None and comm.Get_size() > 1 else ""
-    print(f"hps: {rank}error: {e}", file=sys.stderr)
-    if cause is not None and isinstance(cause, (InvalidInputError, ValueError)):
-        code = EXIT_BAD_INPUT
     if comm is not None and comm.Get_size() > 1:
-        sys.stderr.flush()
+        print(f"hps: rank {comm.Get_rank()} of {comm.Get_size()} failed: {e}", file=sys.stderr, flush=True)
         comm.Abort(code)
+        return code
+    print(f"hps: error: {e}", file=sys.stderr)
     return code

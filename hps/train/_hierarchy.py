@@ -83,10 +83,11 @@ class ParameterHierarchy:
         """Make batch ``index``'s working set (unique uint64 keys of the global batch) resident:
         evict what fell out of the window, then fetch the keys that are not resident.
         REQUIRES: ``wait_ready(index)`` returned (the pipeline's gate of the prepare stage)."""
-        if working_set.shape[0] > self.memps.cache.capacity_rows:
+        owned = int(self.coll.owned_mask(working_set).sum())
+        if owned > self.memps.cache.capacity_rows:
             raise CacheBudgetError(
-                f"batch {index} has a working set of {working_set.shape[0]} rows "
-                f"({working_set.shape[0] * self.memps.row_width * self.memps.dtype.itemsize} bytes), more than "
+                f"batch {index} has a working set of {owned} rows on this rank "
+                f"({owned * self.memps.row_width * self.memps.dtype.itemsize} bytes), more than "
                 f"the MEM-PS budget of {self.memps.cache.capacity_rows} rows "
                 f"({self.memps.cache.budget_bytes} bytes): raise --mem-budget or lower --batch-size")
         with self._lock:

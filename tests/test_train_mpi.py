@@ -1,0 +1,95 @@
+"""Multi-process training under mpiexec: lossless against one process, and fail-fast."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from hps.train import load_export, main
+
+pytestmark = pytest.mark.mpi
+
+SMALL = ["--rows", "12000", "--fields", "4", "--vocab-per-field", "3000", "--batch-size", "2048",
+         "--minibatch-size", "256", "--hidden", "16,8", "--embedding-dim", "8", "--no-progress"]
+
+
+def mpirun(mpiexec, n, args, timeout=300):
+    return subprocess.run([mpiexec, "-n", str(n), sys.executable, "-m", "hps.train", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def compare(a, b, tol):
+    (ka, va, da), (kb, vb, db) = a, b
+    oa, ob = np.argsort(ka), np.argsort(kb)
+    np.testing.assert_array_equal(ka[oa], kb[ob])
+    assert np.abs(va[oa] - vb[ob]).max() <= tol
+    for k in da:
+        assert np.abs(da[k] - db[k]).max() <= tol, k
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    d = tmp_path_factory.mktemp("single")
+    assert main([*SMALL, "--export", str(d / "model"), "--metrics-out", str(d / "m.json")]) == 0
+    return load_export(d / "model"), json.loads((d / "m.json").read_text())
+
+
+@pytest.mark.parametrize("n, extra", [
+    (2, []),
+    (4, ["--ranks-per-node", "2", "--mem-budget", "60KB", "--rows-per-file", "256"]),
+])
+def test_ranks_end_with_the_single_process_model(mpiexec, single, tmp_path, n, extra):
+    ref, mref = single
+    proc = mpirun(mpiexec, n, [*SMALL, *extra, "--export", str(tmp_path / "model"),
+                               "--metrics-out", str(tmp_path / "m.json")])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    compare(ref, load_export(tmp_path / "model"), 1e-5)
+    m = json.loads((tmp_path / "m.json").read_text())
+    assert round(m["auc"], 4) == round(mref["auc"], 4)
+    assert m["ranks"] == n and m["bytes_sent"]["sparse_allreduce"] > 0
+    assert len(list((tmp_path / "model").glob("sparse-rank*-of-%d.h5" % n))) == n
+    if extra:
+        assert m["ssd_bytes_read"] > 0  # rank 0 spilled to SSD and read back
+
+
+def test_a_failing_rank_takes_the_job_down_with_its_name(mpiexec, tmp_path):
+    ssd = tmp_path / "ssd"
+    ssd.mkdir()
+    (ssd / "rank1-of-2").write_text("not a directory")  # rank 1 cannot create its SSD-PS
+    t = time.time()
+    proc = mpirun(mpiexec, 2, [*SMALL, "--ssd-path", str(ssd)], timeout=120)
+    assert proc.returncode != 0
+    assert time.time() - t < 60
+    assert "rank 1 of 2 failed" in proc.stderr
+
+
+def test_a_killed_rank_takes_the_job_down(mpiexec, tmp_path):
+    marker = str(tmp_path / "ssd-kill")
+    proc = subprocess.Popen([mpiexec, "-n", "2", sys.executable, "-m", "hps.train", *SMALL,
+                             "--rows", "400000", "--ssd-path", marker],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    victim = None
+    deadline = time.time() + 60
+    while victim is None and time.time() < deadline:
+        time.sleep(0.2)
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+                env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if marker.encode() in cmd and b"PMI_RANK=1" in env and b"hps.train" in cmd:
+                victim = int(pid)
+    assert victim is not None, "rank 1 never started"
+    time.sleep(2)
+    t = time.time()
+    os.kill(victim, 9)
+    proc.wait(timeout=90)
+    assert proc.returncode != 0
+    assert time.time() - t < 60
