@@ -201,19 +201,42 @@ def train_torch(train_batches, eval_batches, cfg: ModelConfig, epochs: int = 1, 
     return out
 
 
+def train_hps(args) -> dict:
+    """The real thing: ``hps.train.run`` (pipeline, HBM/MEM/SSD tiers) on the same data, model,
+    optimizers and mini-batch order. Its examples/s includes reading and parsing the data, which the
+    peers get pre-loaded in memory."""
+    from hps.config import Config
+    from hps.train import run
+
+    flat = dict(format=args.data if args.data == "synthetic" else "libsvm", epochs=args.epochs, seed=args.seed,
+                batch_size=args.batch_size, minibatch_size=args.minibatch_size,
+                embedding_dim=args.embedding_dim,
+                hidden=tuple(int(h) for h in args.hidden.split(",") if h.strip()), lr=args.sparse_lr,
+                dense_lr=args.dense_lr, adagrad_init=args.adagrad_init, progress=False)
+    if args.data == "synthetic":
+        flat.update(rows=args.rows, fields=args.fields, vocab_per_field=args.vocab_per_field, zipf=args.zipf,
+                    n_dense=args.n_dense)
+    else:
+        flat.update(data=str(Path(args.frappe_dir) / "frappe.validation.libfm"),
+                    eval_data=str(Path(args.frappe_dir) / "frappe.test.libfm"))
+    m = run(Config.from_flat(flat), log=lambda *a, **k: None)
+    return dict(auc=m["auc"], logloss=m["logloss"], examples_per_sec=m["examples_per_sec"],
+                train_seconds=m["train_seconds"], examples=m["examples"])
+
+
 # -- CLI ----------------------------------------------------------------------------------------
 def _load(args):
     """(train mini-batches, eval mini-batches, n_fields, n_dense, note) as lists in memory."""
     if args.data == "synthetic":
-        ds = open_dataset(None, "synthetic", args.minibatch_size, rows=args.rows, fields=args.fields,
+        ds = open_dataset(None, "synthetic", args.batch_size, rows=args.rows, fields=args.fields,
                           vocab_per_field=args.vocab_per_field, zipf=args.zipf, n_dense=args.n_dense,
                           seed=args.seed)
         train, ev = list(ds.batches()), list(ds.eval_batches())
         note = f"synthetic: Bayes AUC {ds.bayes_auc():.4f}"
     else:
         d = Path(args.frappe_dir)
-        tr = open_dataset(d / "frappe.validation.libfm", "libsvm", args.minibatch_size)
-        te = open_dataset(d / "frappe.test.libfm", "libsvm", args.minibatch_size, n_fields=tr.n_fields)
+        tr = open_dataset(d / "frappe.validation.libfm", "libsvm", args.batch_size)
+        te = open_dataset(d / "frappe.test.libfm", "libsvm", args.batch_size, n_fields=tr.n_fields)
         train, ev = list(tr.batches()), list(te.batches())
         note = "frappe: train frappe.validation.libfm, eval frappe.test.libfm"
     nf, nd = train[0].n_fields, train[0].dense.shape[1]
@@ -227,18 +250,21 @@ def main(argv=None) -> int:
     p.add_argument("--frappe-dir", default=str(FRAPPE_DIR))
     p.add_argument("--rows", type=int, default=200_000, help="synthetic training rows")
     p.add_argument("--fields", type=int, default=8)
-    p.add_argument("--vocab-per-field", type=int, default=10_000)
+    p.add_argument("--vocab-per-field", type=int, default=20_000)
     p.add_argument("--zipf", type=float, default=1.1)
     p.add_argument("--n-dense", type=int, default=4)
-    p.add_argument("--minibatch-size", type=int, default=512)
+    p.add_argument("--batch-size", type=int, default=16384, help="hps pipeline batch (data is read in these)")
+    p.add_argument("--minibatch-size", type=int, default=1024)
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--embedding-dim", type=int, default=16)
-    p.add_argument("--hidden", default="256,128", help="comma-separated widths ('' = none)")
-    p.add_argument("--sparse-lr", type=float, default=0.05)
+    p.add_argument("--hidden", default="128,64", help="comma-separated widths ('' = none)")
+    p.add_argument("--sparse-lr", type=float, default=0.2)
+    p.add_argument("--adagrad-init", type=float, default=0.001)
     p.add_argument("--dense-lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads and OPENBLAS_NUM_THREADS")
-    p.add_argument("--skip", choices=["torch", "numpy"], default=None, help="run only the other trainer")
+    p.add_argument("--skip", choices=["torch", "numpy", "hps"], action="append", default=[],
+                   help="do not run this trainer (repeatable)")
     p.add_argument("--json", default=None, help="also write the results to this file")
     args = p.parse_args(argv)
 
@@ -251,15 +277,18 @@ def main(argv=None) -> int:
     train, ev, nf, nd, note = _load(args)
     hidden = tuple(int(h) for h in args.hidden.split(",") if h.strip())
     cfg = ModelConfig(n_fields=nf, emb_dim=args.embedding_dim, n_dense=nd, hidden=hidden, seed=args.seed,
-                      sparse_lr=args.sparse_lr, dense_lr=args.dense_lr)
+                      sparse_lr=args.sparse_lr, dense_lr=args.dense_lr,
+                      adagrad_initial_accumulator=args.adagrad_init)
     vocab = build_vocab(train, ev)
     n_train = sum(len(b) for b in train)
     print(f"{note}; {n_train} train / {sum(len(b) for b in ev)} eval examples, {vocab.shape[0]} keys, "
           f"mini-batch {args.minibatch_size}, {args.epochs} epoch(s), {args.threads} thread(s)")
     results = {}
-    if args.skip != "numpy":
+    if "hps" not in args.skip:
+        results["hps"] = train_hps(args)
+    if "numpy" not in args.skip:
         results["numpy_reference"] = train_numpy_reference(train, ev, cfg, args.epochs, vocab=vocab)
-    if args.skip != "torch":
+    if "torch" not in args.skip:
         import torch
 
         results["torch"] = train_torch(train, ev, cfg, args.epochs, threads=args.threads, vocab=vocab)
@@ -267,11 +296,13 @@ def main(argv=None) -> int:
     for name, r in results.items():
         print(f"{name:16s} AUC {r['auc']:.4f}  logloss {r['logloss']:.4f}  "
               f"{r['examples_per_sec']:,.0f} examples/s  ({r['train_seconds']:.1f} s)")
-    if len(results) == 2:
-        ratio = results["numpy_reference"]["examples_per_sec"] / results["torch"]["examples_per_sec"]
-        results["ratio_numpy_over_torch"] = ratio
-        print(f"examples/s ratio numpy_reference / torch: {ratio:.2f}x;  "
-              f"AUC diff {results['numpy_reference']['auc'] - results['torch']['auc']:+.4f}")
+    if "torch" in results:
+        for name in ("hps", "numpy_reference"):
+            if name in results:
+                ratio = results[name]["examples_per_sec"] / results["torch"]["examples_per_sec"]
+                results[f"ratio_{name}_over_torch"] = ratio
+                print(f"examples/s ratio {name} / torch: {ratio:.2f}x;  "
+                      f"AUC diff {results[name]['auc'] - results['torch']['auc']:+.4f}")
     if args.json:
         Path(args.json).write_text(json.dumps(dict(args=vars(args), **results), indent=2, default=str))
     return 0

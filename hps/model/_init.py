@@ -4,20 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._keys import as_keys
-from . import _kernels
+from ..mem import RowInitializer
 
 __all__ = ["init_embeddings"]
 
 
 def init_embeddings(keys, emb_dim: int, seed: int = 0, scale: float = 0.01, dtype=np.float32) -> np.ndarray:
-    """Initial embeddings of ``keys`` (m,) uint64 host -> (m, emb_dim) host array of ``dtype``, each
-    element ``U(-scale, scale)`` from a SplitMix64 stream of (key, seed, column). Blocking.
+    """Initial embeddings of ``keys`` (m,) uint64 host -> (m, emb_dim) host array of ``dtype``.
 
-    Identical for a key on every rank, in every tier and in any call order (see DESIGN: "initial
-    values depend only on the key"). Use ``optimizer.init_rows(init_embeddings(...))`` for full rows.
+    The embedding columns of :class:`hps.mem.RowInitializer` (the one initializer every tier uses):
+    identical for a key on every rank, in every tier and in any call order. Blocking.
     """
-    keys = as_keys(keys)
-    out = np.empty((keys.shape[0], int(emb_dim)), dtype=np.float64)
-    _kernels.init_embeddings(keys, np.uint64(seed), float(scale), out)
-    return out.astype(dtype, copy=False)
+    return RowInitializer(int(emb_dim), int(emb_dim), seed, scale)(keys).astype(dtype, copy=False)

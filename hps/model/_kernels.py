@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .._hashing import mix64
 
 
 @njit(nogil=True, cache=True)
@@ -49,22 +48,3 @@ def pool_fields_backward(grad_pooled, inv, field, weights, offsets, out):
             w = weights[k]
             for j in range(d):
                 out[r, j] += w * grad_pooled[e, base + j]
-
-
-@njit(nogil=True, cache=True)
-def init_embeddings(keys, seed, scale, out):
-    """Key-seeded uniform initialisation: ``out[i, j] ~ U(-scale, scale)`` from (keys[i], seed, j) only.
-
-    keys (m,) uint64; seed uint64; scale float; out (m, d) float (fully written).
-    Element j of a key's vector is ``mix64(mix64(key ^ mix64(seed)) + j)`` mapped to [0, 1) by its
-    top 53 bits, so a row is born identical on every rank, in every tier, in any order.
-    """
-    d = out.shape[1]
-    s = mix64(np.uint64(seed) ^ np.uint64(0x2545F4914F6CDD1D))
-    inv53 = 1.0 / 9007199254740992.0  # 2**-53
-    for i in range(keys.shape[0]):
-        h = mix64(keys[i] ^ s)
-        for j in range(d):
-            x = mix64(h + np.uint64(j))
-            u = np.float64(x >> np.uint64(11)) * inv53
-            out[i, j] = (2.0 * u - 1.0) * scale
