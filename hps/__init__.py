@@ -2,7 +2,12 @@
 
 Public API (everything a user needs is importable from here)::
 
-    from hps import HashTable, HashTableFullError, HpsError
+    from hps import HashTable, HashTableFullError, HpsError     # the table and the errors
+    from hps import PartitionedHashTable, SSDStore, MemPS      # tiers (imported on first use)
+    from hps import load_export                                # read a trained model back
+
+Subpackages: ``hps.gpu`` (HBM-PS), ``hps.mem`` (MEM-PS), ``hps.ssd`` (SSD-PS), ``hps.comm`` (MPI),
+``hps.data`` (readers), ``hps.model`` (CTR model, optimizers), ``hps.train`` (the job).
 """
 
 from .errors import (
@@ -24,8 +29,29 @@ from .table import HashTable
 
 __version__ = "0.1.0"
 
+_LAZY = {
+    "PartitionedHashTable": ("hps.gpu", "PartitionedHashTable"),
+    "SSDStore": ("hps.ssd", "SSDStore"),
+    "MemPS": ("hps.mem", "MemPS"),
+    "load_export": ("hps.train", "load_export"),
+}
+
+
+def __getattr__(name):
+    """Import the tiers and the trainer only when asked for: ``import hps`` stays light."""
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'hps' has no attribute {name!r}")
+
 __all__ = [
     "HashTable",
+    "PartitionedHashTable",
+    "SSDStore",
+    "MemPS",
+    "load_export",
     "HpsError",
     "HashTableFullError",
     "InvalidInputError",

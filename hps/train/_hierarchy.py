@@ -53,6 +53,7 @@ class ParameterHierarchy:
         self.coll = coll
         self.window = int(window)
         self._last_use = KeyIndex(width=1)
+        self._working_sets: dict[int, np.ndarray] = {}  # batch index -> its working set, while in window
         self._lock = threading.RLock()
         self._trained = threading.Condition()
         self._trained_upto = -1
@@ -95,6 +96,7 @@ class ParameterHierarchy:
             found = self._last_use.contains(working_set)
             fetch = working_set[~found]
             self._last_use.assign(working_set, np.full(working_set.shape[0], index, np.int64))
+            self._working_sets[index] = working_set
             rows = self._fetch(fetch)
         return Prepared(index, fetch, rows, evicted, int(working_set.shape[0]))
 
@@ -114,11 +116,14 @@ class ParameterHierarchy:
         return self.coll.pull_rows(keys, serve)
 
     def _evict_older_than(self, limit: int) -> int:
-        """Write back and drop resident keys with ``last_use <= limit``. REQUIRES: lock held."""
-        if limit < 0 or len(self._last_use) == 0:
+        """Write back and drop resident keys with ``last_use <= limit``. Earlier calls evicted up to
+        ``limit - 1``, so those are the keys of batch ``limit`` not used since: O(working set), not
+        O(resident). REQUIRES: lock held."""
+        old = self._working_sets.pop(limit, None)
+        if old is None:
             return 0
-        keys, last = self._last_use.items()
-        old = keys[last[:, 0] <= limit]
+        last, _ = self._last_use.lookup(old)
+        old = old[last[:, 0] == limit]
         if old.shape[0] == 0:
             return 0
         self._write_back(old)
@@ -165,6 +170,7 @@ class ParameterHierarchy:
                 self._write_back(keys)
                 self.hbm.erase(keys)
             self._last_use.clear()
+            self._working_sets.clear()
             self.memps.flush()
 
     def lookup(self, keys: np.ndarray) -> np.ndarray:

@@ -283,7 +283,9 @@ class Trainer:
         return {"auc": auc_score(lab, pr), "logloss": logloss_score(lab, pr), "eval_examples": int(lab.shape[0])}
 
     def metrics(self) -> dict:
-        st = self.store.stats()
+        """Job metrics; SSD-PS figures are summed over ranks, cache figures are this rank's. Collective."""
+        st = {k: int(self.coll.allsum(v)) for k, v in self.store.stats().items()
+              if k in ("bytes_read", "bytes_written", "disk_bytes", "files", "live_rows")}
         ms = self.memps.stats()
         times = {name: t.busy for name, t in self.pipeline.stage_times().items()}
         return {
@@ -299,6 +301,7 @@ class Trainer:
             "ssd_bytes_written": st["bytes_written"],
             "ssd_disk_bytes": st["disk_bytes"],
             "ssd_files": st["files"],
+            "table_rows": st["live_rows"],
             "ranks": self.coll.size,
             "comm_seconds": self.coll.seconds,
             "loss_per_batch": self.history["loss"],
