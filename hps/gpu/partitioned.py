@@ -31,7 +31,8 @@ from ..table import DEFAULT_MAX_LOAD_FACTOR, HashTable
 
 
 def _to_host(arr):
-    if hasattr(arr, "__cuda_array_interface__"):
+    # simulator device arrays have no __cuda_array_interface__, only __cuda_ndarray__
+    if hasattr(arr, "__cuda_array_interface__") or getattr(arr, "__cuda_ndarray__", False):
         from numba import cuda
 
         return cuda.as_cuda_array(arr).copy_to_host(), True

@@ -1,0 +1,300 @@
+"""CUDA kernels of the open-addressing hash table (the twin of ``hps/_table_cpu_kernels.py``).
+
+Same slot layout as the CPU kernels (see that module and ``hps/table.py`` for the contract):
+
+- ``tkeys`` (S,) uint64: the key of each slot, ``EMPTY`` (all ones) where no key ever lived.
+- ``tstate`` (S,) int32: ``0`` live, ``1`` erased (a tombstone keeping its key; only that key
+  revives it). An empty slot always has state 0.
+- ``tvals`` (S, dim) float32/float64: the row of each slot; every slot that is not live holds zeros.
+- ``owner`` (S,) int32 scratch: ``-1`` between calls. An insert marks each slot with the largest
+  batch index that maps to it (``atomic.max``), so the last duplicate wins deterministically.
+
+Linear probing from ``mix64(key) & (S - 1)``. Keys are claimed with ``atomic.cas`` on ``tkeys``
+(EMPTY -> key), tombstones revived with ``atomic.cas`` on ``tstate`` (1 -> 0), rows accumulated with
+``atomic.add``. Within one launch a slot's key only ever goes EMPTY -> key, so every thread probing
+for the same key stops at the same slot.
+
+Launch shapes: "1-D" kernels take one thread per key (any 1-D grid/block). "Row" kernels take a
+2-D block ``(bx, by)``: ``threadIdx.y`` picks one of ``by`` keys of the block, ``threadIdx.x`` strides
+over the ``dim`` columns, so a warp reads/writes consecutive columns of a row (coalesced).
+
+Kernels and device functions only: no state, no I/O; every constant is an argument or a literal.
+Counters ``counts`` (3,) int64 are added to (the host zeroes them).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from .._hashing import mix64
+
+# -- device functions ---------------------------------------------------------------------------
+
+
+@cuda.jit(device=True)
+def _find(tkeys, key):
+    """Slot (int64) holding ``key``, live or tombstone; -1 when absent. Reads only."""
+    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
+    mask = np.uint64(tkeys.shape[0] - 1)
+    s = mix64(key) & mask
+    for _ in range(tkeys.shape[0]):
+        k = tkeys[s]
+        if k == key:
+            return np.int64(s)
+        if k == empty:
+            return np.int64(-1)
+        s = (s + np.uint64(1)) & mask
+    return np.int64(-1)
+
+
+@cuda.jit(device=True)
+def _find_or_claim(tkeys, tstate, key):
+    """(slot int64, kind int32) for ``key``, claiming an empty slot or reviving its tombstone.
+
+    kind: 1 this thread claimed an empty slot, 2 this thread revived a tombstone, 0 the key was live
+    (or another thread of this launch claimed/revived it), -1 no free slot (slot is -1)."""
+    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
+    mask = np.uint64(tkeys.shape[0] - 1)
+    s = mix64(key) & mask
+    for _ in range(tkeys.shape[0]):
+        k = tkeys[s]
+        if k == empty:
+            k = cuda.atomic.cas(tkeys, s, empty, key)
+            if k == empty:
+                return np.int64(s), np.int32(1)
+        if k == key:
+            if tstate[s] != np.int32(0):
+                if cuda.atomic.cas(tstate, s, np.int32(1), np.int32(0)) == np.int32(1):
+                    return np.int64(s), np.int32(2)
+            return np.int64(s), np.int32(0)
+        s = (s + np.uint64(1)) & mask
+    return np.int64(-1), np.int32(-1)
+
+
+@cuda.jit(device=True)
+def _add_counts(counts, c0, c1, c2):
+    """counts[0..2] += per-thread c0..c2, reduced per block in shared memory (one global atomic per
+    block and counter). REQUIRES: a 1-D block, and every thread of the block calls it."""
+    sh = cuda.shared.array(3, dtype=np.int64)
+    t = cuda.threadIdx.x
+    if t == 0:
+        sh[0] = 0
+        sh[1] = 0
+        sh[2] = 0
+    cuda.syncthreads()
+    if c0 != 0:
+        cuda.atomic.add(sh, 0, np.int64(c0))
+    if c1 != 0:
+        cuda.atomic.add(sh, 1, np.int64(c1))
+    if c2 != 0:
+        cuda.atomic.add(sh, 2, np.int64(c2))
+    cuda.syncthreads()
+    if t == 0:
+        for c in range(3):
+            if sh[c] != 0:
+                cuda.atomic.add(counts, c, sh[c])
+
+
+# -- kernels ------------------------------------------------------------------------------------
+
+
+@cuda.jit
+def has_key(keys, key, hit):
+    """1-D. hit (1,) int64 is set to 1 if any of keys (n,) uint64 equals ``key``."""
+    i = cuda.grid(1)
+    if i < keys.shape[0] and keys[i] == key:
+        hit[0] = 1
+
+
+@cuda.jit
+def upsert_claim(tkeys, tstate, owner, keys, mark, counts):
+    """1-D. Find or claim a slot for each of keys (n,); counts += (n_new, n_revived, n_failed).
+
+    n_new includes revived keys. With ``mark``, owner[slot] = max batch index of the slot's key."""
+    i = cuda.grid(1)
+    c_new = 0
+    c_rev = 0
+    c_fail = 0
+    if i < keys.shape[0]:
+        s, kind = _find_or_claim(tkeys, tstate, keys[i])
+        if kind < 0:
+            c_fail = 1
+        else:
+            if kind > 0:
+                c_new = 1
+            if kind == 2:
+                c_rev = 1
+            if mark:
+                cuda.atomic.max(owner, s, np.int32(i))
+    _add_counts(counts, c_new, c_rev, c_fail)
+
+
+@cuda.jit
+def upsert_rows(tkeys, tvals, owner, keys, rows, accumulate):
+    """Row kernel. Add (``accumulate``) or assign rows (n, dim) into the slots of keys (n,), which
+    ``upsert_claim`` placed. Assignment writes only the marked (last) occurrence of a key."""
+    i = cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
+    if i >= keys.shape[0]:
+        return
+    s = _find(tkeys, keys[i])
+    if s < 0:
+        return
+    if accumulate:
+        for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
+            cuda.atomic.add(tvals, (s, j), rows[i, j])
+    elif owner[s] == i:
+        for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
+            tvals[s, j] = rows[i, j]
+
+
+@cuda.jit
+def unmark_keys(tkeys, owner, keys):
+    """1-D. owner[slot of each key] = -1 (after ``upsert_rows``)."""
+    i = cuda.grid(1)
+    if i < keys.shape[0]:
+        s = _find(tkeys, keys[i])
+        if s >= 0:
+            owner[s] = np.int32(-1)
+
+
+@cuda.jit
+def claim(tkeys, tstate, keys, slots, is_new, counts):
+    """1-D. Two-phase claim without touching rows; counts += (n_new, n_revived, n_failed).
+
+    slots (n,) int64 out: the slot, -1 where no slot was free. is_new (n,) int8 out: 1 claimed an
+    empty slot, 2 revived a tombstone, 0 otherwise (live, failed, or a duplicate of a claimer)."""
+    i = cuda.grid(1)
+    c_new = 0
+    c_rev = 0
+    c_fail = 0
+    if i < keys.shape[0]:
+        s, kind = _find_or_claim(tkeys, tstate, keys[i])
+        slots[i] = s
+        if kind < 0:
+            c_fail = 1
+            is_new[i] = np.int8(0)
+        else:
+            is_new[i] = np.int8(kind)
+            if kind > 0:
+                c_new = 1
+            if kind == 2:
+                c_rev = 1
+    _add_counts(counts, c_new, c_rev, c_fail)
+
+
+@cuda.jit
+def rollback(tkeys, tstate, slots, is_new):
+    """1-D. Undo ``claim``: empty what it claimed, re-bury what it revived (rows never written)."""
+    i = cuda.grid(1)
+    if i < slots.shape[0]:
+        if is_new[i] == 1:
+            tkeys[slots[i]] = np.uint64(0xFFFFFFFFFFFFFFFF)
+        elif is_new[i] == 2:
+            tstate[slots[i]] = np.int32(1)
+
+
+@cuda.jit
+def mark_slots(owner, slots):
+    """1-D. owner[slots[i]] = max i over the batch (the last occurrence of each slot)."""
+    i = cuda.grid(1)
+    if i < slots.shape[0]:
+        cuda.atomic.max(owner, slots[i], np.int32(i))
+
+
+@cuda.jit
+def unmark_slots(owner, slots):
+    """1-D. owner[slots[i]] = -1."""
+    i = cuda.grid(1)
+    if i < slots.shape[0]:
+        owner[slots[i]] = np.int32(-1)
+
+
+@cuda.jit
+def write_rows(tvals, owner, slots, rows, accumulate):
+    """Row kernel. Add or assign rows (n, dim) into claimed slots (n,) int64; assignment writes only
+    where owner[slot] == i (``mark_slots`` ran first)."""
+    i = cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
+    if i >= slots.shape[0]:
+        return
+    s = slots[i]
+    if accumulate:
+        for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
+            cuda.atomic.add(tvals, (s, j), rows[i, j])
+    elif owner[s] == i:
+        for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
+            tvals[s, j] = rows[i, j]
+
+
+@cuda.jit
+def get(tkeys, tstate, tvals, keys, out, found):
+    """Row kernel. out (n, dim) gets each live key's row, zeros otherwise; found (n,) bool."""
+    i = cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
+    if i >= keys.shape[0]:
+        return
+    s = _find(tkeys, keys[i])
+    hit = s >= 0 and tstate[s] == 0
+    if cuda.threadIdx.x == 0:
+        found[i] = hit
+    if hit:
+        for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
+            out[i, j] = tvals[s, j]
+    else:
+        for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
+            out[i, j] = 0
+
+
+@cuda.jit
+def contains(tkeys, tstate, keys, found):
+    """1-D. found (n,) bool: the key is live."""
+    i = cuda.grid(1)
+    if i < keys.shape[0]:
+        s = _find(tkeys, keys[i])
+        found[i] = s >= 0 and tstate[s] == 0
+
+
+@cuda.jit
+def erase(tkeys, tstate, tvals, keys, counts):
+    """1-D. Turn live keys into zeroed tombstones; counts[0] += keys erased (duplicates once)."""
+    i = cuda.grid(1)
+    c = 0
+    if i < keys.shape[0]:
+        s = _find(tkeys, keys[i])
+        if s >= 0 and cuda.atomic.cas(tstate, s, np.int32(0), np.int32(1)) == np.int32(0):
+            for j in range(tvals.shape[1]):
+                tvals[s, j] = 0
+            c = 1
+    _add_counts(counts, c, 0, 0)
+
+
+@cuda.jit
+def gather_rows(tvals, slots, out):
+    """Row kernel. out (m, dim) = tvals[slots] for slots (m,) int64."""
+    i = cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
+    if i < slots.shape[0]:
+        s = slots[i]
+        for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
+            out[i, j] = tvals[s, j]
+
+
+@cuda.jit
+def cast_rows(rows, out):
+    """Row kernel. out (n, dim) = rows (n, dim) converted to out's dtype."""
+    i = cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
+    if i < out.shape[0]:
+        for j in range(cuda.threadIdx.x, out.shape[1], cuda.blockDim.x):
+            out[i, j] = rows[i, j]
+
+
+@cuda.jit
+def clear(tkeys, tstate, tvals, owner):
+    """Row kernel over the S slots: every slot empty, state 0, row zeros, owner -1."""
+    s = cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
+    if s >= tkeys.shape[0]:
+        return
+    if cuda.threadIdx.x == 0:
+        tkeys[s] = np.uint64(0xFFFFFFFFFFFFFFFF)
+        tstate[s] = np.int32(0)
+        owner[s] = np.int32(-1)
+    for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
+        tvals[s, j] = 0
