@@ -1,0 +1,360 @@
+"""``RowCache``: the MEM-PS DRAM cache of fixed-width parameter rows (Appendix D of the paper).
+
+Policy: every visited row enters the LRU part; rows pushed out of the LRU part (it holds at most
+``lru_fraction`` of the capacity) enter the LFU part, ordered by (frequency, last access); a row
+evicted from the LFU part (or from the LRU tail when the LFU part is empty) leaves the cache and is
+handed back to the caller with its dirty flag, to be dumped to SSD. Pinned rows (the working set of
+the current and prefetched batches) sit in neither part and are never evicted.
+
+Policies as settings: ``lru_fraction=1`` is plain LRU, ``lru_fraction=0`` is plain LFU (frequency
+counted while cached), anything between is the paper's LRU+LFU.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from .._keys import EMPTY_KEY, as_keys, check_rows
+from ..errors import CacheBudgetError, InvalidInputError
+from . import _cache_kernels as K
+
+#: Default share of the capacity given to the LRU part (the rest is the LFU part). Measured with
+#: ``bench/bench_cache.py`` (Zipf, 200 k keys, fraction of Belady; ghost_factor 4):
+#: lru_fraction 0.05 / 0.01 / 0.0 -> alpha 0.8 cache 2 %: 0.749 / 0.782 / 0.789;
+#: alpha 1.0 cache 10 %: 0.879 / 0.880 / 0.880; alpha 1.0 cache 2 %: 0.828 / 0.838 / 0.840.
+DEFAULT_LRU_FRACTION = 0.01
+#: Default ghost table, in multiples of the capacity (16 bytes a cell). Same sweep, alpha 1.0 cache
+#: 10 %, lru_fraction 0.05: ghost 0 / 1 / 2 / 4 -> 0.855 / 0.873 / 0.876 / 0.879 of Belady.
+DEFAULT_GHOST_FACTOR = 4.0
+
+
+class Evicted(NamedTuple):
+    """Rows that left the cache. keys (m,) uint64, rows (m, W), dirty (m,) bool, freq (m,) int64.
+    Only ``dirty`` rows need dumping; ``freq`` lets a caller re-insert them unchanged."""
+
+    keys: np.ndarray
+    rows: np.ndarray
+    dirty: np.ndarray
+    freq: np.ndarray
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """Counters since construction (``per_batch_*`` have one entry per ``lookup`` call)."""
+
+    capacity_rows: int
+    size: int
+    pinned: int
+    dirty: int
+    hits: int
+    misses: int
+    inserted: int
+    evicted: int
+    evicted_dirty: int
+    per_batch_hits: np.ndarray
+    per_batch_misses: np.ndarray
+
+    @property
+    def hit_rate(self) -> float:
+        n = self.hits + self.misses
+        return self.hits / n if n else 0.0
+
+
+def _pow2_at_least(n: int) -> int:
+    m = 16
+    while m < n:
+        m *= 2
+    return m
+
+
+class RowCache:
+    """A DRAM cache of ``capacity_rows`` rows of ``row_width`` values of ``dtype`` (host NumPy).
+
+    - ``capacity_rows``: budget in rows (bytes = rows * row_width * itemsize).
+    - ``lru_fraction``: share of the capacity for the LRU part (default ``DEFAULT_LRU_FRACTION``).
+    - ``ghost_factor``: remember the frequency of evicted keys in a direct-mapped table of
+      ``ghost_factor * capacity_rows`` cells (rounded up to a power of two; 16 bytes each); a
+      returning key resumes its count (default ``DEFAULT_GHOST_FACTOR``; 0 disables).
+
+    Every method takes a batch of keys (n,) uint64 (int64 reinterpreted; the all-ones key is
+    rejected) and blocks until done. Thread-safe: each method holds the cache's lock for its whole
+    call (the kernels release the GIL, so other threads run meanwhile).
+    """
+
+    def __init__(self, capacity_rows: int, row_width: int, dtype=np.float32,
+                 lru_fraction: float = DEFAULT_LRU_FRACTION, ghost_factor: float = DEFAULT_GHOST_FACTOR):
+        capacity_rows = int(capacity_rows)
+        row_width = int(row_width)
+        if capacity_rows < 1:
+            raise InvalidInputError(f"capacity_rows must be >= 1, got {capacity_rows}")
+        if row_width < 1:
+            raise InvalidInputError(f"row_width must be >= 1, got {row_width}")
+        if not 0.0 <= lru_fraction <= 1.0:
+            raise InvalidInputError(f"lru_fraction must be in [0, 1], got {lru_fraction}")
+        if ghost_factor < 0:
+            raise InvalidInputError(f"ghost_factor must be >= 0, got {ghost_factor}")
+        self.capacity_rows = capacity_rows
+        self.row_width = row_width
+        self.dtype = np.dtype(dtype)
+        self.lru_fraction = float(lru_fraction)
+        self.ghost_factor = float(ghost_factor)
+        self.lock = threading.RLock()
+        c = capacity_rows
+        self._st = np.zeros(K.N_STATE, dtype=np.int64)
+        self._st[K.ST_LRU_HEAD] = -1
+        self._st[K.ST_LRU_TAIL] = -1
+        self._st[K.ST_LRU_TARGET] = int(round(self.lru_fraction * c))
+        self._st[K.ST_FREE_TOP] = c
+        self._skey = np.full(c, EMPTY_KEY, dtype=np.uint64)
+        self._rows = np.zeros((c, row_width), dtype=self.dtype)
+        self._dirty = np.zeros(c, dtype=np.bool_)
+        self._pins = np.zeros(c, dtype=np.int32)
+        self._freq = np.zeros(c, dtype=np.int64)
+        self._age = np.zeros(c, dtype=np.int64)
+        self._where = np.zeros(c, dtype=np.int8)
+        self._stamp = np.zeros(c, dtype=np.int64)
+        self._prev = np.full(c, -1, dtype=np.int32)
+        self._nxt = np.full(c, -1, dtype=np.int32)
+        self._heap = np.zeros((c, 2), dtype=np.int64)
+        self._hpos = np.full(c, -1, dtype=np.int32)
+        self._free = np.arange(c - 1, -1, -1, dtype=np.int32)  # slot 0 is taken first
+        self._mkeys = np.full(_pow2_at_least(2 * c), EMPTY_KEY, dtype=np.uint64)
+        self._mvals = np.zeros(self._mkeys.shape[0], dtype=np.int32)
+        g = int(round(self.ghost_factor * c))
+        g = _pow2_at_least(g) if g else 0
+        self._ghost = np.zeros((g, 2), dtype=np.uint64)  # (key, freq) per cell
+        self._ghost[:, 0] = EMPTY_KEY
+        self._hits = 0
+        self._misses = 0
+        self._inserted = 0
+        self._evicted = 0
+        self._evicted_dirty = 0
+        self._batch_hits: list[int] = []
+        self._batch_misses: list[int] = []
+
+    # ------------------------------------------------------------------ introspection
+    @property
+    def budget_bytes(self) -> int:
+        return self.capacity_rows * self.row_width * self.dtype.itemsize
+
+    def __len__(self) -> int:
+        return self.capacity_rows - int(self._st[K.ST_FREE_TOP])
+
+    @property
+    def n_pinned(self) -> int:
+        return int(self._st[K.ST_N_PINNED])
+
+    def contains(self, keys) -> np.ndarray:
+        """(n,) bool: which keys are cached. No access is counted."""
+        return self.peek(keys)[1]
+
+    def peek(self, keys):
+        """(rows (n, W), found (n,) bool) of cached keys without counting an access; zeros where absent."""
+        k = as_keys(keys)
+        out = np.zeros((k.shape[0], self.row_width), dtype=self.dtype)
+        found = np.empty(k.shape[0], dtype=np.bool_)
+        with self.lock:
+            if k.shape[0]:
+                K.gather(self._rows, self._mkeys, self._mvals, k, out, found)
+        return out, found
+
+    def pin_counts(self, keys) -> np.ndarray:
+        """(n,) int32 pin count of each key (0 when not cached). No access is counted."""
+        k = as_keys(keys)
+        out = np.zeros(k.shape[0], dtype=np.int32)
+        with self.lock:
+            if k.shape[0]:
+                K.pin_counts(self._pins, self._mkeys, self._mvals, k, out)
+        return out
+
+    def stats(self) -> CacheStats:
+        with self.lock:
+            return CacheStats(
+                capacity_rows=self.capacity_rows, size=len(self), pinned=self.n_pinned,
+                dirty=int(K.dirty_slots(self._dirty, self._where).shape[0]),
+                hits=self._hits, misses=self._misses, inserted=self._inserted,
+                evicted=self._evicted, evicted_dirty=self._evicted_dirty,
+                per_batch_hits=np.array(self._batch_hits, dtype=np.int64),
+                per_batch_misses=np.array(self._batch_misses, dtype=np.int64),
+            )
+
+    # ------------------------------------------------------------------ operations
+    def _age_guard(self, n: int) -> None:
+        """Renumber ages before a call of ``n`` keys could push them past the packed-key range.
+        REQUIRES: lock held."""
+        if int(self._st[K.ST_SEQ]) + n >= (1 << K.AGE_BITS):
+            self._renumber_ages()
+
+    def _renumber_ages(self) -> None:
+        """Ages -> 1..n in the same order (decisions unchanged). REQUIRES: lock held."""
+        used = np.flatnonzero(self._where != K.W_FREE)
+        order = used[np.argsort(self._age[used], kind="stable")].astype(np.int64)
+        K.renumber_ages(self._st, self._age, self._where, self._heap, order)
+
+    def lookup(self, keys, pin: bool = True, counts=None):
+        """Look ``keys`` up: -> (rows (n, W), hit (n,) bool); rows of misses are zeros.
+
+        Each occurrence of a cached key counts as one access (``counts[i]`` accesses when given);
+        every distinct hit is pinned once (``pin``) or moved to the LRU head. Misses change
+        nothing: pass their counts to :meth:`put` as ``freq``. With ``counts`` given the keys
+        should be distinct (hit/miss counters are per distinct key). One batch of the per-batch
+        hit counters per call."""
+        k = as_keys(keys)
+        n = k.shape[0]
+        inverse = None
+        if counts is None:
+            k, c, inverse = K.unique_counts(k)
+        else:
+            c = np.ascontiguousarray(counts, dtype=np.int64)
+            if c.shape != (n,):
+                raise InvalidInputError(f"counts must have shape ({n},), got {c.shape}")
+        out = np.zeros((k.shape[0], self.row_width), dtype=self.dtype)
+        hit = np.zeros(k.shape[0], dtype=np.bool_)
+        with self.lock:
+            n_hit = 0
+            if k.shape[0]:
+                self._age_guard(k.shape[0])
+                n_hit = K.lookup(self._st, self._skey, self._rows, self._pins, self._freq, self._age,
+                                 self._where, self._stamp, self._prev, self._nxt, self._heap, self._hpos,
+                                 self._mkeys, self._mvals, k, c, bool(pin), out, hit)
+            n_miss = k.shape[0] - n_hit if inverse is not None else int(n - hit.sum())
+            self._hits += n_hit
+            self._misses += n_miss
+            self._batch_hits.append(n_hit)
+            self._batch_misses.append(n_miss)
+        if inverse is not None:
+            return out[inverse], hit[inverse]
+        return out, hit
+
+    def _budget_error(self, working_set: int) -> CacheBudgetError:
+        row_bytes = self.row_width * self.dtype.itemsize
+        return CacheBudgetError(
+            f"pinned working set of {working_set} rows ({working_set * row_bytes} bytes) exceeds the "
+            f"DRAM cache budget of {self.capacity_rows} rows ({self.budget_bytes} bytes, "
+            f"{row_bytes} bytes per row); raise the budget or shrink the batch / prefetch depth"
+        )
+
+    def _empty_evicted(self, n: int) -> Evicted:
+        return Evicted(np.empty(n, dtype=np.uint64), np.empty((n, self.row_width), dtype=self.dtype),
+                       np.empty(n, dtype=np.bool_), np.empty(n, dtype=np.int64))
+
+    def _account(self, ev: Evicted, n_ev: int) -> Evicted:
+        ev = Evicted(ev.keys[:n_ev], ev.rows[:n_ev], ev.dirty[:n_ev], ev.freq[:n_ev])
+        self._evicted += n_ev
+        self._evicted_dirty += int(ev.dirty.sum())
+        return ev
+
+    def put(self, keys, rows, dirty=False, pin: bool = False, freq=None) -> Evicted:
+        """Insert or assign rows, evicting as needed; -> the evicted rows (dump the dirty ones).
+
+        keys (n,), rows (n, W), dirty bool or (n,) bool (OR-ed into a cached row's flag), freq int or
+        (n,) int64 accesses to add (default 1 each). Later duplicates win. With ``pin`` every
+        distinct key gets one pin. Raises CacheBudgetError, leaving the cache unchanged, when the
+        call cannot fit: with ``pin``, rows pinned afterwards > capacity; without, pinned rows +
+        new rows > capacity."""
+        k = as_keys(keys)
+        n = k.shape[0]
+        r = check_rows(rows, n, self.row_width, self.dtype, "rows")
+        d = np.ascontiguousarray(np.broadcast_to(np.asarray(dirty, dtype=np.bool_), (n,)))
+        f = np.asarray(1 if freq is None else freq, dtype=np.int64)
+        f = np.ascontiguousarray(np.broadcast_to(f, (n,)))
+        with self.lock:
+            if n == 0:
+                return self._empty_evicted(0)
+            n_new, ws = K.put_check(self._st, self._pins, self._stamp, self._mkeys, self._mvals, k, bool(pin))
+            if ws > self.capacity_rows and (pin or n_new > 0):
+                raise self._budget_error(int(ws))
+            # Room for n victims, not n_new: without pins a call can evict its own earlier keys
+            # and insert them again.
+            ev = self._empty_evicted(n)
+            self._age_guard(n)
+            n_ev = K.put(self._st, self._skey, self._rows, self._dirty, self._pins, self._freq, self._age,
+                         self._where, self._stamp, self._prev, self._nxt, self._heap, self._hpos, self._free,
+                         self._mkeys, self._mvals, self._ghost,
+                         k, r, d, f, bool(pin), ev.keys, ev.rows, ev.dirty, ev.freq)
+            self._inserted += int(n_new)
+            return self._account(ev, n_ev)
+
+    def make_room(self, n_free: int) -> Evicted:
+        """Evict until ``n_free`` slots are free; -> the evicted rows. The caller owns them now: dump
+        the dirty ones, or :meth:`restore` them if the dump fails. Raises CacheBudgetError when
+        ``n_free`` + pinned rows > capacity."""
+        n_free = int(n_free)
+        with self.lock:
+            need = n_free - int(self._st[K.ST_FREE_TOP])
+            if need <= 0:
+                return self._empty_evicted(0)
+            if n_free + self.n_pinned > self.capacity_rows:
+                raise self._budget_error(n_free + self.n_pinned)
+            ev = self._empty_evicted(need)
+            n_ev = K.make_room(self._st, self._skey, self._rows, self._dirty, self._freq, self._age,
+                               self._where, self._prev, self._nxt, self._heap, self._hpos, self._free,
+                               self._mkeys, self._mvals, self._ghost, n_free,
+                               ev.keys, ev.rows, ev.dirty, ev.freq)
+            return self._account(ev, n_ev)
+
+    def restore(self, ev: Evicted) -> None:
+        """Put rows from :meth:`make_room` back, unpinned, with their dirty flags and frequencies
+        (e.g. after a failed dump). REQUIRES: the slots they left are still free."""
+        with self.lock:
+            if len(self) + ev.keys.shape[0] > self.capacity_rows:
+                raise self._budget_error(len(self) + ev.keys.shape[0])
+            self.put(ev.keys, ev.rows, dirty=ev.dirty, pin=False, freq=ev.freq)
+            self._inserted -= ev.keys.shape[0]
+            self._evicted -= ev.keys.shape[0]
+            self._evicted_dirty -= int(ev.dirty.sum())
+
+    def update(self, keys, rows) -> np.ndarray:
+        """Assign rows of cached keys and mark them dirty (not an access) -> found (n,) bool.
+        Keys not cached are left out (found False)."""
+        k = as_keys(keys)
+        r = check_rows(rows, k.shape[0], self.row_width, self.dtype, "rows")
+        found = np.empty(k.shape[0], dtype=np.bool_)
+        with self.lock:
+            if k.shape[0]:
+                K.update(self._rows, self._dirty, self._mkeys, self._mvals, k, r, found)
+        return found
+
+    def unpin(self, keys) -> None:
+        """Drop one pin of each distinct key; rows reaching zero pins enter the LRU head (and become
+        evictable). Raises InvalidInputError, after unpinning the others, for keys not pinned."""
+        k = as_keys(keys)
+        with self.lock:
+            if k.shape[0] == 0:
+                return
+            bad = K.unpin(self._st, self._pins, self._freq, self._age, self._where, self._stamp,
+                          self._prev, self._nxt, self._heap, self._hpos, self._mkeys, self._mvals, k)
+        if bad:
+            raise InvalidInputError(f"unpin: {bad} of the keys were not pinned (or not cached)")
+
+    def dirty_rows(self):
+        """(keys (m,) uint64, rows (m, W)) copies of every dirty cached row, in slot order."""
+        with self.lock:
+            s = K.dirty_slots(self._dirty, self._where)
+            return self._skey[s], self._rows[s]
+
+    def mark_clean(self, keys) -> None:
+        """Clear the dirty flag of cached ``keys`` (after their rows reached the store)."""
+        k = as_keys(keys)
+        with self.lock:
+            if k.shape[0]:
+                K.mark_clean(self._dirty, self._mkeys, self._mvals, k)
+
+    def flush(self, dump) -> int:
+        """Dump every dirty row with ``dump(keys, rows)`` and mark them clean once it returned;
+        -> rows dumped. If ``dump`` raises, nothing is marked clean."""
+        with self.lock:
+            keys, rows = self.dirty_rows()
+            if keys.shape[0]:
+                dump(keys, rows)
+                self.mark_clean(keys)
+            return int(keys.shape[0])
+
+    def evict_all(self) -> Evicted:
+        """Evict every unpinned row (e.g. on shutdown); -> the evicted rows."""
+        with self.lock:
+            return self.make_room(self.capacity_rows - self.n_pinned)

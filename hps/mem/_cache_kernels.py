@@ -1,0 +1,565 @@
+"""Kernels of the MEM-PS row cache (``hps.mem.RowCache``). Kernels and device functions only.
+
+State layout (all arrays owned by the host class, passed in as arguments; C = capacity in rows):
+
+- ``st`` (N_STATE,) int64: scalars, indexed by the ``ST_*`` constants below.
+- ``skey`` (C,) uint64: key of each slot; ``rows`` (C, W): the row; ``dirty`` (C,) bool.
+- ``pins`` (C,) int32: pin count; ``freq`` (C,) int64: accesses counted while cached (+ ghost);
+  ``age`` (C,) int64: access sequence number of the last touch (LFU tie-break, unique);
+  ``where`` (C,) int8: ``W_FREE`` / ``W_LRU`` / ``W_LFU`` / ``W_PINNED``;
+  ``stamp`` (C,) int64: id of the last call that touched the slot (once-per-call logic).
+- LRU part: intrusive doubly linked list ``prev``/``nxt`` (C,) int32, head = most recent, -1 = nil.
+- LFU part: 4-ary min-heap ``heap`` (C, 2) int64 of (packed (freq, age), slot);
+  ``hpos`` (C,) int32: heap position of each slot.
+- ``free`` (C,) int32: stack of free slots (``st[ST_FREE_TOP]`` of them).
+- Key -> slot map: linear probing ``mkeys`` (M,) uint64 / ``mvals`` (M,) int32, M a power of two
+  >= 2 C, ``EMPTY`` = all ones; deletion by backward shift (no tombstones).
+- Ghost history (optional; G = ``ghost.shape[0]`` is 0 or a power of two): a direct-mapped table
+  ``ghost`` (G, 2) uint64 of (evicted key, its frequency) -- one cache line per probe -- cell
+  ``mix64(key ^ GHOST_SALT) & (G - 1)``; an eviction overwrites its cell; a key re-inserted while
+  remembered starts from its remembered frequency (and frees the cell).
+
+Performance note: the operation kernels that allocate nothing are compiled with ``_nrt=False``.
+With Numba's reference counting on, the array arguments of the inlined helpers get atomic
+incref/decref pairs inside the per-key loop that the refcount pruner does not remove; measured on
+3,000 keys: 970 us with NRT, 86 us without (11x). Helpers are ``inline="always"`` for the same reason.
+Kernels do no bounds checks: the host sizes every array (see each kernel's REQUIRES). Kernels are not
+thread-safe; the host serialises calls on one state.
+
+Pinned rows are in neither list: pinning detaches a row, unpinning to zero puts it at the LRU head.
+Every insertion into the LRU part demotes the LRU tail into the LFU part while the LRU part holds
+more than ``st[ST_LRU_TARGET]`` rows. A victim is the LFU minimum, else the LRU tail.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .._hashing import mix64
+
+# Indices into ``st``.
+ST_LRU_HEAD = 0
+ST_LRU_TAIL = 1
+ST_LRU_SIZE = 2
+ST_HEAP_SIZE = 3
+ST_N_PINNED = 4
+ST_SEQ = 5
+ST_LRU_TARGET = 6
+ST_FREE_TOP = 7
+ST_CALL = 8
+N_STATE = 9
+
+#: Bits of ``age`` in a packed heap key; the host renumbers ages before they reach 2**AGE_BITS.
+AGE_BITS = 40
+#: Frequencies above this compare equal in the LFU order (then the older row goes first).
+FREQ_CAP = (1 << 23) - 1
+
+# Values of ``where``.
+W_FREE = 0
+W_LRU = 1
+W_LFU = 2
+W_PINNED = 3
+
+
+# ---------------------------------------------------------------- key -> int32 map (linear probing)
+
+@njit(nogil=True, cache=True, inline="always")
+def _map_get(mkeys, mvals, key):
+    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
+    mask = np.uint64(mkeys.shape[0] - 1)
+    i = mix64(key) & mask
+    while True:
+        k = mkeys[i]
+        if k == key:
+            return np.int64(mvals[i])
+        if k == empty:
+            return np.int64(-1)
+        i = (i + np.uint64(1)) & mask
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _map_put(mkeys, mvals, key, val):
+    """REQUIRES: key absent, map not full."""
+    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
+    mask = np.uint64(mkeys.shape[0] - 1)
+    i = mix64(key) & mask
+    while mkeys[i] != empty:
+        i = (i + np.uint64(1)) & mask
+    mkeys[i] = key
+    mvals[i] = val
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _map_del(mkeys, mvals, key):
+    """Remove ``key`` (no-op when absent) by backward-shift deletion."""
+    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
+    mask = np.uint64(mkeys.shape[0] - 1)
+    i = mix64(key) & mask
+    while True:
+        k = mkeys[i]
+        if k == key:
+            break
+        if k == empty:
+            return
+        i = (i + np.uint64(1)) & mask
+    j = i
+    while True:
+        j = (j + np.uint64(1)) & mask
+        k = mkeys[j]
+        if k == empty:
+            break
+        h = mix64(k) & mask
+        # The entry at j may move back to i unless its home h lies cyclically in (i, j].
+        if i <= j:
+            stays = i < h <= j
+        else:
+            stays = h > i or h <= j
+        if not stays:
+            mkeys[i] = k
+            mvals[i] = mvals[j]
+            i = j
+    mkeys[i] = empty
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _ghost_cell(ghost, key):
+    """Ghost cell of ``key``: an independent hash (salt 0x2545F4914F6CDD1D) of a power-of-two table."""
+    return mix64(key ^ np.uint64(0x2545F4914F6CDD1D)) & np.uint64(ghost.shape[0] - 1)
+
+
+# ---------------------------------------------------------------- LFU min-heap on (freq, age)
+# A 4-ary heap (children of p: 4p+1 .. 4p+4): half the depth of a binary heap, and the children
+# share a cache line. heap[p] = (packed key, slot): the key (freq, age) is packed into one int64,
+# min(freq, FREQ_CAP) << AGE_BITS | age, so a sift compares one contiguous int64 per child
+# (measured 1.3-1.5x on the replay). Ages are kept below 2**AGE_BITS by the host (renumbering).
+
+@njit(nogil=True, cache=True, inline="always")
+def _pack(f, a):
+    fc = f if f < FREQ_CAP else FREQ_CAP
+    return (np.int64(fc) << AGE_BITS) | np.int64(a)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _sift_up(heap, hpos, p):
+    key = heap[p, 0]
+    s = heap[p, 1]
+    while p > 0:
+        q = (p - 1) >> 2
+        if heap[q, 0] <= key:
+            break
+        heap[p, 0] = heap[q, 0]
+        heap[p, 1] = heap[q, 1]
+        hpos[heap[p, 1]] = p
+        p = q
+    heap[p, 0] = key
+    heap[p, 1] = s
+    hpos[s] = p
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _sift_down(heap, hpos, p, n):
+    key = heap[p, 0]
+    s = heap[p, 1]
+    while True:
+        first = 4 * p + 1
+        if first >= n:
+            break
+        c = first
+        ck = heap[first, 0]
+        for d in range(first + 1, min(first + 4, n)):
+            dk = heap[d, 0]
+            if dk < ck:
+                c = d
+                ck = dk
+        if ck >= key:
+            break
+        heap[p, 0] = ck
+        heap[p, 1] = heap[c, 1]
+        hpos[heap[p, 1]] = p
+        p = c
+    heap[p, 0] = key
+    heap[p, 1] = s
+    hpos[s] = p
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _heap_push(st, heap, hpos, freq, age, s):
+    n = st[ST_HEAP_SIZE]
+    heap[n, 0] = _pack(freq[s], age[s])
+    heap[n, 1] = s
+    st[ST_HEAP_SIZE] = n + 1
+    _sift_up(heap, hpos, n)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _heap_remove(st, heap, hpos, freq, age, s):
+    p = hpos[s]
+    n = st[ST_HEAP_SIZE] - 1
+    st[ST_HEAP_SIZE] = n
+    hpos[s] = -1
+    if p == n:
+        return
+    last = heap[n, 1]
+    heap[p, 0] = heap[n, 0]
+    heap[p, 1] = last
+    hpos[last] = p
+    _sift_down(heap, hpos, p, n)
+    _sift_up(heap, hpos, hpos[last])
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _resift(st, where, heap, hpos, freq, age, s):
+    """Restore the heap after the (freq, age) of slot ``s`` grew while it sits in the LFU part."""
+    if where[s] == W_LFU:
+        p = hpos[s]
+        heap[p, 0] = _pack(freq[s], age[s])
+        _sift_down(heap, hpos, p, st[ST_HEAP_SIZE])
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def renumber_ages(st, age, where, heap, order):
+    """Give the used slots, listed in ``order`` by increasing age, the ages 1, 2, ... and rebuild
+    the heap keys (relative order, hence the heap shape, is unchanged)."""
+    for i in range(order.shape[0]):
+        age[order[i]] = i + 1
+    st[ST_SEQ] = order.shape[0]
+    for p in range(st[ST_HEAP_SIZE]):
+        s = heap[p, 1]
+        heap[p, 0] = (heap[p, 0] >> AGE_BITS << AGE_BITS) | age[s]
+
+
+# ---------------------------------------------------------------- LRU list and placement
+
+@njit(nogil=True, cache=True, inline="always")
+def _lru_unlink(st, prev, nxt, s):
+    p = prev[s]
+    q = nxt[s]
+    if p >= 0:
+        nxt[p] = q
+    else:
+        st[ST_LRU_HEAD] = q
+    if q >= 0:
+        prev[q] = p
+    else:
+        st[ST_LRU_TAIL] = p
+    prev[s] = -1
+    nxt[s] = -1
+    st[ST_LRU_SIZE] -= 1
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _detach(st, where, prev, nxt, heap, hpos, freq, age, s):
+    w = where[s]
+    if w == W_LRU:
+        _lru_unlink(st, prev, nxt, s)
+    elif w == W_LFU:
+        _heap_remove(st, heap, hpos, freq, age, s)
+    where[s] = W_FREE
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _place_lru(st, where, prev, nxt, heap, hpos, freq, age, s):
+    """Put detached slot ``s`` at the LRU head, then demote the LRU tail while over target."""
+    h = st[ST_LRU_HEAD]
+    prev[s] = -1
+    nxt[s] = h
+    if h >= 0:
+        prev[h] = s
+    else:
+        st[ST_LRU_TAIL] = s
+    st[ST_LRU_HEAD] = s
+    st[ST_LRU_SIZE] += 1
+    where[s] = W_LRU
+    while st[ST_LRU_SIZE] > st[ST_LRU_TARGET]:
+        t = st[ST_LRU_TAIL]
+        _lru_unlink(st, prev, nxt, t)
+        where[t] = W_LFU
+        _heap_push(st, heap, hpos, freq, age, t)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _evict_one(st, skey, rows, dirty, freq, age, where, prev, nxt, heap, hpos, free,
+               mkeys, mvals, ghost, ev_keys, ev_rows, ev_dirty, ev_freq, n_ev):
+    """Evict the LFU minimum (else the LRU tail) into ``ev_*[n_ev]``; its slot goes on the free stack.
+    Returns False when every cached row is pinned."""
+    if st[ST_HEAP_SIZE] > 0:
+        s = heap[0, 1]
+        _heap_remove(st, heap, hpos, freq, age, s)
+    elif st[ST_LRU_SIZE] > 0:
+        s = st[ST_LRU_TAIL]
+        _lru_unlink(st, prev, nxt, s)
+    else:
+        return False
+    key = skey[s]
+    ev_keys[n_ev] = key
+    for j in range(rows.shape[1]):
+        ev_rows[n_ev, j] = rows[s, j]
+    ev_dirty[n_ev] = dirty[s]
+    ev_freq[n_ev] = freq[s]
+    _map_del(mkeys, mvals, key)
+    if ghost.shape[0] > 0:
+        c = _ghost_cell(ghost, key)
+        ghost[c, 0] = key
+        ghost[c, 1] = np.uint64(freq[s])
+    where[s] = W_FREE
+    dirty[s] = False
+    free[st[ST_FREE_TOP]] = s
+    st[ST_FREE_TOP] += 1
+    return True
+
+
+# ---------------------------------------------------------------- operations (one per host method)
+
+@njit(nogil=True, cache=True, _nrt=False)
+def lookup(st, skey, rows, pins, freq, age, where, stamp, prev, nxt, heap, hpos, mkeys, mvals,
+           keys, counts, pin, out_rows, hit):
+    """Hits: copy the row into ``out_rows[i]``, add ``counts[i]`` to its frequency, and (once per call
+    per key) pin it or move it to the LRU head. keys (n,) uint64, counts (n,) int64,
+    out_rows (n, W), hit (n,) bool (written). Returns the number of distinct keys that hit."""
+    st[ST_CALL] += 1
+    call = st[ST_CALL]
+    n_hit = 0
+    for i in range(keys.shape[0]):
+        s = _map_get(mkeys, mvals, keys[i])
+        if s < 0:
+            hit[i] = False
+            continue
+        hit[i] = True
+        freq[s] += counts[i]
+        for j in range(rows.shape[1]):
+            out_rows[i, j] = rows[s, j]
+        if stamp[s] == call:
+            _resift(st, where, heap, hpos, freq, age, s)
+            continue
+        stamp[s] = call
+        n_hit += 1
+        st[ST_SEQ] += 1
+        age[s] = st[ST_SEQ]
+        if pin:
+            if pins[s] == 0:
+                _detach(st, where, prev, nxt, heap, hpos, freq, age, s)
+                where[s] = W_PINNED
+                st[ST_N_PINNED] += 1
+            pins[s] += 1
+        elif where[s] != W_PINNED:
+            _detach(st, where, prev, nxt, heap, hpos, freq, age, s)
+            _place_lru(st, where, prev, nxt, heap, hpos, freq, age, s)
+    return n_hit
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def put_check(st, pins, stamp, mkeys, mvals, keys, pin):
+    """Budget check of ``put`` (no state change besides the call stamp).
+    Returns (n_new, working_set): working_set = rows pinned after the call when ``pin``, else
+    n_pinned + n_new (the call fails when it exceeds the capacity and n_new > 0)."""
+    st[ST_CALL] += 1
+    call = st[ST_CALL]
+    n_new = 0
+    n_old = 0
+    n_old_pinned = 0
+    for i in range(keys.shape[0]):
+        s = _map_get(mkeys, mvals, keys[i])
+        if s < 0:
+            n_new += 1
+        elif stamp[s] != call:
+            stamp[s] = call
+            n_old += 1
+            if pins[s] > 0:
+                n_old_pinned += 1
+    if pin:
+        return n_new, st[ST_N_PINNED] - n_old_pinned + n_old + n_new
+    return n_new, st[ST_N_PINNED] + n_new
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def put(st, skey, rows, dirty, pins, freq, age, where, stamp, prev, nxt, heap, hpos, free, mkeys, mvals,
+        ghost, keys, in_rows, in_dirty, in_freq, pin,
+        ev_keys, ev_rows, ev_dirty, ev_freq):
+    """Insert or assign rows; evicts into ``ev_*`` as needed. REQUIRES: ``put_check`` passed.
+    keys (n,) uint64, in_rows (n, W), in_dirty (n,) bool, in_freq (n,) int64; ``ev_*`` have room for
+    n rows (not only the new keys: without pins a call may evict its own keys and re-insert them).
+    Returns the number of evicted rows."""
+    st[ST_CALL] += 1
+    call = st[ST_CALL]
+    n_ev = 0
+    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
+    for i in range(keys.shape[0]):
+        key = keys[i]
+        s = _map_get(mkeys, mvals, key)
+        if s < 0:
+            if st[ST_FREE_TOP] == 0:
+                _evict_one(st, skey, rows, dirty, freq, age, where, prev, nxt, heap, hpos, free,
+                           mkeys, mvals, ghost, ev_keys, ev_rows, ev_dirty,
+                           ev_freq, n_ev)
+                n_ev += 1
+            st[ST_FREE_TOP] -= 1
+            s = np.int64(free[st[ST_FREE_TOP]])
+            _map_put(mkeys, mvals, key, s)
+            skey[s] = key
+            f = in_freq[i]
+            if ghost.shape[0] > 0:
+                c = _ghost_cell(ghost, key)
+                if ghost[c, 0] == key:
+                    f += np.int64(ghost[c, 1])
+                    ghost[c, 0] = empty
+            freq[s] = f
+            dirty[s] = in_dirty[i]
+            pins[s] = 0
+            where[s] = W_FREE
+            stamp[s] = 0
+        else:
+            freq[s] += in_freq[i]
+            dirty[s] = dirty[s] or in_dirty[i]
+        for j in range(rows.shape[1]):
+            rows[s, j] = in_rows[i, j]
+        st[ST_SEQ] += 1
+        age[s] = st[ST_SEQ]
+        if stamp[s] == call:
+            _resift(st, where, heap, hpos, freq, age, s)
+            continue
+        stamp[s] = call
+        if pin:
+            if pins[s] == 0:
+                _detach(st, where, prev, nxt, heap, hpos, freq, age, s)
+                where[s] = W_PINNED
+                st[ST_N_PINNED] += 1
+            pins[s] += 1
+        elif where[s] != W_PINNED:
+            _detach(st, where, prev, nxt, heap, hpos, freq, age, s)
+            _place_lru(st, where, prev, nxt, heap, hpos, freq, age, s)
+    return n_ev
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def make_room(st, skey, rows, dirty, freq, age, where, prev, nxt, heap, hpos, free, mkeys, mvals,
+              ghost, n_free, ev_keys, ev_rows, ev_dirty, ev_freq):
+    """Evict until ``n_free`` slots are free. REQUIRES: n_free <= C - n_pinned. Returns n evicted."""
+    n_ev = 0
+    while st[ST_FREE_TOP] < n_free:
+        _evict_one(st, skey, rows, dirty, freq, age, where, prev, nxt, heap, hpos, free,
+                   mkeys, mvals, ghost, ev_keys, ev_rows, ev_dirty, ev_freq, n_ev)
+        n_ev += 1
+    return n_ev
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def update(rows, dirty, mkeys, mvals, keys, in_rows, found):
+    """Assign rows of cached keys and mark them dirty; no access is counted. found (n,) bool written.
+    Returns the number of keys found."""
+    n = 0
+    for i in range(keys.shape[0]):
+        s = _map_get(mkeys, mvals, keys[i])
+        found[i] = s >= 0
+        if s < 0:
+            continue
+        n += 1
+        dirty[s] = True
+        for j in range(rows.shape[1]):
+            rows[s, j] = in_rows[i, j]
+    return n
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def unpin(st, pins, freq, age, where, stamp, prev, nxt, heap, hpos, mkeys, mvals, keys):
+    """Drop one pin of each distinct key; a row reaching zero pins goes to the LRU head.
+    Returns the number of distinct keys that were not pinned (or not cached)."""
+    st[ST_CALL] += 1
+    call = st[ST_CALL]
+    n_bad = 0
+    for i in range(keys.shape[0]):
+        s = _map_get(mkeys, mvals, keys[i])
+        if s < 0:
+            n_bad += 1
+            continue
+        if stamp[s] == call:
+            continue
+        stamp[s] = call
+        if pins[s] == 0:
+            n_bad += 1
+            continue
+        pins[s] -= 1
+        if pins[s] == 0:
+            st[ST_N_PINNED] -= 1
+            where[s] = W_FREE
+            _place_lru(st, where, prev, nxt, heap, hpos, freq, age, s)
+    return n_bad
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def gather(rows, mkeys, mvals, keys, out_rows, found):
+    """Copy rows of cached keys without counting an access. found (n,) bool written."""
+    for i in range(keys.shape[0]):
+        s = _map_get(mkeys, mvals, keys[i])
+        found[i] = s >= 0
+        if s >= 0:
+            for j in range(rows.shape[1]):
+                out_rows[i, j] = rows[s, j]
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def pin_counts(pins, mkeys, mvals, keys, out):
+    for i in range(keys.shape[0]):
+        s = _map_get(mkeys, mvals, keys[i])
+        out[i] = pins[s] if s >= 0 else 0
+
+
+@njit(nogil=True, cache=True)
+def dirty_slots(dirty, where):
+    """Slots (m,) int64 of dirty cached rows, in slot order."""
+    n = 0
+    for s in range(dirty.shape[0]):
+        if dirty[s] and where[s] != W_FREE:
+            n += 1
+    out = np.empty(n, dtype=np.int64)
+    n = 0
+    for s in range(dirty.shape[0]):
+        if dirty[s] and where[s] != W_FREE:
+            out[n] = s
+            n += 1
+    return out
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def mark_clean(dirty, mkeys, mvals, keys):
+    for i in range(keys.shape[0]):
+        s = _map_get(mkeys, mvals, keys[i])
+        if s >= 0:
+            dirty[s] = False
+
+
+@njit(nogil=True, cache=True)
+def unique_counts(keys):
+    """Distinct keys in first-occurrence order with their counts and the inverse map.
+    keys (n,) uint64 -> uniq (u,) uint64, counts (u,) int64, inverse (n,) int64."""
+    n = keys.shape[0]
+    m = 16
+    while m < 2 * n:
+        m *= 2
+    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
+    tkeys = np.full(m, empty, dtype=np.uint64)
+    tvals = np.empty(m, dtype=np.int64)
+    mask = np.uint64(m - 1)
+    uniq = np.empty(n, dtype=np.uint64)
+    counts = np.zeros(n, dtype=np.int64)
+    inverse = np.empty(n, dtype=np.int64)
+    u = 0
+    for i in range(n):
+        key = keys[i]
+        h = mix64(key) & mask
+        while True:
+            k = tkeys[h]
+            if k == key:
+                v = tvals[h]
+                break
+            if k == empty:
+                tkeys[h] = key
+                tvals[h] = u
+                uniq[u] = key
+                v = u
+                u += 1
+                break
+            h = (h + np.uint64(1)) & mask
+        counts[v] += 1
+        inverse[i] = v
+    return uniq[:u], counts[:u], inverse

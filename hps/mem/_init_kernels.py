@@ -1,0 +1,29 @@
+"""Kernel of the deterministic per-key row initializer. Kernels only."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .._hashing import mix64
+
+
+@njit(nogil=True, cache=True)
+def init_rows(keys, seed, emb_dim, scale, state_value, out):
+    """out[i, :emb_dim] uniform in [-scale, scale) from (keys[i], seed, column) only;
+    out[i, emb_dim:] = state_value. keys (n,) uint64, out (n, W) float32."""
+    golden = np.uint64(0x9E3779B97F4A7C15)
+    base = mix64(np.uint64(seed) ^ np.uint64(0xD1B54A32D192ED03))
+    inv = 1.0 / 9007199254740992.0  # 2**-53
+    fs = np.float32(scale)
+    for i in range(keys.shape[0]):
+        h = mix64(keys[i] ^ base)
+        for j in range(emb_dim):
+            x = mix64(h + np.uint64(j + 1) * golden)
+            u = np.float64(x >> np.uint64(11)) * inv  # [0, 1)
+            v = np.float32((2.0 * u - 1.0) * scale)
+            if v >= fs:  # float32 rounding must not reach the open end
+                v = -fs
+            out[i, j] = v
+        for j in range(emb_dim, out.shape[1]):
+            out[i, j] = state_value

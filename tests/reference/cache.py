@@ -1,0 +1,170 @@
+"""Reference LRU+LFU row cache with pinning: the semantics of :class:`hps.mem.RowCache`, by the book.
+
+Slow and obvious: dicts, an ordered dict for the LRU part, ``min`` over the LFU part. The fast cache
+must make exactly the same decisions (hits, victims and their order, budget errors).
+
+- Every touched row enters the LRU part (most recent last); while the LRU part holds more than
+  ``lru_target`` rows, its least recent row moves to the LFU part.
+- A victim is the LFU row with the smallest (freq, age), else the least recent LRU row.
+- Pinned rows are in neither part; unpinning to zero puts a row at the LRU's recent end.
+- The fast cache caps freq at 2**23 - 1 inside its LFU order; these tests never get near it.
+- ``age`` = a global sequence number of the last touch (one per distinct key per lookup, one per
+  key occurrence per put).
+- Ghost: a direct-mapped table of ``ghost`` cells (0 or a power of two) of (key, freq) of evicted
+  rows, cell ``mix64(key ^ GHOST_SALT) % ghost``; re-inserting a remembered key adds its remembered
+  freq and frees its cell.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+
+GHOST_SALT = 0x2545F4914F6CDD1D
+M64 = (1 << 64) - 1
+
+
+def mix64(x: int) -> int:
+    """SplitMix64 finaliser (same as hps._hashing.mix64), on Python ints."""
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & M64
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+class BudgetExceeded(Exception):
+    pass
+
+
+class RefCache:
+    def __init__(self, capacity: int, lru_target: int, ghost: int = 0):
+        self.capacity, self.lru_target = capacity, lru_target
+        self.e: dict[int, dict] = {}            # key -> row, dirty, pins, freq, age
+        self.lru: OrderedDict[int, None] = OrderedDict()
+        self.lfu: set[int] = set()
+        self.seq = 0
+        self.ghost = [None] * ghost              # (key, freq) or None per cell
+
+    # -- parts
+    def _detach(self, k):
+        self.lru.pop(k, None)
+        self.lfu.discard(k)
+
+    def _place_lru(self, k):
+        self.lru[k] = None
+        while len(self.lru) > self.lru_target:
+            old, _ = self.lru.popitem(last=False)
+            self.lfu.add(old)
+
+    def _evict_one(self, out):
+        if self.lfu:
+            k = min(self.lfu, key=lambda x: (self.e[x]["freq"], self.e[x]["age"]))
+            self.lfu.discard(k)
+        elif self.lru:
+            k, _ = self.lru.popitem(last=False)
+        else:
+            raise AssertionError("nothing evictable")
+        ent = self.e.pop(k)
+        out.append((k, ent["row"].copy(), ent["dirty"], ent["freq"]))
+        if self.ghost:
+            self.ghost[mix64(k ^ GHOST_SALT) % len(self.ghost)] = (k, ent["freq"])
+
+    def _ghost_take(self, k) -> int:
+        if not self.ghost:
+            return 0
+        c = mix64(k ^ GHOST_SALT) % len(self.ghost)
+        g = self.ghost[c]
+        if g is not None and g[0] == k:
+            self.ghost[c] = None
+            return g[1]
+        return 0
+
+    def _touch(self, k, pin: bool):
+        ent = self.e[k]
+        if pin:
+            if ent["pins"] == 0:
+                self._detach(k)
+            ent["pins"] += 1
+        elif ent["pins"] == 0:
+            self._detach(k)
+            self._place_lru(k)
+
+    @property
+    def n_pinned(self):
+        return sum(1 for v in self.e.values() if v["pins"] > 0)
+
+    # -- operations
+    def lookup(self, keys, pin):
+        """keys: list of ints (repeats allowed) -> list of hit bools per key, distinct-hit count."""
+        uniq = list(dict.fromkeys(keys))
+        counts = {k: keys.count(k) for k in uniq}
+        hits = 0
+        for k in uniq:
+            if k not in self.e:
+                continue
+            hits += 1
+            self.e[k]["freq"] += counts[k]
+            self.seq += 1
+            self.e[k]["age"] = self.seq
+            self._touch(k, pin)
+        return [k in self.e for k in keys], hits
+
+    def put(self, keys, rows, dirty, pin, freq):
+        present = [k for k in dict.fromkeys(keys) if k in self.e]
+        n_new = sum(1 for k in keys if k not in self.e)
+        n_pinned = self.n_pinned
+        if pin:
+            ws = n_pinned - sum(1 for k in present if self.e[k]["pins"] > 0) + len(present) + n_new
+            if ws > self.capacity:
+                raise BudgetExceeded(ws)
+        elif n_new and n_pinned + n_new > self.capacity:
+            raise BudgetExceeded(n_pinned + n_new)
+        out = []
+        seen = set()
+        for k, r, d, f in zip(keys, rows, dirty, freq):
+            if k not in self.e:
+                if len(self.e) == self.capacity:
+                    self._evict_one(out)
+                self.e[k] = dict(row=None, dirty=bool(d), pins=0, freq=int(f) + self._ghost_take(k), age=0)
+            else:
+                self.e[k]["freq"] += int(f)
+                self.e[k]["dirty"] = self.e[k]["dirty"] or bool(d)
+            self.e[k]["row"] = np.array(r, copy=True)
+            self.seq += 1
+            self.e[k]["age"] = self.seq
+            if k in seen:
+                continue
+            seen.add(k)
+            self._touch(k, pin)
+        return out
+
+    def make_room(self, n_free):
+        if n_free + self.n_pinned > self.capacity:
+            raise BudgetExceeded(n_free + self.n_pinned)
+        out = []
+        while self.capacity - len(self.e) < n_free:
+            self._evict_one(out)
+        return out
+
+    def unpin(self, keys):
+        bad = 0
+        for k in dict.fromkeys(keys):
+            if k not in self.e or self.e[k]["pins"] == 0:
+                bad += 1
+                continue
+            self.e[k]["pins"] -= 1
+            if self.e[k]["pins"] == 0:
+                self._place_lru(k)
+        return bad
+
+    def update(self, keys, rows):
+        found = []
+        for k, r in zip(keys, rows):
+            found.append(k in self.e)
+            if k in self.e:
+                self.e[k]["row"] = np.array(r, copy=True)
+                self.e[k]["dirty"] = True
+        return found

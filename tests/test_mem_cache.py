@@ -1,0 +1,248 @@
+"""RowCache against the reference LRU+LFU cache (tests/reference/cache.py), plus pinning corners."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hps.errors import CacheBudgetError, InvalidInputError, InvalidTypeError
+from hps.mem import RowCache, replay, unique_counts
+from tests.reference.cache import BudgetExceeded, RefCache
+
+W = 2
+
+
+def _rows(keys, version):
+    k = np.asarray(keys, dtype=np.float32)
+    return np.stack([k, np.full_like(k, version)], axis=1).reshape(len(keys), W)
+
+
+def _u(keys):
+    return np.array(keys, dtype=np.uint64)
+
+
+def _check_same_state(fast: RowCache, ref: RefCache):
+    keys = sorted(ref.e)
+    assert len(fast) == len(keys)
+    rows, found = fast.peek(_u(keys))
+    assert found.all()
+    for i, k in enumerate(keys):
+        np.testing.assert_array_equal(rows[i], ref.e[k]["row"])
+    np.testing.assert_array_equal(fast.pin_counts(_u(keys)), [ref.e[k]["pins"] for k in keys])
+    dk, _ = fast.dirty_rows()
+    assert sorted(dk.tolist()) == sorted(k for k in keys if ref.e[k]["dirty"])
+    assert fast.n_pinned == ref.n_pinned
+
+
+def _same_evicted(ev, ref_out):
+    assert ev.keys.tolist() == [o[0] for o in ref_out]
+    assert ev.dirty.tolist() == [o[2] for o in ref_out]
+    assert ev.freq.tolist() == [o[3] for o in ref_out]
+    for i, o in enumerate(ref_out):
+        np.testing.assert_array_equal(ev.rows[i], o[1])
+
+
+key_lists = st.lists(st.integers(0, 11), min_size=0, max_size=7)
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("lookup"), key_lists, st.booleans()),
+        st.tuples(st.just("put"), key_lists, st.booleans(), st.booleans()),
+        st.tuples(st.just("unpin"), key_lists),
+        st.tuples(st.just("update"), key_lists),
+        st.tuples(st.just("make_room"), st.integers(0, 6)),
+        st.tuples(st.just("renumber")),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(capacity=st.integers(1, 6), lru_fraction=st.sampled_from([0.0, 0.34, 0.5, 1.0]),
+       ghost_factor=st.sampled_from([0.0, 1.0, 3.0, 0.2]), ops=ops)
+def test_matches_reference(capacity, lru_fraction, ghost_factor, ops):
+    fast = RowCache(capacity, W, lru_fraction=lru_fraction, ghost_factor=ghost_factor)
+    ref = RefCache(capacity, int(round(lru_fraction * capacity)), fast._ghost.shape[0])
+    for version, op in enumerate(ops):
+        kind = op[0]
+        if kind == "lookup":
+            _, keys, pin = op
+            rows, hit = fast.lookup(_u(keys), pin=pin)
+            want_hit, want_n = ref.lookup(keys, pin)
+            assert hit.tolist() == want_hit
+            assert fast.stats().per_batch_hits[-1] == want_n
+            for i, k in enumerate(keys):
+                np.testing.assert_array_equal(rows[i], ref.e[k]["row"] if want_hit[i] else np.zeros(W))
+        elif kind == "put":
+            _, keys, pin, dirty = op
+            r = _rows(keys, version)
+            freq = [1 + (k % 3) for k in keys]
+            try:
+                want = ref.put(keys, r, [dirty] * len(keys), pin, freq)
+            except BudgetExceeded:
+                with pytest.raises(CacheBudgetError):
+                    fast.put(_u(keys), r, dirty=dirty, pin=pin, freq=np.array(freq))
+            else:
+                _same_evicted(fast.put(_u(keys), r, dirty=dirty, pin=pin, freq=np.array(freq)), want)
+        elif kind == "unpin":
+            keys = op[1]
+            bad = ref.unpin(keys)
+            if bad:
+                with pytest.raises(InvalidInputError):
+                    fast.unpin(_u(keys))
+            else:
+                fast.unpin(_u(keys))
+        elif kind == "update":
+            keys = op[1]
+            r = _rows(keys, version)
+            assert fast.update(_u(keys), r).tolist() == ref.update(keys, r)
+        elif kind == "renumber":  # must not change any decision
+            fast._renumber_ages()
+        else:
+            n = op[1]
+            try:
+                want = ref.make_room(n)
+            except BudgetExceeded:
+                with pytest.raises(CacheBudgetError):
+                    fast.make_room(n)
+            else:
+                _same_evicted(fast.make_room(n), want)
+        _check_same_state(fast, ref)
+
+
+def test_lru_and_lfu_orders():
+    # plain LRU: the least recently used goes first
+    c = RowCache(3, 1, lru_fraction=1.0, ghost_factor=0)
+    c.put(_u([1, 2, 3]), np.zeros((3, 1)))
+    c.lookup(_u([1]), pin=False)
+    assert c.put(_u([4]), np.zeros((1, 1))).keys.tolist() == [2]
+    # plain LFU: the least frequently used goes first, repeats inside a batch count
+    c = RowCache(3, 1, lru_fraction=0.0, ghost_factor=0)
+    c.put(_u([1, 2, 3]), np.zeros((3, 1)))
+    c.lookup(_u([2, 2, 2, 1]), pin=False)
+    ev = c.put(_u([4]), np.zeros((1, 1)))
+    assert ev.keys.tolist() == [3] and ev.freq.tolist() == [1]
+    assert c.put(_u([5]), np.zeros((1, 1))).keys.tolist() == [4]  # 4 is the only row at freq 1
+    ev = c.make_room(3)
+    assert ev.keys.tolist() == [5, 1, 2]  # freqs 1, 2, 4
+
+
+def test_everything_pinned_and_budget_message():
+    c = RowCache(4, 8, dtype=np.float32)
+    c.put(_u([1, 2, 3, 4]), np.zeros((4, 8)), pin=True)
+    with pytest.raises(CacheBudgetError) as ei:
+        c.put(_u([5]), np.zeros((1, 8)), pin=True)
+    msg = str(ei.value)
+    assert "5 rows" in msg and "160 bytes" in msg and "4 rows" in msg and "128 bytes" in msg
+    with pytest.raises(CacheBudgetError):
+        c.put(_u([5]), np.zeros((1, 8)), pin=False)
+    with pytest.raises(CacheBudgetError):
+        c.make_room(1)
+    assert len(c) == 4 and c.n_pinned == 4  # unchanged
+    c.unpin(_u([2]))  # unpin makes rows evictable
+    ev = c.put(_u([5]), np.ones((1, 8)), pin=True)
+    assert ev.keys.tolist() == [2]
+    assert c.pin_counts(_u([1, 2, 5])).tolist() == [1, 0, 1]
+
+
+def test_pinned_rows_are_never_evicted_and_pins_count():
+    c = RowCache(3, 1, lru_fraction=0.0)
+    c.put(_u([1]), np.zeros((1, 1)), pin=True)
+    c.lookup(_u([1, 1]), pin=True)  # second pin (once per call)
+    assert c.pin_counts(_u([1])).tolist() == [2]
+    for k in range(10, 30):
+        ev = c.put(_u([k]), np.zeros((1, 1)))
+        assert 1 not in ev.keys.tolist()
+    c.unpin(_u([1]))
+    assert c.contains(_u([1])).tolist() == [True]
+    c.unpin(_u([1, 1]))
+    with pytest.raises(InvalidInputError):
+        c.unpin(_u([1]))
+
+
+def test_working_set_larger_than_budget():
+    c = RowCache(4, 1)
+    with pytest.raises(CacheBudgetError, match="5 rows"):
+        c.put(_u([1, 2, 3, 4, 5]), np.zeros((5, 1)), pin=True)
+    assert len(c) == 0
+
+
+def test_dirty_flags_and_flush():
+    c = RowCache(2, 1, lru_fraction=1.0)
+    c.put(_u([1, 2]), np.array([[1.0], [2.0]]), dirty=np.array([True, False]))
+    assert c.update(_u([2, 9]), np.array([[20.0], [90.0]])).tolist() == [True, False]
+    dumped = {}
+    assert c.flush(lambda k, r: dumped.update(zip(k.tolist(), r[:, 0].tolist()))) == 2
+    assert dumped == {1: 1.0, 2: 20.0}
+    assert c.dirty_rows()[0].shape == (0,)
+
+    def boom(k, r):
+        raise OSError("disk")
+    c.update(_u([1]), np.array([[5.0]]))
+    with pytest.raises(OSError):
+        c.flush(boom)
+    assert c.dirty_rows()[0].tolist() == [1]  # still dirty after a failed dump
+
+
+def test_empty_batches_and_bad_input():
+    c = RowCache(2, 3)
+    rows, hit = c.lookup(np.empty(0, np.uint64))
+    assert rows.shape == (0, 3) and hit.shape == (0,)
+    assert c.put(np.empty(0, np.uint64), np.empty((0, 3))).keys.shape == (0,)
+    c.unpin(np.empty(0, np.uint64))
+    with pytest.raises(InvalidInputError):
+        c.lookup(np.array([2**64 - 1], dtype=np.uint64))
+    with pytest.raises(InvalidTypeError):
+        c.lookup(np.array([1.5]))
+    with pytest.raises(InvalidInputError):
+        c.put(_u([1]), np.zeros((1, 2)))
+    with pytest.raises(InvalidInputError):
+        RowCache(0, 1)
+    with pytest.raises(InvalidInputError):
+        RowCache(4, 1, lru_fraction=1.5)
+
+
+def test_restore_puts_rows_back():
+    c = RowCache(2, 1, lru_fraction=1.0)
+    c.put(_u([1, 2]), np.array([[1.0], [2.0]]), dirty=True)
+    ev = c.make_room(2)
+    assert len(c) == 0 and ev.keys.tolist() == [1, 2]
+    c.restore(ev)
+    rows, found = c.peek(_u([1, 2]))
+    assert found.all() and rows[:, 0].tolist() == [1.0, 2.0]
+    assert sorted(c.dirty_rows()[0].tolist()) == [1, 2]
+
+
+def test_unique_counts():
+    u, c, inv = unique_counts(_u([5, 3, 5, 5, 7, 3]))
+    assert u.tolist() == [5, 3, 7] and c.tolist() == [3, 2, 1]
+    assert u[inv].tolist() == [5, 3, 5, 5, 7, 3]
+
+
+def test_replay_policies():
+    rng = np.random.default_rng(1)
+    batches = [rng.zipf(1.3, 300).astype(np.uint64) for _ in range(60)]
+    res = {p: replay(batches, 400, p) for p in ("lru", "lfu", "lru+lfu")}
+    for r in res.values():
+        assert r["hits"] + r["misses"] == sum(len(np.unique(b)) for b in batches)
+        assert r["per_batch"].shape == (60,)
+        assert 0 < r["hit_rate"] < 1
+    assert res["lru+lfu"]["hit_rate"] >= res["lru"]["hit_rate"]
+    with pytest.raises(InvalidInputError):
+        replay(batches, 10, "fifo")
+    with pytest.raises(CacheBudgetError):
+        replay(batches, 10, "lru")  # a batch's working set does not fit
+
+
+def test_age_renumbering_near_the_packed_limit():
+    from hps.mem import _cache_kernels as K
+
+    c = RowCache(4, 1, lru_fraction=0.0, ghost_factor=0)
+    ref = RefCache(4, 0)
+    c._st[K.ST_SEQ] = (1 << K.AGE_BITS) - 3  # the next call renumbers
+    for step in range(12):
+        keys = [step % 5, (step * 3) % 7]
+        r = np.zeros((2, 1))
+        _same_evicted(c.put(_u(keys), r), ref.put(keys, r, [False, False], False, [1, 1]))
+        c.lookup(_u(keys[:1]), pin=False)
+        ref.lookup(keys[:1], False)
+    assert int(c._st[K.ST_SEQ]) < 100

@@ -1,0 +1,218 @@
+"""MemPS over a store: round trips against a flat dict model; dirty rows always reach the store."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hps.errors import CacheBudgetError
+from hps.mem import MemPS, RowInitializer, owner_of
+from tests.reference.store import DictStore
+
+EMB, W = 3, 4
+
+
+def _u(keys):
+    return np.array(keys, dtype=np.uint64)
+
+
+def _mem(store, capacity_rows, **kw):
+    return MemPS(store, W, initializer=RowInitializer(EMB, W, seed=7), capacity_rows=capacity_rows, **kw)
+
+
+class FlakyStore(DictStore):
+    """A store whose dump raises while ``fail`` is set (nothing written)."""
+
+    fail = False
+
+    def dump(self, keys, rows):
+        if self.fail:
+            raise OSError("injected dump failure")
+        super().dump(keys, rows)
+
+
+@settings(max_examples=60, deadline=None)
+@given(capacity=st.integers(6, 12), lru_fraction=st.sampled_from([0.0, 0.3, 1.0]),
+       steps=st.lists(st.lists(st.integers(0, 29), min_size=1, max_size=6), min_size=1, max_size=25))
+def test_round_trip_with_tiny_budget_equals_flat_model(capacity, lru_fraction, steps):
+    store = DictStore(W)
+    mem = _mem(store, capacity, lru_fraction=lru_fraction)
+    init = RowInitializer(EMB, W, seed=7)
+    model: dict[int, np.ndarray] = {}
+    for step, keys in enumerate(steps):
+        k = _u(keys)
+        rows = mem.pull(k)
+        want = np.stack([model[x] if x in model else init(_u([x]))[0] for x in keys])
+        np.testing.assert_array_equal(rows, want)
+        new = rows + np.float32(step + 1)  # an "update": the same for duplicates
+        mem.push(k, new)
+        for x, r in zip(keys, new):
+            model[x] = r
+        assert mem.stats()["pinned"] == 0
+    mem.flush()
+    for x, r in model.items():
+        np.testing.assert_array_equal(store.d[x], r)
+    # a second MemPS over the same store sees everything
+    mem2 = _mem(store, capacity)
+    ks = sorted(model)
+    for i in range(0, len(ks), capacity):  # one batch must fit the budget
+        chunk = ks[i:i + capacity]
+        got = mem2.pull(_u(chunk))
+        np.testing.assert_array_equal(got, np.stack([model[x] for x in chunk]))
+        mem2.unpin(_u(chunk))
+
+
+def test_pipelined_pins_prefetch():
+    store = DictStore(W)
+    mem = _mem(store, 4)
+    a = mem.pull(_u([1, 2]))          # batch i
+    mem.pull(_u([2, 3]))              # batch i+1 prefetched: 2 has two pins
+    with pytest.raises(CacheBudgetError, match="working set"):
+        mem.pull(_u([7, 8]))          # 5 pinned rows > 4
+    assert mem.stats()["pinned"] == 3  # the failed pull pinned nothing
+    mem.push(_u([1, 2]), a + 1)
+    assert mem.stats()["pinned"] == 2  # 2 still pinned by batch i+1
+    mem.pull(_u([7, 8]))               # now room: 1 is evicted, dirty -> dumped
+    assert 1 in store.d and np.array_equal(store.d[1], a[0] + 1)
+
+
+def test_failed_dump_keeps_rows_dirty_in_cache():
+    store = FlakyStore(W)
+    mem = _mem(store, 2, lru_fraction=1.0)
+    r = mem.pull(_u([1, 2]))
+    mem.push(_u([1, 2]), r + 5)
+    store.fail = True
+    with pytest.raises(OSError, match="injected"):
+        mem.pull(_u([3]))              # needs to evict a dirty row; the dump fails
+    cache = mem.cache
+    rows, found = cache.peek(_u([1, 2]))
+    assert found.all() and sorted(cache.dirty_rows()[0].tolist()) == [1, 2]
+    np.testing.assert_array_equal(rows, r + 5)
+    assert cache.n_pinned == 0 and store.d == {}
+    with pytest.raises(OSError):
+        mem.flush()
+    store.fail = False
+    mem.pull(_u([3]))
+    mem.push(_u([3]), mem.cache.peek(_u([3]))[0])
+    mem.flush()
+    for k, want in zip([1, 2], r + 5):
+        np.testing.assert_array_equal(store.d[k], want)
+    s = mem.stats()
+    assert s["dumped"] >= 2 and s["new_rows"] == 3
+
+
+def test_push_of_uncached_keys_and_stats():
+    store = DictStore(W)
+    mem = _mem(store, 3)
+    mem.push(_u([10, 11, 12, 13]), np.ones((4, W)))  # not pulled: inserted dirty, evictions dumped
+    mem.flush()
+    assert sorted(store.d) == [10, 11, 12, 13]
+    rows = mem.pull(_u([10, 10, 99]))
+    np.testing.assert_array_equal(rows[0], np.ones(W))
+    np.testing.assert_array_equal(rows[1], np.ones(W))
+    s = mem.stats()
+    assert s["ssd_loads"] + s["hits"] == 1 and s["new_rows"] == 1
+    assert s["per_batch_hit_rate"].shape == (1,)
+    assert s["budget_bytes"] == 3 * W * 4
+
+
+def test_budget_bytes():
+    mem = MemPS(DictStore(W), W, budget_bytes=10 * W * 4 + 3, initializer=RowInitializer(EMB, W))
+    assert mem.cache.capacity_rows == 10
+
+
+def test_initializer_determinism():
+    init = RowInitializer(8, 10, seed=3, scale=0.05, state_value=0.1)
+    keys = _u([5, 1, 2**63 + 4, 5])
+    a = init(keys)
+    assert a.dtype == np.float32 and a.shape == (4, 10)
+    np.testing.assert_array_equal(a[0], a[3])
+    np.testing.assert_array_equal(init(keys[::-1])[::-1], a)          # order does not matter
+    again = RowInitializer(8, 10, seed=3, scale=0.05, state_value=0.1)
+    np.testing.assert_array_equal(again(keys[1:2]), a[1:2])
+    assert not np.array_equal(RowInitializer(8, 10, seed=4)(keys)[:, :8], a[:, :8])
+    np.testing.assert_array_equal(a[:, 8:], np.float32(0.1))
+    big = init(np.arange(20000, dtype=np.uint64))[:, :8]
+    assert big.min() >= -0.05 and big.max() < 0.05
+    assert abs(big.mean()) < 1e-3 and abs(big.std() - 0.05 / np.sqrt(3)) < 1e-3
+    assert len(np.unique(big[:, 0])) > 19000  # columns and keys are not collapsed
+    assert abs(np.corrcoef(big[:, 0], big[:, 1])[0, 1]) < 0.05
+
+
+def test_owner_of_partition():
+    keys = np.arange(1, 10001, dtype=np.uint64)
+    o = owner_of(keys, 4)
+    assert o.dtype == np.int32 and set(np.unique(o)) == {0, 1, 2, 3}
+    assert np.all(np.bincount(o) > 2300)
+    np.testing.assert_array_equal(owner_of(keys, 4), o)
+    assert (owner_of(keys, 1) == 0).all()
+
+
+def test_round_trip_over_real_ssdstore(tmp_path):
+    ssd = pytest.importorskip("hps.ssd")
+    rng = np.random.default_rng(5)
+    init = RowInitializer(EMB, W, seed=7)
+    model: dict[int, np.ndarray] = {}
+    with ssd.SSDStore(tmp_path / "store", W, rows_per_file=16) as store:
+        mem = _mem(store, 32, lru_fraction=0.25)
+        for step in range(40):
+            keys = rng.integers(0, 200, size=20).astype(np.uint64)
+            rows = mem.pull(keys)
+            want = np.stack([model[x] if x in model else init(_u([x]))[0] for x in keys.tolist()])
+            np.testing.assert_array_equal(rows, want)
+            mem.push(keys, rows + 1)
+            for x, r in zip(keys.tolist(), rows + 1):
+                model[x] = r
+        mem.flush()
+        assert mem.stats()["ssd_loads"] > 0 and mem.stats()["dumped"] > 0
+    with ssd.SSDStore(tmp_path / "store", W, rows_per_file=16) as store:
+        ks = _u(sorted(model))
+        got, found = store.load(ks)
+        assert found.all()
+        np.testing.assert_array_equal(got, np.stack([model[x] for x in ks.tolist()]))
+
+
+def test_threads_share_one_memps():
+    import threading
+
+    store = DictStore(W)
+    mem = _mem(store, 16)
+    errors = []
+
+    def worker(t):
+        try:
+            for step in range(30):
+                keys = _u([t * 100 + (step * 7 + j) % 25 for j in range(4)])
+                rows = mem.pull(keys)
+                mem.push(keys, rows + 1)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    mem.flush()
+    init = RowInitializer(EMB, W, seed=7)
+    for t in range(4):
+        counts: dict[int, int] = {}
+        for step in range(30):
+            for j in range(4):
+                k = t * 100 + (step * 7 + j) % 25
+                counts[k] = counts.get(k, 0) + 1
+        for k, c in counts.items():
+            np.testing.assert_allclose(store.d[k], init(_u([k]))[0] + c, rtol=1e-6)
+
+
+def test_from_config():
+    from hps.errors import InvalidInputError
+    from hps.mem import MemConfig
+
+    cfg = MemConfig(budget_bytes=64 * W * 4, seed=7)
+    mem = MemPS.from_config(DictStore(W), EMB, W, cfg)
+    assert mem.cache.capacity_rows == 64
+    np.testing.assert_array_equal(mem.pull(_u([3])), RowInitializer(EMB, W, seed=7)(_u([3])))
+    with pytest.raises(InvalidInputError):
+        MemConfig(lru_fraction=2.0)
