@@ -58,12 +58,30 @@ class KeyIndex:
         """Add ``deltas``; missing keys start from 0; duplicates all add up."""
         self._write(keys, deltas, True)
 
-    def _write(self, keys, vals, accumulate: bool) -> None:
+    def exchange(self, keys, vals):
+        """Assign like :meth:`assign` and return what each key held just before its own write:
+        ``(old (n, width) int64, had (n,) bool)``; a repeated key sees its earlier occurrence's value."""
+        k, v = self._prepare(keys, vals)
+        old = np.zeros((k.shape[0], self.width), dtype=np.int64)
+        had = np.zeros(k.shape[0], dtype=np.bool_)
+        if k.shape[0]:
+            n_new, n_revived = K.exchange(self._impl.tkeys, self._impl.tstate, self._impl.tvals, k, v, old, had)
+            self._size += int(n_new)
+            self._tombstones -= int(n_revived)
+        return old, had
+
+    def _prepare(self, keys, vals):
+        """Validated (keys, (n, width) int64 values), with room reserved for every key."""
         k = as_keys(keys)
+        v = np.ascontiguousarray(np.asarray(vals, dtype=np.int64).reshape(k.shape[0], self.width))
+        if k.shape[0]:
+            self._reserve(k.shape[0])
+        return k, v
+
+    def _write(self, keys, vals, accumulate: bool) -> None:
+        k, v = self._prepare(keys, vals)
         if k.shape[0] == 0:
             return
-        v = np.ascontiguousarray(np.asarray(vals, dtype=np.int64).reshape(k.shape[0], self.width))
-        self._reserve(k.shape[0])
         n_new, n_revived = self._impl.upsert(k, v, accumulate)
         self._size += n_new
         self._tombstones -= n_revived

@@ -173,3 +173,28 @@ def live_slots(tkeys, tstate):
             out[n] = s
             n += 1
     return out
+
+
+@njit(nogil=True, cache=True)
+def exchange(tkeys, tstate, tvals, keys, rows, old, had):
+    """Insert-or-assign like ``upsert`` (later duplicates win) and hand back what each key held just
+    before its own write: old (n, dim) out, had (n,) bool out. A duplicate sees the row its earlier
+    occurrence wrote. REQUIRES: room for every key. Returns (n_new, n_revived)."""
+    mask = np.uint64(tkeys.shape[0] - 1)
+    n_new = 0
+    n_revived = 0
+    for i in range(keys.shape[0]):
+        s = _probe(tkeys, mask, keys[i])
+        had[i] = s >= 0 and tstate[s] == 0
+        if s < 0:
+            s = -s - 1
+            tkeys[s] = keys[i]
+            n_new += 1
+        elif tstate[s] != 0:
+            tstate[s] = 0
+            n_new += 1
+            n_revived += 1
+        for j in range(tvals.shape[1]):
+            old[i, j] = tvals[s, j]
+            tvals[s, j] = rows[i, j]
+    return n_new, n_revived

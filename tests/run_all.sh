@@ -6,7 +6,7 @@
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
-"$PY" -m pytest tests -q "$@"
+"$PY" -m pytest tests --ignore=tests/cudasim -q "$@"
 host=$?
 NUMBA_ENABLE_CUDASIM=1 "$PY" -m pytest tests/cudasim -q "$@"
 sim=$?

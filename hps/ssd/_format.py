@@ -29,7 +29,8 @@ The *version* of a row is the sequence number of the ``dump`` that wrote it. A f
 ``dump`` has no versions section: all its rows have version ``seq``. A file written by compaction
 carries the version of each row's source (``FLAG_VERSIONS``), so a merged file never overrides a
 newer dump. On open, for every key the row with the highest version wins (ties: the higher file
-sequence number; both copies hold the same bytes). Keys are unique within a file.
+sequence number; both copies hold the same bytes; then the higher slot, so a key repeated within
+one dump resolves to its last occurrence, as ``dump`` does).
 """
 
 from __future__ import annotations

@@ -164,10 +164,8 @@ class SSDStore:
             except OSError as e:
                 self._unlink_quietly([F.param_name(seq0 + i) for i in range(n_files)])
                 raise _space_error(e, f"dumping {m} rows") from e
-            ks = np.sort(k)                        # duplicates? (cheaper than a second index pass)
-            dups = bool((ks[1:] == ks[:-1]).any())
             with self._mu:
-                self._commit_dump(k, seq0, written, dups)
+                self._commit_dump(k, seq0, written)
         if self._thread is not None and self._needs_compaction():
             self._wake.set()
 
@@ -312,10 +310,9 @@ class SSDStore:
             except OSError:
                 pass
 
-    def _commit_dump(self, k, seq0: int, written, dups: bool) -> None:
+    def _commit_dump(self, k, seq0: int, written) -> None:
         """Point the index at the new files. REQUIRES: ``_mu`` held; files durable."""
         m, rpf = k.shape[0], self.rows_per_file
-        old, had = self._index.lookup(k)
         own = np.empty((m, 2), dtype=np.int64)
         ar = np.arange(m, dtype=np.int64)
         own[:, 0] = seq0 + ar // rpf
@@ -323,14 +320,10 @@ class SSDStore:
         for f in written:
             self._files[f.seq] = f
             self._total_rows += f.n_rows
-        self._index.assign(k, own)
-        if dups:
-            now, _ = self._index.lookup(k)
-            winner = (now[:, 0] == own[:, 0]) & (now[:, 1] == own[:, 1])
-        else:
-            winner = np.ones(m, dtype=np.bool_)
-        self._add_stale(old[winner & had, 0])     # the previous version of each key is stale now
-        self._add_stale(own[~winner, 0])          # an earlier duplicate inside this dump is stale
+        # every location a key leaves is stale now: its previous file, or, for a key repeated in
+        # this dump, the slot its earlier occurrence took here
+        old, had = self._index.exchange(k, own)
+        self._add_stale(old[had, 0])
 
     def _add_stale(self, fseqs) -> None:
         """REQUIRES: ``_mu`` held."""
