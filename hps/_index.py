@@ -30,13 +30,12 @@ class KeyIndex:
         self.capacity = capacity
         self._impl = CpuTableImpl(slots_for(capacity, self._mlf), self.width, np.int64)
         self._size = 0
-        self._tombstones = 0
 
     def __len__(self) -> int:
         return self._size
 
     def _reserve(self, n: int) -> None:
-        if self._size + self._tombstones + n <= self.capacity:
+        if self._size + self._impl.tombstones + n <= self.capacity:
             return
         keys, vals = self.items()
         self._alloc(max(self.capacity, 2 * (self._size + n)))
@@ -67,7 +66,7 @@ class KeyIndex:
         if k.shape[0]:
             n_new, n_revived = K.exchange(self._impl.tkeys, self._impl.tstate, self._impl.tvals, k, v, old, had)
             self._size += int(n_new)
-            self._tombstones -= int(n_revived)
+            self._impl.tombstones -= int(n_revived)
         return old, had
 
     def _prepare(self, keys, vals):
@@ -82,15 +81,12 @@ class KeyIndex:
         k, v = self._prepare(keys, vals)
         if k.shape[0] == 0:
             return
-        n_new, n_revived = self._impl.upsert(k, v, accumulate)
-        self._size += n_new
-        self._tombstones -= n_revived
+        self._size += self._impl.upsert(k, v, accumulate)[0]
 
     def erase(self, keys) -> int:
         k = as_keys(keys)
         n = self._impl.erase(k) if k.shape[0] else 0
         self._size -= n
-        self._tombstones += n
         return n
 
     def items(self):
@@ -100,4 +96,3 @@ class KeyIndex:
     def clear(self) -> None:
         self._impl.clear()
         self._size = 0
-        self._tombstones = 0

@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _table_cpu_kernels as K
 from ._keys import EMPTY_KEY, as_keys, check_rows
-from .errors import InvalidTypeError
+from .errors import InvalidInputError, InvalidTypeError
 
 
 class CpuTableImpl:
@@ -23,6 +23,7 @@ class CpuTableImpl:
         self.tkeys = np.full(n_slots, EMPTY_KEY, dtype=np.uint64)
         self.tstate = np.zeros(n_slots, dtype=np.int32)
         self.tvals = np.zeros((n_slots, dim), dtype=self.dtype)
+        self.tombstones = 0  # lookups skip tstate while there are none
 
     # -- input conversion -------------------------------------------------------------------
     def keys_in(self, keys, name="keys"):
@@ -44,33 +45,41 @@ class CpuTableImpl:
     def upsert(self, keys, rows, accumulate: bool):
         """-> (n_new, n_revived)"""
         n_new, n_revived = K.upsert(self.tkeys, self.tstate, self.tvals, keys, rows, accumulate)
+        self.tombstones -= int(n_revived)
         return int(n_new), int(n_revived)
 
     def claim(self, keys):
         slots = np.empty(keys.shape[0], dtype=np.int64)
         is_new = np.empty(keys.shape[0], dtype=np.int8)
         n_new, n_revived, n_failed = K.claim(self.tkeys, self.tstate, keys, slots, is_new)
+        self.tombstones -= int(n_revived)
         return slots, is_new, int(n_new), int(n_revived), int(n_failed)
 
     def rollback(self, slots, is_new) -> None:
         K.rollback(self.tkeys, self.tstate, slots, is_new)
+        self.tombstones += int((is_new == 2).sum())
 
     def write(self, slots, rows, accumulate: bool) -> None:
         K.write(self.tvals, slots, rows, accumulate)
 
-    def get(self, keys):
-        out = np.empty((keys.shape[0], self.dim), dtype=self.dtype)
+    def get(self, keys, out=None):
+        if out is None:
+            out = np.empty((keys.shape[0], self.dim), dtype=self.dtype)
+        else:
+            _check_out(out, (keys.shape[0], self.dim), self.dtype)
         found = np.empty(keys.shape[0], dtype=np.bool_)
-        K.get(self.tkeys, self.tstate, self.tvals, keys, out, found)
+        K.get(self.tkeys, self.tstate, self.tvals, keys, out, found, self.tombstones > 0)
         return out, found
 
     def contains(self, keys):
         found = np.empty(keys.shape[0], dtype=np.bool_)
-        K.contains(self.tkeys, self.tstate, keys, found)
+        K.contains(self.tkeys, self.tstate, keys, found, self.tombstones > 0)
         return found
 
     def erase(self, keys) -> int:
-        return int(K.erase(self.tkeys, self.tstate, self.tvals, keys))
+        n = int(K.erase(self.tkeys, self.tstate, self.tvals, keys))
+        self.tombstones += n
+        return n
 
     def export(self):
         slots = K.live_slots(self.tkeys, self.tstate)
@@ -80,3 +89,13 @@ class CpuTableImpl:
         self.tkeys.fill(EMPTY_KEY)
         self.tstate.fill(0)
         self.tvals.fill(0)
+        self.tombstones = 0
+
+
+def _check_out(out, shape, dtype) -> None:
+    """``out`` must be a writable C-contiguous host array of exactly ``shape`` and ``dtype``."""
+    if not isinstance(out, np.ndarray) or out.dtype != dtype:
+        raise InvalidTypeError(f"out must be a NumPy array of {dtype}, got "
+                               f"{type(out).__name__} {getattr(out, 'dtype', '')}")
+    if out.shape != shape or not out.flags.c_contiguous or not out.flags.writeable:
+        raise InvalidInputError(f"out must be a writable C-contiguous array of shape {shape}, got {out.shape}")

@@ -120,12 +120,13 @@ def write(tvals, slots, rows, accumulate):
 
 
 @njit(nogil=True, cache=True)
-def get(tkeys, tstate, tvals, keys, out, found):
-    """out (n, dim) gets each live key's row, zeros otherwise; found (n,) bool."""
+def get(tkeys, tstate, tvals, keys, out, found, tombstones):
+    """out (n, dim) gets each live key's row, zeros otherwise; found (n,) bool. ``tombstones``
+    False promises there are none, which saves reading ``tstate`` (one cache miss per key)."""
     mask = np.uint64(tkeys.shape[0] - 1)
     for i in range(keys.shape[0]):
         s = _probe(tkeys, mask, keys[i])
-        if s >= 0 and tstate[s] == 0:
+        if s >= 0 and (not tombstones or tstate[s] == 0):
             found[i] = True
             for j in range(tvals.shape[1]):
                 out[i, j] = tvals[s, j]
@@ -136,11 +137,11 @@ def get(tkeys, tstate, tvals, keys, out, found):
 
 
 @njit(nogil=True, cache=True)
-def contains(tkeys, tstate, keys, found):
+def contains(tkeys, tstate, keys, found, tombstones):
     mask = np.uint64(tkeys.shape[0] - 1)
     for i in range(keys.shape[0]):
         s = _probe(tkeys, mask, keys[i])
-        found[i] = s >= 0 and tstate[s] == 0
+        found[i] = s >= 0 and (not tombstones or tstate[s] == 0)
 
 
 @njit(nogil=True, cache=True)

@@ -136,11 +136,17 @@ class HashTable:
         """Add ``deltas`` (n, dim) to the rows of ``keys``; missing keys start from zeros. Blocking."""
         self._upsert(keys, deltas, accumulate=True)
 
-    def get(self, keys):
-        """(values (n, dim), found (n,) bool); zeros where a key is missing. Blocking."""
+    def get(self, keys, out=None):
+        """(values (n, dim), found (n,) bool); zeros where a key is missing. Blocking.
+
+        ``out``: optional (n, dim) array of the table dtype that receives the values and is returned
+        (no allocation per call; a device array on ``cuda``)."""
         with self._lock:
             k, on_dev = self._impl.keys_in(keys)
-            vals, found = self._impl.get(k)
+            vals, found = self._impl.get(k, out)
+            if out is not None and isinstance(out, np.ndarray) and out is not vals:
+                vals.copy_to_host(out)  # a cuda table filling a host ``out``
+                return out, self._impl.out(found, on_dev)
             return self._impl.out(vals, on_dev), self._impl.out(found, on_dev)
 
     def contains(self, keys):

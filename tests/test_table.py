@@ -219,3 +219,15 @@ def test_partitioned_part_overflow_changes_nothing():
     with pytest.raises(HashTableFullError):
         parted.insert(keys, np.ones((40, 2)))
     assert len(parted) == 0 and all(len(p) == 0 for p in parted.parts)
+
+
+def test_get_into_a_caller_buffer():
+    table = HashTable(10, 2)
+    table.insert(np.array([1, 2], np.uint64), np.array([[1, 1], [2, 2]], np.float32))
+    buf = np.full((3, 2), 9, np.float32)
+    vals, found = table.get(np.array([2, 5, 1], np.uint64), out=buf)
+    assert vals is buf and buf.tolist() == [[2, 2], [0, 0], [1, 1]] and found.tolist() == [True, False, True]
+    with pytest.raises(InvalidInputError, match="shape"):
+        table.get(np.array([1], np.uint64), out=buf)
+    with pytest.raises(InvalidTypeError):
+        table.get(np.array([1], np.uint64), out=np.zeros((1, 2), np.float64))

@@ -216,9 +216,16 @@ class CudaTableImpl:
             K.unmark_slots[self._grid1(n)](self.owner, slots)
         cuda.synchronize()
 
-    def get(self, keys):
+    def get(self, keys, out=None):
         n = keys.shape[0]
-        out = cuda.device_array((n, self.dim), dtype=self.dtype)
+        dev_out = None if out is None else _device_view(out)
+        if dev_out is None:
+            out = cuda.device_array((n, self.dim), dtype=self.dtype)  # a host ``out`` is filled by the host class
+        else:
+            out = dev_out
+            if out.shape != (n, self.dim) or out.dtype != self.dtype:
+                raise InvalidInputError(f"out must have shape {(n, self.dim)} and dtype {self.dtype}, "
+                                        f"got {out.shape} {out.dtype}")
         found = cuda.device_array(n, dtype=np.bool_)
         if n:
             K.get[self._grid_rows(n)](self.tkeys, self.tstate, self.tvals, keys, out, found)

@@ -304,3 +304,16 @@ def test_no_gpu_raises_device_unavailable(monkeypatch):
     monkeypatch.setattr(_table_cuda.cuda, "is_available", lambda: False)
     with pytest.raises(DeviceUnavailableError, match="no usable CUDA GPU"):
         HashTable(4, 2, device="cuda")
+
+
+def test_get_into_caller_buffers():
+    from numba import cuda
+
+    t = HashTable(16, 3, device="cuda")
+    t.insert(np.array([4, 5], np.uint64), np.ones((2, 3), np.float32))
+    dev = cuda.device_array((2, 3), np.float32)
+    vals, found = t.get(cuda.to_device(np.array([5, 6], np.uint64)), out=dev)
+    assert vals.copy_to_host().tolist() == [[1, 1, 1], [0, 0, 0]]
+    host = np.full((2, 3), 7, np.float32)
+    vals, _ = t.get(np.array([6, 4], np.uint64), out=host)
+    assert vals is host and host.tolist() == [[0, 0, 0], [1, 1, 1]]
