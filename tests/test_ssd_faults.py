@@ -2,7 +2,6 @@
 between steps of a dump or a compaction, and the fsync/rename order that makes a dump durable."""
 
 import errno
-import os
 import threading
 
 import numpy as np

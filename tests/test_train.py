@@ -1,7 +1,6 @@
 """The training job end to end: CLI, lossless hierarchy, checkpoints/resume, export, bad input."""
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -9,7 +9,6 @@ Notation: ``n`` examples, ``nnz`` key occurrences, ``u`` unique keys, ``F`` fiel
 
 from __future__ import annotations
 
-import numpy as np
 from numba import njit
 
 

@@ -10,7 +10,7 @@
 The file format is documented in :mod:`hps.ssd._format`.
 """
 
-from ._env import PosixEnv
+from ._env import PosixEnv, ScratchEnv
 from ._format import (
     DTYPE_CODES,
     FLAG_VERSIONS,
@@ -27,6 +27,7 @@ __all__ = [
     "SSDStore",
     "SSDOptions",
     "PosixEnv",
+    "ScratchEnv",
     "MAGIC",
     "STORE_MAGIC",
     "FORMAT_VERSION",

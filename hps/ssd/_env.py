@@ -115,3 +115,15 @@ class PosixEnv:
 
 
 DEFAULT_ENV = PosixEnv()
+
+
+class ScratchEnv(PosixEnv):
+    """POSIX files without fsync: for a store used as scratch space whose durability comes from
+    elsewhere (the trainer's SSD-PS: a run restarts from its checkpoint, never from the store).
+    A dump that returned survives a process crash (the OS has the bytes) but not power loss."""
+
+    def fsync(self, handle: int) -> None:
+        pass
+
+    def fsync_dir(self, path: str) -> None:
+        pass

@@ -26,7 +26,7 @@ import numpy as np
 
 from .._index import KeyIndex
 from .._keys import as_keys, check_rows
-from ..errors import CorruptionError, DiskFullError, InvalidInputError, StoreError, StoreFormatError
+from ..errors import CorruptionError, DiskFullError, InvalidInputError, StoreError
 from . import _format as F
 from ._env import DEFAULT_ENV
 

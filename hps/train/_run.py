@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 from ._collectives import LocalCollectives, MpiCollectives
 from ._trainer import Trainer

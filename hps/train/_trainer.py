@@ -33,7 +33,7 @@ from ..metrics import auc as auc_score
 from ..metrics import logloss as logloss_score
 from ..model import CTRModel, make_dense_optimizer, make_sparse_optimizer
 from ..pipeline import Pipeline, Stage
-from ..ssd import SSDStore
+from ..ssd import ScratchEnv, SSDStore
 from . import _checkpoint
 from ._collectives import LocalCollectives
 from ._hierarchy import ParameterHierarchy, make_hbm
@@ -102,8 +102,9 @@ class Trainer:
         self.ssd_dir = _check_writable(root) / f"rank{self.coll.rank}-of-{self.coll.size}"
         if self.ssd_dir.exists():
             shutil.rmtree(self.ssd_dir)  # SSD-PS is this run's scratch; durable state is the checkpoint
+        # SSD-PS is this run's scratch space (durability comes from checkpoints): no fsync per dump
         self.store = SSDStore(str(self.ssd_dir), self.row_width, dtype=np.float32,
-                              rows_per_file=t.rows_per_file)
+                              rows_per_file=t.rows_per_file, env=ScratchEnv())
         self.memps = MemPS(self.store, self.row_width, budget_bytes=t.mem_budget or _DEFAULT_BUDGET,
                            initializer=self.initializer)
         self.hier = None  # built on the first batch, when the working-set size is known
