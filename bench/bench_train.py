@@ -63,7 +63,7 @@ def outofcore(a) -> None:
     mem = run_job(base)
     row_bytes = mem["ssd_bytes_written"] / max(mem["table_rows"], 1)  # every row was flushed once
     budget = int(0.10 * mem["table_rows"] * 4 * 32)  # 10 % of the table: rows of 32 float32
-    spill = run_job([*base, "--mem-budget", str(budget), "--rows-per-file", "4096"])
+    spill = run_job([*base, "--mem-budget", str(budget)])
     ratio = spill["examples_per_sec"] / mem["examples_per_sec"]
     print(f"in memory:   {mem['examples_per_sec']:,.0f} examples/s, AUC {mem['auc']:.4f}, "
           f"table {mem['table_rows']} rows")

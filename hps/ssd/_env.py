@@ -78,13 +78,17 @@ class PosixEnv:
         return os.stat(path).st_size
 
     # -- reading ------------------------------------------------------------------------------
-    def read(self, path: str, offset: int = 0, size: int = -1) -> bytearray:
-        """Bytes [offset, offset+size) of ``path`` (to the end when size < 0); fewer at EOF."""
+    def read(self, path: str, offset: int = 0, size: int = -1, into=None):
+        """Bytes [offset, offset+size) of ``path`` (to the end when size < 0); fewer at EOF.
+
+        ``into``: optional callable ``n -> writable buffer of at least n bytes`` to read into (a
+        reused buffer saves allocating and page-faulting a new one per read); the result is then a
+        memoryview of it, valid until the buffer is reused."""
         fd = os.open(path, os.O_RDONLY)
         try:
             if size < 0:
                 size = max(0, os.fstat(fd).st_size - offset)
-            buf = bytearray(size)
+            buf = bytearray(size) if into is None else memoryview(into(size)).cast("B")[:size]
             mv = memoryview(buf)
             got = 0
             while got < size:

@@ -114,6 +114,7 @@ class SSDStore:
         self._mu = threading.Lock()
         self._dump_mu = threading.Lock()
         self._compact_mu = threading.Lock()
+        self._tls = threading.local()    # per-thread read buffers of load()
         self._wake = threading.Event()
         self._closed = True
         self._lock_handle = None
@@ -190,7 +191,7 @@ class SSDStore:
         bounds = np.append(starts, pos.shape[0])
 
         def read_one(i):
-            rows = self._read_rows(files[i])
+            rows = self._read_rows(files[i], scratch=True)  # copied out below, before the next read
             sl = slice(bounds[i], bounds[i + 1])
             out[pos[sl]] = rows[slots[sl]]
 
@@ -333,10 +334,12 @@ class SSDStore:
         for s, c in zip(useq.tolist(), counts.tolist()):
             self._files[s].stale += c
 
-    def _read_file(self, f: _File, with_keys: bool = False):
-        """Read a whole file and check it -> (rows view, keys, versions) (keys None unless asked)."""
+    def _read_file(self, f: _File, with_keys: bool = False, scratch: bool = False):
+        """Read a whole file and check it -> (rows view, keys, versions) (keys None unless asked).
+        ``scratch``: read into this thread's reused buffer; the rows view is valid only until this
+        thread's next scratch read."""
         where = self._p(F.param_name(f.seq))
-        buf = self._env.read(where)
+        buf = self._env.read(where, into=self._scratch if scratch else None)
         hdr = F.Header(buf, where, len(buf))
         if hdr.seq != f.seq or hdr.n_rows != f.n_rows or hdr.dim != self.dim or hdr.code != self._code:
             raise CorruptionError(f"{where}: header does not match the store's index")
@@ -346,8 +349,15 @@ class SSDStore:
             keys, versions = F.parse_keys(buf, hdr, where)
         return rows, keys, versions
 
-    def _read_rows(self, f: _File):
-        return self._read_file(f)[0]
+    def _read_rows(self, f: _File, scratch: bool = False):
+        return self._read_file(f, scratch=scratch)[0]
+
+    def _scratch(self, n: int):
+        """This thread's read buffer, grown to at least ``n`` bytes (thread-local: no lock)."""
+        buf = getattr(self._tls, "buf", None)
+        if buf is None or buf.shape[0] < n:
+            buf = self._tls.buf = np.empty(max(n, 1 << 20), dtype=np.uint8)
+        return buf
 
     def _release(self, files, count_read: bool = False) -> None:
         """Drop references taken under ``_mu``; delete files merged away meanwhile."""
