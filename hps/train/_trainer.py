@@ -28,7 +28,7 @@ import numpy as np
 from ..config import Config
 from ..data import open_dataset
 from ..errors import InvalidInputError, NumericalError
-from ..mem import MemPS, RowInitializer
+from ..mem import MemPS, RowInitializer, unique_counts
 from ..metrics import auc as auc_score
 from ..metrics import logloss as logloss_score
 from ..model import CTRModel, make_dense_optimizer, make_sparse_optimizer
@@ -68,8 +68,9 @@ def share_bounds(n: int, rank: int, size: int) -> tuple[int, int]:
 
 
 def _unique_inverse(keys):
-    u, inv = np.unique(keys, return_inverse=True)
-    return u, inv.astype(np.int64, copy=False)
+    """(distinct keys in first-occurrence order, inverse) — hashing, not sorting (3-4x np.unique)."""
+    u, _, inv = unique_counts(keys)
+    return u, inv
 
 
 class Trainer:
@@ -138,7 +139,7 @@ class Trainer:
             self.hier.wait_ready(w.index, self.pipeline.stop_event)
 
     def _prepare(self, w: Work) -> Work:
-        keys = np.unique(w.data.keys)
+        keys = _unique_inverse(w.data.keys)[0]
         self._ensure_hierarchy(keys.shape[0])
         w.prepared = self.hier.prepare(w.index, keys)
         w.minibatches = self._plan(w.data)
@@ -269,11 +270,11 @@ class Trainer:
             return {}
         labels, probs = [], []
         for batch in batches:
-            keys = np.unique(batch.keys)
+            keys, inv = _unique_inverse(batch.keys)
             rows = self.hier.lookup(keys) if self.hier is not None else self.initializer(keys)
             s0, s1 = share_bounds(len(batch), self.coll.rank, self.coll.size)
             share = batch.slice(s0, s1)
-            idx = np.searchsorted(keys, share.keys)
+            idx = inv[batch.offsets[s0]:batch.offsets[s1]]
             p = _host(self.model.predict(self.xp.asarray(rows[:, :self.emb_dim]), idx, share))
             labels.append(share.labels)
             probs.append(p)
