@@ -263,3 +263,28 @@ def test_model_based(tmp_path_factory, ops, rpf, background):
         np.testing.assert_array_equal(s.load(allk)[0], allr)
     finally:
         s.close()
+
+
+def test_read_handles_are_reused_and_bounded(tmp_path):
+    """Loads keep at most ``cap`` idle file handles open; deleted files release theirs."""
+    import os
+
+    from hps.ssd import _store
+
+    def open_fds():
+        return len(os.listdir("/proc/self/fd"))
+
+    with SSDStore(tmp_path / "s", 4, rows_per_file=8) as s:
+        s._fds._cap = 3
+        keys = np.arange(200, dtype=np.uint64)
+        s.dump(keys, np.tile(keys[:, None], (1, 4)).astype(np.float32))      # 25 files
+        before = open_fds()
+        for _ in range(3):
+            rows, found = s.load(keys)
+            assert found.all() and (rows[:, 0] == keys).all()
+        assert open_fds() - before <= 3
+        s.dump(keys, np.zeros((200, 4), np.float32))                          # all old files stale
+        s.compact()
+        assert (s.load(keys)[0] == 0).all()
+        assert len(s._fds._open) <= 3
+    assert isinstance(s._fds, _store._FdCache) and len(s._fds._open) == 0   # closed with the store

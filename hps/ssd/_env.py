@@ -78,27 +78,36 @@ class PosixEnv:
         return os.stat(path).st_size
 
     # -- reading ------------------------------------------------------------------------------
-    def read(self, path: str, offset: int = 0, size: int = -1, into=None):
-        """Bytes [offset, offset+size) of ``path`` (to the end when size < 0); fewer at EOF.
+    def open_read(self, path: str) -> int:
+        """Open ``path`` for reading -> handle (close it with :meth:`close`)."""
+        return os.open(path, os.O_RDONLY)
+
+    def pread(self, handle: int, offset: int, size: int, into=None):
+        """``size`` bytes at ``offset`` of an open file (fewer at EOF).
 
         ``into``: optional callable ``n -> writable buffer of at least n bytes`` to read into (a
         reused buffer saves allocating and page-faulting a new one per read); the result is then a
-        memoryview of it, valid until the buffer is reused."""
-        fd = os.open(path, os.O_RDONLY)
+        memoryview of it, valid until the buffer is reused. Otherwise a new bytearray."""
+        buf = bytearray(size) if into is None else memoryview(into(size)).cast("B")[:size]
+        mv = memoryview(buf)
+        got = 0
+        while got < size:
+            n = os.preadv(handle, [mv[got:]], offset + got)
+            if n == 0:
+                break
+            got += n
+        return buf if got == size else buf[:got]
+
+    def read(self, path: str, offset: int = 0, size: int = -1, into=None):
+        """Bytes [offset, offset+size) of ``path`` (to the end when size < 0); fewer at EOF.
+        ``into`` as in :meth:`pread`."""
+        fd = self.open_read(path)
         try:
             if size < 0:
                 size = max(0, os.fstat(fd).st_size - offset)
-            buf = bytearray(size) if into is None else memoryview(into(size)).cast("B")[:size]
-            mv = memoryview(buf)
-            got = 0
-            while got < size:
-                n = os.preadv(fd, [mv[got:]], offset + got)
-                if n == 0:
-                    break
-                got += n
-            return buf if got == size else buf[:got]
+            return self.pread(fd, offset, size, into)
         finally:
-            os.close(fd)
+            self.close(fd)
 
     # -- locking ------------------------------------------------------------------------------
     def lock(self, path: str):

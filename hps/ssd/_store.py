@@ -20,6 +20,8 @@ import logging
 import os
 import threading
 import zlib
+from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,6 +57,54 @@ class SSDOptions:
             raise InvalidInputError(f"compact_interval_s must be > 0, got {self.compact_interval_s}")
         if self.compact_batch_bytes < 1 or self.io_threads < 1:
             raise InvalidInputError("compact_batch_bytes and io_threads must be >= 1")
+
+
+class _FdCache:
+    """Open read handles of parameter files, keyed by path: the idle ones beyond ``cap`` are closed
+    (least recently used first); a handle in use is never closed. Saves an open/close per read.
+    Thread-safe (its own lock)."""
+
+    def __init__(self, env, cap: int = 256):
+        self._env, self._cap = env, cap
+        self._mu = threading.Lock()
+        self._open: OrderedDict = OrderedDict()  # path -> [handle, users]
+
+    @contextmanager
+    def use(self, path: str):
+        with self._mu:
+            entry = self._open.get(path)
+            if entry is None:
+                entry = self._open[path] = [self._env.open_read(path), 0]
+            entry[1] += 1
+            self._open.move_to_end(path)
+        try:
+            yield entry[0]
+        finally:
+            with self._mu:
+                entry[1] -= 1
+                self._trim()
+
+    def _trim(self) -> None:
+        """REQUIRES: ``_mu`` held."""
+        while len(self._open) > self._cap:
+            idle = next((p for p, e in self._open.items() if e[1] == 0), None)
+            if idle is None:
+                return
+            self._env.close(self._open.pop(idle)[0])
+
+    def drop(self, path: str) -> None:
+        """Close the handle of a file about to be deleted (no reader holds it: refs are 0)."""
+        with self._mu:
+            entry = self._open.get(path)
+            if entry is not None and entry[1] == 0:
+                del self._open[path]
+                self._env.close(entry[0])
+
+    def close_all(self) -> None:
+        with self._mu:
+            for handle, _ in self._open.values():
+                self._env.close(handle)
+            self._open.clear()
 
 
 class _File:
@@ -115,6 +165,7 @@ class SSDStore:
         self._dump_mu = threading.Lock()
         self._compact_mu = threading.Lock()
         self._tls = threading.local()    # per-thread read buffers of load()
+        self._fds = _FdCache(self._env)
         self._wake = threading.Event()
         self._closed = True
         self._lock_handle = None
@@ -237,6 +288,7 @@ class SSDStore:
         with self._compact_mu, self._dump_mu:
             if self._pool is not None:
                 self._pool.shutdown()
+            self._fds.close_all()
             if self._lock_handle is not None:
                 self._env.unlock(self._lock_handle)
                 self._lock_handle = None
@@ -306,6 +358,7 @@ class SSDStore:
 
     def _unlink_quietly(self, names) -> None:
         for name in names:
+            self._fds.drop(self._p(name))
             try:
                 self._env.remove(self._p(name))
             except OSError:
@@ -339,7 +392,8 @@ class SSDStore:
         ``scratch``: read into this thread's reused buffer; the rows view is valid only until this
         thread's next scratch read."""
         where = self._p(F.param_name(f.seq))
-        buf = self._env.read(where, into=self._scratch if scratch else None)
+        with self._fds.use(where) as handle:
+            buf = self._env.pread(handle, 0, f.size, into=self._scratch if scratch else None)
         hdr = F.Header(buf, where, len(buf))
         if hdr.seq != f.seq or hdr.n_rows != f.n_rows or hdr.dim != self.dim or hdr.code != self._code:
             raise CorruptionError(f"{where}: header does not match the store's index")
