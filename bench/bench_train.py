@@ -2,7 +2,7 @@
 
     python -m bench.bench_train outofcore   # --mem-budget at 10 % of the table vs everything in memory
     python -m bench.bench_train scaling     # examples/s at 1, 2 and 4 MPI ranks (mpiexec)
-    python -m bench.bench_train scale --rows 4000000 --vocab-per-field 50000000 --embedding-dim 64
+    python -m bench.bench_train scale --rows 2500000 --embedding-dim 128
                                             # a table larger than free DRAM; peak RSS and examples/s
 
 Each configuration runs as its own ``python -m hps.train`` process, back to back in the same run,
@@ -89,7 +89,7 @@ def scaling(a) -> None:
 
 def scale(a) -> None:
     args = ["--rows", str(a.rows), "--fields", str(a.fields), "--vocab-per-field", str(a.vocab_per_field),
-            "--zipf", str(a.zipf), "--embedding-dim", str(a.embedding_dim), "--batch-size", "16384",
+            "--zipf", str(a.zipf), "--embedding-dim", str(a.embedding_dim), "--batch-size", "8192",
             "--minibatch-size", "4096", "--hidden", "64,32", "--mem-budget", a.mem_budget,
             "--ssd-path", a.ssd_path, "--rows-per-file", "65536"]
     m = run_job(args)

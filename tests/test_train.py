@@ -126,3 +126,12 @@ def test_frappe_trains_to_a_useful_auc(shared_data, tmp_path):
     m = json.loads(metrics.read_text())
     assert m["eval_examples"] == 28860
     assert m["auc"] > 0.9
+
+
+def test_plots_are_drawn(tmp_path):
+    pytest.importorskip("matplotlib")
+    plots = tmp_path / "plots"
+    assert main([*SMALL, "--rows", "4096", "--plots", str(plots)]) == 0
+    names = sorted(p.name for p in plots.glob("*.png"))
+    assert names == ["cache_hit_rate.png", "loss.png", "stage_seconds.png"]
+    assert all((plots / n).stat().st_size > 1000 for n in names)
