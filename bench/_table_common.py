@@ -78,14 +78,26 @@ def take_rows_per_sec(n_rows: int, dim: int) -> float:
     return rows_per_sec(lambda: np.take(dense, idx, axis=0, out=out))
 
 
-def run_table_op(benchmark, record, op, lf, dim, dist, device="cpu", setup=None):
-    """Benchmark ``op(table, keys)`` and record keys/s with the np.take peer's ratio."""
-    table = filled_table(lf, dim, device)
-    keys = batch_of(present_keys(lf), dist)
+def rows_on(device: str, rows: np.ndarray):
+    """``rows`` where the table lives: a NumPy array for "cpu", a device copy for "cuda"."""
     if device == "cuda":
         from numba import cuda
 
-        keys = cuda.to_device(keys)
+        return cuda.to_device(rows)
+    return rows
+
+
+def skip_without(device: str) -> None:
+    if device == "cuda" and not cuda_ok():
+        import pytest
+
+        pytest.skip("no CUDA GPU")
+
+
+def run_table_op(benchmark, record, op, lf, dim, dist, device="cpu", setup=None):
+    """Benchmark ``op(table, keys)`` and record keys/s with the np.take peer's ratio."""
+    table = filled_table(lf, dim, device)
+    keys = rows_on(device, batch_of(present_keys(lf), dist))
 
     def once():
         if setup is not None:

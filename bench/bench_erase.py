@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from bench._table_common import DEVICES, DIMS, DISTS, LOAD_FACTORS, BATCH, cuda_ok, run_table_op
+from bench._table_common import BATCH, DEVICES, DIMS, DISTS, LOAD_FACTORS, rows_on, run_table_op, skip_without
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -11,12 +11,7 @@ from bench._table_common import DEVICES, DIMS, DISTS, LOAD_FACTORS, BATCH, cuda_
 @pytest.mark.parametrize("dim", DIMS)
 @pytest.mark.parametrize("lf", LOAD_FACTORS)
 def test_erase(benchmark, record, lf, dim, dist, device):
-    if device == "cuda" and not cuda_ok():
-        pytest.skip("no CUDA GPU")
-    ones = np.ones((BATCH, dim), np.float32)
-    if device == "cuda":
-        from numba import cuda
-
-        ones = cuda.to_device(ones)
+    skip_without(device)
+    ones = rows_on(device, np.ones((BATCH, dim), np.float32))
     run_table_op(benchmark, record, lambda t, k: t.erase(k), lf, dim, dist, device,
                  setup=lambda t, k: t.insert(k, ones))

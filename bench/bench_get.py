@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from bench._table_common import (BATCH, DEVICES, DIMS, DISTS, LOAD_FACTORS, batch_of, cuda_ok,
-                                 present_keys, run_table_op)
+from bench._table_common import (BATCH, DEVICES, DIMS, DISTS, LOAD_FACTORS, batch_of, present_keys,
+                                 rows_on, run_table_op, skip_without)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -12,15 +12,9 @@ from bench._table_common import (BATCH, DEVICES, DIMS, DISTS, LOAD_FACTORS, batc
 @pytest.mark.parametrize("dim", DIMS)
 @pytest.mark.parametrize("lf", LOAD_FACTORS)
 def test_get(benchmark, record, lf, dim, dist, device):
-    if device == "cuda" and not cuda_ok():
-        pytest.skip("no CUDA GPU")
+    skip_without(device)
     # like the np.take peer, write into a preallocated buffer (no page faults in the timing)
-    if device == "cuda":
-        from numba import cuda
-
-        out = cuda.device_array((BATCH, dim), np.float32)
-    else:
-        out = np.empty((BATCH, dim), np.float32)
+    out = rows_on(device, np.empty((BATCH, dim), np.float32))
     run_table_op(benchmark, record, lambda t, k: t.get(k, out=out), lf, dim, dist, device)
 
 

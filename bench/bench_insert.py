@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from bench._table_common import DEVICES, DIMS, DISTS, LOAD_FACTORS, BATCH, cuda_ok, run_table_op
+from bench._table_common import BATCH, DEVICES, DIMS, DISTS, LOAD_FACTORS, rows_on, run_table_op, skip_without
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -11,11 +11,6 @@ from bench._table_common import DEVICES, DIMS, DISTS, LOAD_FACTORS, BATCH, cuda_
 @pytest.mark.parametrize("dim", DIMS)
 @pytest.mark.parametrize("lf", LOAD_FACTORS)
 def test_insert(benchmark, record, lf, dim, dist, device):
-    if device == "cuda" and not cuda_ok():
-        pytest.skip("no CUDA GPU")
-    values = np.full((BATCH, dim), 2.0, np.float32)
-    if device == "cuda":
-        from numba import cuda
-
-        values = cuda.to_device(values)
+    skip_without(device)
+    values = rows_on(device, np.full((BATCH, dim), 2.0, np.float32))
     run_table_op(benchmark, record, lambda t, k: t.insert(k, values), lf, dim, dist, device)

@@ -35,6 +35,23 @@ def _probe(tkeys, mask, key):
     return -np.int64(n_slots) - 1
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _find_or_claim(tkeys, tstate, mask, key):
+    """(slot, status) of ``key``: status 0 it was live, 1 it claimed an empty slot, 2 it revived its
+    tombstone; slot -1 (status 0) when the table has no free slot."""
+    s = _probe(tkeys, mask, key)
+    if s < -np.int64(tkeys.shape[0]):
+        return np.int64(-1), np.int8(0)
+    if s < 0:
+        s = -s - 1
+        tkeys[s] = key
+        return s, np.int8(1)
+    if tstate[s] != 0:
+        tstate[s] = 0
+        return s, np.int8(2)
+    return s, np.int8(0)
+
+
 @njit(nogil=True, cache=True)
 def upsert(tkeys, tstate, tvals, keys, rows, accumulate):
     """Insert-or-assign (``accumulate`` False: later duplicates win) or insert-or-add.
@@ -45,15 +62,9 @@ def upsert(tkeys, tstate, tvals, keys, rows, accumulate):
     n_new = 0
     n_revived = 0
     for i in range(keys.shape[0]):
-        s = _probe(tkeys, mask, keys[i])
-        if s < 0:
-            s = -s - 1
-            tkeys[s] = keys[i]
-            n_new += 1
-        elif tstate[s] != 0:
-            tstate[s] = 0
-            n_new += 1
-            n_revived += 1
+        s, status = _find_or_claim(tkeys, tstate, mask, keys[i])
+        n_new += status != 0
+        n_revived += status == 2
         if accumulate:
             for j in range(tvals.shape[1]):
                 tvals[s, j] += rows[i, j]
@@ -75,23 +86,12 @@ def claim(tkeys, tstate, keys, slots, is_new):
     n_revived = 0
     n_failed = 0
     for i in range(keys.shape[0]):
-        s = _probe(tkeys, mask, keys[i])
-        is_new[i] = 0
-        if s < -np.int64(tkeys.shape[0]):
-            slots[i] = -1
-            n_failed += 1
-            continue
-        if s < 0:
-            s = -s - 1
-            tkeys[s] = keys[i]
-            is_new[i] = 1
-            n_new += 1
-        elif tstate[s] != 0:
-            tstate[s] = 0
-            is_new[i] = 2
-            n_new += 1
-            n_revived += 1
+        s, status = _find_or_claim(tkeys, tstate, mask, keys[i])
         slots[i] = s
+        is_new[i] = status
+        n_failed += s < 0
+        n_new += status != 0
+        n_revived += status == 2
     return n_new, n_revived, n_failed
 
 
@@ -185,16 +185,10 @@ def exchange(tkeys, tstate, tvals, keys, rows, old, had):
     n_new = 0
     n_revived = 0
     for i in range(keys.shape[0]):
-        s = _probe(tkeys, mask, keys[i])
-        had[i] = s >= 0 and tstate[s] == 0
-        if s < 0:
-            s = -s - 1
-            tkeys[s] = keys[i]
-            n_new += 1
-        elif tstate[s] != 0:
-            tstate[s] = 0
-            n_new += 1
-            n_revived += 1
+        s, status = _find_or_claim(tkeys, tstate, mask, keys[i])
+        had[i] = status == 0
+        n_new += status != 0
+        n_revived += status == 2
         for j in range(tvals.shape[1]):
             old[i, j] = tvals[s, j]
             tvals[s, j] = rows[i, j]
