@@ -2,7 +2,7 @@
 
     python -m bench.bench_train outofcore   # --mem-budget at 10 % of the table vs everything in memory
     python -m bench.bench_train scaling     # examples/s at 1, 2 and 4 MPI ranks (mpiexec)
-    python -m bench.bench_train scale --rows 2500000 --embedding-dim 128
+    python -m bench.bench_train scale --rows 1800000 --embedding-dim 192
                                             # a table larger than free DRAM; peak RSS and examples/s
 
 Each configuration runs as its own ``python -m hps.train`` process, back to back in the same run,
@@ -91,7 +91,7 @@ def scale(a) -> None:
     args = ["--rows", str(a.rows), "--fields", str(a.fields), "--vocab-per-field", str(a.vocab_per_field),
             "--zipf", str(a.zipf), "--embedding-dim", str(a.embedding_dim), "--batch-size", "8192",
             "--minibatch-size", "4096", "--hidden", "64,32", "--mem-budget", a.mem_budget,
-            "--ssd-path", a.ssd_path, "--rows-per-file", "65536"]
+            "--ssd-path", a.ssd_path, "--rows-per-file", str(a.rows_per_file)]
     m = run_job(args)
     row_bytes = 4 * 2 * a.embedding_dim
     table_gb = m["table_rows"] * row_bytes / 1e9
@@ -111,7 +111,8 @@ def main(argv=None) -> int:
     p.add_argument("--vocab-per-field", type=int, default=50_000_000)
     p.add_argument("--zipf", type=float, default=0.9)
     p.add_argument("--embedding-dim", type=int, default=64)
-    p.add_argument("--mem-budget", default="2GB")
+    p.add_argument("--mem-budget", default="8GB")
+    p.add_argument("--rows-per-file", type=int, default=256)
     p.add_argument("--ssd-path", default=tempfile.gettempdir())
     a = p.parse_args(argv)
     {"outofcore": outofcore, "scaling": scaling, "scale": scale}[a.which](a)

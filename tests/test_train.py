@@ -115,17 +115,29 @@ def test_toml_config_and_flags(tmp_path):
     assert m["examples"] == 4000
 
 
-def test_frappe_trains_to_a_useful_auc(shared_data, tmp_path):
+def test_frappe_matches_the_in_memory_reference(shared_data, tmp_path):
+    """Real data: hps over its tiers (with a DRAM budget that spills) ends with the AUC of the same
+    model trained by the flat in-memory NumPy reference (bench/peer_torch.py) on the same mini-batches."""
+    from bench.peer_torch import minibatches, train_numpy_reference
+    from hps.data import open_dataset
+    from hps.model import ModelConfig
+
     frappe = shared_data / "frappe"
+    train, test = frappe / "frappe.validation.libfm", frappe / "frappe.test.libfm"
     metrics = tmp_path / "frappe.json"
-    code = main(["--format", "libsvm", "--data", str(frappe / "frappe.validation.libfm"),
-                 "--eval-data", str(frappe / "frappe.test.libfm"), "--epochs", "2", "--batch-size", "4096",
-                 "--minibatch-size", "512", "--embedding-dim", "10", "--no-progress",
-                 "--metrics-out", str(metrics)])
+    code = main(["--format", "libsvm", "--data", str(train), "--eval-data", str(test), "--batch-size", "4096",
+                 "--minibatch-size", "512", "--embedding-dim", "10", "--hidden", "64,32", "--mem-budget", "320KB",
+                 "--no-progress", "--metrics-out", str(metrics)])
     assert code == 0
     m = json.loads(metrics.read_text())
-    assert m["eval_examples"] == 28860
+    assert m["eval_examples"] == 28860 and m["ssd_bytes_read"] > 0
+    tr = open_dataset(train, "libsvm", 4096)
+    te = open_dataset(test, "libsvm", 4096, n_fields=tr.n_fields)
+    cfg = ModelConfig(n_fields=tr.n_fields, emb_dim=10, n_dense=0, hidden=(64, 32), seed=0, sparse_lr=0.2,
+                      dense_lr=1e-3, adagrad_initial_accumulator=0.001)
+    ref = train_numpy_reference(list(minibatches(tr.batches(), 512)), list(te.batches()), cfg)
     assert m["auc"] > 0.9
+    assert abs(m["auc"] - ref["auc"]) < 0.005, (m["auc"], ref["auc"])
 
 
 def test_plots_are_drawn(tmp_path):
