@@ -51,9 +51,25 @@ def test_ranks_end_with_the_single_process_model(mpiexec, single, tmp_path, n, e
     m = json.loads((tmp_path / "m.json").read_text())
     assert round(m["auc"], 4) == round(mref["auc"], 4)
     assert m["ranks"] == n and m["bytes_sent"]["sparse_allreduce"] > 0
+    assert m["bytes_sent_per_example"]["sparse_pull"] > 0 and m["bytes_sent"]["owner_writeback"] == 0
     assert len(list((tmp_path / "model").glob("sparse-rank*-of-%d.h5" % n))) == n
     if extra:
         assert m["ssd_bytes_read"] > 0  # rank 0 spilled to SSD and read back
+
+
+def test_resume_with_the_same_ranks_reproduces_an_uninterrupted_run(mpiexec, tmp_path):
+    ck = str(tmp_path / "ck")
+    full = mpirun(mpiexec, 2, [*SMALL, "--epochs", "2", "--export", str(tmp_path / "full")])
+    assert full.returncode == 0, full.stderr[-2000:]
+    first = mpirun(mpiexec, 2, [*SMALL, "--epochs", "1", "--checkpoint-dir", ck])
+    assert first.returncode == 0, first.stderr[-2000:]
+    resumed = mpirun(mpiexec, 2, [*SMALL, "--epochs", "2", "--checkpoint-dir", ck, "--resume",
+                                  "--export", str(tmp_path / "resumed")])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    compare(load_export(tmp_path / "full"), load_export(tmp_path / "resumed"), 0.0)
+    wrong = subprocess.run([sys.executable, "-m", "hps.train", *SMALL, "--epochs", "2", "--checkpoint-dir", ck,
+                            "--resume"], capture_output=True, text=True, timeout=300)
+    assert wrong.returncode != 0 and "same number of ranks" in wrong.stderr
 
 
 def test_a_failing_rank_takes_the_job_down_with_its_name(mpiexec, tmp_path):

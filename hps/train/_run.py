@@ -24,6 +24,8 @@ def run(cfg, comm=None, log=print) -> dict:
         if bayes is not None:
             metrics["bayes_auc"] = bayes
         metrics["bytes_sent"] = coll.bytes_sent()
+        metrics["bytes_sent_per_example"] = {k: v / max(metrics["examples"], 1)
+                                             for k, v in metrics["bytes_sent"].items()}
         if cfg.train.export:
             trainer.export(cfg.train.export)
         if coll.rank == 0:
@@ -53,5 +55,6 @@ def report(m: dict) -> str:
                  f"wrote {m['ssd_bytes_written'] / 2**20:.1f} MiB, disk {m['ssd_disk_bytes'] / 2**20:.1f} MiB "
                  f"in {m['ssd_files']} files")
     if m["ranks"] > 1:
-        lines.append(f"communication {m['comm_seconds']:.1f} s; bytes sent {m['bytes_sent']}")
+        per_ex = ", ".join(f"{k} {v:.0f}" for k, v in m["bytes_sent_per_example"].items())
+        lines.append(f"communication {m['comm_seconds']:.1f} s; bytes sent per example (rank 0): {per_ex}")
     return "\n".join(lines)
