@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from hps.train import load_export, main
+from tests.conftest import _gpu_available
 
 SMALL = ["--rows", "12000", "--fields", "4", "--vocab-per-field", "3000", "--batch-size", "2048",
          "--minibatch-size", "256", "--hidden", "16,8", "--embedding-dim", "8", "--no-progress"]
@@ -97,6 +98,8 @@ def test_checkpoint_every_and_kill_loses_nothing(tmp_path):
     (["--lr", "1e30", "--dense-lr", "1e30"], "loss became"),
     (["--resume"], "--resume needs --checkpoint-dir"),
     (["--mem-budget", "lots"], "cannot read 'lots' as a size"),
+    pytest.param(["--device", "cuda"], "no usable CUDA GPU", marks=pytest.mark.skipif(
+        _gpu_available(), reason="a GPU is present")),
 ])
 def test_bad_input_is_one_clear_line_and_nonzero_exit(args, message, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "hps.train", *SMALL, *args], capture_output=True, text=True,

@@ -322,15 +322,21 @@ _DEFAULT_BUDGET = 256 << 20
 
 
 def _array_module(device: str):
-    if device == "cuda":
-        try:
-            import cupy
-        except ImportError as e:  # pragma: no cover - needs a GPU machine
-            from ..errors import DeviceUnavailableError
+    """NumPy for "cpu"; CuPy for "cuda", after checking a GPU is really usable (clear error if not)."""
+    if device != "cuda":
+        return np
+    from ..errors import DeviceUnavailableError
 
-            raise DeviceUnavailableError("--device cuda needs CuPy: pip install 'hps[gpu]'") from e
-        return cupy
-    return np
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            raise RuntimeError("no CUDA device")
+    except ImportError as e:
+        raise DeviceUnavailableError("--device cuda needs CuPy: pip install 'hps[gpu]'") from e
+    except Exception as e:  # CUDARuntimeError (no driver, no device) and the like
+        raise DeviceUnavailableError(f"--device cuda: no usable CUDA GPU ({e}); use --device cpu") from None
+    return cupy
 
 
 def _format_options(d, seed: int) -> dict:
