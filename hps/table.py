@@ -201,8 +201,9 @@ class HashTable:
         slots, is_new, n_new, n_revived, n_failed = self._impl.claim(k)
         if n_failed or self._size + n_new > self._capacity:
             self._impl.rollback(slots, is_new)
+            new = f"more than {n_new}" if n_failed else f"{n_new}"
             raise HashTableFullError(
-                f"HashTable is full: {self._size} live keys + {n_new} new keys in this call > "
+                f"HashTable is full: {self._size} live keys + {new} new keys in this call > "
                 f"capacity {self._capacity}; nothing was changed. Build a table with a larger capacity "
                 "or erase keys first")
         return slots, is_new, n_new, n_revived

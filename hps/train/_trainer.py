@@ -27,7 +27,7 @@ import numpy as np
 
 from ..config import Config
 from ..data import open_dataset
-from ..errors import InvalidInputError, NumericalError
+from ..errors import HashTableFullError, InvalidInputError, NumericalError
 from ..mem import MemPS, RowInitializer, unique_counts
 from ..metrics import auc as auc_score
 from ..metrics import logloss as logloss_score
@@ -110,7 +110,7 @@ class Trainer:
                            initializer=self.initializer)
         self.hier = None  # built on the first batch, when the working-set size is known
         self.start_index = 0
-        self.history = {"loss": [], "hit_rate": [], "examples": 0}
+        self.history = {"loss": []}
 
     def _make_tmp(self):
         self._tmp_ssd = tempfile.mkdtemp(prefix="hps-ssd-")
@@ -157,7 +157,11 @@ class Trainer:
         return mbs
 
     def _place(self, w: Work) -> Work:
-        self.hier.place(w.prepared)
+        try:
+            self.hier.place(w.prepared)
+        except HashTableFullError as e:
+            raise HashTableFullError(f"{e} (HBM-PS holds the working sets of {WINDOW + 1} batches: raise "
+                                     "--hbm-capacity or lower --batch-size)") from None
         return w
 
     def _train(self, w: Work) -> dict:
