@@ -216,3 +216,23 @@ def test_from_config():
     np.testing.assert_array_equal(mem.pull(_u([3])), RowInitializer(EMB, W, seed=7)(_u([3])))
     with pytest.raises(InvalidInputError):
         MemConfig(lru_fraction=2.0)
+
+
+def test_flush_dumps_in_bounded_chunks():
+    """A flush of many dirty rows hands the store bounded chunks, and every row reaches it."""
+    from hps.mem import RowCache
+
+    cache = RowCache(1000, 4)
+    keys = np.arange(1, 801, dtype=np.uint64)
+    cache.put(keys, np.tile(keys[:, None], (1, 4)).astype(np.float32), dirty=True, pin=False, freq=1)
+    calls = []
+
+    def dump(k, r):
+        calls.append((k.copy(), r.copy()))
+
+    assert cache.flush(dump, chunk_bytes=100 * 16) == 800
+    assert len(calls) == 8 and max(c[0].shape[0] for c in calls) == 100
+    got = np.concatenate([c[0] for c in calls])
+    assert sorted(got.tolist()) == keys.tolist()
+    assert all((c[1][:, 0] == c[0]).all() for c in calls)
+    assert cache.flush(dump) == 0  # all clean now

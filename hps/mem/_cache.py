@@ -71,6 +71,10 @@ def _pow2_at_least(n: int) -> int:
     return m
 
 
+#: Bytes of rows handed to one ``dump`` call by :meth:`RowCache.flush`.
+FLUSH_CHUNK_BYTES = 64 << 20
+
+
 class RowCache:
     """A DRAM cache of ``capacity_rows`` rows of ``row_width`` values of ``dtype`` (host NumPy).
 
@@ -344,15 +348,19 @@ class RowCache:
             if k.shape[0]:
                 K.mark_clean(self._dirty, self._mkeys, self._mvals, k)
 
-    def flush(self, dump) -> int:
-        """Dump every dirty row with ``dump(keys, rows)`` and mark them clean once it returned;
-        -> rows dumped. If ``dump`` raises, nothing is marked clean."""
+    def flush(self, dump, chunk_bytes: int = FLUSH_CHUNK_BYTES) -> int:
+        """Dump every dirty row with ``dump(keys, rows)``, ``chunk_bytes`` of rows per call (memory
+        stays bounded however large the cache), marking each chunk clean once its dump returned;
+        -> rows dumped. If a dump raises, its chunk and the rest stay dirty."""
         with self.lock:
-            keys, rows = self.dirty_rows()
-            if keys.shape[0]:
-                dump(keys, rows)
+            slots = K.dirty_slots(self._dirty, self._where)
+            step = max(1, int(chunk_bytes) // max(1, self.row_width * self.dtype.itemsize))
+            for a in range(0, slots.shape[0], step):  # O(dirty bytes / chunk_bytes) calls
+                s = slots[a:a + step]
+                keys = self._skey[s]
+                dump(keys, self._rows[s])
                 self.mark_clean(keys)
-            return int(keys.shape[0])
+            return int(slots.shape[0])
 
     def evict_all(self) -> Evicted:
         """Evict every unpinned row (e.g. on shutdown); -> the evicted rows."""
