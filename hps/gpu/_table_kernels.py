@@ -130,6 +130,18 @@ def upsert_claim(tkeys, tstate, owner, keys, mark, counts):
     _add_counts(counts, c_new, c_rev, c_fail)
 
 
+@cuda.jit(device=True)
+def _write_row(tvals, owner, rows, i, s, accumulate):
+    """The x-threads of a row kernel add row ``i`` into slot ``s`` (atomically), or assign it when
+    occurrence ``i`` is the one marked in ``owner`` (the last duplicate of its key)."""
+    if accumulate:
+        for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
+            cuda.atomic.add(tvals, (s, j), rows[i, j])
+    elif owner[s] == i:
+        for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
+            tvals[s, j] = rows[i, j]
+
+
 @cuda.jit
 def upsert_rows(tkeys, tvals, owner, keys, rows, accumulate):
     """Row kernel. Add (``accumulate``) or assign rows (n, dim) into the slots of keys (n,), which
@@ -140,12 +152,7 @@ def upsert_rows(tkeys, tvals, owner, keys, rows, accumulate):
     s = _find(tkeys, keys[i])
     if s < 0:
         return
-    if accumulate:
-        for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
-            cuda.atomic.add(tvals, (s, j), rows[i, j])
-    elif owner[s] == i:
-        for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
-            tvals[s, j] = rows[i, j]
+    _write_row(tvals, owner, rows, i, s, accumulate)
 
 
 @cuda.jit
@@ -218,12 +225,7 @@ def write_rows(tvals, owner, slots, rows, accumulate):
     if i >= slots.shape[0]:
         return
     s = slots[i]
-    if accumulate:
-        for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
-            cuda.atomic.add(tvals, (s, j), rows[i, j])
-    elif owner[s] == i:
-        for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
-            tvals[s, j] = rows[i, j]
+    _write_row(tvals, owner, rows, i, s, accumulate)
 
 
 @cuda.jit

@@ -309,6 +309,20 @@ def _evict_one(st, skey, rows, dirty, freq, age, where, prev, nxt, heap, hpos, f
     return True
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _visit(st, where, prev, nxt, heap, hpos, freq, age, pins, s, pin):
+    """A cached row was accessed: pin it (out of both parts), or move it to the LRU head."""
+    if pin:
+        if pins[s] == 0:
+            _detach(st, where, prev, nxt, heap, hpos, freq, age, s)
+            where[s] = W_PINNED
+            st[ST_N_PINNED] += 1
+        pins[s] += 1
+    elif where[s] != W_PINNED:
+        _detach(st, where, prev, nxt, heap, hpos, freq, age, s)
+        _place_lru(st, where, prev, nxt, heap, hpos, freq, age, s)
+
+
 # ---------------------------------------------------------------- operations (one per host method)
 
 @njit(nogil=True, cache=True, _nrt=False)
@@ -336,15 +350,7 @@ def lookup(st, skey, rows, pins, freq, age, where, stamp, prev, nxt, heap, hpos,
         n_hit += 1
         st[ST_SEQ] += 1
         age[s] = st[ST_SEQ]
-        if pin:
-            if pins[s] == 0:
-                _detach(st, where, prev, nxt, heap, hpos, freq, age, s)
-                where[s] = W_PINNED
-                st[ST_N_PINNED] += 1
-            pins[s] += 1
-        elif where[s] != W_PINNED:
-            _detach(st, where, prev, nxt, heap, hpos, freq, age, s)
-            _place_lru(st, where, prev, nxt, heap, hpos, freq, age, s)
+        _visit(st, where, prev, nxt, heap, hpos, freq, age, pins, s, pin)
     return n_hit
 
 
@@ -419,15 +425,7 @@ def put(st, skey, rows, dirty, pins, freq, age, where, stamp, prev, nxt, heap, h
             _resift(st, where, heap, hpos, freq, age, s)
             continue
         stamp[s] = call
-        if pin:
-            if pins[s] == 0:
-                _detach(st, where, prev, nxt, heap, hpos, freq, age, s)
-                where[s] = W_PINNED
-                st[ST_N_PINNED] += 1
-            pins[s] += 1
-        elif where[s] != W_PINNED:
-            _detach(st, where, prev, nxt, heap, hpos, freq, age, s)
-            _place_lru(st, where, prev, nxt, heap, hpos, freq, age, s)
+        _visit(st, where, prev, nxt, heap, hpos, freq, age, pins, s, pin)
     return n_ev
 
 
