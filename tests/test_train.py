@@ -150,3 +150,17 @@ def test_plots_are_drawn(tmp_path):
     names = sorted(p.name for p in plots.glob("*.png"))
     assert names == ["cache_hit_rate.png", "loss.png", "stage_seconds.png"]
     assert all((plots / n).stat().st_size > 1000 for n in names)
+
+
+def test_file_data_checkpoints_at_every_epoch_end(tmp_path):
+    """Streaming readers do not know their length: the epoch end is found by looking one batch ahead."""
+    rng = np.random.default_rng(0)
+    lines = [f"{rng.integers(0, 2)} " + " ".join(f"{f * 100 + rng.integers(0, 50)}:1" for f in range(4))
+             for _ in range(3000)]
+    data = tmp_path / "train.libfm"
+    data.write_text("\n".join(lines) + "\n")
+    ck = tmp_path / "ck"
+    assert main(["--format", "libsvm", "--data", str(data), "--batch-size", "1024", "--minibatch-size", "256",
+                 "--epochs", "2", "--checkpoint-dir", str(ck), "--no-progress", "--hidden", "8"]) == 0
+    meta = json.loads((ck / (ck / "LATEST").read_text().strip() / "meta.json").read_text())
+    assert (meta["epoch"], meta["batch"], meta["index"]) == (1, 2, 5)  # 3 batches per epoch

@@ -56,6 +56,7 @@ class Work:
     batch: int             # index within the epoch
     index: int             # global batch counter (resume-stable)
     data: object           # the global Batch
+    last_in_epoch: bool = False
     minibatches: list | None = None
     prepared: object | None = None
 
@@ -118,13 +119,18 @@ class Trainer:
 
     # -- stages ---------------------------------------------------------------------------------------------
     def _source(self):
-        epochs = self.cfg.train.epochs
+        """Global batches in order, each knowing whether it ends its epoch (one batch of lookahead)."""
         index = 0
-        for epoch in range(epochs):
+        for epoch in range(self.cfg.train.epochs):
+            pending = None
             for b, batch in enumerate(self.dataset.batches()):
-                if index >= self.start_index:
-                    yield Work(epoch, b, index, batch)
+                if pending is not None:
+                    yield pending
+                pending = Work(epoch, b, index, batch) if index >= self.start_index else None
                 index += 1
+            if pending is not None:
+                pending.last_in_epoch = True
+                yield pending
 
     def _ensure_hierarchy(self, working_set_size: int):
         if self.hier is not None:
@@ -208,9 +214,8 @@ class Trainer:
         tc = self.cfg.train
         if not tc.checkpoint_dir:
             return
-        last_of_epoch = w.batch == self._batches_per_epoch - 1 if self._batches_per_epoch else False
         due = tc.checkpoint_every and (w.index + 1) % tc.checkpoint_every == 0
-        if due or last_of_epoch:
+        if due or w.last_in_epoch:
             self.save_checkpoint(w.index, w.epoch, w.batch)
 
     def save_checkpoint(self, index: int, epoch: int, batch: int) -> str:
@@ -227,10 +232,10 @@ class Trainer:
     # -- run ----------------------------------------------------------------------------------------------
     def fit(self) -> dict:
         tc = self.cfg.train
-        self._batches_per_epoch = _count_batches(self.dataset, tc.batch_size)
         if tc.resume:
             self.resume()
-        total = self._batches_per_epoch * tc.batch_size * tc.epochs if self._batches_per_epoch else None
+        rows = getattr(self.dataset, "rows", None)  # known for synthetic data; files stream
+        total = rows * tc.epochs if isinstance(rows, int) else None
         bar = _progress(tc.progress and self.coll.rank == 0, total, self.start_index * tc.batch_size)
         self.pipeline = Pipeline("read", self._source(), [Stage("prepare", self._prepare, gate=self._gate),
                                                            Stage("place", self._place),
@@ -362,13 +367,6 @@ def _check_writable(path: Path) -> Path:
     except OSError as e:
         raise InvalidInputError(f"--ssd-path {path} is not a writable directory: {e.strerror or e}") from e
     return path
-
-
-def _count_batches(dataset, batch_size: int) -> int | None:
-    rows = getattr(dataset, "rows", None)
-    if isinstance(rows, int):
-        return -(-rows // batch_size)
-    return None
 
 
 def _progress(enabled: bool, total, initial):
