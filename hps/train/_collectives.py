@@ -25,7 +25,8 @@ class LocalCollectives:
         return np.ones(keys.shape[0], dtype=np.bool_)
 
     def pull_rows(self, keys, serve):
-        """Rows of ``keys`` (the same keys on every rank): each owner serves its own."""
+        """Rows of ``keys`` (the same keys on every rank): each owner serves its own.
+        ``serve(k)`` returns (len(k), width) float32 rows, also for no keys."""
         return serve(keys)
 
     def sparse_allreduce(self, keys, values):
@@ -74,13 +75,12 @@ class MpiCollectives(LocalCollectives):
         t = time.perf_counter()
         owner = owner_of(keys, self.size)
         order, offsets = group_by_owner(owner, self.size)
-        mine = np.ascontiguousarray(serve(keys[order[offsets[self.rank]:offsets[self.rank + 1]]]))
-        width = self._pull_comm.allreduce(mine.shape[1] if mine.ndim == 2 and mine.shape[0] else 0, op=MPI.MAX)
-        mine = mine.reshape(-1, width) if mine.size else np.empty((0, width), np.float32)
+        mine = np.ascontiguousarray(serve(keys[order[offsets[self.rank]:offsets[self.rank + 1]]]),
+                                    dtype=np.float32)
+        width = mine.shape[1]  # the same on every rank: serve returns full rows even for no keys
         out = np.empty((keys.shape[0], width), dtype=np.float32)
         counts = np.diff(offsets) * width
-        self._pull_comm.Allgatherv(mine.astype(np.float32, copy=False),
-                                   [out, counts, offsets[:-1] * width, MPI.FLOAT])
+        self._pull_comm.Allgatherv(mine, [out, counts, offsets[:-1] * width, MPI.FLOAT])
         rows = np.empty_like(out)
         rows[order] = out
         self.stats.add("sparse_pull", mine.nbytes * (self.size - 1), time.perf_counter() - t, 1)

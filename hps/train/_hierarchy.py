@@ -189,6 +189,9 @@ class ParameterHierarchy:
 
 
 def _host(a):
+    """Host NumPy view/copy of a NumPy, CuPy or Numba device array. Blocking."""
+    if hasattr(a, "get") and type(a).__module__.startswith("cupy"):
+        return a.get()
     if hasattr(a, "__cuda_array_interface__"):
         from numba import cuda
 

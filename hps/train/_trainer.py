@@ -36,7 +36,7 @@ from ..pipeline import Pipeline, Stage
 from ..ssd import ScratchEnv, SSDStore
 from . import _checkpoint
 from ._collectives import LocalCollectives
-from ._hierarchy import ParameterHierarchy, make_hbm
+from ._hierarchy import ParameterHierarchy, _host, make_hbm
 
 #: prepare(i) waits for train(i - WINDOW); keys unused for WINDOW batches leave HBM-PS.
 WINDOW = 3
@@ -375,13 +375,3 @@ def _progress(enabled: bool, total, initial):
     from tqdm import tqdm
 
     return tqdm(total=total, initial=initial, unit="ex", unit_scale=True, dynamic_ncols=True, leave=False)
-
-
-def _host(a):
-    if hasattr(a, "get") and type(a).__module__.startswith("cupy"):
-        return a.get()
-    if hasattr(a, "__cuda_array_interface__"):
-        from numba import cuda
-
-        return cuda.as_cuda_array(a).copy_to_host()
-    return a
