@@ -39,8 +39,6 @@ class Prepared:
     index: int
     fetch_keys: np.ndarray      # (f,) uint64, keys not resident before this batch
     fetch_rows: np.ndarray      # (f, row_width)
-    evicted: int                # keys evicted from HBM by this batch's prepare
-    working_set: int            # unique keys of the batch
 
 
 class ParameterHierarchy:
@@ -92,13 +90,13 @@ class ParameterHierarchy:
                 f"the MEM-PS budget of {self.memps.cache.capacity_rows} rows "
                 f"({self.memps.cache.budget_bytes} bytes): raise --mem-budget or lower --batch-size")
         with self._lock:
-            evicted = self._evict_older_than(index - self.window)
+            self._evict_older_than(index - self.window)
             found = self._last_use.contains(working_set)
             fetch = working_set[~found]
             self._last_use.assign(working_set, np.full(working_set.shape[0], index, np.int64))
             self._working_sets[index] = working_set
             rows = self._fetch(fetch)
-        return Prepared(index, fetch, rows, evicted, int(working_set.shape[0]))
+        return Prepared(index, fetch, rows)
 
     def _fetch(self, keys: np.ndarray) -> np.ndarray:
         """Rows of non-resident keys: own keys from MEM-PS (pin dropped at once: HBM is the holder
@@ -115,21 +113,19 @@ class ParameterHierarchy:
 
         return self.coll.pull_rows(keys, serve)
 
-    def _evict_older_than(self, limit: int) -> int:
+    def _evict_older_than(self, limit: int) -> None:
         """Write back and drop resident keys with ``last_use <= limit``. Earlier calls evicted up to
         ``limit - 1``, so those are the keys of batch ``limit`` not used since: O(working set), not
         O(resident). REQUIRES: lock held."""
         old = self._working_sets.pop(limit, None)
         if old is None:
-            return 0
+            return
         last, _ = self._last_use.lookup(old)
         old = old[last[:, 0] == limit]
-        if old.shape[0] == 0:
-            return 0
-        self._write_back(old)
-        self.hbm.erase(old)
-        self._last_use.erase(old)
-        return int(old.shape[0])
+        if old.shape[0]:
+            self._write_back(old)
+            self.hbm.erase(old)
+            self._last_use.erase(old)
 
     def _write_back(self, keys: np.ndarray, placed_only: bool = False) -> None:
         """Push the HBM rows of the keys this rank owns into its MEM-PS. With ``placed_only``, skip

@@ -194,8 +194,7 @@ class Trainer:
                                  "lower --lr/--dense-lr or check the data for inf/NaN features")
         self.hier.mark_trained(w.index)
         self._maybe_checkpoint(w)
-        return {"index": w.index, "loss": loss_sum / max(n_ex, 1), "examples": n_ex,
-                "fetched": int(w.prepared.fetch_keys.shape[0]), "working_set": int(w.prepared.working_set)}
+        return {"index": w.index, "loss": loss_sum / max(n_ex, 1), "examples": n_ex}
 
     def _dense_step(self, grads: dict) -> None:
         names = list(grads)
