@@ -4,10 +4,18 @@ The tiers use it for their bookkeeping (SSD-PS key -> (file, slot); MEM-PS key -
 Unlike :class:`hps.HashTable` it grows: when a call would pass the capacity it rebuilds into a
 table twice as large (host-side allocation, outside any kernel).
 
+Two-phase writes (:meth:`KeyIndex.stage`, :meth:`KeyIndex.publish`) let a caller do the expensive
+part of a batch update before the new values may be seen (the SSD-PS stages a dump's keys while its
+files are written and publishes them once they are durable). Both phases walk the table in home-slot
+order: on a table bigger than the CPU caches, probing in key order costs a cache miss per array per
+key, probing in slot order streams (about 3x faster for 262 k keys into a 1 M-slot index).
+
 Not thread-safe: callers serialise access.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
@@ -15,6 +23,15 @@ from . import _table_cpu_kernels as K
 from ._keys import as_keys
 from ._table_cpu import CpuTableImpl
 from .table import DEFAULT_MAX_LOAD_FACTOR, slots_for
+
+
+class Staged(NamedTuple):
+    """A batch of keys staged by :meth:`KeyIndex.stage`, in home-slot order."""
+
+    order: np.ndarray   # (n,) int64: positions in the caller's batch, in home-slot order
+    keys: np.ndarray    # (n,) uint64: keys[order]
+    slots: np.ndarray   # (n,) int64: the slot of each key in the table it was staged in
+    table: object       # that table: publish restages when the index was rebuilt meanwhile
 
 
 class KeyIndex:
@@ -29,12 +46,15 @@ class KeyIndex:
     def _alloc(self, capacity: int) -> None:
         self.capacity = capacity
         self._impl = CpuTableImpl(slots_for(capacity, self._mlf), self.width, np.int64)
+        self._impl.tstate.fill(0)   # fault the pages in now (a rebuild fills the table right after),
+        self._impl.tvals.fill(0)    # not in the middle of the next caller's batch
         self._size = 0
 
     def __len__(self) -> int:
         return self._size
 
-    def _reserve(self, n: int) -> None:
+    def reserve(self, n: int) -> None:
+        """Make room for ``n`` more keys (a rebuild, when needed, happens here)."""
         if self._size + self._impl.tombstones + n <= self.capacity:
             return
         keys, vals = self.items()
@@ -61,8 +81,48 @@ class KeyIndex:
         """Assign like :meth:`assign` and return what each key held just before its own write:
         ``(old (n, width) int64, had (n,) bool)``; a repeated key sees its earlier occurrence's value."""
         k, v = self._prepare(keys, vals)
-        old = np.zeros((k.shape[0], self.width), dtype=np.int64)
-        had = np.zeros(k.shape[0], dtype=np.bool_)
+        return self._exchange(k, v)
+
+    def stage(self, keys) -> Staged:
+        """First half of an :meth:`exchange`: sort ``keys`` by home slot, make room and find or claim
+        a slot for each -> :class:`Staged`. Nothing changes for readers: a key new to the index is
+        claimed as a tombstone, which lookups miss until :meth:`publish`. An abandoned stage leaves
+        those tombstones behind (harmless; a rebuild drops them)."""
+        k = as_keys(keys)
+        n = k.shape[0]
+        self.reserve(n)
+        t = self._impl
+        n_slots = t.tkeys.shape[0]
+        # about n/2 buckets of adjacent slots: the counts stay in cache and the probes move forward
+        shift = max(0, n_slots.bit_length() - 1 - max(0, n.bit_length() - 2))
+        order = np.empty(n, dtype=np.int64)
+        skeys = np.empty(n, dtype=np.uint64)
+        slots = np.empty(n, dtype=np.int64)
+        K.slot_order(k, np.uint64(n_slots - 1), np.uint64(shift), order, skeys)
+        t.tombstones += int(K.claim_hidden(t.tkeys, t.tstate, skeys, slots))
+        return Staged(order, skeys, slots, t)
+
+    def publish(self, staged: Staged, vals):
+        """Second half: assign ``vals`` ((n, width), in ``staged.order``) to the staged keys ->
+        ``(order, old (n, width), had (n,))``, old and had in ``order`` (a new order only when the
+        index was rebuilt since :meth:`stage`, which restages; otherwise ``staged.order``)."""
+        v = np.ascontiguousarray(np.asarray(vals, dtype=np.int64).reshape(staged.keys.shape[0], self.width))
+        order = staged.order
+        if staged.table is not self._impl:
+            again = self.stage(staged.keys)    # positions in staged.keys: compose with staged.order
+            order, v, staged = order[again.order], v[again.order], again
+        t = self._impl
+        old = np.empty_like(v)
+        had = np.empty(v.shape[0], dtype=np.bool_)
+        n_revived = int(K.publish(t.tstate, t.tvals, staged.slots, v, old, had))
+        t.tombstones -= n_revived
+        self._size += n_revived
+        return order, old, had
+
+    def _exchange(self, k, v):
+        """REQUIRES: room reserved for every key."""
+        old = np.empty((k.shape[0], self.width), dtype=np.int64)   # the kernel writes every entry
+        had = np.empty(k.shape[0], dtype=np.bool_)
         if k.shape[0]:
             n_new, n_revived = K.exchange(self._impl.tkeys, self._impl.tstate, self._impl.tvals, k, v, old, had)
             self._size += int(n_new)
@@ -74,7 +134,7 @@ class KeyIndex:
         k = as_keys(keys)
         v = np.ascontiguousarray(np.asarray(vals, dtype=np.int64).reshape(k.shape[0], self.width))
         if k.shape[0]:
-            self._reserve(k.shape[0])
+            self.reserve(k.shape[0])
         return k, v
 
     def _write(self, keys, vals, accumulate: bool) -> None:

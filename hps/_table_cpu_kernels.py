@@ -193,3 +193,58 @@ def exchange(tkeys, tstate, tvals, keys, rows, old, had):
             old[i, j] = tvals[s, j]
             tvals[s, j] = rows[i, j]
     return n_new, n_revived
+
+
+@njit(nogil=True, cache=True)
+def slot_order(keys, mask, shift, order, skeys):
+    """Stable counting sort of ``keys`` by home slot ``(mix64(key) & mask) >> shift``: order (n,) int64
+    out gets the positions in that order, skeys (n,) out the keys. A kernel walking ``skeys`` probes
+    the table in ascending slot order (sequential memory traffic instead of one miss per array per
+    key); equal keys keep their relative order, so "later duplicates win" still holds."""
+    nb = np.int64(mask >> shift) + 1
+    counts = np.zeros(nb + 1, dtype=np.int64)
+    for i in range(keys.shape[0]):
+        counts[np.int64((mix64(keys[i]) & mask) >> shift) + 1] += 1
+    for b in range(1, nb + 1):
+        counts[b] += counts[b - 1]
+    for i in range(keys.shape[0]):
+        b = np.int64((mix64(keys[i]) & mask) >> shift)
+        order[counts[b]] = i
+        skeys[counts[b]] = keys[i]
+        counts[b] += 1
+
+
+@njit(nogil=True, cache=True)
+def claim_hidden(tkeys, tstate, keys, slots):
+    """Find or claim a slot for every key, invisibly: a key not in the table claims an empty slot as
+    a tombstone (lookups miss it); live keys and tombstones keep their state. slots (n,) int64 out.
+    REQUIRES: room for every key. Returns the number of slots claimed (new tombstones)."""
+    mask = np.uint64(tkeys.shape[0] - 1)
+    n = 0
+    for i in range(keys.shape[0]):
+        s = _probe(tkeys, mask, keys[i])
+        if s < 0:
+            s = -s - 1
+            tkeys[s] = keys[i]
+            tstate[s] = 1
+            n += 1
+        slots[i] = s
+    return n
+
+
+@njit(nogil=True, cache=True)
+def publish(tstate, tvals, slots, rows, old, had):
+    """Write ``rows`` (n, dim) into ``slots`` from ``claim_hidden``, reviving tombstones (later
+    duplicates win); old (n, dim) / had (n,) out: what each slot held just before this write.
+    Returns the number of tombstones revived (keys new to the table)."""
+    n = 0
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        had[i] = tstate[s] == 0
+        if not had[i]:
+            tstate[s] = 0
+            n += 1
+        for j in range(tvals.shape[1]):
+            old[i, j] = tvals[s, j]
+            tvals[s, j] = rows[i, j]
+    return n

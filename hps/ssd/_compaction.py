@@ -117,9 +117,7 @@ def _merge(store, group) -> None:
             new = np.empty((m, 2), dtype=np.int64)
             new[:, 0] = seq0 + ar // rpf
             new[:, 1] = ar % rpf
-            for f in written:
-                store._files[f.seq] = f
-                store._total_rows += f.n_rows
+            store._add_files(written)
             store._index.assign(keys[still], new[still])
             store._add_stale(new[~still, 0])   # rewritten by a dump meanwhile: the merged copy is stale
         for f in group:

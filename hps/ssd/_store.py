@@ -211,13 +211,19 @@ class SSDStore:
                 written[i] = self._write_file(seq0 + i, k[sl], None, r[sl])
 
             try:
-                self._map(write_one, n_files)      # fsyncs of several files overlap (group commit)
+                wait = self._start(write_one, n_files)  # fsyncs of several files overlap (group commit)
+                try:   # while the files are written: stage the keys in the index (invisible to loads)
+                    with self._mu:
+                        staged = self._index.stage(k)
+                    own = self._locations(staged.order, seq0)
+                finally:
+                    wait()
                 self._env.fsync_dir(self.path)
             except OSError as e:
                 self._unlink_quietly([F.param_name(seq0 + i) for i in range(n_files)])
                 raise _space_error(e, f"dumping {m} rows") from e
             with self._mu:
-                self._commit_dump(k, seq0, written)
+                self._commit_dump(staged, own, seq0, written)
         if self._thread is not None and self._needs_compaction():
             self._wake.set()
 
@@ -317,15 +323,23 @@ class SSDStore:
 
     def _map(self, fn, n: int) -> None:
         """Run fn(0..n-1), in the I/O pool when there is one; waits for all, then raises the first error."""
+        self._start(fn, n)()
+
+    def _start(self, fn, n: int):
+        """Start fn(0..n-1) in the I/O pool (inline when there is none or n < 2) -> ``wait()``, which
+        waits for all of them and then raises the first error."""
         if self._pool is None or n < 2:
             for i in range(n):
                 fn(i)
-            return
+            return lambda: None
         futs = [self._pool.submit(fn, i) for i in range(n)]
-        errs = [f.exception() for f in futs]
-        for e in errs:
-            if e is not None:
-                raise e
+
+        def wait():
+            errs = [f.exception() for f in futs]
+            for e in errs:
+                if e is not None:
+                    raise e
+        return wait
 
     def _write_file(self, seq: int, keys, versions, rows) -> _File:
         """Write one parameter file: temp name, fsync, rename into place (directory not fsynced)."""
@@ -352,9 +366,7 @@ class SSDStore:
         except BaseException:
             self._unlink_quietly([F.tmp_name(seq)])
             raise
-        with self._mu:
-            self._stats["bytes_written"] += size
-        return _File(seq, n, size)
+        return _File(seq, n, size)   # the caller counts bytes_written when it commits the file
 
     def _unlink_quietly(self, names) -> None:
         for name in names:
@@ -364,20 +376,29 @@ class SSDStore:
             except OSError:
                 pass
 
-    def _commit_dump(self, k, seq0: int, written) -> None:
-        """Point the index at the new files. REQUIRES: ``_mu`` held; files durable."""
-        m, rpf = k.shape[0], self.rows_per_file
-        own = np.empty((m, 2), dtype=np.int64)
-        ar = np.arange(m, dtype=np.int64)
-        own[:, 0] = seq0 + ar // rpf
-        own[:, 1] = ar % rpf
+    def _locations(self, order, seq0: int):
+        """(n, 2) int64 (file seq, slot) of rows ``order`` of a dump whose first file is ``seq0``."""
+        own = np.empty((order.shape[0], 2), dtype=np.int64)
+        np.floor_divide(order, self.rows_per_file, out=own[:, 0])
+        own[:, 0] += seq0
+        np.remainder(order, self.rows_per_file, out=own[:, 1])
+        return own
+
+    def _commit_dump(self, staged, own, seq0: int, written) -> None:
+        """Point the staged keys at the new files (``own``: their locations, in ``staged.order``).
+        REQUIRES: ``_mu`` held; files durable."""
+        self._add_files(written)
+        # every location a key leaves is stale now: its previous file, or, for a key repeated in
+        # this dump, the slot its earlier occurrence took here
+        _, old, had = self._index.publish(staged, own)
+        self._add_stale(old[had, 0])
+
+    def _add_files(self, written) -> None:
+        """Enter durable new files into the file table. REQUIRES: ``_mu`` held."""
         for f in written:
             self._files[f.seq] = f
             self._total_rows += f.n_rows
-        # every location a key leaves is stale now: its previous file, or, for a key repeated in
-        # this dump, the slot its earlier occurrence took here
-        old, had = self._index.exchange(k, own)
-        self._add_stale(old[had, 0])
+            self._stats["bytes_written"] += f.size
 
     def _add_stale(self, fseqs) -> None:
         """REQUIRES: ``_mu`` held."""
