@@ -23,7 +23,11 @@ Performance note: the operation kernels that allocate nothing are compiled with 
 With Numba's reference counting on, the array arguments of the inlined helpers get atomic
 incref/decref pairs inside the per-key loop that the refcount pruner does not remove; measured on
 3,000 keys: 970 us with NRT, 86 us without (11x). Helpers are ``inline="always"`` for the same reason.
-Kernels do no bounds checks: the host sizes every array (see each kernel's REQUIRES). Kernels are not
+The operation kernels start with a pass of ``prefetch`` hints over the batch (map cells; ghost cells
+in ``put``): a per-key body is a chain of dependent loads, so without them a cache miss stalls one
+key at a time. Measured on the replay (alpha 0.8, 10 % cache): ``put`` 581 -> 370 us a batch,
+``lookup`` 247 -> 175, ``unpin`` 224 -> 165. Kernels do no bounds checks: the host sizes every array
+(see each kernel's REQUIRES). Kernels are not
 thread-safe; the host serialises calls on one state.
 
 Pinned rows are in neither list: pinning detaches a row, unpinning to zero puts it at the LRU head.
@@ -37,6 +41,7 @@ import numpy as np
 from numba import njit
 
 from .._hashing import mix64
+from .._prefetch import prefetch
 
 # Indices into ``st``.
 ST_LRU_HEAD = 0
@@ -128,6 +133,14 @@ def _ghost_cell(ghost, key):
     return mix64(key ^ np.uint64(0x2545F4914F6CDD1D)) & np.uint64(ghost.shape[0] - 1)
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _prefetch_map(mkeys, keys):
+    """Prefetch the home map cell of every key (see ``hps/_prefetch.py``)."""
+    mask = np.uint64(mkeys.shape[0] - 1)
+    for i in range(keys.shape[0]):
+        prefetch(mkeys, mix64(keys[i]) & mask)
+
+
 # ---------------------------------------------------------------- LFU min-heap on (freq, age)
 # A 4-ary heap (children of p: 4p+1 .. 4p+4): half the depth of a binary heap, and the children
 # share a cache line. heap[p] = (packed key, slot): the key (freq, age) is packed into one int64,
@@ -167,11 +180,22 @@ def _sift_down(heap, hpos, p, n):
             break
         c = first
         ck = heap[first, 0]
-        for d in range(first + 1, min(first + 4, n)):
-            dk = heap[d, 0]
-            if dk < ck:
-                c = d
-                ck = dk
+        if first + 3 < n:   # all four children: a branch-free tournament (the compares are random)
+            k1 = heap[first + 1, 0]
+            k2 = heap[first + 2, 0]
+            k3 = heap[first + 3, 0]
+            a = first + (k1 < ck)
+            ak = min(ck, k1)
+            b = first + 2 + (k3 < k2)
+            bk = min(k2, k3)
+            c = b if bk < ak else a
+            ck = min(ak, bk)
+        else:
+            for d in range(first + 1, n):
+                dk = heap[d, 0]
+                if dk < ck:
+                    c = d
+                    ck = dk
         if ck >= key:
             break
         heap[p, 0] = ck
@@ -334,6 +358,7 @@ def lookup(st, skey, rows, pins, freq, age, where, stamp, prev, nxt, heap, hpos,
     st[ST_CALL] += 1
     call = st[ST_CALL]
     n_hit = 0
+    _prefetch_map(mkeys, keys)
     for i in range(keys.shape[0]):
         s = _map_get(mkeys, mvals, keys[i])
         if s < 0:
@@ -364,6 +389,7 @@ def put_check(st, pins, stamp, mkeys, mvals, keys, pin):
     n_new = 0
     n_old = 0
     n_old_pinned = 0
+    _prefetch_map(mkeys, keys)
     for i in range(keys.shape[0]):
         s = _map_get(mkeys, mvals, keys[i])
         if s < 0:
@@ -390,6 +416,10 @@ def put(st, skey, rows, dirty, pins, freq, age, where, stamp, prev, nxt, heap, h
     call = st[ST_CALL]
     n_ev = 0
     empty = np.uint64(0xFFFFFFFFFFFFFFFF)
+    _prefetch_map(mkeys, keys)
+    if ghost.shape[0] > 0:
+        for i in range(keys.shape[0]):
+            prefetch(ghost, _ghost_cell(ghost, keys[i]))
     for i in range(keys.shape[0]):
         key = keys[i]
         s = _map_get(mkeys, mvals, key)
@@ -465,6 +495,7 @@ def unpin(st, pins, freq, age, where, stamp, prev, nxt, heap, hpos, mkeys, mvals
     st[ST_CALL] += 1
     call = st[ST_CALL]
     n_bad = 0
+    _prefetch_map(mkeys, keys)
     for i in range(keys.shape[0]):
         s = _map_get(mkeys, mvals, keys[i])
         if s < 0:

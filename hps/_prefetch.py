@@ -1,0 +1,37 @@
+"""``prefetch(arr, i)``: a Numba intrinsic that asks the CPU to bring ``arr[i]`` into cache.
+
+A hint only (LLVM's ``llvm.prefetch``: read, high locality); it never faults and changes no result.
+Kernels whose per-key bodies are long chains of dependent loads (the MEM-PS cache: hash probe ->
+slot -> its fields) use a pre-pass of prefetches over the batch, so the misses of many keys overlap
+instead of stalling one key at a time (measured in ``hps/mem/_cache_kernels.py``).
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+
+@intrinsic
+def prefetch(typingctx, arr, idx):
+    """Prefetch ``arr[idx]`` (for a 2-d array, the start of row ``idx``). No bounds check."""
+    if not isinstance(arr, types.Array) or arr.ndim not in (1, 2) or not isinstance(idx, types.Integer):
+        return None
+    sig = types.void(arr, idx)
+
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        index = [args[1]] + [context.get_constant(types.intp, 0)] * (aryty.ndim - 1)
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, index, wraparound=False)
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0")
+        # rw 0 = read, locality 3 = keep in all cache levels, cache type 1 = data
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
