@@ -20,6 +20,7 @@ setup(
         "numpy>=1.26",
         "numba>=0.60",
         "h5py>=3.10",
+        "isal>=1.6",
         "tqdm>=4.66",
         "pyarrow>=15",
         "tomli>=2.0; python_version<'3.11'",

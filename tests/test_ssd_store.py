@@ -288,3 +288,16 @@ def test_read_handles_are_reused_and_bounded(tmp_path):
         assert (s.load(keys)[0] == 0).all()
         assert len(s._fds._open) <= 3
     assert isinstance(s._fds, _store._FdCache) and len(s._fds._open) == 0   # closed with the store
+
+
+def test_checksum_is_zlib_crc32():
+    """The on-disk checksums are CRC-32 as zlib computes it, whichever library computes it."""
+    import zlib
+
+    from hps.ssd import _format as F
+    data = np.random.default_rng(0).standard_normal((1000, 7)).astype(np.float32)
+    mv = memoryview(data.tobytes())
+    assert F.crc32(data) == zlib.crc32(data)
+    assert F.crc32(mv[13:4001]) == zlib.crc32(mv[13:4001])
+    assert F.crc32(mv[5:], 0xDEADBEEF) == zlib.crc32(mv[5:], 0xDEADBEEF)
+    assert F.crc32(b"") == 0

@@ -43,6 +43,11 @@ import numpy as np
 
 from ..errors import CorruptionError, StoreFormatError
 
+try:   # ISA-L's CRC-32: the same values as zlib.crc32, ~4x faster (10 vs 2.4 GB/s here); GIL released
+    from isal.isal_zlib import crc32
+except ImportError:  # pragma: no cover - isal is a dependency; zlib computes the same checksums
+    crc32 = zlib.crc32
+
 # -- written to disk, never renumber ----------------------------------------------------------------
 #: Magic of a parameter file.
 MAGIC = b"HPSPARAM"
@@ -103,7 +108,7 @@ def parse_name(name: str):
 
 def pack_store(code: int, dim: int) -> bytes:
     body = STORE_STRUCT.pack(STORE_MAGIC, FORMAT_VERSION, code, dim, 0)[:-4]
-    return body + struct.pack("<I", zlib.crc32(body))
+    return body + struct.pack("<I", crc32(body))
 
 
 def unpack_store(buf: bytes, where: str):
@@ -113,7 +118,7 @@ def unpack_store(buf: bytes, where: str):
     magic, version, code, dim, crc = STORE_STRUCT.unpack(buf)
     if magic != STORE_MAGIC:
         raise StoreFormatError(f"{where} is not an hps SSD store descriptor (bad magic)")
-    if zlib.crc32(buf[:-4]) != crc:
+    if crc32(buf[:-4]) != crc:
         raise CorruptionError(f"{where}: store descriptor checksum mismatch")
     if version > FORMAT_VERSION:
         raise StoreFormatError(f"{where}: format version {version} is newer than this reader "
@@ -138,7 +143,7 @@ def pack_header(code: int, dim: int, flags: int, seq: int, n_rows: int, keys_crc
     buf = bytearray(HEADER_SIZE)
     HEADER_STRUCT.pack_into(buf, 0, MAGIC, FORMAT_VERSION, code, dim, flags, seq, n_rows, keys_crc,
                             data_crc)
-    struct.pack_into("<I", buf, HEADER_CRC_OFFSET, zlib.crc32(memoryview(buf)[:HEADER_CRC_OFFSET]))
+    struct.pack_into("<I", buf, HEADER_CRC_OFFSET, crc32(memoryview(buf)[:HEADER_CRC_OFFSET]))
     return bytes(buf)
 
 
@@ -154,7 +159,7 @@ class Header:
         mv = memoryview(buf)[:HEADER_SIZE]
         (magic, version, code, dim, flags, seq, n_rows, kcrc, dcrc) = HEADER_STRUCT.unpack_from(mv, 0)
         (hcrc,) = struct.unpack_from("<I", mv, HEADER_CRC_OFFSET)
-        if zlib.crc32(mv[:HEADER_CRC_OFFSET]) != hcrc or magic != MAGIC:
+        if crc32(mv[:HEADER_CRC_OFFSET]) != hcrc or magic != MAGIC:
             raise CorruptionError(f"{where}: header checksum mismatch or bad magic")
         if version > FORMAT_VERSION:
             raise StoreFormatError(f"{where}: format version {version} is newer than this reader "
@@ -177,7 +182,7 @@ def parse_keys(buf, hdr: Header, where: str):
     mv = memoryview(buf)
     if len(mv) < hdr.rows_offset:
         raise CorruptionError(f"{where}: truncated keys section")
-    if zlib.crc32(mv[HEADER_SIZE:hdr.rows_offset]) != hdr.keys_crc:
+    if crc32(mv[HEADER_SIZE:hdr.rows_offset]) != hdr.keys_crc:
         raise CorruptionError(f"{where}: keys section checksum mismatch")
     keys = np.frombuffer(buf, dtype="<u8", count=hdr.n_rows, offset=HEADER_SIZE).astype(np.uint64)
     if hdr.versions_offset >= 0:
@@ -193,7 +198,7 @@ def parse_rows(buf, hdr: Header, where: str) -> np.ndarray:
     mv = memoryview(buf)
     if len(mv) != hdr.size:
         raise CorruptionError(f"{where}: file is {len(mv)} bytes, header says {hdr.size}")
-    if zlib.crc32(mv[hdr.rows_offset:]) != hdr.data_crc:
+    if crc32(mv[hdr.rows_offset:]) != hdr.data_crc:
         raise CorruptionError(f"{where}: rows section checksum mismatch")
     dt = DTYPE_CODES[hdr.code]
     return np.frombuffer(buf, dtype=dt, count=hdr.n_rows * hdr.dim,

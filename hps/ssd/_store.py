@@ -19,7 +19,6 @@ import errno
 import logging
 import os
 import threading
-import zlib
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -344,11 +343,11 @@ class SSDStore:
     def _write_file(self, seq: int, keys, versions, rows) -> _File:
         """Write one parameter file: temp name, fsync, rename into place (directory not fsynced)."""
         n = keys.shape[0]
-        kcrc = zlib.crc32(keys)
+        kcrc = F.crc32(keys)
         if versions is not None:
-            kcrc = zlib.crc32(versions, kcrc)
+            kcrc = F.crc32(versions, kcrc)
         flags = F.FLAG_VERSIONS if versions is not None else 0
-        header = F.pack_header(self._code, self.dim, flags, seq, n, kcrc, zlib.crc32(rows))
+        header = F.pack_header(self._code, self.dim, flags, seq, n, kcrc, F.crc32(rows))
         tmp, final = self._p(F.tmp_name(seq)), self._p(F.param_name(seq))
         size = F.layout(n, self.dim, self._disk_dtype.itemsize, versions is not None)[2]
         try:
