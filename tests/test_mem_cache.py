@@ -218,6 +218,32 @@ def test_unique_counts():
     assert u[inv].tolist() == [5, 3, 5, 5, 7, 3]
 
 
+@settings(max_examples=150, deadline=None)
+@given(capacity=st.integers(3, 12), lru_fraction=st.sampled_from([0.0, 0.34, 1.0]),
+       ghost=st.sampled_from([0.0, 2.0]),
+       batches=st.lists(st.lists(st.integers(0, 20), min_size=1, max_size=6), max_size=25))
+def test_visit_batch_is_lookup_put_unpin(capacity, lru_fraction, ghost, batches):
+    """visit_batch (replay's fast path) makes exactly the decisions of the three public calls."""
+    fast = RowCache(capacity, 1, lru_fraction=lru_fraction, ghost_factor=ghost)
+    slow = RowCache(capacity, 1, lru_fraction=lru_fraction, ghost_factor=ghost)
+    for b in batches:
+        uniq, counts, _ = unique_counts(_u(b))
+        if len(uniq) > capacity:
+            with pytest.raises(CacheBudgetError):
+                fast.visit_batch(uniq, counts)
+            return
+        n_hit = fast.visit_batch(uniq, counts)
+        _, hit = slow.lookup(uniq, pin=True, counts=counts)
+        miss = ~hit
+        slow.put(uniq[miss], np.zeros((int(miss.sum()), 1), np.float32), pin=True, freq=counts[miss])
+        slow.unpin(uniq)
+        assert n_hit == int(hit.sum())
+    a, b = fast.stats(), slow.stats()
+    assert (a.hits, a.misses, a.inserted, a.evicted, a.size) == (b.hits, b.misses, b.inserted, b.evicted, b.size)
+    ea, eb = fast.evict_all(), slow.evict_all()   # eviction order exposes the whole LRU/LFU state
+    assert ea.keys.tolist() == eb.keys.tolist() and ea.freq.tolist() == eb.freq.tolist()
+
+
 def test_replay_policies():
     rng = np.random.default_rng(1)
     batches = [rng.zipf(1.3, 300).astype(np.uint64) for _ in range(60)]

@@ -139,6 +139,7 @@ class RowCache:
         self._evicted_dirty = 0
         self._batch_hits: list[int] = []
         self._batch_misses: list[int] = []
+        self._visit_buf = None   # scratch arrays of visit_batch
 
     # ------------------------------------------------------------------ introspection
     @property
@@ -233,6 +234,54 @@ class RowCache:
         if inverse is not None:
             return out[inverse], hit[inverse]
         return out, hit
+
+    def visit_batch(self, keys, counts) -> int:
+        """One batch as :func:`hps.mem.replay` plays it: ``lookup(keys, pin=True, counts=counts)``,
+        ``put`` of the misses (zero rows, clean, pinned, ``freq`` = their counts), ``unpin(keys)``.
+        The same kernels in the same order, so the same decisions, minus the per-call host work
+        (buffers are reused). ``keys`` distinct (n,) uint64, ``counts`` (n,) int64. -> hits.
+        Raises CacheBudgetError, with the hits left pinned, when the batch does not fit."""
+        k = as_keys(keys)
+        c = np.ascontiguousarray(counts, dtype=np.int64)
+        n = k.shape[0]
+        if c.shape != (n,):
+            raise InvalidInputError(f"counts must have shape ({n},), got {c.shape}")
+        with self.lock:
+            buf = self._visit_buffers(n)
+            hit = buf["hit"][:n]
+            self._age_guard(2 * n)
+            n_hit = K.lookup(self._st, self._skey, self._rows, self._pins, self._freq, self._age,
+                             self._where, self._stamp, self._prev, self._nxt, self._heap, self._hpos,
+                             self._mkeys, self._mvals, k, c, True, buf["out"][:n], hit)
+            self._hits += n_hit
+            self._misses += n - n_hit
+            self._batch_hits.append(n_hit)
+            self._batch_misses.append(n - n_hit)
+            miss = np.flatnonzero(~hit)
+            m = miss.shape[0]
+            if self.n_pinned + m > self.capacity_rows:
+                raise self._budget_error(self.n_pinned + m)
+            ev = buf["ev"]
+            n_ev = K.put(self._st, self._skey, self._rows, self._dirty, self._pins, self._freq, self._age,
+                         self._where, self._stamp, self._prev, self._nxt, self._heap, self._hpos, self._free,
+                         self._mkeys, self._mvals, self._ghost, k[miss], buf["zeros"][:m], buf["clean"][:m],
+                         c[miss], True, ev.keys, ev.rows, ev.dirty, ev.freq)
+            self._inserted += m
+            self._account(ev, n_ev)
+            K.unpin(self._st, self._pins, self._freq, self._age, self._where, self._stamp,
+                    self._prev, self._nxt, self._heap, self._hpos, self._mkeys, self._mvals, k)
+            return n_hit
+
+    def _visit_buffers(self, n: int) -> dict:
+        """Scratch arrays of ``visit_batch`` for n keys (grown by doubling). REQUIRES: lock held."""
+        buf = self._visit_buf
+        if buf is None or buf["hit"].shape[0] < n:
+            m = max(n, 1024, 2 * (0 if buf is None else buf["hit"].shape[0]))
+            buf = self._visit_buf = dict(
+                hit=np.zeros(m, dtype=np.bool_), clean=np.zeros(m, dtype=np.bool_),
+                out=np.zeros((m, self.row_width), dtype=self.dtype),
+                zeros=np.zeros((m, self.row_width), dtype=self.dtype), ev=self._empty_evicted(m))
+        return buf
 
     def _budget_error(self, working_set: int) -> CacheBudgetError:
         row_bytes = self.row_width * self.dtype.itemsize

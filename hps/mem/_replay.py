@@ -34,16 +34,9 @@ def replay(batches, capacity: int, policy: str = "lru+lfu", *, lru_fraction: flo
     cache = RowCache(capacity, 1, np.float32,
                      lru_fraction=lf if lru_fraction is None else lru_fraction,
                      ghost_factor=gf if ghost_factor is None else ghost_factor)
-    zeros = np.zeros((0, 1), dtype=np.float32)
     for batch in batches:
         uniq, counts, _ = K.unique_counts(as_keys(batch))
-        _, hit = cache.lookup(uniq, pin=True, counts=counts)
-        miss = ~hit
-        n_miss = int(miss.sum())
-        if zeros.shape[0] < n_miss:
-            zeros = np.zeros((max(n_miss, 2 * zeros.shape[0]), 1), dtype=np.float32)
-        cache.put(uniq[miss], zeros[:n_miss], dirty=False, pin=True, freq=counts[miss])
-        cache.unpin(uniq)
+        cache.visit_batch(uniq, counts)
     st = cache.stats()
     hits = st.per_batch_hits
     total = hits + st.per_batch_misses
