@@ -134,11 +134,13 @@ def _ghost_cell(ghost, key):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _prefetch_map(mkeys, keys):
-    """Prefetch the home map cell of every key (see ``hps/_prefetch.py``)."""
+def _prefetch_map(mkeys, mvals, keys):
+    """Prefetch the home map cell (key and value) of every key (see ``hps/_prefetch.py``)."""
     mask = np.uint64(mkeys.shape[0] - 1)
     for i in range(keys.shape[0]):
-        prefetch(mkeys, mix64(keys[i]) & mask)
+        h = mix64(keys[i]) & mask
+        prefetch(mkeys, h)
+        prefetch(mvals, h)
 
 
 # ---------------------------------------------------------------- LFU min-heap on (freq, age)
@@ -358,7 +360,7 @@ def lookup(st, skey, rows, pins, freq, age, where, stamp, prev, nxt, heap, hpos,
     st[ST_CALL] += 1
     call = st[ST_CALL]
     n_hit = 0
-    _prefetch_map(mkeys, keys)
+    _prefetch_map(mkeys, mvals, keys)
     for i in range(keys.shape[0]):
         s = _map_get(mkeys, mvals, keys[i])
         if s < 0:
@@ -389,7 +391,7 @@ def put_check(st, pins, stamp, mkeys, mvals, keys, pin):
     n_new = 0
     n_old = 0
     n_old_pinned = 0
-    _prefetch_map(mkeys, keys)
+    _prefetch_map(mkeys, mvals, keys)
     for i in range(keys.shape[0]):
         s = _map_get(mkeys, mvals, keys[i])
         if s < 0:
@@ -416,7 +418,7 @@ def put(st, skey, rows, dirty, pins, freq, age, where, stamp, prev, nxt, heap, h
     call = st[ST_CALL]
     n_ev = 0
     empty = np.uint64(0xFFFFFFFFFFFFFFFF)
-    _prefetch_map(mkeys, keys)
+    _prefetch_map(mkeys, mvals, keys)
     if ghost.shape[0] > 0:
         for i in range(keys.shape[0]):
             prefetch(ghost, _ghost_cell(ghost, keys[i]))
@@ -495,7 +497,7 @@ def unpin(st, pins, freq, age, where, stamp, prev, nxt, heap, hpos, mkeys, mvals
     st[ST_CALL] += 1
     call = st[ST_CALL]
     n_bad = 0
-    _prefetch_map(mkeys, keys)
+    _prefetch_map(mkeys, mvals, keys)
     for i in range(keys.shape[0]):
         s = _map_get(mkeys, mvals, keys[i])
         if s < 0:
