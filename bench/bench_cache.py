@@ -33,7 +33,7 @@ N_BATCHES = int(os.environ.get("HPS_BENCH_CACHE_BATCHES", "1500"))
 ALPHAS = (0.8, 1.0, 1.2)
 CACHE_FRACTIONS = (0.02, 0.10)
 POLICIES = ("lru+lfu", "lru", "lfu")
-ROUNDS = int(os.environ.get("HPS_BENCH_CACHE_ROUNDS", "3"))  # keys/s from the fastest round
+ROUNDS = int(os.environ.get("HPS_BENCH_CACHE_ROUNDS", "5"))  # keys/s from the fastest round
 SEED = 2024
 
 _TRACES: dict = {}

@@ -218,11 +218,13 @@ class SSDStore:
                 finally:
                     wait()
                 self._env.fsync_dir(self.path)
-            except OSError as e:
+            except BaseException as e:   # nothing acknowledged: no file of this dump may survive
                 self._unlink_quietly([F.param_name(seq0 + i) for i in range(n_files)])
-                raise _space_error(e, f"dumping {m} rows") from e
+                if isinstance(e, OSError):
+                    raise _space_error(e, f"dumping {m} rows") from e
+                raise
             with self._mu:
-                self._commit_dump(staged, own, seq0, written)
+                self._commit_dump(staged, own, written)
         if self._thread is not None and self._needs_compaction():
             self._wake.set()
 
@@ -383,7 +385,7 @@ class SSDStore:
         np.remainder(order, self.rows_per_file, out=own[:, 1])
         return own
 
-    def _commit_dump(self, staged, own, seq0: int, written) -> None:
+    def _commit_dump(self, staged, own, written) -> None:
         """Point the staged keys at the new files (``own``: their locations, in ``staged.order``).
         REQUIRES: ``_mu`` held; files durable."""
         self._add_files(written)
