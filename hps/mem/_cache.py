@@ -118,13 +118,13 @@ class RowCache:
         self._dirty = np.zeros(c, dtype=np.bool_)
         self._pins = np.zeros(c, dtype=np.int32)
         self._freq = np.zeros(c, dtype=np.int64)
-        self._age = np.zeros(c, dtype=np.int64)
         self._where = np.zeros(c, dtype=np.int8)
         self._stamp = np.zeros(c, dtype=np.int64)
         self._prev = np.full(c, -1, dtype=np.int32)
         self._nxt = np.full(c, -1, dtype=np.int32)
-        self._heap = np.zeros((c, 2), dtype=np.int64)
-        self._hpos = np.full(c, -1, dtype=np.int32)
+        self._bkt = np.zeros(c, dtype=np.int32)
+        self._bhead = np.full(K.N_BUCKETS, -1, dtype=np.int32)
+        self._btail = np.full(K.N_BUCKETS, -1, dtype=np.int32)
         self._free = np.arange(c - 1, -1, -1, dtype=np.int32)  # slot 0 is taken first
         self._mkeys = np.full(_pow2_at_least(2 * c), EMPTY_KEY, dtype=np.uint64)
         self._mvals = np.zeros(self._mkeys.shape[0], dtype=np.int32)
@@ -188,18 +188,6 @@ class RowCache:
             )
 
     # ------------------------------------------------------------------ operations
-    def _age_guard(self, n: int) -> None:
-        """Renumber ages before a call of ``n`` keys could push them past the packed-key range.
-        REQUIRES: lock held."""
-        if int(self._st[K.ST_SEQ]) + n >= (1 << K.AGE_BITS):
-            self._renumber_ages()
-
-    def _renumber_ages(self) -> None:
-        """Ages -> 1..n in the same order (decisions unchanged). REQUIRES: lock held."""
-        used = np.flatnonzero(self._where != K.W_FREE)
-        order = used[np.argsort(self._age[used], kind="stable")].astype(np.int64)
-        K.renumber_ages(self._st, self._age, self._where, self._heap, order)
-
     def lookup(self, keys, pin: bool = True, counts=None):
         """Look ``keys`` up: -> (rows (n, W), hit (n,) bool); rows of misses are zeros.
 
@@ -222,9 +210,8 @@ class RowCache:
         with self.lock:
             n_hit = 0
             if k.shape[0]:
-                self._age_guard(k.shape[0])
-                n_hit = K.lookup(self._st, self._skey, self._rows, self._pins, self._freq, self._age,
-                                 self._where, self._stamp, self._prev, self._nxt, self._heap, self._hpos,
+                n_hit = K.lookup(self._st, self._skey, self._rows, self._pins, self._freq,
+                                 self._where, self._stamp, self._prev, self._nxt, self._bkt, self._bhead, self._btail,
                                  self._mkeys, self._mvals, k, c, bool(pin), out, hit)
             n_miss = k.shape[0] - n_hit if inverse is not None else int(n - hit.sum())
             self._hits += n_hit
@@ -249,9 +236,8 @@ class RowCache:
         with self.lock:
             buf = self._visit_buffers(n)
             hit = buf["hit"][:n]
-            self._age_guard(2 * n)
-            n_hit = K.lookup(self._st, self._skey, self._rows, self._pins, self._freq, self._age,
-                             self._where, self._stamp, self._prev, self._nxt, self._heap, self._hpos,
+            n_hit = K.lookup(self._st, self._skey, self._rows, self._pins, self._freq,
+                             self._where, self._stamp, self._prev, self._nxt, self._bkt, self._bhead, self._btail,
                              self._mkeys, self._mvals, k, c, True, buf["out"][:n], hit)
             self._hits += n_hit
             self._misses += n - n_hit
@@ -262,14 +248,15 @@ class RowCache:
             if self.n_pinned + m > self.capacity_rows:
                 raise self._budget_error(self.n_pinned + m)
             ev = buf["ev"]
-            n_ev = K.put(self._st, self._skey, self._rows, self._dirty, self._pins, self._freq, self._age,
-                         self._where, self._stamp, self._prev, self._nxt, self._heap, self._hpos, self._free,
+            n_ev = K.put(self._st, self._skey, self._rows, self._dirty, self._pins, self._freq,
+                         self._where, self._stamp, self._prev, self._nxt, self._bkt, self._bhead, self._btail,
+                         self._free,
                          self._mkeys, self._mvals, self._ghost, k[miss], buf["zeros"][:m], buf["clean"][:m],
                          c[miss], True, ev.keys, ev.rows, ev.dirty, ev.freq)
             self._inserted += m
             self._account(ev, n_ev)
-            K.unpin(self._st, self._pins, self._freq, self._age, self._where, self._stamp,
-                    self._prev, self._nxt, self._heap, self._hpos, self._mkeys, self._mvals, k)
+            K.unpin(self._st, self._pins, self._freq, self._where, self._stamp,
+                    self._prev, self._nxt, self._bkt, self._bhead, self._btail, self._mkeys, self._mvals, k)
             return n_hit
 
     def _visit_buffers(self, n: int) -> dict:
@@ -324,9 +311,9 @@ class RowCache:
             # Room for n victims, not n_new: without pins a call can evict its own earlier keys
             # and insert them again.
             ev = self._empty_evicted(n)
-            self._age_guard(n)
-            n_ev = K.put(self._st, self._skey, self._rows, self._dirty, self._pins, self._freq, self._age,
-                         self._where, self._stamp, self._prev, self._nxt, self._heap, self._hpos, self._free,
+            n_ev = K.put(self._st, self._skey, self._rows, self._dirty, self._pins, self._freq,
+                         self._where, self._stamp, self._prev, self._nxt, self._bkt, self._bhead, self._btail,
+                         self._free,
                          self._mkeys, self._mvals, self._ghost,
                          k, r, d, f, bool(pin), ev.keys, ev.rows, ev.dirty, ev.freq)
             self._inserted += int(n_new)
@@ -344,8 +331,8 @@ class RowCache:
             if n_free + self.n_pinned > self.capacity_rows:
                 raise self._budget_error(n_free + self.n_pinned)
             ev = self._empty_evicted(need)
-            n_ev = K.make_room(self._st, self._skey, self._rows, self._dirty, self._freq, self._age,
-                               self._where, self._prev, self._nxt, self._heap, self._hpos, self._free,
+            n_ev = K.make_room(self._st, self._skey, self._rows, self._dirty, self._freq,
+                               self._where, self._prev, self._nxt, self._bkt, self._bhead, self._btail, self._free,
                                self._mkeys, self._mvals, self._ghost, n_free,
                                ev.keys, ev.rows, ev.dirty, ev.freq)
             return self._account(ev, n_ev)
@@ -379,8 +366,8 @@ class RowCache:
         with self.lock:
             if k.shape[0] == 0:
                 return
-            bad = K.unpin(self._st, self._pins, self._freq, self._age, self._where, self._stamp,
-                          self._prev, self._nxt, self._heap, self._hpos, self._mkeys, self._mvals, k)
+            bad = K.unpin(self._st, self._pins, self._freq, self._where, self._stamp,
+                          self._prev, self._nxt, self._bkt, self._bhead, self._btail, self._mkeys, self._mvals, k)
         if bad:
             raise InvalidInputError(f"unpin: {bad} of the keys were not pinned (or not cached)")
 

@@ -5,12 +5,16 @@ State layout (all arrays owned by the host class, passed in as arguments; C = ca
 - ``st`` (N_STATE,) int64: scalars, indexed by the ``ST_*`` constants below.
 - ``skey`` (C,) uint64: key of each slot; ``rows`` (C, W): the row; ``dirty`` (C,) bool.
 - ``pins`` (C,) int32: pin count; ``freq`` (C,) int64: accesses counted while cached (+ ghost);
-  ``age`` (C,) int64: access sequence number of the last touch (LFU tie-break, unique);
   ``where`` (C,) int8: ``W_FREE`` / ``W_LRU`` / ``W_LFU`` / ``W_PINNED``;
   ``stamp`` (C,) int64: id of the last call that touched the slot (once-per-call logic).
-- LRU part: intrusive doubly linked list ``prev``/``nxt`` (C,) int32, head = most recent, -1 = nil.
-- LFU part: 4-ary min-heap ``heap`` (C, 2) int64 of (packed (freq, age), slot);
-  ``hpos`` (C,) int32: heap position of each slot.
+- ``prev``/``nxt`` (C,) int32: intrusive doubly linked lists (-1 = nil). A row is in at most one
+  list: the LRU part (head = most recent, ``st[ST_LRU_HEAD/TAIL]``) or one LFU bucket.
+- LFU part: N_BUCKETS FIFO lists by frequency class, ``bhead``/``btail`` (N_BUCKETS,) int32 and
+  ``bkt`` (C,) int32 (the bucket of each LFU row). Class of a frequency f: f itself below
+  EXACT_FREQS, then one class per power of two, the last one open-ended (``_bucket``). A row enters
+  the tail of its class's list; the victim is the head of the lowest non-empty class:
+  least frequent first, and among equals the one that entered the LFU part first. Every LFU
+  operation is O(1) (``st[ST_LFU_MIN]`` remembers a lower bound of the lowest non-empty class).
 - ``free`` (C,) int32: stack of free slots (``st[ST_FREE_TOP]`` of them).
 - Key -> slot map: linear probing ``mkeys`` (M,) uint64 / ``mvals`` (M,) int32, M a power of two
   >= 2 C, ``EMPTY`` = all ones; deletion by backward shift (no tombstones).
@@ -32,7 +36,8 @@ thread-safe; the host serialises calls on one state.
 
 Pinned rows are in neither list: pinning detaches a row, unpinning to zero puts it at the LRU head.
 Every insertion into the LRU part demotes the LRU tail into the LFU part while the LRU part holds
-more than ``st[ST_LRU_TARGET]`` rows. A victim is the LFU minimum, else the LRU tail.
+more than ``st[ST_LRU_TARGET]`` rows. A victim is the LFU minimum, else the LRU tail. A row whose
+frequency grows while it sits in the LFU part (a key repeated within one ``put``) re-enters it.
 """
 
 from __future__ import annotations
@@ -47,18 +52,18 @@ from .._prefetch import prefetch
 ST_LRU_HEAD = 0
 ST_LRU_TAIL = 1
 ST_LRU_SIZE = 2
-ST_HEAP_SIZE = 3
+ST_LFU_SIZE = 3
 ST_N_PINNED = 4
-ST_SEQ = 5
+ST_LFU_MIN = 5
 ST_LRU_TARGET = 6
 ST_FREE_TOP = 7
 ST_CALL = 8
 N_STATE = 9
 
-#: Bits of ``age`` in a packed heap key; the host renumbers ages before they reach 2**AGE_BITS.
-AGE_BITS = 40
-#: Frequencies above this compare equal in the LFU order (then the older row goes first).
-FREQ_CAP = (1 << 23) - 1
+#: Frequencies below this are told apart exactly by the LFU order; above, by powers of two.
+EXACT_FREQS = 64
+#: LFU frequency classes: 0 .. EXACT_FREQS - 1, then [2**k, 2**(k+1)) for k = 6 .. 22, then >= 2**23.
+N_BUCKETS = EXACT_FREQS + 18
 
 # Values of ``where``.
 W_FREE = 0
@@ -143,116 +148,72 @@ def _prefetch_map(mkeys, mvals, keys):
         prefetch(mvals, h)
 
 
-# ---------------------------------------------------------------- LFU min-heap on (freq, age)
-# A 4-ary heap (children of p: 4p+1 .. 4p+4): half the depth of a binary heap, and the children
-# share a cache line. heap[p] = (packed key, slot): the key (freq, age) is packed into one int64,
-# min(freq, FREQ_CAP) << AGE_BITS | age, so a sift compares one contiguous int64 per child
-# (measured 1.3-1.5x on the replay). Ages are kept below 2**AGE_BITS by the host (renumbering).
+# ---------------------------------------------------------------- LFU part: FIFO lists by frequency class
 
 @njit(nogil=True, cache=True, inline="always")
-def _pack(f, a):
-    fc = f if f < FREQ_CAP else FREQ_CAP
-    return (np.int64(fc) << AGE_BITS) | np.int64(a)
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _sift_up(heap, hpos, p):
-    key = heap[p, 0]
-    s = heap[p, 1]
-    while p > 0:
-        q = (p - 1) >> 2
-        if heap[q, 0] <= key:
-            break
-        heap[p, 0] = heap[q, 0]
-        heap[p, 1] = heap[q, 1]
-        hpos[heap[p, 1]] = p
-        p = q
-    heap[p, 0] = key
-    heap[p, 1] = s
-    hpos[s] = p
+def _bucket(f):
+    """Frequency class of ``f`` (see the module docstring)."""
+    if f < EXACT_FREQS:
+        return np.int64(0) if f < 0 else np.int64(f)
+    b = np.int64(EXACT_FREQS - 6)   # f >= 64 = 2**6: class EXACT_FREQS + floor(log2 f) - 6
+    while f > 1:
+        f >>= 1
+        b += 1
+    return min(b, np.int64(N_BUCKETS - 1))
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _sift_down(heap, hpos, p, n):
-    key = heap[p, 0]
-    s = heap[p, 1]
-    while True:
-        first = 4 * p + 1
-        if first >= n:
-            break
-        c = first
-        ck = heap[first, 0]
-        if first + 3 < n:   # all four children: a branch-free tournament (the compares are random)
-            k1 = heap[first + 1, 0]
-            k2 = heap[first + 2, 0]
-            k3 = heap[first + 3, 0]
-            a = first + (k1 < ck)
-            ak = min(ck, k1)
-            b = first + 2 + (k3 < k2)
-            bk = min(k2, k3)
-            c = b if bk < ak else a
-            ck = min(ak, bk)
-        else:
-            for d in range(first + 1, n):
-                dk = heap[d, 0]
-                if dk < ck:
-                    c = d
-                    ck = dk
-        if ck >= key:
-            break
-        heap[p, 0] = ck
-        heap[p, 1] = heap[c, 1]
-        hpos[heap[p, 1]] = p
-        p = c
-    heap[p, 0] = key
-    heap[p, 1] = s
-    hpos[s] = p
+def _lfu_push(st, freq, prev, nxt, bkt, bhead, btail, s):
+    """Append detached slot ``s`` to the tail of its frequency class."""
+    b = _bucket(freq[s])
+    t = btail[b]
+    prev[s] = t
+    nxt[s] = -1
+    if t >= 0:
+        nxt[t] = s
+    else:
+        bhead[b] = s
+    btail[b] = s
+    bkt[s] = b
+    st[ST_LFU_SIZE] += 1
+    if b < st[ST_LFU_MIN]:
+        st[ST_LFU_MIN] = b
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _heap_push(st, heap, hpos, freq, age, s):
-    n = st[ST_HEAP_SIZE]
-    heap[n, 0] = _pack(freq[s], age[s])
-    heap[n, 1] = s
-    st[ST_HEAP_SIZE] = n + 1
-    _sift_up(heap, hpos, n)
+def _lfu_unlink(st, prev, nxt, bkt, bhead, btail, s):
+    b = bkt[s]
+    p = prev[s]
+    q = nxt[s]
+    if p >= 0:
+        nxt[p] = q
+    else:
+        bhead[b] = q
+    if q >= 0:
+        prev[q] = p
+    else:
+        btail[b] = p
+    prev[s] = -1
+    nxt[s] = -1
+    st[ST_LFU_SIZE] -= 1
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _heap_remove(st, heap, hpos, freq, age, s):
-    p = hpos[s]
-    n = st[ST_HEAP_SIZE] - 1
-    st[ST_HEAP_SIZE] = n
-    hpos[s] = -1
-    if p == n:
-        return
-    last = heap[n, 1]
-    heap[p, 0] = heap[n, 0]
-    heap[p, 1] = last
-    hpos[last] = p
-    _sift_down(heap, hpos, p, n)
-    _sift_up(heap, hpos, hpos[last])
+def _lfu_min(st, bhead):
+    """The LFU victim (head of the lowest non-empty class). REQUIRES: the LFU part is not empty."""
+    b = st[ST_LFU_MIN]
+    while bhead[b] < 0:
+        b += 1
+    st[ST_LFU_MIN] = b
+    return bhead[b]
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _resift(st, where, heap, hpos, freq, age, s):
-    """Restore the heap after the (freq, age) of slot ``s`` grew while it sits in the LFU part."""
+def _resift(st, where, freq, prev, nxt, bkt, bhead, btail, s):
+    """The frequency of slot ``s`` grew: if it sits in the LFU part, it re-enters at its class's tail."""
     if where[s] == W_LFU:
-        p = hpos[s]
-        heap[p, 0] = _pack(freq[s], age[s])
-        _sift_down(heap, hpos, p, st[ST_HEAP_SIZE])
-
-
-@njit(nogil=True, cache=True, _nrt=False)
-def renumber_ages(st, age, where, heap, order):
-    """Give the used slots, listed in ``order`` by increasing age, the ages 1, 2, ... and rebuild
-    the heap keys (relative order, hence the heap shape, is unchanged)."""
-    for i in range(order.shape[0]):
-        age[order[i]] = i + 1
-    st[ST_SEQ] = order.shape[0]
-    for p in range(st[ST_HEAP_SIZE]):
-        s = heap[p, 1]
-        heap[p, 0] = (heap[p, 0] >> AGE_BITS << AGE_BITS) | age[s]
+        _lfu_unlink(st, prev, nxt, bkt, bhead, btail, s)
+        _lfu_push(st, freq, prev, nxt, bkt, bhead, btail, s)
 
 
 # ---------------------------------------------------------------- LRU list and placement
@@ -275,17 +236,17 @@ def _lru_unlink(st, prev, nxt, s):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _detach(st, where, prev, nxt, heap, hpos, freq, age, s):
+def _detach(st, where, prev, nxt, bkt, bhead, btail, s):
     w = where[s]
     if w == W_LRU:
         _lru_unlink(st, prev, nxt, s)
     elif w == W_LFU:
-        _heap_remove(st, heap, hpos, freq, age, s)
+        _lfu_unlink(st, prev, nxt, bkt, bhead, btail, s)
     where[s] = W_FREE
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _place_lru(st, where, prev, nxt, heap, hpos, freq, age, s):
+def _place_lru(st, where, freq, prev, nxt, bkt, bhead, btail, s):
     """Put detached slot ``s`` at the LRU head, then demote the LRU tail while over target."""
     h = st[ST_LRU_HEAD]
     prev[s] = -1
@@ -301,17 +262,17 @@ def _place_lru(st, where, prev, nxt, heap, hpos, freq, age, s):
         t = st[ST_LRU_TAIL]
         _lru_unlink(st, prev, nxt, t)
         where[t] = W_LFU
-        _heap_push(st, heap, hpos, freq, age, t)
+        _lfu_push(st, freq, prev, nxt, bkt, bhead, btail, t)
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _evict_one(st, skey, rows, dirty, freq, age, where, prev, nxt, heap, hpos, free,
+def _evict_one(st, skey, rows, dirty, freq, where, prev, nxt, bkt, bhead, btail, free,
                mkeys, mvals, ghost, ev_keys, ev_rows, ev_dirty, ev_freq, n_ev):
     """Evict the LFU minimum (else the LRU tail) into ``ev_*[n_ev]``; its slot goes on the free stack.
     Returns False when every cached row is pinned."""
-    if st[ST_HEAP_SIZE] > 0:
-        s = heap[0, 1]
-        _heap_remove(st, heap, hpos, freq, age, s)
+    if st[ST_LFU_SIZE] > 0:
+        s = _lfu_min(st, bhead)
+        _lfu_unlink(st, prev, nxt, bkt, bhead, btail, s)
     elif st[ST_LRU_SIZE] > 0:
         s = st[ST_LRU_TAIL]
         _lru_unlink(st, prev, nxt, s)
@@ -336,23 +297,23 @@ def _evict_one(st, skey, rows, dirty, freq, age, where, prev, nxt, heap, hpos, f
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _visit(st, where, prev, nxt, heap, hpos, freq, age, pins, s, pin):
+def _visit(st, where, freq, prev, nxt, bkt, bhead, btail, pins, s, pin):
     """A cached row was accessed: pin it (out of both parts), or move it to the LRU head."""
     if pin:
         if pins[s] == 0:
-            _detach(st, where, prev, nxt, heap, hpos, freq, age, s)
+            _detach(st, where, prev, nxt, bkt, bhead, btail, s)
             where[s] = W_PINNED
             st[ST_N_PINNED] += 1
         pins[s] += 1
     elif where[s] != W_PINNED:
-        _detach(st, where, prev, nxt, heap, hpos, freq, age, s)
-        _place_lru(st, where, prev, nxt, heap, hpos, freq, age, s)
+        _detach(st, where, prev, nxt, bkt, bhead, btail, s)
+        _place_lru(st, where, freq, prev, nxt, bkt, bhead, btail, s)
 
 
 # ---------------------------------------------------------------- operations (one per host method)
 
 @njit(nogil=True, cache=True, _nrt=False)
-def lookup(st, skey, rows, pins, freq, age, where, stamp, prev, nxt, heap, hpos, mkeys, mvals,
+def lookup(st, skey, rows, pins, freq, where, stamp, prev, nxt, bkt, bhead, btail, mkeys, mvals,
            keys, counts, pin, out_rows, hit):
     """Hits: copy the row into ``out_rows[i]``, add ``counts[i]`` to its frequency, and (once per call
     per key) pin it or move it to the LRU head. keys (n,) uint64, counts (n,) int64,
@@ -371,13 +332,11 @@ def lookup(st, skey, rows, pins, freq, age, where, stamp, prev, nxt, heap, hpos,
         for j in range(rows.shape[1]):
             out_rows[i, j] = rows[s, j]
         if stamp[s] == call:
-            _resift(st, where, heap, hpos, freq, age, s)
+            _resift(st, where, freq, prev, nxt, bkt, bhead, btail, s)
             continue
         stamp[s] = call
         n_hit += 1
-        st[ST_SEQ] += 1
-        age[s] = st[ST_SEQ]
-        _visit(st, where, prev, nxt, heap, hpos, freq, age, pins, s, pin)
+        _visit(st, where, freq, prev, nxt, bkt, bhead, btail, pins, s, pin)
     return n_hit
 
 
@@ -407,7 +366,7 @@ def put_check(st, pins, stamp, mkeys, mvals, keys, pin):
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def put(st, skey, rows, dirty, pins, freq, age, where, stamp, prev, nxt, heap, hpos, free, mkeys, mvals,
+def put(st, skey, rows, dirty, pins, freq, where, stamp, prev, nxt, bkt, bhead, btail, free, mkeys, mvals,
         ghost, keys, in_rows, in_dirty, in_freq, pin,
         ev_keys, ev_rows, ev_dirty, ev_freq):
     """Insert or assign rows; evicts into ``ev_*`` as needed. REQUIRES: ``put_check`` passed.
@@ -427,9 +386,8 @@ def put(st, skey, rows, dirty, pins, freq, age, where, stamp, prev, nxt, heap, h
         s = _map_get(mkeys, mvals, key)
         if s < 0:
             if st[ST_FREE_TOP] == 0:
-                _evict_one(st, skey, rows, dirty, freq, age, where, prev, nxt, heap, hpos, free,
-                           mkeys, mvals, ghost, ev_keys, ev_rows, ev_dirty,
-                           ev_freq, n_ev)
+                _evict_one(st, skey, rows, dirty, freq, where, prev, nxt, bkt, bhead, btail, free,
+                           mkeys, mvals, ghost, ev_keys, ev_rows, ev_dirty, ev_freq, n_ev)
                 n_ev += 1
             st[ST_FREE_TOP] -= 1
             s = np.int64(free[st[ST_FREE_TOP]])
@@ -451,23 +409,21 @@ def put(st, skey, rows, dirty, pins, freq, age, where, stamp, prev, nxt, heap, h
             dirty[s] = dirty[s] or in_dirty[i]
         for j in range(rows.shape[1]):
             rows[s, j] = in_rows[i, j]
-        st[ST_SEQ] += 1
-        age[s] = st[ST_SEQ]
         if stamp[s] == call:
-            _resift(st, where, heap, hpos, freq, age, s)
+            _resift(st, where, freq, prev, nxt, bkt, bhead, btail, s)
             continue
         stamp[s] = call
-        _visit(st, where, prev, nxt, heap, hpos, freq, age, pins, s, pin)
+        _visit(st, where, freq, prev, nxt, bkt, bhead, btail, pins, s, pin)
     return n_ev
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def make_room(st, skey, rows, dirty, freq, age, where, prev, nxt, heap, hpos, free, mkeys, mvals,
+def make_room(st, skey, rows, dirty, freq, where, prev, nxt, bkt, bhead, btail, free, mkeys, mvals,
               ghost, n_free, ev_keys, ev_rows, ev_dirty, ev_freq):
     """Evict until ``n_free`` slots are free. REQUIRES: n_free <= C - n_pinned. Returns n evicted."""
     n_ev = 0
     while st[ST_FREE_TOP] < n_free:
-        _evict_one(st, skey, rows, dirty, freq, age, where, prev, nxt, heap, hpos, free,
+        _evict_one(st, skey, rows, dirty, freq, where, prev, nxt, bkt, bhead, btail, free,
                    mkeys, mvals, ghost, ev_keys, ev_rows, ev_dirty, ev_freq, n_ev)
         n_ev += 1
     return n_ev
@@ -491,7 +447,7 @@ def update(rows, dirty, mkeys, mvals, keys, in_rows, found):
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def unpin(st, pins, freq, age, where, stamp, prev, nxt, heap, hpos, mkeys, mvals, keys):
+def unpin(st, pins, freq, where, stamp, prev, nxt, bkt, bhead, btail, mkeys, mvals, keys):
     """Drop one pin of each distinct key; a row reaching zero pins goes to the LRU head.
     Returns the number of distinct keys that were not pinned (or not cached)."""
     st[ST_CALL] += 1
@@ -513,7 +469,7 @@ def unpin(st, pins, freq, age, where, stamp, prev, nxt, heap, hpos, mkeys, mvals
         if pins[s] == 0:
             st[ST_N_PINNED] -= 1
             where[s] = W_FREE
-            _place_lru(st, where, prev, nxt, heap, hpos, freq, age, s)
+            _place_lru(st, where, freq, prev, nxt, bkt, bhead, btail, s)
     return n_bad
 
 

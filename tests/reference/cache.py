@@ -5,11 +5,11 @@ must make exactly the same decisions (hits, victims and their order, budget erro
 
 - Every touched row enters the LRU part (most recent last); while the LRU part holds more than
   ``lru_target`` rows, its least recent row moves to the LFU part.
-- A victim is the LFU row with the smallest (freq, age), else the least recent LRU row.
+- A victim is the LFU row with the smallest (frequency class, LFU entry number), else the least
+  recent LRU row. Frequency class: the frequency below 64, then one class per power of two up to
+  2**23, then one class for everything above. The entry number counts entries into the LFU part; a
+  row whose frequency grows while in the LFU part (a key repeated within one put) re-enters it.
 - Pinned rows are in neither part; unpinning to zero puts a row at the LRU's recent end.
-- The fast cache caps freq at 2**23 - 1 inside its LFU order; these tests never get near it.
-- ``age`` = a global sequence number of the last touch (one per distinct key per lookup, one per
-  key occurrence per put).
 - Ghost: a direct-mapped table of ``ghost`` cells (0 or a power of two) of (key, freq) of evicted
   rows, cell ``mix64(key ^ GHOST_SALT) % ghost``; re-inserting a remembered key adds its remembered
   freq and frees its cell.
@@ -35,6 +35,12 @@ def mix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
+def freq_class(f: int) -> int:
+    if f < 64:
+        return max(f, 0)
+    return min(64 + f.bit_length() - 7, 81)
+
+
 class BudgetExceeded(Exception):
     pass
 
@@ -42,27 +48,31 @@ class BudgetExceeded(Exception):
 class RefCache:
     def __init__(self, capacity: int, lru_target: int, ghost: int = 0):
         self.capacity, self.lru_target = capacity, lru_target
-        self.e: dict[int, dict] = {}            # key -> row, dirty, pins, freq, age
+        self.e: dict[int, dict] = {}            # key -> row, dirty, pins, freq
         self.lru: OrderedDict[int, None] = OrderedDict()
-        self.lfu: set[int] = set()
+        self.lfu: dict[int, int] = {}           # key -> its LFU entry number
         self.seq = 0
         self.ghost = [None] * ghost              # (key, freq) or None per cell
 
     # -- parts
     def _detach(self, k):
         self.lru.pop(k, None)
-        self.lfu.discard(k)
+        self.lfu.pop(k, None)
+
+    def _enter_lfu(self, k):
+        self.seq += 1
+        self.lfu[k] = self.seq
 
     def _place_lru(self, k):
         self.lru[k] = None
         while len(self.lru) > self.lru_target:
             old, _ = self.lru.popitem(last=False)
-            self.lfu.add(old)
+            self._enter_lfu(old)
 
     def _evict_one(self, out):
         if self.lfu:
-            k = min(self.lfu, key=lambda x: (self.e[x]["freq"], self.e[x]["age"]))
-            self.lfu.discard(k)
+            k = min(self.lfu, key=lambda x: (freq_class(self.e[x]["freq"]), self.lfu[x]))
+            del self.lfu[k]
         elif self.lru:
             k, _ = self.lru.popitem(last=False)
         else:
@@ -107,8 +117,6 @@ class RefCache:
                 continue
             hits += 1
             self.e[k]["freq"] += counts[k]
-            self.seq += 1
-            self.e[k]["age"] = self.seq
             self._touch(k, pin)
         return [k in self.e for k in keys], hits
 
@@ -128,14 +136,15 @@ class RefCache:
             if k not in self.e:
                 if len(self.e) == self.capacity:
                     self._evict_one(out)
-                self.e[k] = dict(row=None, dirty=bool(d), pins=0, freq=int(f) + self._ghost_take(k), age=0)
+                    seen.discard(out[-1][0])   # evicted earlier in this call: a new entry now
+                self.e[k] = dict(row=None, dirty=bool(d), pins=0, freq=int(f) + self._ghost_take(k))
             else:
                 self.e[k]["freq"] += int(f)
                 self.e[k]["dirty"] = self.e[k]["dirty"] or bool(d)
             self.e[k]["row"] = np.array(r, copy=True)
-            self.seq += 1
-            self.e[k]["age"] = self.seq
             if k in seen:
+                if k in self.lfu:       # its frequency grew in the LFU part: it re-enters
+                    self._enter_lfu(k)
                 continue
             seen.add(k)
             self._touch(k, pin)
