@@ -1,7 +1,8 @@
 """``RowCache``: the MEM-PS DRAM cache of fixed-width parameter rows (Appendix D of the paper).
 
 Policy: every visited row enters the LRU part; rows pushed out of the LRU part (it holds at most
-``lru_fraction`` of the capacity) enter the LFU part, ordered by (frequency, last access); a row
+``lru_fraction`` of the capacity) enter the LFU part, ordered by frequency (exact below 64, then
+by powers of two) and, among equals, by arrival in the LFU part (O(1) per operation); a row
 evicted from the LFU part (or from the LRU tail when the LFU part is empty) leaves the cache and is
 handed back to the caller with its dirty flag, to be dumped to SSD. Pinned rows (the working set of
 the current and prefetched batches) sit in neither part and are never evicted.
