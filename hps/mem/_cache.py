@@ -211,9 +211,7 @@ class RowCache:
         with self.lock:
             n_hit = 0
             if k.shape[0]:
-                n_hit = K.lookup(self._st, self._skey, self._rows, self._pins, self._freq,
-                                 self._where, self._stamp, self._prev, self._nxt, self._bkt, self._bhead, self._btail,
-                                 self._mkeys, self._mvals, k, c, bool(pin), out, hit)
+                n_hit = self._lookup_kernel(k, c, bool(pin), out, hit)
             n_miss = k.shape[0] - n_hit if inverse is not None else int(n - hit.sum())
             self._hits += n_hit
             self._misses += n_miss
@@ -237,9 +235,7 @@ class RowCache:
         with self.lock:
             buf = self._visit_buffers(n)
             hit = buf["hit"][:n]
-            n_hit = K.lookup(self._st, self._skey, self._rows, self._pins, self._freq,
-                             self._where, self._stamp, self._prev, self._nxt, self._bkt, self._bhead, self._btail,
-                             self._mkeys, self._mvals, k, c, True, buf["out"][:n], hit)
+            n_hit = self._lookup_kernel(k, c, True, buf["out"][:n], hit)
             self._hits += n_hit
             self._misses += n - n_hit
             self._batch_hits.append(n_hit)
@@ -249,15 +245,10 @@ class RowCache:
             if self.n_pinned + m > self.capacity_rows:
                 raise self._budget_error(self.n_pinned + m)
             ev = buf["ev"]
-            n_ev = K.put(self._st, self._skey, self._rows, self._dirty, self._pins, self._freq,
-                         self._where, self._stamp, self._prev, self._nxt, self._bkt, self._bhead, self._btail,
-                         self._free,
-                         self._mkeys, self._mvals, self._ghost, k[miss], buf["zeros"][:m], buf["clean"][:m],
-                         c[miss], True, ev.keys, ev.rows, ev.dirty, ev.freq)
+            n_ev = self._put_kernel(k[miss], buf["zeros"][:m], buf["clean"][:m], c[miss], True, ev)
             self._inserted += m
             self._account(ev, n_ev)
-            K.unpin(self._st, self._pins, self._freq, self._where, self._stamp,
-                    self._prev, self._nxt, self._bkt, self._bhead, self._btail, self._mkeys, self._mvals, k)
+            self._unpin_kernel(k)
             return n_hit
 
     def _visit_buffers(self, n: int) -> dict:
@@ -270,6 +261,21 @@ class RowCache:
                 out=np.zeros((m, self.row_width), dtype=self.dtype),
                 zeros=np.zeros((m, self.row_width), dtype=self.dtype), ev=self._empty_evicted(m))
         return buf
+
+    # the operation kernels over this cache's state (REQUIRES: lock held, inputs validated)
+    def _lookup_kernel(self, k, c, pin: bool, out, hit) -> int:
+        return K.lookup(self._st, self._skey, self._rows, self._pins, self._freq, self._where, self._stamp,
+                        self._prev, self._nxt, self._bkt, self._bhead, self._btail, self._mkeys, self._mvals,
+                        k, c, pin, out, hit)
+
+    def _put_kernel(self, k, r, d, f, pin: bool, ev: Evicted) -> int:
+        return K.put(self._st, self._skey, self._rows, self._dirty, self._pins, self._freq, self._where,
+                     self._stamp, self._prev, self._nxt, self._bkt, self._bhead, self._btail, self._free,
+                     self._mkeys, self._mvals, self._ghost, k, r, d, f, pin, ev.keys, ev.rows, ev.dirty, ev.freq)
+
+    def _unpin_kernel(self, k) -> int:
+        return K.unpin(self._st, self._pins, self._freq, self._where, self._stamp, self._prev, self._nxt,
+                       self._bkt, self._bhead, self._btail, self._mkeys, self._mvals, k)
 
     def _budget_error(self, working_set: int) -> CacheBudgetError:
         row_bytes = self.row_width * self.dtype.itemsize
@@ -312,11 +318,7 @@ class RowCache:
             # Room for n victims, not n_new: without pins a call can evict its own earlier keys
             # and insert them again.
             ev = self._empty_evicted(n)
-            n_ev = K.put(self._st, self._skey, self._rows, self._dirty, self._pins, self._freq,
-                         self._where, self._stamp, self._prev, self._nxt, self._bkt, self._bhead, self._btail,
-                         self._free,
-                         self._mkeys, self._mvals, self._ghost,
-                         k, r, d, f, bool(pin), ev.keys, ev.rows, ev.dirty, ev.freq)
+            n_ev = self._put_kernel(k, r, d, f, bool(pin), ev)
             self._inserted += int(n_new)
             return self._account(ev, n_ev)
 
@@ -367,8 +369,7 @@ class RowCache:
         with self.lock:
             if k.shape[0] == 0:
                 return
-            bad = K.unpin(self._st, self._pins, self._freq, self._where, self._stamp,
-                          self._prev, self._nxt, self._bkt, self._bhead, self._btail, self._mkeys, self._mvals, k)
+            bad = self._unpin_kernel(k)
         if bad:
             raise InvalidInputError(f"unpin: {bad} of the keys were not pinned (or not cached)")
 

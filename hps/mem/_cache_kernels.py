@@ -30,9 +30,9 @@ incref/decref pairs inside the per-key loop that the refcount pruner does not re
 The operation kernels start with a pass of ``prefetch`` hints over the batch (map cells; ghost cells
 in ``put``): a per-key body is a chain of dependent loads, so without them a cache miss stalls one
 key at a time. Measured on the replay (alpha 0.8, 10 % cache): ``put`` 581 -> 370 us a batch,
-``lookup`` 247 -> 175, ``unpin`` 224 -> 165. Kernels do no bounds checks: the host sizes every array
-(see each kernel's REQUIRES). Kernels are not
-thread-safe; the host serialises calls on one state.
+``lookup`` 247 -> 175, ``unpin`` 224 -> 165 (with the heap the LFU part was then). Kernels do no
+bounds checks: the host sizes every array (see each kernel's REQUIRES). Kernels are not thread-safe;
+the host serialises calls on one state.
 
 Pinned rows are in neither list: pinning detaches a row, unpinning to zero puts it at the LRU head.
 Every insertion into the LRU part demotes the LRU tail into the LFU part while the LRU part holds
