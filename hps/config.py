@@ -63,7 +63,10 @@ class DataConfig:
 
 
 @dataclass
-class ModelConfig:
+class ModelOptions:
+    """The model flags of a training run (``hps.model.ModelConfig`` is the architecture the trainer
+    builds from them once the data's field counts are known)."""
+
     embedding_dim: int = 16                     # per-field embedding width
     hidden: tuple[int, ...] = (128, 64)         # MLP hidden layers (ReLU)
     sparse_optimizer: str = "adagrad"           # adagrad | sgd, applied to embedding rows
@@ -132,7 +135,7 @@ class TrainConfig:
 @dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ModelOptions = field(default_factory=ModelOptions)
     tiers: TierConfig = field(default_factory=TierConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
@@ -141,7 +144,7 @@ class Config:
         """Build from a flat ``{option: value}`` dict (CLI flags / TOML keys, dashes or underscores)."""
         values = {k.replace("-", "_"): v for k, v in values.items()}
         parts = {}
-        for name, cls in (("data", DataConfig), ("model", ModelConfig), ("tiers", TierConfig),
+        for name, cls in (("data", DataConfig), ("model", ModelOptions), ("tiers", TierConfig),
                           ("train", TrainConfig)):
             own = {f.name for f in fields(cls)}
             parts[name] = cls(**{k: values.pop(k) for k in list(values) if k in own})
