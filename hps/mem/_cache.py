@@ -110,8 +110,6 @@ class RowCache:
         self.lock = threading.RLock()
         c = capacity_rows
         self._st = np.zeros(K.N_STATE, dtype=np.int64)
-        self._st[K.ST_LRU_HEAD] = -1
-        self._st[K.ST_LRU_TAIL] = -1
         self._st[K.ST_LRU_TARGET] = int(round(self.lru_fraction * c))
         self._st[K.ST_FREE_TOP] = c
         self._skey = np.full(c, EMPTY_KEY, dtype=np.uint64)
@@ -124,8 +122,8 @@ class RowCache:
         self._prev = np.full(c, -1, dtype=np.int32)
         self._nxt = np.full(c, -1, dtype=np.int32)
         self._bkt = np.zeros(c, dtype=np.int32)
-        self._bhead = np.full(K.N_BUCKETS, -1, dtype=np.int32)
-        self._btail = np.full(K.N_BUCKETS, -1, dtype=np.int32)
+        self._bhead = np.full(K.N_BUCKETS + 1, -1, dtype=np.int32)   # the LFU classes, then the LRU part
+        self._btail = np.full(K.N_BUCKETS + 1, -1, dtype=np.int32)
         self._free = np.arange(c - 1, -1, -1, dtype=np.int32)  # slot 0 is taken first
         self._mkeys = np.full(_pow2_at_least(2 * c), EMPTY_KEY, dtype=np.uint64)
         self._mvals = np.zeros(self._mkeys.shape[0], dtype=np.int32)
@@ -193,7 +191,7 @@ class RowCache:
         """Look ``keys`` up: -> (rows (n, W), hit (n,) bool); rows of misses are zeros.
 
         Each occurrence of a cached key counts as one access (``counts[i]`` accesses when given);
-        every distinct hit is pinned once (``pin``) or moved to the LRU head. Misses change
+        every distinct hit is pinned once (``pin``) or moved to the LRU's recent end. Misses change
         nothing: pass their counts to :meth:`put` as ``freq``. With ``counts`` given the keys
         should be distinct (hit/miss counters are per distinct key). One batch of the per-batch
         hit counters per call."""
@@ -363,7 +361,7 @@ class RowCache:
         return found
 
     def unpin(self, keys) -> None:
-        """Drop one pin of each distinct key; rows reaching zero pins enter the LRU head (and become
+        """Drop one pin of each distinct key; rows reaching zero pins enter the LRU's recent end (and become
         evictable). Raises InvalidInputError, after unpinning the others, for keys not pinned."""
         k = as_keys(keys)
         with self.lock:

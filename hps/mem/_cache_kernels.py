@@ -7,10 +7,11 @@ State layout (all arrays owned by the host class, passed in as arguments; C = ca
 - ``pins`` (C,) int32: pin count; ``freq`` (C,) int64: accesses counted while cached (+ ghost);
   ``where`` (C,) int8: ``W_FREE`` / ``W_LRU`` / ``W_LFU`` / ``W_PINNED``;
   ``stamp`` (C,) int64: id of the last call that touched the slot (once-per-call logic).
-- ``prev``/``nxt`` (C,) int32: intrusive doubly linked lists (-1 = nil). A row is in at most one
-  list: the LRU part (head = most recent, ``st[ST_LRU_HEAD/TAIL]``) or one LFU bucket.
-- LFU part: N_BUCKETS FIFO lists by frequency class, ``bhead``/``btail`` (N_BUCKETS,) int32 and
-  ``bkt`` (C,) int32 (the bucket of each LFU row). Class of a frequency f: f itself below
+- Lists: ``prev``/``nxt`` (C,) int32 link rows into doubly linked lists (-1 = nil) whose ends are
+  ``bhead``/``btail`` (N_BUCKETS + 1,) int32; ``bkt`` (C,) int32 is the list a row is in. A row is
+  in at most one list. Every list is FIFO: rows are appended at the tail and leave from the head.
+- LRU part: list LRU_LIST, least recent at the head.
+- LFU part: lists 0 .. N_BUCKETS - 1, one per frequency class. Class of a frequency f: f itself below
   EXACT_FREQS, then one class per power of two, the last one open-ended (``_bucket``). A row enters
   the tail of its class's list; the victim is the head of the lowest non-empty class:
   least frequent first, and among equals the one that entered the LFU part first. Every LFU
@@ -34,9 +35,9 @@ key at a time. Measured on the replay (alpha 0.8, 10 % cache): ``put`` 581 -> 37
 bounds checks: the host sizes every array (see each kernel's REQUIRES). Kernels are not thread-safe;
 the host serialises calls on one state.
 
-Pinned rows are in neither list: pinning detaches a row, unpinning to zero puts it at the LRU head.
-Every insertion into the LRU part demotes the LRU tail into the LFU part while the LRU part holds
-more than ``st[ST_LRU_TARGET]`` rows. A victim is the LFU minimum, else the LRU tail. A row whose
+Pinned rows are in no list: pinning detaches a row, unpinning to zero puts it at the LRU's recent
+end. Every insertion into the LRU part demotes its least recent row into the LFU part while the LRU
+part holds more than ``st[ST_LRU_TARGET]`` rows. A victim is the LFU minimum, else the LRU tail. A row whose
 frequency grows while it sits in the LFU part (a key repeated within one ``put``) re-enters it.
 """
 
@@ -49,21 +50,21 @@ from .._hashing import mix64
 from .._prefetch import prefetch
 
 # Indices into ``st``.
-ST_LRU_HEAD = 0
-ST_LRU_TAIL = 1
-ST_LRU_SIZE = 2
-ST_LFU_SIZE = 3
-ST_N_PINNED = 4
-ST_LFU_MIN = 5
-ST_LRU_TARGET = 6
-ST_FREE_TOP = 7
-ST_CALL = 8
-N_STATE = 9
+ST_LRU_SIZE = 0
+ST_LFU_SIZE = 1
+ST_N_PINNED = 2
+ST_LFU_MIN = 3
+ST_LRU_TARGET = 4
+ST_FREE_TOP = 5
+ST_CALL = 6
+N_STATE = 7
 
 #: Frequencies below this are told apart exactly by the LFU order; above, by powers of two.
 EXACT_FREQS = 64
 #: LFU frequency classes: 0 .. EXACT_FREQS - 1, then [2**k, 2**(k+1)) for k = 6 .. 22, then >= 2**23.
 N_BUCKETS = EXACT_FREQS + 18
+#: The list of the LRU part (after the LFU classes in ``bhead``/``btail``).
+LRU_LIST = N_BUCKETS
 
 # Values of ``where``.
 W_FREE = 0
@@ -163,9 +164,8 @@ def _bucket(f):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _lfu_push(st, freq, prev, nxt, bkt, bhead, btail, s):
-    """Append detached slot ``s`` to the tail of its frequency class."""
-    b = _bucket(freq[s])
+def _append(st, prev, nxt, bkt, bhead, btail, b, s):
+    """Append detached slot ``s`` to the tail of list ``b``."""
     t = btail[b]
     prev[s] = t
     nxt[s] = -1
@@ -175,13 +175,12 @@ def _lfu_push(st, freq, prev, nxt, bkt, bhead, btail, s):
         bhead[b] = s
     btail[b] = s
     bkt[s] = b
-    st[ST_LFU_SIZE] += 1
-    if b < st[ST_LFU_MIN]:
-        st[ST_LFU_MIN] = b
+    st[ST_LRU_SIZE if b == LRU_LIST else ST_LFU_SIZE] += 1
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _lfu_unlink(st, prev, nxt, bkt, bhead, btail, s):
+def _unlink(st, prev, nxt, bkt, bhead, btail, s):
+    """Take slot ``s`` out of its list."""
     b = bkt[s]
     p = prev[s]
     q = nxt[s]
@@ -195,7 +194,16 @@ def _lfu_unlink(st, prev, nxt, bkt, bhead, btail, s):
         btail[b] = p
     prev[s] = -1
     nxt[s] = -1
-    st[ST_LFU_SIZE] -= 1
+    st[ST_LRU_SIZE if b == LRU_LIST else ST_LFU_SIZE] -= 1
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _lfu_push(st, freq, prev, nxt, bkt, bhead, btail, s):
+    """Append detached slot ``s`` to the list of its frequency class."""
+    b = _bucket(freq[s])
+    _append(st, prev, nxt, bkt, bhead, btail, b, s)
+    if b < st[ST_LFU_MIN]:
+        st[ST_LFU_MIN] = b
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -212,55 +220,28 @@ def _lfu_min(st, bhead):
 def _resift(st, where, freq, prev, nxt, bkt, bhead, btail, s):
     """The frequency of slot ``s`` grew: if it sits in the LFU part, it re-enters at its class's tail."""
     if where[s] == W_LFU:
-        _lfu_unlink(st, prev, nxt, bkt, bhead, btail, s)
+        _unlink(st, prev, nxt, bkt, bhead, btail, s)
         _lfu_push(st, freq, prev, nxt, bkt, bhead, btail, s)
 
 
-# ---------------------------------------------------------------- LRU list and placement
-
-@njit(nogil=True, cache=True, inline="always")
-def _lru_unlink(st, prev, nxt, s):
-    p = prev[s]
-    q = nxt[s]
-    if p >= 0:
-        nxt[p] = q
-    else:
-        st[ST_LRU_HEAD] = q
-    if q >= 0:
-        prev[q] = p
-    else:
-        st[ST_LRU_TAIL] = p
-    prev[s] = -1
-    nxt[s] = -1
-    st[ST_LRU_SIZE] -= 1
-
+# ---------------------------------------------------------------- placement
 
 @njit(nogil=True, cache=True, inline="always")
 def _detach(st, where, prev, nxt, bkt, bhead, btail, s):
-    w = where[s]
-    if w == W_LRU:
-        _lru_unlink(st, prev, nxt, s)
-    elif w == W_LFU:
-        _lfu_unlink(st, prev, nxt, bkt, bhead, btail, s)
+    if where[s] == W_LRU or where[s] == W_LFU:
+        _unlink(st, prev, nxt, bkt, bhead, btail, s)
     where[s] = W_FREE
 
 
 @njit(nogil=True, cache=True, inline="always")
 def _place_lru(st, where, freq, prev, nxt, bkt, bhead, btail, s):
-    """Put detached slot ``s`` at the LRU head, then demote the LRU tail while over target."""
-    h = st[ST_LRU_HEAD]
-    prev[s] = -1
-    nxt[s] = h
-    if h >= 0:
-        prev[h] = s
-    else:
-        st[ST_LRU_TAIL] = s
-    st[ST_LRU_HEAD] = s
-    st[ST_LRU_SIZE] += 1
+    """Put detached slot ``s`` at the LRU's recent end, then demote the least recent LRU rows into
+    the LFU part while the LRU part is over its target."""
+    _append(st, prev, nxt, bkt, bhead, btail, LRU_LIST, s)
     where[s] = W_LRU
     while st[ST_LRU_SIZE] > st[ST_LRU_TARGET]:
-        t = st[ST_LRU_TAIL]
-        _lru_unlink(st, prev, nxt, t)
+        t = bhead[LRU_LIST]
+        _unlink(st, prev, nxt, bkt, bhead, btail, t)
         where[t] = W_LFU
         _lfu_push(st, freq, prev, nxt, bkt, bhead, btail, t)
 
@@ -272,12 +253,11 @@ def _evict_one(st, skey, rows, dirty, freq, where, prev, nxt, bkt, bhead, btail,
     Returns False when every cached row is pinned."""
     if st[ST_LFU_SIZE] > 0:
         s = _lfu_min(st, bhead)
-        _lfu_unlink(st, prev, nxt, bkt, bhead, btail, s)
     elif st[ST_LRU_SIZE] > 0:
-        s = st[ST_LRU_TAIL]
-        _lru_unlink(st, prev, nxt, s)
+        s = bhead[LRU_LIST]
     else:
         return False
+    _unlink(st, prev, nxt, bkt, bhead, btail, s)
     key = skey[s]
     ev_keys[n_ev] = key
     for j in range(rows.shape[1]):
@@ -298,7 +278,7 @@ def _evict_one(st, skey, rows, dirty, freq, where, prev, nxt, bkt, bhead, btail,
 
 @njit(nogil=True, cache=True, inline="always")
 def _visit(st, where, freq, prev, nxt, bkt, bhead, btail, pins, s, pin):
-    """A cached row was accessed: pin it (out of both parts), or move it to the LRU head."""
+    """A cached row was accessed: pin it (out of both parts), or move it to the LRU's recent end."""
     if pin:
         if pins[s] == 0:
             _detach(st, where, prev, nxt, bkt, bhead, btail, s)
@@ -316,7 +296,7 @@ def _visit(st, where, freq, prev, nxt, bkt, bhead, btail, pins, s, pin):
 def lookup(st, skey, rows, pins, freq, where, stamp, prev, nxt, bkt, bhead, btail, mkeys, mvals,
            keys, counts, pin, out_rows, hit):
     """Hits: copy the row into ``out_rows[i]``, add ``counts[i]`` to its frequency, and (once per call
-    per key) pin it or move it to the LRU head. keys (n,) uint64, counts (n,) int64,
+    per key) pin it or move it to the LRU's recent end. keys (n,) uint64, counts (n,) int64,
     out_rows (n, W), hit (n,) bool (written). Returns the number of distinct keys that hit."""
     st[ST_CALL] += 1
     call = st[ST_CALL]
@@ -448,7 +428,7 @@ def update(rows, dirty, mkeys, mvals, keys, in_rows, found):
 
 @njit(nogil=True, cache=True, _nrt=False)
 def unpin(st, pins, freq, where, stamp, prev, nxt, bkt, bhead, btail, mkeys, mvals, keys):
-    """Drop one pin of each distinct key; a row reaching zero pins goes to the LRU head.
+    """Drop one pin of each distinct key; a row reaching zero pins goes to the LRU's recent end.
     Returns the number of distinct keys that were not pinned (or not cached)."""
     st[ST_CALL] += 1
     call = st[ST_CALL]
