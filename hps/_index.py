@@ -77,14 +77,8 @@ class KeyIndex:
         """Add ``deltas``; missing keys start from 0; duplicates all add up."""
         self._write(keys, deltas, True)
 
-    def exchange(self, keys, vals):
-        """Assign like :meth:`assign` and return what each key held just before its own write:
-        ``(old (n, width) int64, had (n,) bool)``; a repeated key sees its earlier occurrence's value."""
-        k, v = self._prepare(keys, vals)
-        return self._exchange(k, v)
-
     def stage(self, keys) -> Staged:
-        """First half of an :meth:`exchange`: sort ``keys`` by home slot, make room and find or claim
+        """First half of a two-phase assign: sort ``keys`` by home slot, make room and find or claim
         a slot for each -> :class:`Staged`. Nothing changes for readers: a key new to the index is
         claimed as a tombstone, which lookups miss until :meth:`publish`. An abandoned stage leaves
         those tombstones behind (harmless; a rebuild drops them)."""
@@ -103,9 +97,11 @@ class KeyIndex:
         return Staged(order, skeys, slots, t)
 
     def publish(self, staged: Staged, vals):
-        """Second half: assign ``vals`` ((n, width), in ``staged.order``) to the staged keys ->
-        ``(order, old (n, width), had (n,))``, old and had in ``order`` (a new order only when the
-        index was rebuilt since :meth:`stage`, which restages; otherwise ``staged.order``)."""
+        """Second half: assign ``vals`` ((n, width), in ``staged.order``) to the staged keys (later
+        duplicates win) -> ``(order, old (n, width), had (n,))``: what each key held just before
+        its own write (a repeated key sees its earlier occurrence's value), in ``order`` (a new
+        order only when the index was rebuilt since :meth:`stage`, which restages; otherwise
+        ``staged.order``)."""
         v = np.ascontiguousarray(np.asarray(vals, dtype=np.int64).reshape(staged.keys.shape[0], self.width))
         order = staged.order
         if staged.table is not self._impl:
@@ -118,16 +114,6 @@ class KeyIndex:
         t.tombstones -= n_revived
         self._size += n_revived
         return order, old, had
-
-    def _exchange(self, k, v):
-        """REQUIRES: room reserved for every key."""
-        old = np.empty((k.shape[0], self.width), dtype=np.int64)   # the kernel writes every entry
-        had = np.empty(k.shape[0], dtype=np.bool_)
-        if k.shape[0]:
-            n_new, n_revived = K.exchange(self._impl.tkeys, self._impl.tstate, self._impl.tvals, k, v, old, had)
-            self._size += int(n_new)
-            self._impl.tombstones -= int(n_revived)
-        return old, had
 
     def _prepare(self, keys, vals):
         """Validated (keys, (n, width) int64 values), with room reserved for every key."""

@@ -177,25 +177,6 @@ def live_slots(tkeys, tstate):
 
 
 @njit(nogil=True, cache=True)
-def exchange(tkeys, tstate, tvals, keys, rows, old, had):
-    """Insert-or-assign like ``upsert`` (later duplicates win) and hand back what each key held just
-    before its own write: old (n, dim) out, had (n,) bool out. A duplicate sees the row its earlier
-    occurrence wrote. REQUIRES: room for every key. Returns (n_new, n_revived)."""
-    mask = np.uint64(tkeys.shape[0] - 1)
-    n_new = 0
-    n_revived = 0
-    for i in range(keys.shape[0]):
-        s, status = _find_or_claim(tkeys, tstate, mask, keys[i])
-        had[i] = status == 0
-        n_new += status != 0
-        n_revived += status == 2
-        for j in range(tvals.shape[1]):
-            old[i, j] = tvals[s, j]
-            tvals[s, j] = rows[i, j]
-    return n_new, n_revived
-
-
-@njit(nogil=True, cache=True)
 def slot_order(keys, mask, shift, order, skeys):
     """Stable counting sort of ``keys`` by home slot ``(mix64(key) & mask) >> shift``: order (n,) int64
     out gets the positions in that order, skeys (n,) out the keys. A kernel walking ``skeys`` probes
