@@ -4,7 +4,7 @@ Checkpoint layout under ``--checkpoint-dir`` (a directory every rank can reach):
 
     LATEST                          name of the newest complete checkpoint (switched atomically)
     ckpt-00000041/                  state after global batch 41
-        meta.json                   batch position, ranks, row width, CHECKPOINT_VERSION
+        meta.json                   batch position, ranks, row width, model name, CHECKPOINT_VERSION
         dense.h5                    params/<name> and optimizer/<slot>/<name>, attrs step and hypers
         sparse-rank{r}-of-{n}.h5    every row rank r owns: "keys" (m,) uint64, "rows" (m, row_width)
 
@@ -12,9 +12,10 @@ A checkpoint is written into ``.tmp-ckpt-…``, fsynced, renamed into place, and
 ``LATEST`` (write temp, fsync, rename — the LevelDB manifest switch), so a crash at any moment leaves
 the previous checkpoint usable. Older checkpoints are removed after the switch.
 
-Export layout (``--export DIR``): ``sparse-rank{r}-of-{n}.h5`` (datasets "keys" (m,) uint64 and
-"values" (m, embedding_dim) float32, the keys rank r owns) and ``dense.h5`` (one dataset per dense
-tensor); :func:`load_export` reads every shard back as one model.
+Export layout (``--export DIR``): ``sparse-rank{r}-of-{n}.h5`` (datasets "keys" (m,) uint64,
+"values" (m, embedding_dim) float32 and, for models with first-order weights (wdl, deepfm),
+"first_order" (m,) float32, the keys rank r owns; attrs "embedding_dim" and "model") and ``dense.h5``
+(one dataset per dense tensor, attr "model"); :func:`load_export` reads every shard back as one model.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def save(root, coll, store, model, dense_opt, meta: dict) -> str:
     _fsync_path(sparse)
     if coll.rank == 0:
         _write_dense(tmp / "dense.h5", model, dense_opt)
-        full = dict(meta, ranks=coll.size, row_width=store.dim, version=CHECKPOINT_VERSION)
+        full = dict(meta, ranks=coll.size, row_width=store.dim, model=model.name, version=CHECKPOINT_VERSION)
         (tmp / "meta.json").write_text(json.dumps(full, indent=1))
         _fsync_path(tmp / "meta.json")
     coll.barrier()
@@ -133,6 +134,9 @@ def load(root, coll, store, model, dense_opt) -> dict:
     if meta["ranks"] != coll.size:
         raise InvalidInputError(f"checkpoint {d} was written by {meta['ranks']} ranks; resume with the same "
                                 f"number of ranks (got {coll.size})")
+    if meta.get("model", "ctr") != model.name:  # checkpoints before the model zoo were all ctr
+        raise InvalidInputError(f"checkpoint {d} holds a --model {meta.get('model', 'ctr')} model; resume "
+                                f"with the same --model (got {model.name})")
     if meta["row_width"] != store.dim:
         raise InvalidInputError(f"checkpoint rows have {meta['row_width']} columns, this run {store.dim}: "
                                 "resume with the same --embedding-dim and optimizer")
@@ -144,8 +148,8 @@ def load(root, coll, store, model, dense_opt) -> dict:
     return meta
 
 
-def export(directory, coll, store, model, emb_dim: int) -> None:
-    """Write the trained model (see the module docstring). Collective over ``coll``."""
+def export(directory, coll, store, model) -> None:
+    """Write the trained ``model`` (see the module docstring). Collective over ``coll``."""
     import h5py
 
     d = Path(directory)
@@ -153,26 +157,33 @@ def export(directory, coll, store, model, emb_dim: int) -> None:
     full = d / f".rows-rank{coll.rank}.h5"
     store.export_h5(str(full))
     out = d / _sparse_name(coll.rank, coll.size)
+    D = model.emb_dim
     with h5py.File(full, "r") as src, h5py.File(out, "w") as dst:
         n = src["keys"].shape[0]
         dst.create_dataset("keys", data=src["keys"][()])
-        values = dst.create_dataset("values", shape=(n, emb_dim), dtype=np.float32)
+        values = dst.create_dataset("values", shape=(n, D), dtype=np.float32)
+        first = dst.create_dataset("first_order", shape=(n,), dtype=np.float32) if model.first_order else None
         step = 1 << 18
         for a in range(0, n, step):
-            values[a:a + step] = src["rows"][a:a + step, :emb_dim]
-        dst.attrs["embedding_dim"] = emb_dim
+            rows = src["rows"][a:a + step]
+            values[a:a + step] = rows[:, :D]
+            if first is not None:
+                first[a:a + step] = rows[:, D]
+        dst.attrs["embedding_dim"] = D
+        dst.attrs["model"] = model.name
     full.unlink()
     if coll.rank == 0:
-        import h5py as _h5
-
-        with _h5.File(d / "dense.h5", "w") as h:
+        with h5py.File(d / "dense.h5", "w") as h:
             for k, v in model.state_dict().items():
                 h.create_dataset(k, data=v)
+            h.attrs["model"] = model.name
     coll.barrier()
 
 
-def load_export(directory):
-    """Read an export back: ``(keys (m,) uint64, values (m, dim) float32, dense {name: array})``."""
+def load_export(directory, first_order: bool = False):
+    """Read an export back: ``(keys (m,) uint64, values (m, dim) float32, dense {name: array})``,
+    every shard merged. With ``first_order=True`` a fourth item follows: the first-order weight of
+    each key (m,) float32 (wdl, deepfm), or None for models without one."""
     import h5py
 
     d = Path(directory)
@@ -185,11 +196,18 @@ def load_export(directory):
     if names != expected:
         raise StoreFormatError(f"{d}: export shards {sorted(names)} do not match the {n} expected "
                                f"({sorted(expected)})")
-    keys, values = [], []
+    keys, values, first = [], [], []
     for r in range(n):
         with h5py.File(d / _sparse_name(r, n), "r") as h:
             keys.append(h["keys"][()])
             values.append(h["values"][()])
+            if "first_order" in h:
+                first.append(h["first_order"][()])
     with h5py.File(d / "dense.h5", "r") as h:
         dense = {k: h[k][()] for k in h}
-    return np.concatenate(keys), np.concatenate(values), dense
+    out = (np.concatenate(keys), np.concatenate(values), dense)
+    if not first_order:
+        return out
+    if first and len(first) != n:
+        raise StoreFormatError(f"{d}: only {len(first)} of {n} shards hold first-order weights")
+    return (*out, np.concatenate(first) if first else None)

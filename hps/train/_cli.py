@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from ..config import DENSE_OPTIMIZERS, DEVICES, FORMATS, SPARSE_OPTIMIZERS, Config
+from ..config import DENSE_OPTIMIZERS, DEVICES, FORMATS, MODELS, SPARSE_OPTIMIZERS, Config
 from ..errors import HpsError, InvalidInputError
 
 EXIT_BAD_INPUT = 2
@@ -37,13 +37,20 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--libsvm-fields", type=int, default=S, help="libsvm: positional fields")
     g.add_argument("--strict", action="store_true", default=S, help="stop at the first malformed line")
     g = p.add_argument_group("model")
+    g.add_argument("--model", choices=MODELS, default=S, help="network (ctr); see README 'Models'")
     g.add_argument("--embedding-dim", type=int, default=S, help="embedding width (16)")
     g.add_argument("--hidden", default=S, help="MLP hidden sizes, comma separated (128,64)")
-    g.add_argument("--sparse-optimizer", choices=SPARSE_OPTIMIZERS, default=S, help="(adagrad)")
+    g.add_argument("--cross-layers", type=int, default=S, help="dcn: cross layers (3)")
+    g.add_argument("--bottom-mlp", default=S,
+                   help="dlrm: bottom MLP widths over the dense features, ending at --embedding-dim (64,D)")
+    g.add_argument("--top-mlp", default=S, help="dlrm: top MLP hidden widths (--hidden)")
+    g.add_argument("--sparse-optimizer", choices=SPARSE_OPTIMIZERS, default=S, help="row optimizer (adagrad)")
     g.add_argument("--dense-optimizer", choices=DENSE_OPTIMIZERS, default=S, help="(adam)")
+    g.add_argument("--emb-l2", type=float, default=S, help="L2 on the rows a mini-batch uses (0)")
     g.add_argument("--lr", type=float, default=S, help="embedding learning rate (0.2)")
     g.add_argument("--dense-lr", type=float, default=S, help="MLP learning rate (0.001)")
-    g.add_argument("--adagrad-init", type=float, default=S, help="Adagrad initial accumulator (0.001)")
+    g.add_argument("--adagrad-init", type=float, default=S,
+                   help="initial Adagrad accumulator, rows and dense (0.001)")
     g = p.add_argument_group("tiers")
     g.add_argument("--device", choices=DEVICES, default=S, help="HBM-PS and model device (cpu)")
     g.add_argument("--mem-budget", default=S, help="MEM-PS DRAM budget, e.g. 512MB (256MB)")
@@ -89,11 +96,13 @@ def parse_config(argv=None) -> Config:
     args.pop("config", None)
     values = {k.replace("-", "_"): v for k, v in values.items()}
     values.update(args)
-    if isinstance(values.get("hidden"), str):
-        try:
-            values["hidden"] = tuple(int(h) for h in values["hidden"].split(",") if h.strip())
-        except ValueError:
-            raise InvalidInputError(f"--hidden must be comma-separated integers, got {values['hidden']!r}") from None
+    for key in ("hidden", "bottom_mlp", "top_mlp"):
+        if isinstance(values.get(key), str):
+            try:
+                values[key] = tuple(int(h) for h in values[key].split(",") if h.strip())
+            except ValueError:
+                flag = "--" + key.replace("_", "-")
+                raise InvalidInputError(f"{flag} must be comma-separated integers, got {values[key]!r}") from None
     return Config.from_flat(values)
 
 

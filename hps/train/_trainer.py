@@ -31,7 +31,7 @@ from ..errors import HashTableFullError, InvalidInputError, NumericalError
 from ..mem import MemPS, RowInitializer, unique_counts
 from ..metrics import auc as auc_score
 from ..metrics import logloss as logloss_score
-from ..model import CTRModel, make_dense_optimizer, make_sparse_optimizer
+from ..model import ModelConfig, make_model, make_optimizers
 from ..pipeline import Pipeline, Stage
 from ..ssd import ScratchEnv, SSDStore
 from . import _checkpoint
@@ -89,16 +89,13 @@ class Trainer:
         if d.eval_data:
             self.eval_dataset = open_dataset(d.eval_data, d.format, cfg.train.batch_size, strict=d.strict,
                                              **{k: v for k, v in opts.items() if k != "seed"})
-        self.model = CTRModel(self.dataset.n_fields, m.embedding_dim, self.dataset.n_dense, m.hidden,
-                              seed=cfg.train.seed, xp=self.xp)
-        extra = {"initial_accumulator": m.adagrad_init} if m.sparse_optimizer == "adagrad" else {}
-        self.sparse_opt = make_sparse_optimizer(m.sparse_optimizer, m.lr, **extra)
-        self.dense_opt = make_dense_optimizer(m.dense_optimizer, m.dense_lr)
-        self.emb_dim = m.embedding_dim
-        self.row_width = self.sparse_opt.row_width(m.embedding_dim)
-        state0 = float(getattr(self.sparse_opt, "initial_accumulator", 0.0))
-        self.initializer = RowInitializer(m.embedding_dim, self.row_width, cfg.train.seed, m.init_scale,
-                                          state_value=state0)
+        mcfg = ModelConfig.from_options(m, self.dataset.n_fields, self.dataset.n_dense, cfg.train.seed)
+        self.model = make_model(mcfg, xp=self.xp)
+        self.sparse_opt, self.dense_opt = make_optimizers(mcfg)
+        self.row_params = self.model.row_params  # leading row columns the model trains; state follows
+        self.row_width = self.sparse_opt.row_width(self.row_params)
+        self.initializer = RowInitializer(self.row_params, self.row_width, cfg.train.seed, m.init_scale,
+                                          state_value=self.sparse_opt.initial_state_value)
         self._tmp_ssd = None
         root = Path(t.ssd_path) if t.ssd_path else Path(self._make_tmp())
         self.ssd_dir = _check_writable(root) / f"rank{self.coll.rank}-of-{self.coll.size}"
@@ -171,7 +168,7 @@ class Trainer:
         return w
 
     def _train(self, w: Work) -> dict:
-        hbm, D = self.hier.hbm, self.emb_dim
+        hbm, P = self.hier.hbm, self.row_params
         loss_sum, n_ex = 0.0, 0
         for mb in w.minibatches:
             rows, found = hbm.get(mb.keys)
@@ -179,9 +176,9 @@ class Trainer:
             if not found.all():
                 raise RuntimeError(f"batch {w.index}: {int((~found).sum())} working-set keys missing from "
                                    "HBM-PS (residency bug)")
-            loss, _, g_emb, g_dense = self.model.forward_backward(self.xp.asarray(rows[:, :D]), mb.inv,
-                                                                  mb.share, n_total=mb.n_total)
-            keys, grads = self.coll.sparse_allreduce(mb.keys, _host(g_emb))
+            loss, _, g_rows, g_dense = self.model.forward_backward(self.xp.asarray(rows[:, :P]), mb.inv,
+                                                                   mb.share, n_total=mb.n_total)
+            keys, grads = self.coll.sparse_allreduce(mb.keys, _host(g_rows))
             if keys is not mb.keys:
                 rows = _host(hbm.get(keys)[0])
             hbm.insert(keys, _host(self.sparse_opt.apply(rows, grads)))
@@ -283,7 +280,7 @@ class Trainer:
             s0, s1 = share_bounds(len(batch), self.coll.rank, self.coll.size)
             share = batch.slice(s0, s1)
             idx = inv[batch.offsets[s0]:batch.offsets[s1]]
-            p = _host(self.model.predict(self.xp.asarray(rows[:, :self.emb_dim]), idx, share))
+            p = _host(self.model.predict(self.xp.asarray(rows[:, :self.row_params]), idx, share))
             labels.append(share.labels)
             probs.append(p)
         lab = self.coll.gather(np.concatenate(labels))
@@ -318,7 +315,7 @@ class Trainer:
         }
 
     def export(self, directory: str) -> None:
-        _checkpoint.export(directory, self.coll, self.store, self.model, self.emb_dim)
+        _checkpoint.export(directory, self.coll, self.store, self.model)
 
     def close(self) -> None:
         self.store.close()
