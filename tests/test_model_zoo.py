@@ -205,3 +205,27 @@ def test_bad_inputs_raise_typed_errors():
         m.forward_backward(rows[:, :D], inv, b)  # wdl rows carry the first-order weight
     with pytest.raises(InvalidInputError):
         m.forward_backward(rows[:1], inv, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_cupy_path_matches_numpy(name):
+    """CuPy (the same code on xp = cupy) gives the NumPy path's loss and gradients; the row
+    optimizers' vectorised path on CuPy takes the kernels' steps."""
+    cupy = pytest.importorskip("cupy")
+    from hps.model import SparseAdam, SparseRowwiseAdagrad
+
+    m, b, _, inv, rows = _setup(name, seed=11, n=33)
+    dev = _model(name, 2, (6, 5), seed=11, xp=cupy)
+    dev.load_state_dict(m.state_dict())
+    a = m.forward_backward(rows, inv, b)
+    c = dev.forward_backward(cupy.asarray(rows), cupy.asarray(inv), b, n_total=40)
+    assert isinstance(c[2], cupy.ndarray)
+    assert a[0] * len(b) / 40 == pytest.approx(c[0], rel=1e-12)
+    np.testing.assert_allclose(a[2] * len(b) / 40, cupy.asnumpy(c[2]), rtol=1e-10, atol=1e-14)
+    for k in a[3]:
+        np.testing.assert_allclose(a[3][k] * len(b) / 40, cupy.asnumpy(c[3][k]), rtol=1e-10, atol=1e-14)
+    for opt in (SparseRowwiseAdagrad(0.1, 0.01, l2=0.01), SparseAdam(0.01)):
+        r = opt.init_rows(rows)
+        np.testing.assert_allclose(cupy.asnumpy(opt.apply(cupy.asarray(r), c[2])),
+                                   opt.apply(r, cupy.asnumpy(c[2])), rtol=1e-12)
