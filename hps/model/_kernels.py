@@ -1,4 +1,4 @@
-"""CPU kernels of the CTR model: field pooling, its transpose, and key-seeded row initialisation.
+"""CPU kernels of the models: field pooling and its transpose.
 
 Kernels only: every input is an argument, nothing is read from module globals (Numba freezes them).
 All are ``@njit(nogil=True, cache=True)`` so pipeline threads run them in parallel. Arrays are host
