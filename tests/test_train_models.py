@@ -29,6 +29,19 @@ def test_model_flags_reach_the_config(tmp_path):
     assert (m.model, m.cross_layers, m.hidden) == ("dcn", 4, (8,))
 
 
+def test_options_become_the_model_config():
+    from hps.model import ModelConfig
+
+    cfg = ModelConfig.from_options(ModelOptions(model="dlrm", hidden=(8,), top_mlp=(16, 4), bottom_mlp=(32, 16),
+                                                 sparse_optimizer="adam", emb_l2=0.5), n_fields=3, n_dense=2, seed=7)
+    assert (cfg.model, cfg.hidden, cfg.bottom_widths, cfg.n_fields, cfg.n_dense, cfg.seed) == \
+        ("dlrm", (16, 4), (32, 16), 3, 2, 7)
+    assert (cfg.sparse_optimizer, cfg.emb_l2, cfg.sparse_lr) == ("adam", 0.5, 0.2)
+    assert ModelConfig.from_options(ModelOptions(model="dlrm"), 3, 2, 0).bottom_widths == (64, 16)
+    assert ModelConfig.from_options(ModelOptions(model="dcn"), 3, 2, 0).cross_layers == 3
+    assert ModelConfig.from_options(ModelOptions(model="dcn", cross_layers=5), 3, 2, 0).cross_layers == 5
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(model="dlrm", embedding_dim=16, bottom_mlp=(64, 8)), "bottom-mlp must end at the embedding width 16"),
     (dict(model="ctr", cross_layers=2), "--cross-layers is an option of --model dcn"),
