@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._index import KeyIndex
-from ..errors import CacheBudgetError
+from ..errors import CacheBudgetError, InternalError
 from ..table import HashTable
 
 
@@ -138,7 +138,8 @@ class ParameterHierarchy:
             if placed_only:
                 mine, rows = mine[found], rows[found]
             elif not found.all():
-                raise RuntimeError(f"{int((~found).sum())} keys of trained batches are missing from HBM-PS")
+                raise InternalError(f"{int((~found).sum())} resident keys of trained batches are missing "
+                                    "from HBM-PS (residency bug)")
             self.memps.push(mine, rows, unpin=False)
 
     # -- place stage -------------------------------------------------------------------------------------
