@@ -304,9 +304,11 @@ class RowCache:
         k = as_keys(keys)
         n = k.shape[0]
         r = check_rows(rows, n, self.row_width, self.dtype, "rows")
-        d = np.ascontiguousarray(np.broadcast_to(np.asarray(dirty, dtype=np.bool_), (n,)))
+        # writable C arrays, always: a read-only view would be a second Numba specialisation of put,
+        # compiled mid-run the first time a caller happens to pass one
+        d = np.require(np.broadcast_to(np.asarray(dirty, dtype=np.bool_), (n,)), requirements=("C", "W"))
         f = np.asarray(1 if freq is None else freq, dtype=np.int64)
-        f = np.ascontiguousarray(np.broadcast_to(f, (n,)))
+        f = np.require(np.broadcast_to(f, (n,)), requirements=("C", "W"))
         with self.lock:
             if n == 0:
                 return self._empty_evicted(0)

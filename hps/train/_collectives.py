@@ -49,6 +49,10 @@ class LocalCollectives:
     def bytes_sent(self) -> dict:
         return {"sparse_pull": 0, "sparse_allreduce": 0, "dense_allreduce": 0, "owner_writeback": 0}
 
+    def warm_up(self, keys, width: int) -> None:
+        """Compile the kernels these collectives run locally (``keys`` (n,) uint64, rows of ``width``
+        float32). Local: no communication, so it is not collective."""
+
 
 class MpiCollectives(LocalCollectives):
     """Collectives over an mpi4py communicator ``comm`` (never COMM_WORLD implicitly)."""
@@ -115,3 +119,9 @@ class MpiCollectives(LocalCollectives):
 
     def bytes_sent(self) -> dict:
         return dict(self.stats.bytes_sent)
+
+    def warm_up(self, keys, width: int) -> None:
+        from ..comm import compile_kernels
+
+        group_by_owner(owner_of(keys, self.size), self.size)
+        compile_kernels(width, np.float32)
