@@ -2,7 +2,8 @@
 
 Each stage takes an item from its input queue, works on it, and puts the result on the next queue;
 it blocks when that queue is full (the next stage already has ``depth`` unprocessed items), so with
-four stages batch *i* trains while *i+1* is prepared and *i+2* read.
+the trainer's four stages (read, prepare, place, train) batch *i* trains while *i+1* is placed,
+*i+2* prepared and *i+3* read.
 
 Every stage records its busy time (inside its function) and its waiting time (blocked on the input
 queue or on a full output queue); :meth:`Pipeline.report` names the bottleneck stage (most busy).

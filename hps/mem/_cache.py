@@ -45,7 +45,7 @@ class Evicted(NamedTuple):
 
 @dataclass(frozen=True)
 class CacheStats:
-    """Counters since construction (``per_batch_*`` have one entry per ``lookup`` call)."""
+    """Counters since construction (``per_batch_*`` have one entry per ``lookup`` or ``visit_batch`` call)."""
 
     capacity_rows: int
     size: int
@@ -280,7 +280,7 @@ class RowCache:
         return CacheBudgetError(
             f"pinned working set of {working_set} rows ({working_set * row_bytes} bytes) exceeds the "
             f"DRAM cache budget of {self.capacity_rows} rows ({self.budget_bytes} bytes, "
-            f"{row_bytes} bytes per row); raise the budget or shrink the batch / prefetch depth"
+            f"{row_bytes} bytes per row); raise the budget or pin fewer rows at once (smaller batches)"
         )
 
     def _empty_evicted(self, n: int) -> Evicted:

@@ -1,8 +1,11 @@
 """What the trainer needs from its peers, for one process (``LocalCollectives``) or MPI ranks
-(``MpiCollectives`` over ``hps.comm``). Every method is called by every rank in the same order.
+(``MpiCollectives`` over ``hps.comm``). Every collective method is called by every rank in the same
+order; ``owned_mask``, ``bytes_sent`` and ``warm_up`` are local.
 
-``pull_rows`` runs in the prepare thread and the all-reduces in the train thread, so the MPI version
-gives each its own duplicate of the communicator (collectives of two threads never interleave).
+``pull_rows`` runs in the prepare thread and the all-reduces (and a checkpoint's barriers) in the
+train thread, so the MPI version gives each its own duplicate of the communicator (collectives of two
+threads never interleave); evaluation and the final metrics use them from the caller's thread once
+the pipeline has stopped. The caller's communicator itself is left to the caller.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ class LocalCollectives:
         return serve(keys)
 
     def sparse_allreduce(self, keys, values):
-        """(sorted unique keys, summed rows) over all ranks; ``keys`` are sorted unique here."""
+        """(keys, summed rows) over all ranks of distinct ``keys`` (u,) uint64 and ``values`` (u, d).
+        One process: the same arrays back. Under MPI: the union of every rank's keys, ascending."""
         return keys, values
 
     def dense_allreduce(self, vec):

@@ -2,7 +2,7 @@
 
 Stages (threads joined by bounded queues, ``hps.pipeline``):
 
-1. ``read``    parse the next global batch (every rank reads the global batch; Sizes are global);
+1. ``read``    parse the next global batch (every rank reads the whole global batch: sizes are global);
 2. ``prepare`` working set = unique keys of the global batch; evict what left the residency window
                and fetch the rest from MEM-PS/SSD-PS (own keys) or from their owner ranks; plan the
                mini-batches (this rank's share of each global mini-batch, unique keys, inverse);
@@ -48,7 +48,7 @@ MPI_STOP_TIMEOUT_S = 10.0
 @dataclass
 class MiniBatch:
     share: object          # this rank's Batch share of the global mini-batch
-    keys: np.ndarray       # (u,) sorted unique keys of the share
+    keys: np.ndarray       # (u,) distinct keys of the share, in first-occurrence order
     inv: np.ndarray        # (nnz,) index into keys of each key occurrence
     n_total: int           # examples in the global mini-batch
 
