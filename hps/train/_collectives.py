@@ -54,8 +54,8 @@ class LocalCollectives:
         return {"sparse_pull": 0, "sparse_allreduce": 0, "dense_allreduce": 0, "owner_writeback": 0}
 
     def warm_up(self, keys, width: int) -> None:
-        """Compile the kernels these collectives run locally (``keys`` (n,) uint64, rows of ``width``
-        float32). Local: no communication, so it is not collective."""
+        """Compile the kernels these collectives run locally (``keys`` (n,) uint64, gradient rows of
+        ``width`` float32). Local: no communication, so it is not collective."""
 
 
 class MpiCollectives(LocalCollectives):
