@@ -51,7 +51,7 @@ def test_default_job_reports_everything(tmp_path, capsys):
     assert "model: 4 fields x 8-dim embeddings (sum-pooled) + 4 dense -> MLP 36->16->8->1 (ReLU)" in out
     assert f"{n_dense:,} dense parameters (adam)" in out and "one row of 16 floats (8 embedding + 8 adagrad" in out
     assert (m["table_rows"], m["sparse_parameters"], m["dense_parameters"]) == (keys.shape[0], values.size, n_dense)
-    assert f"model size: {keys.shape[0]:,} keys x 8 = {values.size:,} embedding parameters" in out
+    assert f"model size: {keys.shape[0]:,} keys, {values.size:,} embedding parameters, {n_dense:,} dense" in out
     assert f"outputs: model {tmp_path / 'plain'} (read it with hps.load_export); metrics {tmp_path / 'plain.json'}" in out
 
 

@@ -157,7 +157,7 @@ def _interrupted(comm, cfg, signum) -> int:
     """Report an interrupt (the job's own files are already removed by ``run``) -> 128 + signum."""
     code = 128 + int(signum)
     if comm is None or comm.Get_rank() == 0:
-        print(f"hps: interrupted by {signal.Signals(signum).name}; stopped. {_resume_hint(cfg)}",
+        print(f"hps: interrupted by {signal.Signals(signum).name}: training stopped. {_resume_hint(cfg)}",
               file=sys.stderr, flush=True)
     if comm is not None and comm.Get_size() > 1:
         _leave_together(comm, code)

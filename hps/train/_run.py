@@ -56,8 +56,8 @@ def report(m: dict) -> str:
     lines.append(f"trained {m['examples']} examples in {m['train_seconds']:.1f} s: "
                  f"{m['examples_per_sec']:,.0f} examples/s on {m['ranks']} rank(s) "
                  f"(not counting {m['warmup_seconds']:.1f} s of kernel warm-up)")
-    lines.append(f"model size: {m['table_rows']:,} keys x {m['sparse_parameters'] // max(m['table_rows'], 1)} = "
-                 f"{m['sparse_parameters']:,} embedding parameters, {m['dense_parameters']:,} dense parameters")
+    lines.append(f"model size: {m['table_rows']:,} keys, {m['sparse_parameters']:,} embedding parameters, "
+                 f"{m['dense_parameters']:,} dense parameters")
     lines.append("stage busy seconds (Figure 3c): " + ", ".join(
         f"{k} {v:.2f}" for k, v in m["stage_seconds"].items()) + f"; bottleneck: {m['bottleneck']}")
     lines.append(f"MEM-PS cache hit rate {m['cache_hit_rate']:.3f}; SSD-PS read {m['ssd_bytes_read'] / 2**20:.1f} MiB, "

@@ -4,8 +4,9 @@ A fresh machine spends 15-30 s compiling the Numba kernels the first time they r
 training that would freeze the progress bar at 0 % and count into examples/s. Instead
 :func:`warm_up` runs a *scratch copy* of the job on a few tiny batches cut from the first real one —
 the same reader, data types, device, model shape and optimizers, a MEM-PS budget that spills, its own
-temporary SSD-PS — so every kernel a run uses is compiled (and cached on disk for later runs) before
-the clock starts. The scratch job shares nothing with the real one and is removed afterwards.
+temporary SSD-PS — so the kernels a run uses are compiled (and cached on disk for later runs) before
+the clock starts (``tests/test_warmup.py`` checks that the timed part adds no specialisation). The
+scratch job shares nothing with the real one and is removed afterwards.
 """
 
 from __future__ import annotations
