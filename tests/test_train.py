@@ -52,7 +52,8 @@ def test_default_job_reports_everything(tmp_path, capsys):
     assert f"{n_dense:,} dense parameters (adam)" in out and "one row of 16 floats (8 embedding + 8 adagrad" in out
     assert (m["table_rows"], m["sparse_parameters"], m["dense_parameters"]) == (keys.shape[0], values.size, n_dense)
     assert f"model size: {keys.shape[0]:,} keys, {values.size:,} embedding parameters, {n_dense:,} dense" in out
-    assert f"outputs: model {tmp_path / 'plain'} (read it with hps.load_export); metrics {tmp_path / 'plain.json'}" in out
+    plain = tmp_path / "plain"
+    assert f"outputs: model {plain} (read it with hps.load_export); metrics {plain}.json" in out
 
 
 def test_without_eval_data_the_report_says_no_auc(tmp_path, capsys):
