@@ -1,4 +1,9 @@
-"""Configuration: one dataclass per subsystem, composed into :class:`Config`; validated on construction.
+"""Configuration of a training job: one dataclass per part of the job (data, model options, tiers,
+training), composed into :class:`Config`; each validated on construction.
+
+These are the job's flags, not the libraries' own settings: the trainer builds ``hps.model.CTRModel``,
+the optimizers, ``hps.mem.MemPS`` and ``hps.ssd.SSDStore`` from these values (``hps.model.ModelConfig``
+and ``hps.mem.MemConfig`` serve callers of those libraries, not the job).
 
 Only ``hps.train``'s CLI parses arguments; everything else takes these objects. Sizes are global
 (``batch_size``/``minibatch_size`` describe the whole job; under ``mpirun -np N`` each rank takes 1/N).

@@ -1,14 +1,18 @@
 """``python -m hps.train``: the command line. The only module that parses arguments.
 
 Every flag can also be given as a key of ``--config FILE.toml`` (same names, dashes or underscores;
-flags on the command line win). Errors become one line on stderr and exit code 2 (bad input) or 1.
+flags on the command line win). Errors become one line on stderr and exit code 2 (bad input) or 1;
+an interrupt (Ctrl-C, SIGTERM) exits 130 / 143 after saying where the last checkpoint is.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
+import time
 
 from ..config import DENSE_OPTIMIZERS, DEVICES, FORMATS, SPARSE_OPTIMIZERS, Config
 from ..errors import HpsError, InvalidInputError
@@ -101,10 +105,24 @@ def _mpi_launched() -> bool:
     return any(int(os.environ.get(v, "1")) > 1 for v in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"))
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (what schedulers send), raised in the main thread so it unwinds like Ctrl-C."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated()
+
+
 def main(argv=None) -> int:
     """Run the job; returns the exit code. Under MPI a failing rank prints
-    ``hps: rank R of N failed: <Type>: <message>`` and aborts the whole job (no rank hangs)."""
-    comm = None
+    ``hps: rank R of N failed: <Type>: <message>`` and aborts the whole job (no rank hangs).
+
+    Ctrl-C (SIGINT) and SIGTERM stop the pipeline, remove the temporary SSD-PS, say where the last
+    checkpoint is and exit 130 / 143 (128 + the signal). ``mpiexec`` forwards both signals to every
+    rank: each rank cleans up, the ranks wait for each other (a bounded wait) and all exit."""
+    comm, cfg = None, None
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
     try:
         cfg = parse_config(argv)
         if _mpi_launched():
@@ -115,9 +133,8 @@ def main(argv=None) -> int:
 
         run(cfg, comm=comm)
         return 0
-    except KeyboardInterrupt:
-        print("hps: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        return _interrupted(comm, cfg, signal.SIGTERM if isinstance(e, _Terminated) else signal.SIGINT)
     except (HpsError, OSError) as e:
         return _fail(comm, e, EXIT_BAD_INPUT if _is_bad_input(e) else EXIT_FAILED)
     except Exception as e:
@@ -126,6 +143,54 @@ def main(argv=None) -> int:
 
             abort_job(comm, e, EXIT_FAILED)  # with the traceback: this is a bug, not bad input
         raise
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+#: Under MPI, how long an interrupted rank waits for the others to finish cleaning up before it
+#: aborts the job (a rank that never got the signal would otherwise keep the job alive).
+INTERRUPT_SYNC_S = 30.0
+
+
+def _interrupted(comm, cfg, signum) -> int:
+    """Report an interrupt (the job's own files are already removed by ``run``) -> 128 + signum."""
+    code = 128 + int(signum)
+    if comm is None or comm.Get_rank() == 0:
+        print(f"hps: interrupted by {signal.Signals(signum).name}: training stopped. {_resume_hint(cfg)}",
+              file=sys.stderr, flush=True)
+    if comm is not None and comm.Get_size() > 1:
+        _leave_together(comm, code)
+    return code
+
+
+def _resume_hint(cfg) -> str:
+    from ._checkpoint import last_checkpoint
+
+    ck = cfg.train.checkpoint_dir if cfg is not None else None
+    if not ck:
+        return "No checkpoint was written (no --checkpoint-dir): a new run starts from the beginning."
+    last = last_checkpoint(ck)
+    if last is None:
+        return f"No checkpoint was completed in {ck} yet: a new run starts from the beginning."
+    return (f"The last checkpoint is {last}: to continue, run the same command with "
+            f"--resume --checkpoint-dir {ck}")
+
+
+def _leave_together(comm, code: int) -> None:
+    """Every rank has cleaned up: meet the others (non-blocking barrier on ``comm``, which the
+    trainer's threads never use: they have their own duplicates) and exit at once, without
+    MPI_Finalize, which could wait for ever on a collective a stopped peer never joined. A rank
+    that is not there within INTERRUPT_SYNC_S takes the job down with MPI_Abort."""
+    req = comm.Ibarrier()
+    deadline = time.monotonic() + INTERRUPT_SYNC_S
+    while not req.Test():
+        if time.monotonic() > deadline:
+            comm.Abort(code)
+        time.sleep(0.01)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _is_bad_input(e: BaseException) -> bool:
