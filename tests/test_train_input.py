@@ -2,6 +2,7 @@
 malformed lines that a job skips are reported on the console and in the metrics."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -114,8 +115,6 @@ def test_plots_without_matplotlib_fail_before_training(tmp_path):
     fake = tmp_path / "site" / "matplotlib"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('No module named matplotlib (test stand-in)')\n")
-    import os
-
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / "site"), *sys.path]))
     proc = hps_train(*SMALL, "--plots", "plots", cwd=tmp_path, env=env)
     assert_fails_at_start(proc, "--plots needs matplotlib")

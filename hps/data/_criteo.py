@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._batch import Batch
 from ._chunks import (BAD_COLUMNS, BAD_HEX, BAD_LABEL, BAD_NUMBER, DEFAULT_CHUNK_BYTES,
                       DEFAULT_MAX_MALFORMED, MISSING_VALUE, TextReader, fixed_width_batch)
 from ._parse_kernels import parse_criteo
