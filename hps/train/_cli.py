@@ -1,8 +1,10 @@
 """``python -m hps.train``: the command line. The only module that parses arguments.
 
 Every flag can also be given as a key of ``--config FILE.toml`` (same names, dashes or underscores;
-flags on the command line win). Errors become one line on stderr and exit code 2 (bad input) or 1;
-an interrupt (Ctrl-C, SIGTERM) exits 130 / 143 after saying where the last checkpoint is.
+switches as ``strict = true``, ``resume = true``, ``no-progress = true``; keys may be grouped in the
+sections ``[data]``, ``[model]``, ``[tiers]``, ``[train]``; flags on the command line win). Errors
+become one line on stderr and exit code 2 (bad input) or 1; an interrupt (Ctrl-C, SIGTERM) exits
+130 / 143 after saying where the last checkpoint is.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ import sys
 import threading
 import time
 
-from ..config import DENSE_OPTIMIZERS, DEVICES, FORMATS, SPARSE_OPTIMIZERS, Config
-from ..errors import HpsError, InvalidInputError
+from ..config import DENSE_OPTIMIZERS, DEVICES, FORMATS, SPARSE_OPTIMIZERS, Config, flatten_options
+from ..data import DEFAULT_MAX_MALFORMED
+from ..errors import HpsError, InvalidInputError, InvalidTypeError
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -40,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--label-column", default=S, help="csv: label column (click)")
     g.add_argument("--libsvm-fields", type=int, default=S, help="libsvm: positional fields")
     g.add_argument("--strict", action="store_true", default=S, help="stop at the first malformed line")
+    g.add_argument("--max-malformed", type=float, default=S, metavar="FRACTION",
+                   help="stop when more than this fraction of the data lines are malformed "
+                        f"({DEFAULT_MAX_MALFORMED}); malformed lines below it are skipped and reported")
     g = p.add_argument_group("model")
     g.add_argument("--embedding-dim", type=int, default=S, help="embedding width (16)")
     g.add_argument("--hidden", default=S, help="MLP hidden sizes, comma separated (128,64)")
@@ -50,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--adagrad-init", type=float, default=S, help="Adagrad initial accumulator (0.001)")
     g = p.add_argument_group("tiers")
     g.add_argument("--device", choices=DEVICES, default=S, help="HBM-PS and model device (cpu)")
-    g.add_argument("--mem-budget", default=S, help="MEM-PS DRAM budget, e.g. 512MB (256MB)")
+    g.add_argument("--mem-budget", default=S, help="MEM-PS DRAM budget in binary units: 512MiB = 512MB "
+                   "= 512m = 512 * 2^20 bytes, or a byte count (256MiB)")
     g.add_argument("--ssd-path", default=S, help="SSD-PS directory (a temporary one)")
     g.add_argument("--rows-per-file", type=int, default=S, help="SSD-PS rows per file (16384)")
     g.add_argument("--hbm-capacity", type=int, default=S, help="HBM-PS keys (sized from batch 1)")
@@ -59,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--batch-size", type=int, default=S, help="examples per batch, whole job (16384)")
     g.add_argument("--minibatch-size", type=int, default=S, help="examples per update, whole job (1024)")
     g.add_argument("--epochs", type=int, default=S, help="(1)")
-    g.add_argument("--seed", type=int, default=S, help="(0)")
+    g.add_argument("--seed", type=int, default=S, help="in [0, 2^64 - 1] (0)")
     g.add_argument("--queue-depth", type=int, default=S, help="items between pipeline stages (1)")
     g.add_argument("--checkpoint-dir", default=S, help="write checkpoints here")
     g.add_argument("--checkpoint-every", type=int, default=S, help="batches between checkpoints (0: per epoch)")
@@ -83,15 +90,18 @@ def load_toml(path: str) -> dict:
             return tomllib.load(f)
     except FileNotFoundError:
         raise InvalidInputError(f"config file {path} does not exist") from None
+    except OSError as e:
+        raise InvalidInputError(f"cannot read config file {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise InvalidInputError(f"config file {path} is not UTF-8 text (a TOML file is)") from None
     except tomllib.TOMLDecodeError as e:
         raise InvalidInputError(f"config file {path} is not valid TOML: {e}") from None
 
 
 def parse_config(argv=None) -> Config:
     args = vars(build_parser().parse_args(argv))
-    values = load_toml(args.pop("config")) if args.get("config") else {}
+    values = flatten_options(load_toml(args.pop("config"))) if args.get("config") else {}
     args.pop("config", None)
-    values = {k.replace("-", "_"): v for k, v in values.items()}
     values.update(args)
     if isinstance(values.get("hidden"), str):
         try:
@@ -195,7 +205,8 @@ def _leave_together(comm, code: int) -> None:
 
 def _is_bad_input(e: BaseException) -> bool:
     cause = e.__cause__ if getattr(e, "stage", None) else None
-    return isinstance(e, InvalidInputError) or isinstance(cause, InvalidInputError)
+    bad = (InvalidInputError, InvalidTypeError)
+    return isinstance(e, bad) or isinstance(cause, bad)
 
 
 def _fail(comm, e: BaseException, code: int) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from ._collectives import LocalCollectives, MpiCollectives
+from ._preflight import check_outputs
 from ._trainer import Trainer
 
 
@@ -13,6 +14,7 @@ def run(cfg, comm=None, log=print) -> dict:
     coll = MpiCollectives(comm, cfg.train.ranks_per_node) if comm is not None and comm.Get_size() > 1 \
         else LocalCollectives()
     say = log if coll.rank == 0 else (lambda *a, **k: None)
+    check_outputs(cfg.train)
     trainer = Trainer(cfg, coll, log=say)
     try:
         bayes = trainer.dataset.bayes_auc() if hasattr(trainer.dataset, "bayes_auc") else None
@@ -58,6 +60,11 @@ def report(m: dict) -> str:
                  f"(not counting {m['warmup_seconds']:.1f} s of kernel warm-up)")
     lines.append(f"model size: {m['table_rows']:,} keys, {m['sparse_parameters']:,} embedding parameters, "
                  f"{m['dense_parameters']:,} dense parameters")
+    for what, pre in (("training", ""), ("eval", "eval_")):
+        if m.get(f"{pre}malformed_lines"):
+            first = m[pre + "malformed_first"]
+            lines.append(f"skipped {m[pre + 'malformed_lines']} malformed lines of the {what} data "
+                         f"(per pass); first: {'; '.join(first[:3])}{'; …' if len(first) > 3 else ''}")
     lines.append("stage busy seconds (Figure 3c): " + ", ".join(
         f"{k} {v:.2f}" for k, v in m["stage_seconds"].items()) + f"; bottleneck: {m['bottleneck']}")
     lines.append(f"MEM-PS cache hit rate {m['cache_hit_rate']:.3f}; SSD-PS read {m['ssd_bytes_read'] / 2**20:.1f} MiB, "

@@ -37,6 +37,7 @@ from ..ssd import ScratchEnv, SSDStore
 from . import _checkpoint, _warmup
 from ._collectives import LocalCollectives
 from ._hierarchy import ParameterHierarchy, _host, make_hbm
+from ._preflight import check_memory
 
 #: prepare(i) waits for train(i - WINDOW); keys unused for WINDOW batches leave HBM-PS.
 WINDOW = 3
@@ -87,11 +88,20 @@ class Trainer:
         d, m, t = cfg.data, cfg.model, cfg.tiers
         self.xp = _array_module(t.device)
         opts = _format_options(d, cfg.train.seed)
-        self.dataset = open_dataset(d.data, d.format, cfg.train.batch_size, strict=d.strict, **opts)
+        read = {"strict": d.strict, "max_malformed": d.max_malformed}
+        self.dataset = open_dataset(d.data, d.format, cfg.train.batch_size, **read, **opts)
         self.eval_dataset = None
         if d.eval_data:
-            self.eval_dataset = open_dataset(d.eval_data, d.format, cfg.train.batch_size, strict=d.strict,
-                                             **{k: v for k, v in opts.items() if k != "seed"})
+            eval_opts = {k: v for k, v in opts.items() if k != "seed"}
+            if d.format == "libsvm":  # positional fields: the eval data has the training data's
+                eval_opts["n_fields"] = self.dataset.n_fields
+            self.eval_dataset = open_dataset(d.eval_data, d.format, cfg.train.batch_size, **read,
+                                             **eval_opts)
+            _check_same_layout(self.dataset, self.eval_dataset, d.data, d.eval_data)
+        for ds in (self.dataset, self.eval_dataset):  # unusable data fails now, not after training
+            if ds is not None:
+                ds.probe()
+        check_memory(self.dataset.n_fields, self.dataset.n_dense, cfg, self.coll.size)
         self.model = CTRModel(self.dataset.n_fields, m.embedding_dim, self.dataset.n_dense, m.hidden,
                               seed=cfg.train.seed, xp=self.xp)
         extra = {"initial_accumulator": m.adagrad_init} if m.sparse_optimizer == "adagrad" else {}
@@ -308,7 +318,12 @@ class Trainer:
         pr = self.coll.gather(np.concatenate(probs))
         if self.coll.rank != 0:
             return {}
-        return {"auc": auc_score(lab, pr), "logloss": logloss_score(lab, pr), "eval_examples": int(lab.shape[0])}
+        out = {"auc": auc_score(lab, pr), "logloss": logloss_score(lab, pr),
+               "eval_examples": int(lab.shape[0])}
+        if self.eval_dataset is not None:
+            st = self.eval_dataset.stats
+            out.update(eval_malformed_lines=st.malformed, eval_malformed_first=st.first_malformed())
+        return out
 
     def metrics(self) -> dict:
         """Job metrics; SSD-PS figures are summed over ranks, cache figures are this rank's. Collective."""
@@ -336,6 +351,8 @@ class Trainer:
             "ranks": self.coll.size,
             "comm_seconds": self.coll.seconds,
             "loss_per_batch": self.history["loss"],
+            "malformed_lines": self.dataset.stats.malformed,
+            "malformed_first": self.dataset.stats.first_malformed(),
         }
 
     def describe_model(self) -> str:
@@ -390,6 +407,12 @@ def _format_options(d, seed: int) -> dict:
     if d.format == "csv":
         return {"label": d.label_column}
     return {}
+
+
+def _check_same_layout(train, ev, train_path, eval_path) -> None:
+    if (ev.n_fields, ev.n_dense) != (train.n_fields, train.n_dense):
+        raise InvalidInputError(f"--eval-data {eval_path} has {ev.n_fields} fields and {ev.n_dense} dense "
+                                f"features, --data {train_path} has {train.n_fields} and {train.n_dense}")
 
 
 def _check_writable(path: Path) -> Path:
