@@ -17,6 +17,8 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..data import ReaderStats
+
 #: Examples per warm-up batch, and batches (more than the residency window, so rows leave HBM-PS,
 #: spill from MEM-PS and come back from SSD-PS). Only the kernels' argument types matter, not sizes.
 WARMUP_EXAMPLES = 32
@@ -30,6 +32,7 @@ class _Batches:
 
     def __init__(self, batches, n_fields: int, n_dense: int):
         self._batches, self.n_fields, self.n_dense = batches, n_fields, n_dense
+        self.stats = ReaderStats()  # the trainer's metrics read it; nothing is parsed here
 
     def batches(self, start_batch: int = 0):
         return iter(self._batches[start_batch:])
