@@ -24,6 +24,7 @@ from .errors import (
     PipelineError,
     StoreError,
     StoreFormatError,
+    StoreLockedError,
 )
 from .table import HashTable
 
@@ -58,6 +59,7 @@ __all__ = [
     "InvalidTypeError",
     "CacheBudgetError",
     "StoreError",
+    "StoreLockedError",
     "StoreFormatError",
     "CorruptionError",
     "DiskFullError",
