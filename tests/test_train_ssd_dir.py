@@ -22,12 +22,14 @@ def test_foreign_files_are_refused_and_kept(tmp_path, capsys):
     rank_dir = tmp_path / "ssd" / "rank0-of-1"
     rank_dir.mkdir(parents=True)
     (rank_dir / "notes.txt").write_text("mine")
-    (rank_dir / "data").mkdir()
+    (rank_dir / "store").mkdir()  # the name hps gives its own store: still not hps's
+    (rank_dir / "store" / "data.bin").write_bytes(b"1234")
     assert main([*SMALL, *ROWS, "--ssd-path", str(tmp_path / "ssd")]) == 2
     err = capsys.readouterr().err
-    assert "holds files hps did not create (data, notes.txt)" in err and str(rank_dir) in err
+    assert "holds files hps did not create (notes.txt, store)" in err and str(rank_dir) in err
     assert len(err.strip().splitlines()) == 1
-    assert _tree(rank_dir) == ["data", "notes.txt"] and (rank_dir / "notes.txt").read_text() == "mine"
+    assert _tree(rank_dir) == ["notes.txt", "store", "store/data.bin"]
+    assert (rank_dir / "notes.txt").read_text() == "mine"
 
 
 def test_the_store_is_removed_at_the_end_with_the_directories_the_job_made(tmp_path):

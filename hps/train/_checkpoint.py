@@ -254,7 +254,7 @@ def _choose(root: Path, coll, dim: int, warn) -> tuple[Path, dict]:
         bad = coll.allgather(problem is not None)
         if not any(bad):
             if notes:
-                warn(f"{'; '.join(notes)}: resuming from the older checkpoint {d} instead")
+                warn(f"{'; '.join(notes)}: resuming from {d} instead")
             if meta.get(FILES_KEY) is None:
                 warn(f"{d} is a version-1 checkpoint, written without checksums: resuming unverified")
             return d, meta

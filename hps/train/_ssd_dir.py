@@ -48,8 +48,8 @@ class SSDDir:
     """``SSDDir.claim(root, rank, size, keep)``: ``store_path`` is where this rank's SSD-PS goes;
     ``release()`` removes what the claim created (unless ``keep``) -> the kept path, or None."""
 
-    def __init__(self, root: Path, rank_dir: Path, fd: int, made: list[Path], keep: bool):
-        self.root, self.rank_dir, self._fd, self._made, self.keep = root, rank_dir, fd, made, keep
+    def __init__(self, rank_dir: Path, fd: int, made: list[Path], keep: bool):
+        self.rank_dir, self._fd, self._made, self.keep = rank_dir, fd, made, keep
         self.store_path = rank_dir / STORE_DIR
 
     @classmethod
@@ -71,32 +71,27 @@ class SSDDir:
         except BaseException:
             _remove_empty(made)
             raise
-        claimed = cls(root, rank_dir, fd, made, keep)
         foreign = sorted(set(os.listdir(rank_dir)) - {JOB_FILE})
-        if foreign:
-            claimed.keep = False
-            claimed.release()
+        if foreign:  # take back only the JOB file: everything else here is someone else's
+            _drop_job(rank_dir, fd)
+            _remove_empty(made)
             raise InvalidInputError(
                 f"--ssd-path: {rank_dir} holds files hps did not create ({', '.join(foreign[:3])}"
                 f"{', ...' if len(foreign) > 3 else ''}); hps never deletes them: choose another --ssd-path")
-        return claimed
+        return cls(rank_dir, fd, made, keep)
 
     def release(self) -> Path | None:
         """Unlock; unless ``keep``, remove the store, the JOB file and the directories the claim made
         (each only when empty) -> the kept store's path, or None. Idempotent."""
-        if self._fd is None:
+        fd, self._fd = self._fd, None
+        if fd is None:
             return None
         if self.keep:
-            _unlock(self._fd)
-            self._fd = None
+            _unlock(fd)
             return self.store_path
-        shutil.rmtree(self.store_path, ignore_errors=True)  # made by this job: JOB was ours, and empty
-        try:
-            os.remove(self.rank_dir / JOB_FILE)
-        except FileNotFoundError:
-            pass
-        _unlock(self._fd)
-        self._fd = None
+        # made by this job: the claim found the rank directory empty but for its own JOB file
+        shutil.rmtree(self.store_path, ignore_errors=True)
+        _drop_job(self.rank_dir, fd)
         _remove_empty(self._made)
         return None
 
@@ -181,6 +176,15 @@ def _unlock(fd: int) -> None:
     if fcntl is not None:
         fcntl.flock(fd, fcntl.LOCK_UN)
     os.close(fd)
+
+
+def _drop_job(rank_dir: Path, fd: int) -> None:
+    """Remove this job's JOB file, then release its lock."""
+    try:
+        os.remove(rank_dir / JOB_FILE)
+    except FileNotFoundError:
+        pass
+    _unlock(fd)
 
 
 def _remove_empty(dirs) -> None:
