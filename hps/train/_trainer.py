@@ -17,11 +17,8 @@ Not thread-safe: one Trainer per process, driven by one caller.
 from __future__ import annotations
 
 import math
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -38,6 +35,7 @@ from . import _checkpoint, _warmup
 from ._collectives import LocalCollectives
 from ._hierarchy import ParameterHierarchy, _host, make_hbm
 from ._preflight import check_memory
+from ._ssd_dir import SSDDir
 
 #: prepare(i) waits for train(i - WINDOW); keys unused for WINDOW batches leave HBM-PS.
 WINDOW = 3
@@ -112,13 +110,11 @@ class Trainer:
         state0 = float(getattr(self.sparse_opt, "initial_accumulator", 0.0))
         self.initializer = RowInitializer(m.embedding_dim, self.row_width, cfg.train.seed, m.init_scale,
                                           state_value=state0)
-        self._tmp_ssd = None
         self.store = None
-        root = Path(t.ssd_path) if t.ssd_path else Path(self._make_tmp())
+        # this job's own directory (never one another job or the user holds), removed by close()
+        self._ssd = SSDDir.claim(t.ssd_path, self.coll.rank, self.coll.size, keep=t.keep_ssd)
+        self.ssd_dir = self._ssd.store_path
         try:
-            self.ssd_dir = _check_writable(root) / f"rank{self.coll.rank}-of-{self.coll.size}"
-            if self.ssd_dir.exists():
-                shutil.rmtree(self.ssd_dir)  # SSD-PS is this run's scratch; durable state is the checkpoint
             # SSD-PS is this run's scratch space (durability comes from checkpoints): no fsync per dump
             self.store = SSDStore(str(self.ssd_dir), self.row_width, dtype=np.float32,
                                   rows_per_file=t.rows_per_file, env=ScratchEnv())
@@ -130,10 +126,6 @@ class Trainer:
         self.hier = None  # built on the first batch, when the working-set size is known
         self.start_index = 0
         self.history = {"loss": []}
-
-    def _make_tmp(self):
-        self._tmp_ssd = tempfile.mkdtemp(prefix="hps-ssd-")
-        return self._tmp_ssd
 
     # -- stages ---------------------------------------------------------------------------------------------
     def _source(self):
@@ -237,14 +229,15 @@ class Trainer:
 
     def save_checkpoint(self, index: int, epoch: int, batch: int) -> str:
         self.hier.sync_to_store()
-        return _checkpoint.save(self.cfg.train.checkpoint_dir, self.coll, self.store, self.model,
-                                self.dense_opt, {"index": index, "epoch": epoch, "batch": batch})
+        tc = self.cfg.train
+        return _checkpoint.save(tc.checkpoint_dir, self.coll, self.store, self.model, self.dense_opt,
+                                {"index": index, "epoch": epoch, "batch": batch}, keep=tc.keep_checkpoints)
 
     def resume(self) -> None:
         meta = _checkpoint.load(self.cfg.train.checkpoint_dir, self.coll, self.store, self.model,
-                                self.dense_opt)
+                                self.dense_opt, warn=lambda msg: self.log(f"hps: warning: {msg}"))
         self.start_index = meta["index"] + 1
-        self.log(f"resumed from checkpoint after batch {meta['index']} (epoch {meta['epoch']})")
+        self.log(f"resumed from {meta['path']} (after batch {meta['index']}, epoch {meta['epoch']})")
 
     # -- run ----------------------------------------------------------------------------------------------
     def fit(self, warm_up: bool = True) -> dict:
@@ -370,12 +363,13 @@ class Trainer:
         _checkpoint.export(directory, self.coll, self.store, self.model, self.emb_dim)
 
     def close(self) -> None:
-        """Release the SSD-PS and remove the temporary directory this trainer made, if any. Idempotent."""
+        """Close the SSD-PS and remove it with the directories this job made (unless --keep-ssd).
+        Idempotent."""
         if self.store is not None:
             self.store.close()
-        if self._tmp_ssd:
-            shutil.rmtree(self._tmp_ssd, ignore_errors=True)
-            self._tmp_ssd = None
+        kept = self._ssd.release()
+        if kept is not None:
+            self.log(f"SSD-PS kept in {kept} (--keep-ssd)")
 
 
 _DEFAULT_BUDGET = 256 << 20
@@ -413,16 +407,6 @@ def _check_same_layout(train, ev, train_path, eval_path) -> None:
     if (ev.n_fields, ev.n_dense) != (train.n_fields, train.n_dense):
         raise InvalidInputError(f"--eval-data {eval_path} has {ev.n_fields} fields and {ev.n_dense} dense "
                                 f"features, --data {train_path} has {train.n_fields} and {train.n_dense}")
-
-
-def _check_writable(path: Path) -> Path:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=path, prefix=".hps-probe-")
-        probe.close()
-    except OSError as e:
-        raise InvalidInputError(f"--ssd-path {path} is not a writable directory: {e.strerror or e}") from e
-    return path
 
 
 def _progress(enabled: bool, total, initial):

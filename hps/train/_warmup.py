@@ -76,7 +76,7 @@ def _scratch_run(trainer, first) -> None:
         cfg,
         data=replace(cfg.data, eval_data=None),
         # a budget of one batch's working set: later batches spill to SSD-PS and load back
-        tiers=replace(cfg.tiers, ssd_path=None, hbm_capacity=None,
+        tiers=replace(cfg.tiers, ssd_path=None, keep_ssd=False, hbm_capacity=None,
                       mem_budget=max(1, working_set) * trainer.row_width * 4),
         train=replace(cfg.train, batch_size=WARMUP_EXAMPLES,
                       minibatch_size=min(cfg.train.minibatch_size, WARMUP_EXAMPLES // 2), epochs=1,
