@@ -81,11 +81,13 @@ class CpuTableImpl:
         self.tombstones += n
         return n
 
-    def export(self, n_live: int):
+    def export(self, n_live: int | None = None):
+        """(keys (m,) uint64, rows (m, dim)) of the live entries, in slot order (``n_live``: the CUDA
+        twin's argument, not needed here)."""
         slots = K.live_slots(self.tkeys, self.tstate)
         return self.tkeys[slots], self.tvals[slots]
 
-    def rebuild(self, n_slots: int, n_live: int) -> None:
+    def rebuild(self, n_slots: int, n_live: int | None = None) -> None:
         """Re-lay the live entries into ``n_slots`` (>= the current count) slots, dropping every
         tombstone; growing allocates the new arrays before anything changes."""
         slots = K.live_slots(self.tkeys, self.tstate)

@@ -330,21 +330,10 @@ _DEFAULT_BUDGET = 256 << 20
 
 
 def _array_module(device: str):
-    """NumPy for "cpu"; CuPy for "cuda", after checking a GPU is really usable (clear error if not)."""
-    if device != "cuda":
-        return np
-    from ..errors import DeviceUnavailableError
+    """NumPy for "cpu"; for "cuda" CuPy, or NumPy under the CUDA simulator (``hps._xp.array_module``)."""
+    from .._xp import array_module  # imported here: this function is the trainer's only seam to it
 
-    try:
-        import cupy
-
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            raise RuntimeError("no CUDA device")
-    except ImportError as e:
-        raise DeviceUnavailableError("--device cuda needs CuPy: pip install 'hps[gpu]'") from e
-    except Exception as e:  # CUDARuntimeError (no driver, no device) and the like
-        raise DeviceUnavailableError(f"--device cuda: no usable CUDA GPU ({e}); use --device cpu") from None
-    return cupy
+    return array_module(device)
 
 
 def _format_options(d, seed: int) -> dict:
