@@ -8,24 +8,9 @@ import pytest
 from hps import HashTable
 from hps.errors import InvalidInputError, InvalidTypeError
 from hps.gpu import _train_ops as ops
+from hps.table import TableView
 
 pytestmark = pytest.mark.skipif(ops._IMPORT_ERROR is not None, reason="numba-cuda is not importable")
-
-
-@pytest.fixture
-def view():
-    with HashTable(8, 4).device_view() as v:  # NumPy slot arrays: shapes and dtypes only
-        yield v
-
-
-def test_host_arrays_are_refused_outside_the_simulator(view):
-    slots = np.zeros(2, np.int64)
-    with pytest.raises(InvalidTypeError, match="TransferLedger.to_device"):
-        ops.find_slots_async(view, np.zeros(2, np.uint64), slots, np.zeros(1))
-    with pytest.raises(InvalidTypeError, match="device array"):
-        ops.sgd_update_async(view, slots, np.zeros((2, 2), np.float32), 0.1)
-    with pytest.raises(InvalidTypeError, match="device array"):
-        ops.bce_loss_grad_async([0.0], [1.0], 1, np.zeros(1), np.zeros(1))
 
 
 class Dev:
@@ -38,8 +23,28 @@ class Dev:
         self.ndim, self.dtype, self.shape = self.a.ndim, self.a.dtype, self.a.shape
 
 
-def test_contracts_are_checked_before_any_launch(view):
+@pytest.fixture
+def host_view():
+    with HashTable(8, 4).device_view() as v:  # a CPU table's view: NumPy slot arrays
+        yield v
+
+
+def test_host_arrays_are_refused_outside_the_simulator(host_view):
+    slots = np.zeros(2, np.int64)
+    with pytest.raises(InvalidTypeError, match="view.keys must be a device array"):
+        ops.find_slots_async(host_view, np.zeros(2, np.uint64), slots, np.zeros(1))
+    view = TableView(*(Dev(a) for a in host_view[:3]), 0)
+    with pytest.raises(InvalidTypeError, match="TransferLedger.to_device"):
+        ops.find_slots_async(view, np.zeros(2, np.uint64), slots, np.zeros(1))
+    with pytest.raises(InvalidTypeError, match="slots must be a device array"):
+        ops.sgd_update_async(view, slots, np.zeros((2, 2), np.float32), 0.1)
+    with pytest.raises(InvalidTypeError, match="device array"):
+        ops.bce_loss_grad_async([0.0], [1.0], 1, np.zeros(1), np.zeros(1))
+
+
+def test_contracts_are_checked_before_any_launch(host_view):
     d = Dev
+    view = TableView(*(Dev(a) for a in host_view[:3]), 0)
     inv, field = d(np.zeros(3, np.int64)), d(np.zeros(3, np.int32))
     w, off = d(np.ones(3, np.float32)), d(np.array([0, 3], np.int64))
     slots = d(np.zeros(1, np.int64))

@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._xp import simulated
-from ..errors import InvalidInputError, InvalidTypeError
+from ..errors import DeviceUnavailableError, InvalidInputError, InvalidTypeError
 
 try:
     from numba import cuda
@@ -55,13 +55,15 @@ BLOCK_SIZE = 256
 
 
 # -- device arrays, streams, launch shapes ------------------------------------------------------------
-def _dev(x, name: str, dtype=None, ndim: int | None = None):
-    """A device array the kernels take for ``x`` (zero-copy), after checking dtype and ndim."""
+def _require_cuda() -> None:
     if _IMPORT_ERROR is not None:
-        from ..errors import DeviceUnavailableError
-
         raise DeviceUnavailableError(f"GPU training kernels need numba-cuda, which failed to import "
                                      f"({_IMPORT_ERROR!r}); pip install 'hps[gpu]'") from _IMPORT_ERROR
+
+
+def _dev(x, name: str, dtype=None, ndim: int | None = None):
+    """A device array the kernels take for ``x`` (zero-copy), after checking dtype and ndim."""
+    _require_cuda()
     if getattr(x, "__cuda_ndarray__", False):  # Numba device array (or the simulator's)
         d = x
     elif hasattr(x, "__cuda_array_interface__"):
@@ -102,6 +104,15 @@ def _grid_rows(n: int, width: int):
     return (n + by - 1) // by, (bx, by)
 
 
+def _view(view):
+    """(keys, state, values) of a :class:`~hps.table.TableView`, checked to be device arrays (a CPU
+    table's view is refused outside the simulator: its arrays would be copied at every launch)."""
+    keys = _dev(view.keys, "view.keys", np.uint64, 1)
+    state = _dev(view.state, "view.state", np.int32, 1)
+    values = _dev(view.values, "view.values", None, 2)
+    return keys, state, values
+
+
 def _check_len(a, n: int, name: str, what: str) -> None:
     if a.shape[0] != n:
         raise InvalidInputError(f"{name} must have {n} rows ({what}), got shape {tuple(a.shape)}")
@@ -123,8 +134,8 @@ def _plan(inv, field, weights, offsets, dtype):
 
 
 # -- private launchers (launch shape and stream only) ----------------------------------------------------
-def _launch_find_slots(view, keys, slots, missing, stream):
-    K.find_slots[_grid1(keys.shape[0]) + (stream,)](view.keys, view.state, keys, slots, missing)
+def _launch_find_slots(tkeys, tstate, keys, slots, missing, stream):
+    K.find_slots[_grid1(keys.shape[0]) + (stream,)](tkeys, tstate, keys, slots, missing)
 
 
 def _launch_pool_forward(tvals, slots, inv, field, weights, offsets, col0, width, out, stream):
@@ -165,12 +176,13 @@ def find_slots_async(view, keys, slots, missing, stream=0) -> None:
     device, out: the slot of each live key, -1 for a key that is absent or erased; missing (1,)
     float64 device (``BatchScalars.missing``) += the number of -1s (read it once per batch: a
     non-zero count is a residency bug)."""
+    tkeys, tstate, _ = _view(view)
     keys = _dev(keys, "keys", np.uint64, 1)
     slots = _dev(slots, "slots", np.int64, 1)
     missing = _dev(missing, "missing", np.float64, 1)
     _check_len(slots, keys.shape[0], "slots", "one per key")
     if keys.shape[0]:
-        _launch_find_slots(view, keys, slots, missing, _stream(stream))
+        _launch_find_slots(tkeys, tstate, keys, slots, missing, _stream(stream))
 
 
 def pool_forward_async(view, slots, inv, field, weights, offsets, out, width: int, col0: int = 0,
@@ -183,7 +195,7 @@ def pool_forward_async(view, slots, inv, field, weights, offsets, out, width: in
     the mini-batch plan (weights of the table dtype); out (n, F * width) of the table dtype, fully
     written: ``out[e, f*width:(f+1)*width]`` sums ``weights[k] * row[col0:col0+width]`` over the
     occurrences k of example e in field f, in CSR order. REQUIRES: 0 <= inv < u, 0 <= field < F."""
-    tvals = view.values
+    tvals = _view(view)[2]
     dt = tvals.dtype
     slots = _dev(slots, "slots", np.int64, 1)
     inv, field, weights, offsets, n = _plan(inv, field, weights, offsets, dt)
@@ -224,7 +236,7 @@ def pool_backward_async(grad_pooled, inv, field, weights, offsets, grads, stream
 
 
 def _update_args(view, slots, grads, lr):
-    tvals = view.values
+    tvals = _view(view)[2]
     slots = _dev(slots, "slots", np.int64, 1)
     grads = _dev(grads, "grads", tvals.dtype, 2)
     _check_len(grads, slots.shape[0], "grads", "one per slot")
@@ -311,6 +323,7 @@ class BatchScalars:
     NAMES = ("loss", "missing")
 
     def __init__(self, stream=0):
+        _require_cuda()
         self.cells = cuda.device_array(len(self.NAMES), dtype=np.float64)
         self.zero(stream)
 
