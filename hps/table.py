@@ -254,11 +254,12 @@ class HashTable:
         read entries and update the rows of live slots in place (``hps.gpu``'s training kernels).
 
         The table's lock is held for the whole block, so no other thread inserts, erases, purges or
-        grows meanwhile; inside it, :meth:`purge`, :meth:`reserve`, :meth:`clear` (which would move
-        entries) raise :class:`InvalidInputError` and inserts do not purge tombstones. REQUIRES of the kernels: they write only rows of
-        live slots (never keys, states, or rows of other slots). Kernels launched inside the block on
-        a blocking CUDA stream are ordered before the table's next call (its kernels run on the
-        legacy default stream); keep slots across blocks only while :attr:`generation` is unchanged.
+        grows meanwhile. Inside it, :meth:`purge`, :meth:`reserve` and :meth:`clear` (which would move
+        entries) raise :class:`InvalidInputError`, and inserts do not purge tombstones.
+        REQUIRES of the kernels: they write only rows of live slots (never keys, states, or rows of
+        other slots). Kernels launched inside the block on a blocking CUDA stream are ordered before
+        the table's next call (its kernels run on the legacy default stream); keep slots across
+        blocks only while :attr:`generation` is unchanged and their keys are not erased.
         """
         with self._lock:
             self._open_views += 1
@@ -275,7 +276,8 @@ class HashTable:
 
     def _make_room(self, n: int) -> None:
         """REQUIRES: lock held. Drop tombstones if ``n`` more slots could pass the slot budget."""
-        if self._tombstones and self._size + self._tombstones + n > self._slot_budget and not self._open_views:
+        crowded = self._size + self._tombstones + n > self._slot_budget
+        if self._tombstones and crowded and not self._open_views:
             self._rebuild(self._impl.n_slots)
 
     def _claim(self, k):

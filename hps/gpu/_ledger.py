@@ -68,7 +68,7 @@ class TransferLedger:
         ``stream``: a CuPy stream to copy on (asynchronous w.r.t. the host when ``host`` is pinned);
         default the current stream. On a simulated GPU the copy is a NumPy copy (synchronous)."""
         self._check(purpose)
-        if _is_cupy(host) or hasattr(host, "__cuda_array_interface__") or getattr(host, "__cuda_ndarray__", False):
+        if hasattr(host, "__cuda_array_interface__") or getattr(host, "__cuda_ndarray__", False):
             raise InvalidTypeError(f"to_device({purpose!r}) got a device array ({type(host).__name__}); "
                                    "it takes host NumPy arrays")
         a = np.ascontiguousarray(host)

@@ -219,7 +219,9 @@ class PartitionedHashTable:
         keep their entries and the logical capacities stay as they were."""
         if int(capacity) != capacity or capacity <= 0:
             raise InvalidInputError(f"capacity must be a positive integer, got {capacity!r}")
-        pc = int(_default_part_capacity(int(capacity), self.n_parts) if part_capacity is None else part_capacity)
+        if part_capacity is None:
+            part_capacity = _default_part_capacity(int(capacity), self.n_parts)
+        pc = int(part_capacity)
         with self._locked():
             for p, part in enumerate(self.parts):
                 with self._ctx[p]():
