@@ -24,7 +24,7 @@ import numpy as np
 
 from ..config import Config
 from ..data import open_dataset
-from ..errors import DeviceUnavailableError, HashTableFullError, InternalError, InvalidInputError, NumericalError
+from ..errors import HashTableFullError, InternalError, InvalidInputError, NumericalError
 from ..mem import MemPS, RowInitializer, unique_counts
 from ..metrics import auc as auc_score
 from ..metrics import logloss as logloss_score
@@ -376,20 +376,10 @@ _DEFAULT_BUDGET = 256 << 20
 
 
 def _array_module(device: str):
-    """NumPy for "cpu"; CuPy for "cuda", after checking a GPU is really usable (clear error if not)."""
-    if device != "cuda":
-        return np
-    try:
-        import cupy
+    """NumPy for "cpu"; for "cuda" CuPy, or NumPy under the CUDA simulator (``hps._xp.array_module``)."""
+    from .._xp import array_module  # imported here: this function is the trainer's only seam to it
 
-        n_gpus = cupy.cuda.runtime.getDeviceCount()
-    except ImportError as e:
-        raise DeviceUnavailableError("--device cuda needs CuPy: pip install 'hps[gpu]'") from e
-    except Exception as e:  # CUDARuntimeError (no driver, no device) and the like
-        raise DeviceUnavailableError(f"--device cuda: no usable CUDA GPU ({e}); use --device cpu") from None
-    if n_gpus < 1:
-        raise DeviceUnavailableError("--device cuda: no usable CUDA GPU (no CUDA device); use --device cpu")
-    return cupy
+    return array_module(device)
 
 
 def _format_options(d, seed: int) -> dict:
