@@ -19,12 +19,14 @@ from .errors import (
     DiskFullError,
     HashTableFullError,
     HpsError,
+    InternalError,
     InvalidInputError,
     InvalidTypeError,
     NumericalError,
     PipelineError,
     StoreError,
     StoreFormatError,
+    StoreLockedError,
 )
 from .table import HashTable
 
@@ -59,6 +61,7 @@ __all__ = [
     "InvalidTypeError",
     "CacheBudgetError",
     "StoreError",
+    "StoreLockedError",
     "StoreFormatError",
     "CorruptionError",
     "DiskFullError",
@@ -66,4 +69,5 @@ __all__ = [
     "CommError",
     "PipelineError",
     "NumericalError",
+    "InternalError",
 ]

@@ -90,7 +90,7 @@ def test_fm_forward_and_gradients():
 @pytest.mark.parametrize("m", [2, 5])
 def test_dot_interaction_forward_and_gradients(m):
     rng = np.random.default_rng(4)
-    layer = L.DotInteraction(np, m)
+    layer = L.DotInteraction(m)
     t = rng.normal(size=(3, m, 4))
     R = rng.normal(size=(3, layer.out_dim))
     y, _ = layer.forward(np, t)
@@ -117,7 +117,7 @@ def test_pool_forward_and_gradients(use_kernels):
 def test_linear_backward_only_first_input_columns():
     rng = np.random.default_rng(6)
     lin = L.Linear("W", "b", 4, 2)
-    p = lin.init(rng, relu_follows=False)
+    p = lin.init(rng)
     x, dy = rng.normal(size=(3, 4)), rng.normal(size=(3, 2))
     full = lin.backward(p, x, dy, {})
     np.testing.assert_allclose(lin.backward(p, x, dy, {}, dx_cols=3), full[:, :3], rtol=1e-12)

@@ -1,6 +1,8 @@
-"""The models and the optimizers against PyTorch on the same inputs (skipped without torch): torch's
-autograd through the same network written in torch operations (``bench/_torch_models.py``) checks
-hps's hand-written backward, and whole training runs end with the same parameters."""
+"""The models and the optimizers against PyTorch on the same inputs — skipped without torch (CI installs
+none; the parity that runs everywhere is ``tests/test_model_reference.py`` and ``tests/test_model_zoo.py``,
+against the NumPy references): torch's autograd through the same networks written in torch operations
+(``bench/_torch_models.py``) checks hps's hand-written backward, and whole training runs end with the
+same parameters."""
 
 import numpy as np
 import pytest

@@ -229,3 +229,15 @@ def test_cupy_path_matches_numpy(name):
         r = opt.init_rows(rows)
         np.testing.assert_allclose(cupy.asnumpy(opt.apply(cupy.asarray(r), c[2])),
                                    opt.apply(r, cupy.asnumpy(c[2])), rtol=1e-12)
+
+
+@pytest.mark.parametrize("name, n_dense, hidden", CASES)
+def test_dense_shapes_without_building_and_describe(name, n_dense, hidden):
+    """What the memory preflight counts is what the model allocates; describe() names the network."""
+    from hps.model import dense_shapes
+
+    m = _model(name, n_dense, hidden)
+    assert dense_shapes(m.cfg) == {k: v.shape for k, v in m.params.items()}
+    text = m.describe()
+    assert text.startswith(("" if name == "ctr" else f"{name}: ") + f"{F} fields x {D}-dim embeddings")
+    assert text.endswith("-> sigmoid")

@@ -18,7 +18,7 @@ from ._base import FieldModel
 from ._config import ModelConfig
 from ._dense_optim import DenseAdagrad, DenseAdam, DenseSGD
 from ._init import init_embeddings
-from ._models import DCN, DLRM, MODELS, CTRModel, DeepFM, WideDeep, make_model
+from ._models import DCN, DLRM, MODELS, CTRModel, DeepFM, WideDeep, dense_shapes, make_model
 from ._optim import make_dense_optimizer, make_optimizers, make_sparse_optimizer
 from ._row_optim import SparseAdagrad, SparseAdam, SparseRowwiseAdagrad, SparseSGD
 
@@ -31,6 +31,7 @@ __all__ = [
     "DLRM",
     "MODELS",
     "make_model",
+    "dense_shapes",
     "ModelConfig",
     "init_embeddings",
     "SparseAdagrad",

@@ -49,8 +49,12 @@ class FieldModel:
         #: True: Numba kernels pool on the host (NumPy); False: gather + scatter-add (CuPy, tests)
         self.use_cpu_kernels = xp is np
         self.params: dict = {}
-        for k, v in self._build(np.random.default_rng(seed)).items():
-            self.params[k] = xp.asarray(np.asarray(v).astype(self.dtype))
+        parts = self._parts(self.cfg)
+        rng = np.random.default_rng(seed)
+        for attr, part in parts.items():
+            setattr(self, attr, part)
+            for k, v in (part.init(rng) if part is not None else {}).items():
+                self.params[k] = xp.asarray(v.astype(self.dtype))
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, xp=np) -> "FieldModel":
@@ -64,9 +68,27 @@ class FieldModel:
         """Leading columns of a row that are parameters: ``emb_dim`` (+ 1 with a first-order weight)."""
         return self.emb_dim + int(self.first_order)
 
+    @classmethod
+    def dense_shapes(cls, cfg: ModelConfig) -> dict:
+        """``{name: shape}`` of the dense parameters of the model ``cfg`` describes, without building
+        it (nothing is allocated)."""
+        return {k: v for part in cls._parts(cfg).values() if part is not None for k, v in part.shapes().items()}
+
+    def describe(self) -> str:
+        """One line: fields, embeddings and the network."""
+        name = "" if self.name == "ctr" else f"{self.name}: "
+        return (f"{name}{self.n_fields} fields x {self.emb_dim}-dim embeddings (sum-pooled) + {self.n_dense} "
+                f"dense -> {self._describe()} -> sigmoid")
+
     # -- what a subclass defines -----------------------------------------------------------------
-    def _build(self, rng) -> dict:
-        """Layers and their initial parameters ``{name: float64 array}`` in draw order."""
+    @classmethod
+    def _parts(cls, cfg: ModelConfig) -> dict:
+        """The model's layers, ``{attribute: layer or None}``, each with ``init(rng)`` and ``shapes()``;
+        their parameters are drawn in this order. Allocates nothing."""
+        raise NotImplementedError
+
+    def _describe(self) -> str:
+        """The network, for :meth:`describe`."""
         raise NotImplementedError
 
     def _network(self, pooled, dense):
@@ -122,7 +144,8 @@ class FieldModel:
         """Loss and gradients of one mini-batch (or of this rank's share of a global mini-batch).
 
         rows (u, row_params) float, xp: the parameter part of the rows of the mini-batch's unique keys.
-        inv (nnz,) int, xp or host: unique row of each key occurrence (``np.unique(return_inverse)``).
+        inv (nnz,) int, xp or host: unique row of each key occurrence (any order of the unique keys,
+            e.g. ``np.unique(return_inverse=True)`` or first-occurrence order as the trainer uses).
         batch: host :class:`Batch` with ``n`` examples and ``nnz`` keys.
         n_total: examples of the GLOBAL mini-batch; default ``n``. Loss and gradients are those of
             ``sum(bce over this batch) / n_total``, so shares of a global mini-batch (each called with

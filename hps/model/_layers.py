@@ -41,14 +41,19 @@ def relu_backward(y, dy):
 
 # -- Linear and MLP ----------------------------------------------------------------------------
 class Linear:
-    """``y = x @ W + b``: W ``(fan_in, fan_out)`` and b ``(fan_out,)`` are ``params[w]``, ``params[b]``."""
+    """``y = x @ W + b``: W ``(fan_in, fan_out)`` and b ``(fan_out,)`` are ``params[w]``, ``params[b]``;
+    ``relu_follows`` picks the initialisation (see :func:`init_weight`)."""
 
-    def __init__(self, w: str, b: str, fan_in: int, fan_out: int):
+    def __init__(self, w: str, b: str, fan_in: int, fan_out: int, relu_follows: bool = False):
         self.w, self.b, self.fan_in, self.fan_out = w, b, int(fan_in), int(fan_out)
+        self.relu_follows = relu_follows
 
-    def init(self, rng, relu_follows: bool) -> dict:
+    def shapes(self) -> dict:
+        return {self.w: (self.fan_in, self.fan_out), self.b: (self.fan_out,)}
+
+    def init(self, rng) -> dict:
         """``{w: float64 weight (see init_weight), b: zeros}`` drawn from ``rng``."""
-        return {self.w: init_weight(rng, self.fan_in, self.fan_out, relu_follows),
+        return {self.w: init_weight(rng, self.fan_in, self.fan_out, self.relu_follows),
                 self.b: np.zeros(self.fan_out)}
 
     def forward(self, p, x):
@@ -75,28 +80,26 @@ class MLP:
 
     def __init__(self, widths, prefix: str = "", relu_last: bool = False):
         widths = [int(w) for w in widths]
-        self.layers = [Linear(f"{prefix}W{i}", f"{prefix}b{i}", widths[i], widths[i + 1])
-                       for i in range(len(widths) - 1)]
+        n = len(widths) - 1
         self.relu_last = relu_last
+        self.layers = [Linear(f"{prefix}W{i}", f"{prefix}b{i}", widths[i], widths[i + 1],
+                              relu_follows=i < n - 1 or relu_last) for i in range(n)]
         self.out_dim = widths[-1]
+
+    def shapes(self) -> dict:
+        return {k: v for layer in self.layers for k, v in layer.shapes().items()}
 
     def init(self, rng) -> dict:
         """Parameters drawn from ``rng`` in layer order (He for layers followed by a ReLU, else Xavier)."""
-        out = {}
-        for i, layer in enumerate(self.layers):
-            out.update(layer.init(rng, self._relu_after(i)))
-        return out
-
-    def _relu_after(self, i: int) -> bool:
-        return i < len(self.layers) - 1 or self.relu_last
+        return {k: v for layer in self.layers for k, v in layer.init(rng).items()}
 
     def forward(self, xp, p, x):
         """x (n, in) -> (n, out); ctx: the input of every layer, then the output."""
         acts, h = [], x
-        for i, layer in enumerate(self.layers):
+        for layer in self.layers:
             acts.append(h)
             h, _ = layer.forward(p, h)
-            if self._relu_after(i):
+            if layer.relu_follows:
                 h = relu(xp, h)
         acts.append(h)
         return h, acts
@@ -125,11 +128,11 @@ class CrossNet:
     def __init__(self, dim: int, n_layers: int):
         self.layers = [Linear(f"cross{l}_W", f"cross{l}_b", dim, dim) for l in range(int(n_layers))]
 
+    def shapes(self) -> dict:
+        return {k: v for layer in self.layers for k, v in layer.shapes().items()}
+
     def init(self, rng) -> dict:
-        out = {}
-        for layer in self.layers:
-            out.update(layer.init(rng, relu_follows=False))
-        return out
+        return {k: v for layer in self.layers for k, v in layer.init(rng).items()}
 
     def forward(self, p, x0):
         """x0 (n, dim) -> x_L (n, dim); ctx: ``(x0, [(x_l, x_l @ W_l + b_l) per layer])``."""
@@ -169,24 +172,35 @@ class DotInteraction:
     """Pairwise dot products of ``m`` vectors per example, lower triangle without the diagonal, in
     the order of ``numpy.tril_indices(m, -1)`` (DLRM's order): (n, m, d) -> (n, m (m - 1) / 2)."""
 
-    def __init__(self, xp, m: int):
+    def __init__(self, m: int):
         self.m = int(m)
-        li, lj = np.tril_indices(self.m, -1)
-        self.li, self.lj = xp.asarray(li), xp.asarray(lj)
+        self._index = {}  # array module -> (li, lj) on it
+
+    def _pairs(self, xp):
+        if xp not in self._index:
+            self._index[xp] = tuple(xp.asarray(i) for i in np.tril_indices(self.m, -1))
+        return self._index[xp]
 
     @property
     def out_dim(self) -> int:
         return self.m * (self.m - 1) // 2
 
+    def shapes(self) -> dict:  # no parameters
+        return {}
+
+    def init(self, rng) -> dict:
+        return {}
+
     def forward(self, xp, t):
         """t (n, m, d) -> (n, out_dim); ctx is t."""
-        z = xp.matmul(t, t.transpose(0, 2, 1))
-        return z[:, self.li, self.lj], t
+        li, lj = self._pairs(xp)
+        return xp.matmul(t, t.transpose(0, 2, 1))[:, li, lj], t
 
     def backward(self, xp, t, dy):
         """d t (n, m, d) from d out ``dy`` (n, out_dim): ``(G + G^T) t`` with G the scattered ``dy``."""
+        li, lj = self._pairs(xp)
         g = xp.zeros((t.shape[0], self.m, self.m), dtype=t.dtype)
-        g[:, self.li, self.lj] = dy
+        g[:, li, lj] = dy
         return xp.matmul(g + g.transpose(0, 2, 1), t)
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from . import _layers as L
 from ._base import FieldModel
 
-__all__ = ["CTRModel", "WideDeep", "DeepFM", "DCN", "DLRM", "MODELS", "make_model"]
+__all__ = ["CTRModel", "WideDeep", "DeepFM", "DCN", "DLRM", "MODELS", "make_model", "dense_shapes"]
 
 
 class CTRModel(FieldModel):
@@ -37,9 +37,12 @@ class CTRModel(FieldModel):
 
     name = "ctr"
 
-    def _build(self, rng) -> dict:
-        self.mlp = L.MLP([self.input_dim, *self.hidden, 1])
-        return self.mlp.init(rng)
+    @classmethod
+    def _parts(cls, cfg) -> dict:
+        return {"mlp": L.MLP([cfg.n_fields * cfg.emb_dim + cfg.n_dense, *cfg.hidden, 1])}
+
+    def _describe(self) -> str:
+        return f"MLP {'->'.join(str(w) for w in (self.input_dim, *self.hidden, 1))} (ReLU)"
 
     @property
     def input_dim(self) -> int:
@@ -67,6 +70,9 @@ class WideDeep(CTRModel):
     name = "wdl"
     first_order = True
 
+    def _describe(self) -> str:
+        return f"{super()._describe()} + wide (a first-order weight per key)"
+
     def _network(self, pooled, dense):
         emb, wide = self._split(pooled)
         z, acts = self.mlp.forward(self.xp, self.params, self._deep_input(emb, dense))
@@ -83,6 +89,9 @@ class DeepFM(CTRModel):
 
     name = "deepfm"
     first_order = True
+
+    def _describe(self) -> str:
+        return f"{super()._describe()} + first-order + FM"
 
     def _network(self, pooled, dense):
         xp = self.xp
@@ -109,13 +118,18 @@ class DCN(FieldModel):
     name = "dcn"
     _arch = ("cross_layers",)
 
-    def _build(self, rng) -> dict:
-        K = self.n_fields * self.emb_dim + self.n_dense
-        H = len(self.hidden)
-        self.deep = L.MLP([K, *self.hidden], relu_last=True)
-        self.out = L.Linear(f"W{H}", f"b{H}", K + (self.hidden[-1] if H else 0), 1)
-        self.cross = L.CrossNet(K, self.cfg.cross_layers)
-        return {**self.deep.init(rng), **self.out.init(rng, relu_follows=False), **self.cross.init(rng)}
+    @classmethod
+    def _parts(cls, cfg) -> dict:
+        K = cfg.n_fields * cfg.emb_dim + cfg.n_dense
+        H = len(cfg.hidden)
+        return {"deep": L.MLP([K, *cfg.hidden], relu_last=True),
+                "out": L.Linear(f"W{H}", f"b{H}", K + (cfg.hidden[-1] if H else 0), 1),
+                "cross": L.CrossNet(K, cfg.cross_layers)}
+
+    def _describe(self) -> str:
+        K = self.out.fan_in - (self.hidden[-1] if self.hidden else 0)
+        tower = f" | MLP {'->'.join(str(w) for w in (K, *self.hidden))} (ReLU)" if self.hidden else ""
+        return f"[{len(self.cross.layers)} cross layers {K}x{K}{tower}] -> {self.out.fan_in}->1"
 
     def _network(self, pooled, dense):
         xp, p = self.xp, self.params
@@ -147,14 +161,18 @@ class DLRM(FieldModel):
     name = "dlrm"
     _arch = ("bottom_mlp",)
 
-    def _build(self, rng) -> dict:
-        d = self.emb_dim
-        self.bottom = L.MLP([self.n_dense, *self.cfg.bottom_widths], prefix="bot_", relu_last=True) \
-            if self.n_dense else None
-        self.inter = L.DotInteraction(self.xp, self.n_fields + (self.bottom is not None))
-        top_in = self.inter.out_dim + (d if self.bottom is not None else 0)
-        self.top = L.MLP([top_in, *self.hidden, 1])
-        return {**self.top.init(rng), **(self.bottom.init(rng) if self.bottom is not None else {})}
+    @classmethod
+    def _parts(cls, cfg) -> dict:
+        bottom = L.MLP([cfg.n_dense, *cfg.bottom_widths], prefix="bot_", relu_last=True) if cfg.n_dense else None
+        inter = L.DotInteraction(cfg.n_fields + (bottom is not None))
+        top_in = inter.out_dim + (cfg.emb_dim if bottom is not None else 0)
+        return {"top": L.MLP([top_in, *cfg.hidden, 1]), "bottom": bottom, "inter": inter}
+
+    def _describe(self) -> str:
+        top = "->".join(str(l.fan_in) for l in self.top.layers) + "->1"
+        bottom = (f"bottom MLP {'->'.join(str(w) for w in (self.n_dense, *self.cfg.bottom_widths))} (ReLU), "
+                  if self.bottom is not None else "")
+        return f"{bottom}{self.inter.out_dim} pairwise dots of {self.inter.m} vectors, top MLP {top} (ReLU)"
 
     def _network(self, pooled, dense):
         xp, p = self.xp, self.params
@@ -187,3 +205,8 @@ MODELS = {cls.name: cls for cls in (CTRModel, WideDeep, DeepFM, DCN, DLRM)}
 def make_model(cfg, xp=np) -> FieldModel:
     """The model a :class:`~hps.model.ModelConfig` describes (``cfg.model``), on array module ``xp``."""
     return MODELS[cfg.model].from_config(cfg, xp=xp)
+
+
+def dense_shapes(cfg) -> dict:
+    """``{name: shape}`` of the dense parameters of ``make_model(cfg)``, allocating nothing."""
+    return MODELS[cfg.model].dense_shapes(cfg)

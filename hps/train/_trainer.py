@@ -2,7 +2,7 @@
 
 Stages (threads joined by bounded queues, ``hps.pipeline``):
 
-1. ``read``    parse the next global batch (every rank reads the global batch; Sizes are global);
+1. ``read``    parse the next global batch (every rank reads the whole global batch: sizes are global);
 2. ``prepare`` working set = unique keys of the global batch; evict what left the residency window
                and fetch the rest from MEM-PS/SSD-PS (own keys) or from their owner ranks; plan the
                mini-batches (this rank's share of each global mini-batch, unique keys, inverse);
@@ -17,35 +17,37 @@ Not thread-safe: one Trainer per process, driven by one caller.
 from __future__ import annotations
 
 import math
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from ..config import Config
 from ..data import open_dataset
-from ..errors import HashTableFullError, InvalidInputError, NumericalError
+from ..errors import HashTableFullError, InternalError, InvalidInputError, NumericalError
 from ..mem import MemPS, RowInitializer, unique_counts
 from ..metrics import auc as auc_score
 from ..metrics import logloss as logloss_score
 from ..model import ModelConfig, make_model, make_optimizers
-from ..pipeline import Pipeline, Stage
+from ..pipeline import STOP_TIMEOUT_S, Pipeline, Stage
 from ..ssd import ScratchEnv, SSDStore
-from . import _checkpoint
+from . import _checkpoint, _warmup
 from ._collectives import LocalCollectives
 from ._hierarchy import ParameterHierarchy, _host, make_hbm
+from ._preflight import check_memory
+from ._ssd_dir import SSDDir
 
 #: prepare(i) waits for train(i - WINDOW); keys unused for WINDOW batches leave HBM-PS.
 WINDOW = 3
+#: Under MPI, how long a stopping pipeline waits for its stages: one may be blocked for good in a
+#: collective that its peers, stopped by the same signal a batch earlier, never join.
+MPI_STOP_TIMEOUT_S = 10.0
 
 
 @dataclass
 class MiniBatch:
     share: object          # this rank's Batch share of the global mini-batch
-    keys: np.ndarray       # (u,) sorted unique keys of the share
+    keys: np.ndarray       # (u,) distinct keys of the share, in first-occurrence order
     inv: np.ndarray        # (nnz,) index into keys of each key occurrence
     n_total: int           # examples in the global mini-batch
 
@@ -84,11 +86,20 @@ class Trainer:
         d, m, t = cfg.data, cfg.model, cfg.tiers
         self.xp = _array_module(t.device)
         opts = _format_options(d, cfg.train.seed)
-        self.dataset = open_dataset(d.data, d.format, cfg.train.batch_size, strict=d.strict, **opts)
+        read = {"strict": d.strict, "max_malformed": d.max_malformed}
+        self.dataset = open_dataset(d.data, d.format, cfg.train.batch_size, **read, **opts)
         self.eval_dataset = None
         if d.eval_data:
-            self.eval_dataset = open_dataset(d.eval_data, d.format, cfg.train.batch_size, strict=d.strict,
-                                             **{k: v for k, v in opts.items() if k != "seed"})
+            eval_opts = {k: v for k, v in opts.items() if k != "seed"}
+            if d.format == "libsvm":  # positional fields: the eval data has the training data's
+                eval_opts["n_fields"] = self.dataset.n_fields
+            self.eval_dataset = open_dataset(d.eval_data, d.format, cfg.train.batch_size, **read,
+                                             **eval_opts)
+            _check_same_layout(self.dataset, self.eval_dataset, d.data, d.eval_data)
+        for ds in (self.dataset, self.eval_dataset):  # unusable data fails now, not after training
+            if ds is not None:
+                ds.probe()
+        check_memory(self.dataset.n_fields, self.dataset.n_dense, cfg, self.coll.size)
         mcfg = ModelConfig.from_options(m, self.dataset.n_fields, self.dataset.n_dense, cfg.train.seed)
         self.model = make_model(mcfg, xp=self.xp)
         self.sparse_opt, self.dense_opt = make_optimizers(mcfg)
@@ -96,23 +107,22 @@ class Trainer:
         self.row_width = self.sparse_opt.row_width(self.row_params)
         self.initializer = RowInitializer(self.row_params, self.row_width, cfg.train.seed, m.init_scale,
                                           state_value=self.sparse_opt.initial_state_value)
-        self._tmp_ssd = None
-        root = Path(t.ssd_path) if t.ssd_path else Path(self._make_tmp())
-        self.ssd_dir = _check_writable(root) / f"rank{self.coll.rank}-of-{self.coll.size}"
-        if self.ssd_dir.exists():
-            shutil.rmtree(self.ssd_dir)  # SSD-PS is this run's scratch; durable state is the checkpoint
-        # SSD-PS is this run's scratch space (durability comes from checkpoints): no fsync per dump
-        self.store = SSDStore(str(self.ssd_dir), self.row_width, dtype=np.float32,
-                              rows_per_file=t.rows_per_file, env=ScratchEnv())
-        self.memps = MemPS(self.store, self.row_width, budget_bytes=t.mem_budget or _DEFAULT_BUDGET,
-                           initializer=self.initializer)
+        self.store = None
+        # this job's own directory (never one another job or the user holds), removed by close()
+        self._ssd = SSDDir.claim(t.ssd_path, self.coll.rank, self.coll.size, keep=t.keep_ssd)
+        self.ssd_dir = self._ssd.store_path
+        try:
+            # SSD-PS is this run's scratch space (durability comes from checkpoints): no fsync per dump
+            self.store = SSDStore(str(self.ssd_dir), self.row_width, dtype=np.float32,
+                                  rows_per_file=t.rows_per_file, env=ScratchEnv())
+            self.memps = MemPS(self.store, self.row_width, budget_bytes=t.mem_budget or _DEFAULT_BUDGET,
+                               initializer=self.initializer)
+        except BaseException:  # a bad value or an interrupt: leave nothing behind
+            self.close()
+            raise
         self.hier = None  # built on the first batch, when the working-set size is known
         self.start_index = 0
         self.history = {"loss": []}
-
-    def _make_tmp(self):
-        self._tmp_ssd = tempfile.mkdtemp(prefix="hps-ssd-")
-        return self._tmp_ssd
 
     # -- stages ---------------------------------------------------------------------------------------------
     def _source(self):
@@ -174,8 +184,8 @@ class Trainer:
             rows, found = hbm.get(mb.keys)
             rows = _host(rows)
             if not found.all():
-                raise RuntimeError(f"batch {w.index}: {int((~found).sum())} working-set keys missing from "
-                                   "HBM-PS (residency bug)")
+                raise InternalError(f"batch {w.index}: {int((~found).sum())} working-set keys missing from "
+                                    "HBM-PS (residency bug)")
             loss, _, g_rows, g_dense = self.model.forward_backward(self.xp.asarray(rows[:, :P]), mb.inv,
                                                                    mb.share, n_total=mb.n_total)
             keys, grads = self.coll.sparse_allreduce(mb.keys, _host(g_rows))
@@ -216,27 +226,32 @@ class Trainer:
 
     def save_checkpoint(self, index: int, epoch: int, batch: int) -> str:
         self.hier.sync_to_store()
-        return _checkpoint.save(self.cfg.train.checkpoint_dir, self.coll, self.store, self.model,
-                                self.dense_opt, {"index": index, "epoch": epoch, "batch": batch})
+        tc = self.cfg.train
+        return _checkpoint.save(tc.checkpoint_dir, self.coll, self.store, self.model, self.dense_opt,
+                                {"index": index, "epoch": epoch, "batch": batch}, keep=tc.keep_checkpoints)
 
     def resume(self) -> None:
         meta = _checkpoint.load(self.cfg.train.checkpoint_dir, self.coll, self.store, self.model,
-                                self.dense_opt)
+                                self.dense_opt, warn=lambda msg: self.log(f"hps: warning: {msg}"))
         self.start_index = meta["index"] + 1
-        self.log(f"resumed from checkpoint after batch {meta['index']} (epoch {meta['epoch']})")
+        self.log(f"resumed from {meta['path']} (after batch {meta['index']}, epoch {meta['epoch']})")
 
     # -- run ----------------------------------------------------------------------------------------------
-    def fit(self) -> dict:
+    def fit(self, warm_up: bool = True) -> dict:
+        """Train every batch (after the checkpoint, with ``resume``) -> :meth:`metrics`. With ``warm_up``
+        the kernels are compiled first (``_warmup``), outside the timed part."""
         tc = self.cfg.train
+        self.warmup_seconds = _warmup.warm_up(self, self.log) if warm_up else 0.0
         if tc.resume:
             self.resume()
         rows = getattr(self.dataset, "rows", None)  # known for synthetic data; files stream
         total = rows * tc.epochs if isinstance(rows, int) else None
         bar = _progress(tc.progress and self.coll.rank == 0, total, self.start_index * tc.batch_size)
+        stop_timeout = MPI_STOP_TIMEOUT_S if self.coll.size > 1 else STOP_TIMEOUT_S
         self.pipeline = Pipeline("read", self._source(), [Stage("prepare", self._prepare, gate=self._gate),
                                                            Stage("place", self._place),
                                                            Stage("train", self._train)],
-                                 depth=tc.queue_depth)
+                                 depth=tc.queue_depth, stop_timeout_s=stop_timeout)
         t0 = time.perf_counter()
         examples = 0
 
@@ -265,18 +280,24 @@ class Trainer:
         self.examples = examples
         if self.hier is not None:
             self.hier.drop_all()
+        elif tc.resume:
+            self.log(f"nothing left to train: the checkpoint is past the last batch of --epochs {tc.epochs}")
         return self.metrics()
 
-    def evaluate(self) -> dict:
-        """AUC and logloss on the eval data (synthetic: its eval split), on rank 0; {} without eval data."""
-        batches = (self.dataset.eval_batches() if hasattr(self.dataset, "eval_batches") and not self.eval_dataset
-                   else (self.eval_dataset.batches() if self.eval_dataset else None))
+    def evaluate(self, batches=None) -> dict:
+        """AUC and logloss on ``batches`` (default: the eval data; synthetic: its eval split), on rank 0;
+        {} without eval data. Collective."""
+        if batches is None:
+            batches = (self.dataset.eval_batches() if hasattr(self.dataset, "eval_batches") and not self.eval_dataset
+                       else (self.eval_dataset.batches() if self.eval_dataset else None))
         if batches is None:
             return {}
         labels, probs = [], []
         for batch in batches:
             keys, inv = _unique_inverse(batch.keys)
-            rows = self.hier.lookup(keys) if self.hier is not None else self.initializer(keys)
+            # nothing trained in this run (resumed after the last batch): the rows are in the tiers
+            self._ensure_hierarchy(keys.shape[0])
+            rows = self.hier.lookup(keys)
             s0, s1 = share_bounds(len(batch), self.coll.rank, self.coll.size)
             share = batch.slice(s0, s1)
             idx = inv[batch.offsets[s0]:batch.offsets[s1]]
@@ -287,7 +308,12 @@ class Trainer:
         pr = self.coll.gather(np.concatenate(probs))
         if self.coll.rank != 0:
             return {}
-        return {"auc": auc_score(lab, pr), "logloss": logloss_score(lab, pr), "eval_examples": int(lab.shape[0])}
+        out = {"auc": auc_score(lab, pr), "logloss": logloss_score(lab, pr),
+               "eval_examples": int(lab.shape[0])}
+        if self.eval_dataset is not None:
+            st = self.eval_dataset.stats
+            out.update(eval_malformed_lines=st.malformed, eval_malformed_first=st.first_malformed())
+        return out
 
     def metrics(self) -> dict:
         """Job metrics; SSD-PS figures are summed over ranks, cache figures are this rank's. Collective."""
@@ -298,6 +324,7 @@ class Trainer:
         return {
             "examples": self.examples,
             "train_seconds": self.train_seconds,
+            "warmup_seconds": self.warmup_seconds,
             "examples_per_sec": self.examples / self.train_seconds if self.train_seconds else 0.0,
             "stage_seconds": times,
             "stage_wait_seconds": {n: t.wait_in + t.wait_out for n, t in self.pipeline.stage_times().items()},
@@ -309,39 +336,46 @@ class Trainer:
             "ssd_disk_bytes": st["disk_bytes"],
             "ssd_files": st["files"],
             "table_rows": st["live_rows"],
+            "sparse_parameters": st["live_rows"] * self.row_params,
+            "dense_parameters": sum(int(p.size) for p in self.model.params.values()),
             "ranks": self.coll.size,
             "comm_seconds": self.coll.seconds,
             "loss_per_batch": self.history["loss"],
+            "malformed_lines": self.dataset.stats.malformed,
+            "malformed_first": self.dataset.stats.first_malformed(),
         }
+
+    def describe_model(self) -> str:
+        """One line: the architecture, its dense parameter count and the layout of an embedding row."""
+        m = self.model
+        dense = sum(int(p.size) for p in m.params.values())
+        state = self.row_width - self.row_params
+        row = (f"{m.emb_dim} embedding" + (" + 1 first-order weight" if m.first_order else "")
+               + (f" + {state} {self.sparse_opt.name} state" if state else ""))
+        return (f"model: {m.describe()}; {dense:,} dense parameters ({self.dense_opt.name}); "
+                f"one row of {self.row_width} floats ({row}) per key, made on first use")
 
     def export(self, directory: str) -> None:
         _checkpoint.export(directory, self.coll, self.store, self.model)
 
     def close(self) -> None:
-        self.store.close()
-        if self._tmp_ssd:
-            shutil.rmtree(self._tmp_ssd, ignore_errors=True)
+        """Close the SSD-PS and remove it with the directories this job made (unless --keep-ssd).
+        Idempotent."""
+        if self.store is not None:
+            self.store.close()
+        kept = self._ssd.release()
+        if kept is not None:
+            self.log(f"SSD-PS kept in {kept} (--keep-ssd)")
 
 
 _DEFAULT_BUDGET = 256 << 20
 
 
 def _array_module(device: str):
-    """NumPy for "cpu"; CuPy for "cuda", after checking a GPU is really usable (clear error if not)."""
-    if device != "cuda":
-        return np
-    from ..errors import DeviceUnavailableError
+    """NumPy for "cpu"; for "cuda" CuPy, or NumPy under the CUDA simulator (``hps._xp.array_module``)."""
+    from .._xp import array_module  # imported here: this function is the trainer's only seam to it
 
-    try:
-        import cupy
-
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            raise RuntimeError("no CUDA device")
-    except ImportError as e:
-        raise DeviceUnavailableError("--device cuda needs CuPy: pip install 'hps[gpu]'") from e
-    except Exception as e:  # CUDARuntimeError (no driver, no device) and the like
-        raise DeviceUnavailableError(f"--device cuda: no usable CUDA GPU ({e}); use --device cpu") from None
-    return cupy
+    return array_module(device)
 
 
 def _format_options(d, seed: int) -> dict:
@@ -355,14 +389,10 @@ def _format_options(d, seed: int) -> dict:
     return {}
 
 
-def _check_writable(path: Path) -> Path:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=path, prefix=".hps-probe-")
-        probe.close()
-    except OSError as e:
-        raise InvalidInputError(f"--ssd-path {path} is not a writable directory: {e.strerror or e}") from e
-    return path
+def _check_same_layout(train, ev, train_path, eval_path) -> None:
+    if (ev.n_fields, ev.n_dense) != (train.n_fields, train.n_dense):
+        raise InvalidInputError(f"--eval-data {eval_path} has {ev.n_fields} fields and {ev.n_dense} dense "
+                                f"features, --data {train_path} has {train.n_fields} and {train.n_dense}")
 
 
 def _progress(enabled: bool, total, initial):
