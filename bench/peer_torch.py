@@ -340,7 +340,8 @@ def main(argv=None) -> int:
                       dense_lr=args.dense_lr, adagrad_initial_accumulator=args.adagrad_init)
     vocab = build_vocab(train, ev)
     n_train = sum(len(b) for b in train)
-    print(f"--model {args.model}, rows {args.sparse_optimizer}, dense {args.dense_optimizer}; {note}; {n_train} train / {sum(len(b) for b in ev)} eval examples, {vocab.shape[0]} keys, "
+    print(f"--model {args.model}, rows {args.sparse_optimizer}, dense {args.dense_optimizer}; {note}; "
+          f"{n_train} train / {sum(len(b) for b in ev)} eval examples, {vocab.shape[0]} keys, "
           f"mini-batch {args.minibatch_size}, {args.epochs} epoch(s), pinned to CPUs {cpus}")
     results = {}
     if "hps" not in args.skip:

@@ -25,7 +25,7 @@ def run_cli(tmp_path, name, *extra):
 
 
 def assert_same_model(a, b, tol):
-    (ka, va, da, fa), (kb, vb, db, fb) = a, b
+    (ka, va, da, fa), (kb, vb, db, fb) = (x if len(x) == 4 else (*x, None) for x in (a, b))
     oa, ob = np.argsort(ka), np.argsort(kb)
     np.testing.assert_array_equal(ka[oa], kb[ob])
     assert np.abs(va[oa] - vb[ob]).max() <= tol

@@ -72,7 +72,8 @@ class FieldModel:
     def dense_shapes(cls, cfg: ModelConfig) -> dict:
         """``{name: shape}`` of the dense parameters of the model ``cfg`` describes, without building
         it (nothing is allocated)."""
-        return {k: v for part in cls._parts(cfg).values() if part is not None for k, v in part.shapes().items()}
+        parts = [p for p in cls._parts(cfg).values() if p is not None]
+        return {k: v for part in parts for k, v in part.shapes().items()}
 
     def describe(self) -> str:
         """One line: fields, embeddings and the network."""

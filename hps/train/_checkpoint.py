@@ -231,16 +231,17 @@ def _candidates(root: Path, notes: list) -> list[Path]:
     return [first] + _newest_first(root, below=_index(first.name))
 
 
-def _check(d: Path, rank: int, size: int, dim: int, model_name: str) -> dict:
+def _check(d: Path, rank: int, size: int, dim: int, model_name: str | None = None) -> dict:
     """meta.json of checkpoint ``d`` and the files this rank reads, verified -> meta. Raises
-    CorruptionError (damage) or InvalidInputError (a checkpoint of another job shape)."""
+    CorruptionError (damage) or InvalidInputError (a checkpoint of another job shape, or of another
+    model than ``model_name`` when given)."""
     meta = read_meta(d / META_FILE)
     if _index(d.name) != meta["index"]:
         raise CorruptionError(f"{d / META_FILE} records batch {meta['index']}, not the batch of {d.name}")
     if meta["ranks"] != size:
         raise InvalidInputError(f"checkpoint {d} was written by {meta['ranks']} ranks; resume with the same "
                                 f"number of ranks (got {size})")
-    if meta.get("model", "ctr") != model_name:  # checkpoints before the model zoo were all ctr
+    if model_name is not None and meta.get("model", "ctr") != model_name:  # older ones: all ctr
         raise InvalidInputError(f"checkpoint {d} holds a --model {meta.get('model', 'ctr')} model; resume "
                                 f"with the same --model (got {model_name})")
     if meta["row_width"] != dim:
