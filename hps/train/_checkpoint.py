@@ -209,11 +209,19 @@ def latest(root) -> Path:
 
 
 def last_checkpoint(root) -> Path | None:
-    """The newest complete checkpoint directory under ``root``, or None when there is none (yet)."""
+    """The checkpoint ``--resume`` would start from — the newest of LATEST's and the older ones kept
+    whose meta.json is intact (the data files are verified by :func:`load` only) — or None."""
     try:
-        return latest(root)
+        candidates = _candidates(Path(root), [])
     except HpsError:
         return None
+    for d in candidates:
+        try:
+            read_meta(d / META_FILE)
+            return d
+        except (HpsError, OSError):
+            continue
+    return None
 
 
 def _candidates(root: Path, notes: list) -> list[Path]:

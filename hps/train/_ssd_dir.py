@@ -22,7 +22,6 @@ Not thread-safe: one SSDDir per rank, owned by the trainer.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
@@ -113,7 +112,8 @@ def _makedirs(path: Path, probe: bool) -> list[Path]:
             except FileExistsError:
                 pass
         if not path.is_dir():
-            raise NotADirectoryError(errno.ENOTDIR, "exists and is not a directory")
+            _remove_empty(made)
+            raise InvalidInputError(f"--ssd-path {path} is not a writable directory: exists and is not a directory")
         if probe:
             tempfile.NamedTemporaryFile(dir=path, prefix=".hps-probe-").close()
     except OSError as e:

@@ -244,9 +244,9 @@ class Trainer:
         """Train every batch (after the checkpoint, with ``resume``) -> :meth:`metrics`. With ``warm_up``
         the kernels are compiled first (``_warmup``), outside the timed part."""
         tc = self.cfg.train
-        self.warmup_seconds = _warmup.warm_up(self, self.log) if warm_up else 0.0
-        if tc.resume:
+        if tc.resume:  # first: a missing or damaged checkpoint is reported before the warm-up's compile
             self.resume()
+        self.warmup_seconds = _warmup.warm_up(self, self.log) if warm_up else 0.0
         rows = getattr(self.dataset, "rows", None)  # known for synthetic data; files stream
         total = rows * tc.epochs if isinstance(rows, int) else None
         bar = _progress(tc.progress and self.coll.rank == 0, total, self.start_index * tc.batch_size)
@@ -255,7 +255,7 @@ class Trainer:
                                                            Stage("place", self._place),
                                                            Stage("train", self._train)],
                                  depth=tc.queue_depth, stop_timeout_s=stop_timeout)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         examples = 0
 
         last_bar = [0.0]
@@ -280,6 +280,7 @@ class Trainer:
             if bar is not None:
                 bar.close()
         self.train_seconds = time.perf_counter() - t0
+        self.train_cpu_seconds = time.process_time() - c0  # every thread of the process
         self.examples = examples
         if self.hier is not None:
             self.hier.drop_all()
@@ -327,6 +328,7 @@ class Trainer:
         return {
             "examples": self.examples,
             "train_seconds": self.train_seconds,
+            "train_cpu_seconds": self.train_cpu_seconds,
             "warmup_seconds": self.warmup_seconds,
             "examples_per_sec": self.examples / self.train_seconds if self.train_seconds else 0.0,
             "stage_seconds": times,
