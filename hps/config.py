@@ -162,7 +162,7 @@ class ModelOptions:
 class TierConfig:
     device: str = "cpu"                 # where HBM-PS and the model live: cpu | cuda
     mem_budget: int | str | None = None  # MEM-PS DRAM budget: bytes or "512MiB"; None = 256 MiB
-    ssd_path: str | None = None         # SSD-PS directory; None = a temporary directory
+    ssd_path: str | None = None         # SSD-PS root (each rank claims rank{r}-of-{n}/ in it); None = a temp dir
     keep_ssd: bool = False              # keep this job's SSD-PS at the end (it is removed otherwise)
     rows_per_file: int = 16_384         # SSD-PS rows per parameter file (the I/O unit)
     hbm_capacity: int | None = None     # HBM-PS keys; None = sized from the first batch

@@ -167,11 +167,15 @@ def _commit(root: Path, tmp: Path, name: str) -> None:
 
 def _prune(root: Path, name: str, keep: int) -> None:
     """Keep ``name`` and the ``keep - 1`` newest checkpoints before it; remove every other
-    ``ckpt-*`` (later ones are from an earlier run into this directory)."""
+    ``ckpt-*`` (later ones are from an earlier run into this directory) and every ``.tmp-ckpt-*``
+    (a save that was killed before it could remove its own: only a complete save reaches here)."""
     current = _index(name)
     older = _newest_first(root, below=current)[:keep - 1]
     for d in _newest_first(root):
         if d.name != name and d not in older:
+            shutil.rmtree(d, ignore_errors=True)
+    for d in root.iterdir():
+        if d.name.startswith(".tmp-") and _NAME.fullmatch(d.name[len(".tmp-"):]) and d.is_dir():
             shutil.rmtree(d, ignore_errors=True)
 
 

@@ -217,9 +217,9 @@ def _is_bad_input(e: BaseException) -> bool:
 
 def _fail(comm, e: BaseException, code: int) -> int:
     if comm is not None and comm.Get_size() > 1:
-        from ..comm._failure import abort
+        from ..comm._failure import abort, failure_message
 
-        print(f"hps: rank {comm.Get_rank()} of {comm.Get_size()} failed: {e}", file=sys.stderr, flush=True)
+        print(failure_message(comm, e), file=sys.stderr, flush=True)
         abort(comm, code)
         return code
     print(f"hps: error: {e}", file=sys.stderr)

@@ -58,7 +58,11 @@ class SSDDir:
         StoreLockedError (another running job holds it); nothing existing is changed then."""
         made = []
         if root is None:
-            root = Path(tempfile.mkdtemp(prefix="hps-ssd-"))
+            try:
+                root = Path(tempfile.mkdtemp(prefix="hps-ssd-"))
+            except OSError as e:
+                raise InvalidInputError(f"cannot create a temporary SSD-PS directory in {tempfile.gettempdir()}: "
+                                        f"{e.strerror or e}; give --ssd-path DIR or set TMPDIR") from e
             made.append(root)
         else:
             root = Path(root)

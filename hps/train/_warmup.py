@@ -40,7 +40,8 @@ class _Batches:
 
 def warm_up(trainer, log) -> float:
     """Compile ``trainer``'s kernels on a scratch copy of its job (see the module docstring);
-    ``log(line)`` gets the notices. Touches no state of ``trainer``. Blocking; local (no
+    ``log(line)`` gets the notices. Touches no state of ``trainer`` but its reader's pass counters
+    (reset by the next pass). Blocking; local (no
     communication), so ranks may call it at different times. Returns the seconds it took."""
     t0 = time.perf_counter()
     noticed = threading.Event()
@@ -53,7 +54,9 @@ def warm_up(trainer, log) -> float:
     timer.daemon = True
     timer.start()
     try:
-        first = next(iter(trainer.dataset.batches()), None)  # the reader's kernels compile here
+        batches = trainer.dataset.batches()
+        first = next(iter(batches), None)  # the reader's kernels compile here
+        getattr(batches, "close", lambda: None)()  # a suspended reader would hold its file open
         if first is not None and len(first):
             _scratch_run(trainer, first)
     finally:
