@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hps.errors import InvalidInputError, InvalidTypeError, StoreError, StoreFormatError
-from hps.ssd import HEADER_SIZE, SSDOptions, SSDStore
+from hps.ssd import HEADER_SIZE, ROWS_ALIGN, SSDOptions, SSDStore
 from tests.reference.store import DictStore
 
 DIM = 4
@@ -31,16 +31,42 @@ def test_dump_load_roundtrip_and_missing(tmp_path):
         assert (rows[~found] == 0).all()
         st_ = s.stats()
         assert st_["files"] == 2 and st_["live_rows"] == 6 and st_["stale_rows"] == 0
-        assert st_["bytes_read"] == st_["disk_bytes"]      # both files read once, whole
+        assert st_["bytes_read"] == 2 * 4096      # the one 4 KiB block of each file holding asked rows
 
 
-def test_load_reads_each_file_once_per_call(tmp_path):
-    with SSDStore(tmp_path / "s", DIM, rows_per_file=4, options=NOBG) as s:
-        k = np.arange(16, dtype=np.uint64)
+@pytest.mark.parametrize("threads", [1, 4])
+def test_load_reads_only_the_blocks_of_asked_rows(tmp_path, threads):
+    """Rows of 16 B: 256 to a 4 KiB block. Asked rows in blocks 0, 1 (adjacent: one read) and 9 of
+    one 16-block file, and block 0 of another: 4 blocks read of 32, each row right."""
+    opts = SSDOptions(background=False, io_threads=threads)
+    with SSDStore(tmp_path / "s", DIM, rows_per_file=4096, options=opts) as s:
+        k = np.arange(8192, dtype=np.uint64)
         s.dump(k, rows_for(k))
-        one_file = s.stats()["disk_bytes"] // 4
-        s.load(np.array([0, 1, 2, 3, 0, 1], dtype=np.uint64))
-        assert s.stats()["bytes_read"] == one_file
+        assert s.stats()["disk_bytes"] > 32 * 4096
+        q = np.array([300, 5, 2400, 255, 256, 5, 4096, 4097], dtype=np.uint64)
+        got, found = s.load(q)
+        assert found.all()
+        np.testing.assert_array_equal(got, rows_for(q))
+        assert s.stats()["bytes_read"] == 4 * 4096
+
+
+def test_block_size_and_read_caps_are_options(tmp_path):
+    """8 KiB blocks, reads of at most 8 KiB, a 16 KiB read buffer: a load of every row takes many
+    rounds of reads and still returns every row."""
+    opts = SSDOptions(background=False, io_threads=3, block_bytes=8192, max_read_bytes=8192,
+                      read_buffer_bytes=16384)
+    with SSDStore(tmp_path / "s", 4, dtype=np.float64, rows_per_file=3000, options=opts) as s:
+        k = np.arange(7000, dtype=np.uint64)
+        r = np.random.default_rng(0).standard_normal((7000, 4))
+        s.dump(k, r)
+        got, found = s.load(k[::-1])
+        assert found.all()
+        np.testing.assert_array_equal(got, r[::-1])
+        assert s.stats()["bytes_read"] == (12 + 12 + 4) * 8192   # every block of rows once, no header
+    with pytest.raises(InvalidInputError, match="multiple of 4096"):
+        SSDOptions(block_bytes=1000)
+    with pytest.raises(InvalidInputError, match="page_cache"):
+        SSDOptions(page_cache="maybe")
 
 
 def test_duplicates_in_one_dump_last_wins(tmp_path):
@@ -123,8 +149,9 @@ def _check_bound(s):
     st_ = s.stats()
     rows_on_disk = st_["live_rows"] + st_["stale_rows"]
     assert rows_on_disk <= 2 * st_["live_rows"]
-    row_bytes = 8 + DIM * 4
-    assert st_["disk_bytes"] <= 2 * st_["live_rows"] * row_bytes + st_["files"] * HEADER_SIZE
+    row_bytes = 16 + DIM * 4 + 4 * DIM * 4 / 4096          # key, version, row, its share of a block crc
+    per_file = HEADER_SIZE + ROWS_ALIGN + 4096 + 4          # header, alignment of the rows, last block
+    assert st_["disk_bytes"] <= 2 * st_["live_rows"] * row_bytes + st_["files"] * per_file
 
 
 def test_compaction_bound_and_values(tmp_path):
@@ -269,13 +296,13 @@ def test_read_handles_are_reused_and_bounded(tmp_path):
     """Loads keep at most ``cap`` idle file handles open; deleted files release theirs."""
     import os
 
-    from hps.ssd import _store
+    from hps.ssd import _fileio
 
     def open_fds():
         return len(os.listdir("/proc/self/fd"))
 
     with SSDStore(tmp_path / "s", 4, rows_per_file=8) as s:
-        s._fds._cap = 3
+        s._io._fds._cap = 3
         keys = np.arange(200, dtype=np.uint64)
         s.dump(keys, np.tile(keys[:, None], (1, 4)).astype(np.float32))      # 25 files
         before = open_fds()
@@ -286,8 +313,8 @@ def test_read_handles_are_reused_and_bounded(tmp_path):
         s.dump(keys, np.zeros((200, 4), np.float32))                          # all old files stale
         s.compact()
         assert (s.load(keys)[0] == 0).all()
-        assert len(s._fds._open) <= 3
-    assert isinstance(s._fds, _store._FdCache) and len(s._fds._open) == 0   # closed with the store
+        assert len(s._io._fds._open) <= 3
+    assert isinstance(s._io._fds, _fileio._FdCache) and len(s._io._fds._open) == 0   # closed with the store
 
 
 def test_checksum_is_zlib_crc32():
