@@ -11,6 +11,7 @@ every case runs; ``HPS_BENCH_DIR``: where the stores go, default the temp direct
                rows asked, and ``vs_disk`` = load rows/s / the rows/s of a pool of 32 threads doing
                O_DIRECT preads of those same pages (target >= 0.7x). Read amplification is a byte
                count: it does not depend on the machine's load.
+- ``queue_depth`` a cold load of 1 % of the 512 B rows with 1, 8 and 32 reads in flight.
 - ``page_cache`` the same load with ``page_cache`` = direct / dontneed / keep from a cold start:
                rows/s and the pages of the store left in the page cache afterwards.
 - ``peers``    batch put and multi-get of the same rows through RocksDB (``rocksdict``: WriteBatch
@@ -243,6 +244,18 @@ def test_page_cache(benchmark, record, mode):
     t = benchmark.stats.stats.min
     record(op="page_cache", mode=mode, rows_per_s=pos.shape[0] / t, resident_MiB=resident / 2**20,
            table_MiB=TABLE_BYTES / 2**20)
+
+
+@pytest.mark.parametrize("threads", [1, 8, 32])
+def test_queue_depth(benchmark, record, threads):
+    """The same cold load (1 % of the 512 B rows, uniform: one read per row) with 1, 8 and 32 preadv
+    calls in flight (``io_threads``)."""
+    d, keys, rows, rpf = _store(512)
+    pos = _ask(keys.shape[0], 0.01, "uniform")
+    opts = SSDOptions(background=False, io_threads=threads)
+    with SSDStore(os.path.join(d, "s"), 128, rows_per_file=rpf, options=opts) as s:
+        benchmark.pedantic(lambda: s.load(keys[pos]), rounds=3, iterations=1)
+    record(op="queue_depth", io_threads=threads, rows_per_s=pos.shape[0] / benchmark.stats.stats.min)
 
 
 def _peer_data():

@@ -94,7 +94,7 @@ class TierConfig:
     device: str = "cpu"                 # where HBM-PS and the model live: cpu | cuda
     mem_budget: int | None = None       # MEM-PS DRAM budget in bytes; None = 256 MiB
     ssd_path: str | None = None         # SSD-PS directory; None = a temporary directory
-    rows_per_file: int = 16_384         # SSD-PS rows per parameter file (the I/O unit)
+    rows_per_file: int = 16_384         # SSD-PS rows per parameter file (the write unit; loads read 4 KiB blocks)
     hbm_capacity: int | None = None     # HBM-PS keys; None = sized from the first batch
     n_parts: int = 1                    # HBM-PS parts (GPUs) per process
 

@@ -197,21 +197,16 @@ class Catalog:
         with self._mu:
             return f.stale >= f.n_rows
 
-    def commit_merge(self, group, written, keys, src, seq0: int, rows_per_file: int) -> list[int]:
+    def commit_merge(self, group, written, keys, src, new) -> list[int]:
         """Enter merged files, re-point each key whose index entry still is its source location
-        ``src`` ((m, 2) int64) to its merged location, retire ``group`` -> files to delete now.
-        REQUIRES: ``changing()`` held, merged files and manifest durable."""
+        ``src`` ((m, 2) int64) to its merged location ``new`` ((m, 2) int64), retire ``group`` ->
+        files to delete now. REQUIRES: ``changing()`` held, merged files and manifest durable."""
         doomed = []
         with self._mu:
-            m = keys.shape[0]
-            if m:
+            self._add_files(written)
+            if keys.shape[0]:
                 loc, found = self._index.lookup(keys)
                 still = found & (loc[:, 0] == src[:, 0]) & (loc[:, 1] == src[:, 1])
-                ar = np.arange(m, dtype=np.int64)
-                new = np.empty((m, 2), dtype=np.int64)
-                new[:, 0] = seq0 + ar // rows_per_file
-                new[:, 1] = ar % rows_per_file
-                self._add_files(written)
                 self._index.assign(keys[still], new[still])
                 self._add_stale(new[~still, 0])   # rewritten by a dump meanwhile: the merged copy is stale
             for f in group:

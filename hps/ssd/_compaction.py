@@ -39,15 +39,13 @@ class Compactor:
             victims = self.cat.pick_victims(force, o.compact_ratio, o.stale_fraction)
             if not victims:
                 return 0
-            row_bytes = self.io.row_bytes + 16
-            budget = max(self.rows_per_file, o.compact_batch_bytes // row_bytes)
             removed, ok = 0, False
             try:
                 group, live_est = [], 0
                 for i, f in enumerate(victims):
                     group.append(f)
                     live_est += f.n_rows - f.stale
-                    if live_est >= budget or i == len(victims) - 1:
+                    if live_est >= self._rows_cap() or i == len(victims) - 1:
                         self._merge(group)
                         removed += len(group)
                         group, live_est = [], 0
@@ -56,49 +54,75 @@ class Compactor:
                 self._unlink(self.cat.end_compaction([f for f in victims if f.compacting], ok))
             return removed
 
+    def _rows_cap(self) -> int:
+        """Rows per merged file, per read of a victim, and live rows per merge step."""
+        return max(1, min(self.rows_per_file, self.options.compact_batch_bytes // (self.io.row_bytes + 16)))
+
     def _unlink(self, seqs) -> None:
         if seqs:
             self.io.unlink_quietly([F.param_name(s) for s in seqs])
 
-    def _live(self, f):
-        """-> (keys, versions, src (m, 2) int64, rows) of the live rows of victim ``f``."""
+    def _live_chunks(self, f):
+        """Yield (keys, versions, src (m, 2) int64, rows) of the live rows of victim ``f``, at most
+        ``_rows_cap()`` rows at a time (only their blocks are read)."""
         _, keys, versions, _ = self.io.read_meta(f.seq, f.size)
+        self.cat.count("bytes_read", f.layout.rows_offset)
         live = np.flatnonzero(self.cat.live_mask(f, keys))
-        rows = np.empty((live.shape[0], self.io.dim), dtype=self.io.dtype)
-        seqs = np.full(live.shape[0], f.seq, dtype=np.int64)
-        nread = self.io.read_rows({f.seq: f}, seqs, live, rows, np.arange(live.shape[0], dtype=np.int64))
-        self.cat.count("bytes_read", nread + f.layout.rows_offset)
-        src = np.empty((live.shape[0], 2), dtype=np.int64)
-        src[:, 0] = f.seq
-        src[:, 1] = live
-        return keys[live], versions[live], src, rows
+        cap = self._rows_cap()
+        for a in range(0, live.shape[0], cap):
+            sl = live[a:a + cap]
+            rows = np.empty((sl.shape[0], self.io.dim), dtype=self.io.dtype)
+            seqs = np.full(sl.shape[0], f.seq, dtype=np.int64)
+            self.cat.count("bytes_read", self.io.read_rows({f.seq: f}, seqs, sl, rows,
+                                                           np.arange(sl.shape[0], dtype=np.int64)))
+            src = np.empty((sl.shape[0], 2), dtype=np.int64)
+            src[:, 0] = f.seq
+            src[:, 1] = sl
+            yield keys[sl], versions[sl], src, rows
 
     def _merge(self, group) -> None:
-        """Merge one group of victims into new files, switch the manifest, re-point the index,
-        delete the victims."""
-        parts = [self._live(f) for f in group if not self.cat.all_stale(f)]
-        if parts:
-            keys, versions, src, rows = (np.concatenate(c) for c in zip(*parts))
-        else:
-            keys, versions = np.empty(0, np.uint64), np.empty(0, np.uint64)
-            src, rows = np.empty((0, 2), np.int64), np.empty((0, self.io.dim), self.io.dtype)
-        keys = np.ascontiguousarray(keys, dtype="<u8")
-        versions = np.ascontiguousarray(versions, dtype="<u8")
-        m, rpf = keys.shape[0], self.rows_per_file
-        n_files = -(-m // rpf)
-        seq0 = self.cat.reserve(n_files, self.io.path) if n_files else 0
-        written: list = []
+        """Merge one group of victims into new files (written as their rows arrive, so at most two
+        files' worth of rows is held), switch the manifest, re-point the index, delete the victims."""
+        cap = self._rows_cap()
+        written, keys, src, new = [], [], [], []
+        pending, n_pending = [], 0
         doomed: list = []
         committed: list = []
 
+        def flush():
+            nonlocal pending, n_pending
+            k, v, s, r = (np.concatenate(c) for c in zip(*pending))
+            for a in range(0, k.shape[0], cap):
+                b = min(k.shape[0], a + cap)
+                seq = self.cat.reserve(1, self.io.path)
+                written.append(self.io.write_param(seq, np.ascontiguousarray(k[a:b], dtype="<u8"),
+                                                   np.ascontiguousarray(v[a:b], dtype="<u8"), r[a:b]))
+                loc = np.empty((b - a, 2), dtype=np.int64)
+                loc[:, 0] = seq
+                loc[:, 1] = np.arange(b - a)
+                keys.append(k[a:b])
+                src.append(s[a:b])
+                new.append(loc)
+            pending, n_pending = [], 0
+
         def commit():
-            doomed.extend(self.cat.commit_merge(group, written, keys, src, seq0, rpf))
+            cat_keys = np.concatenate(keys) if keys else np.empty(0, np.uint64)
+            cat_src = np.concatenate(src) if src else np.empty((0, 2), np.int64)
+            cat_new = np.concatenate(new) if new else np.empty((0, 2), np.int64)
+            doomed.extend(self.cat.commit_merge(group, written, cat_keys, cat_src, cat_new))
             committed.append(True)
 
         try:
-            for i in range(n_files):
-                sl = slice(i * rpf, (i + 1) * rpf)
-                written.append(self.io.write_param(seq0 + i, keys[sl], versions[sl], rows[sl]))
+            for f in group:
+                if self.cat.all_stale(f):
+                    continue
+                for piece in self._live_chunks(f):
+                    pending.append(piece)
+                    n_pending += piece[0].shape[0]
+                    if n_pending >= cap:
+                        flush()
+            if n_pending:
+                flush()
             if written:
                 self.io.env.fsync_dir(self.io.path)
             switch_manifest(self.io, self.cat, written, group, commit)
