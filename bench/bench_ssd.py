@@ -36,7 +36,7 @@ import numpy as np
 import pytest
 
 from hps.ssd import SSDOptions, SSDStore
-from hps.ssd._format import ROWS_ALIGN, Layout
+from hps.ssd._format import Layout
 
 SMALL = bool(os.environ.get("HPS_BENCH_SMALL"))
 TABLE_BYTES = (16 << 20) if SMALL else (1 << 30)   # bytes of rows per store

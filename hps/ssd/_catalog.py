@@ -24,13 +24,13 @@ from . import _format as F
 
 class FileMeta:
     """One parameter file. ``layout``: its :class:`~hps.ssd._format.Layout`; ``crcs`` (n_blocks,)
-    uint32 block crcs (format 2); ``data_crc`` (format 1). Mutable fields (stale, refs, obsolete,
-    compacting) change only under the catalog's lock."""
+    uint32 block crcs (format 2; None for format 1, whose rows crc is in its header). Mutable fields
+    (stale, refs, obsolete, compacting) change only under the catalog's lock."""
 
-    __slots__ = ("seq", "layout", "crcs", "data_crc", "stale", "refs", "obsolete", "compacting")
+    __slots__ = ("seq", "layout", "crcs", "stale", "refs", "obsolete", "compacting")
 
-    def __init__(self, seq: int, layout: F.Layout, crcs=None, data_crc: int = 0, stale: int = 0):
-        self.seq, self.layout, self.crcs, self.data_crc = seq, layout, crcs, data_crc
+    def __init__(self, seq: int, layout: F.Layout, crcs=None, stale: int = 0):
+        self.seq, self.layout, self.crcs = seq, layout, crcs
         self.stale, self.refs, self.obsolete, self.compacting = stale, 0, False, False
 
     @property

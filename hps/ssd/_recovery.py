@@ -116,7 +116,7 @@ def _rebuild(io, listed: dict, next_seq: int, discarded: int) -> Catalog:
         vers.append(v)
         fseq.append(np.full(hdr.n_rows, seq, dtype=np.int64))
         slots.append(np.arange(hdr.n_rows, dtype=np.int64))
-        files[seq] = FileMeta(seq, hdr.layout, crcs if hdr.version != F.FORMAT_V1 else None, hdr.data_crc)
+        files[seq] = FileMeta(seq, hdr.layout, crcs if hdr.version != F.FORMAT_V1 else None)
     total = sum(f.n_rows for f in files.values())
     index = KeyIndex(width=2)
     if total:
