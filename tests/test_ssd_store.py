@@ -1,6 +1,9 @@
 """SSDStore: API contract, errors, compaction bounds, HDF5, and model-based tests against DictStore."""
 
+import os
+import shutil
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -294,8 +297,6 @@ def test_model_based(tmp_path_factory, ops, rpf, background):
 
 def test_read_handles_are_reused_and_bounded(tmp_path):
     """Loads keep at most ``cap`` idle file handles open; deleted files release theirs."""
-    import os
-
     from hps.ssd import _fileio
 
     def open_fds():
@@ -328,3 +329,20 @@ def test_checksum_is_zlib_crc32():
     assert F.crc32(mv[13:4001]) == zlib.crc32(mv[13:4001])
     assert F.crc32(mv[5:], 0xDEADBEEF) == zlib.crc32(mv[5:], 0xDEADBEEF)
     assert F.crc32(b"") == 0
+
+
+@pytest.mark.parametrize("mode", ["direct", "dontneed", "keep"])
+def test_page_cache_modes_read_the_same_rows(tmp_path, mode):
+    """Every page-cache policy reads the same rows, also on tmpfs (/dev/shm), which refuses O_DIRECT
+    ("direct" then reads through the page cache)."""
+    roots = [tmp_path] + ([Path("/dev/shm")] if os.path.isdir("/dev/shm") else [])
+    for root in roots:
+        path = root / f"hps-test-{os.getpid()}-{mode}"
+        try:
+            with SSDStore(path, DIM, rows_per_file=300, options=SSDOptions(background=False, page_cache=mode)) as s:
+                k = np.arange(1000, dtype=np.uint64)
+                s.dump(k, rows_for(k))
+                q = np.array([999, 0, 301, 300, 299, 5], dtype=np.uint64)
+                np.testing.assert_array_equal(s.load(q)[0], rows_for(q))
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
