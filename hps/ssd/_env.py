@@ -79,17 +79,24 @@ class PosixEnv:
         return os.stat(path).st_size
 
     # -- reading ------------------------------------------------------------------------------
-    def open_read(self, path: str, direct: bool = False) -> int:
+    def open_read(self, path: str, direct: bool = False, random: bool = False) -> int:
         """Open ``path`` for reading -> handle (close it with :meth:`close`). ``direct``: bypass the
         page cache (``O_DIRECT``: offsets, sizes and buffers of reads must be 4096-aligned); where the
-        file system refuses it (EINVAL, e.g. tmpfs) the file is opened buffered."""
+        file system refuses it (EINVAL, e.g. tmpfs) the file is opened buffered. ``random``: no
+        readahead (``POSIX_FADV_RANDOM``)."""
         if direct and hasattr(os, "O_DIRECT"):
             try:
                 return os.open(path, os.O_RDONLY | os.O_DIRECT)
             except OSError as e:
                 if e.errno != errno.EINVAL:
                     raise
-        return os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)
+        if random and hasattr(os, "posix_fadvise"):
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+            except OSError:
+                pass
+        return fd
 
     def read_into(self, handle: int, offset: int, buf) -> int:
         """Fill the writable buffer ``buf`` from ``offset`` of an open file -> bytes read (fewer at EOF)."""

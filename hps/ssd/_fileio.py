@@ -22,7 +22,12 @@ from . import _format as F
 from . import _read_kernels as K
 from ._catalog import FileMeta
 
-#: Page-cache policies of ``SSDOptions.page_cache``.
+#: Page-cache policies of ``SSDOptions.page_cache``:
+#: "direct": ``O_DIRECT`` reads, and the pages a dump wrote dropped after its fsync (nothing cached);
+#: "dontneed": buffered reads without readahead (``POSIX_FADV_RANDOM``) whose pages are dropped once
+#: read (``POSIX_FADV_DONTNEED``: the MEM-PS holds those rows now); pages a dump wrote stay cached
+#: (rows the MEM-PS just evicted);
+#: "keep": plain buffered I/O (the kernel's readahead and caching).
 PAGE_CACHE_MODES = ("direct", "dontneed", "keep")
 
 
@@ -30,8 +35,8 @@ class _FdCache:
     """Open read handles keyed by (path, direct): idle ones beyond ``cap`` are closed (least recently
     used first); a handle in use is never closed. Thread-safe (its own lock)."""
 
-    def __init__(self, env, cap: int = 256):
-        self._env, self._cap = env, cap
+    def __init__(self, env, random: bool, cap: int = 256):
+        self._env, self._random, self._cap = env, random, cap
         self._mu = threading.Lock()
         self._open: OrderedDict = OrderedDict()  # (path, direct) -> [handle, users]
 
@@ -43,7 +48,7 @@ class _FdCache:
                 for key in keys:
                     entry = self._open.get(key)
                     if entry is None:
-                        entry = self._open[key] = [self._env.open_read(key[0], direct=key[1]), 0]
+                        entry = self._open[key] = [self._env.open_read(key[0], key[1], self._random), 0]
                     entry[1] += 1
                     self._open.move_to_end(key)
                     out.append(entry[0])
@@ -97,9 +102,11 @@ class FileIO:
         self.options = options
         self.dtype = F.DTYPE_CODES[code]
         self.row_bytes = dim * self.dtype.itemsize
-        self._direct = options.page_cache == "direct"
-        self._drop = options.page_cache != "keep"
-        self._fds = _FdCache(env)
+        mode = options.page_cache
+        self._direct = mode == "direct"           # rows read with O_DIRECT
+        self._drop = mode != "keep"               # pages read through the cache are dropped after
+        self._drop_written = mode == "direct"     # pages a dump wrote are dropped after its fsync
+        self._fds = _FdCache(env, random=mode == "dontneed")
         self._tls = threading.local()
         self._pool = None
         if options.io_threads > 1:
@@ -156,7 +163,7 @@ class FileIO:
                 if pad:
                     env.write(h, bytes(pad))
                 env.fsync(h)
-                if self._drop:
+                if self._drop_written:
                     env.drop_cache(h)
             finally:
                 env.close(h)

@@ -49,7 +49,7 @@ class SSDOptions:
     block_bytes: int = 4096           # read/checksum unit of new files (a multiple of 4096)
     max_read_bytes: int = 1 << 20     # adjacent asked blocks are read together, up to this many bytes
     read_buffer_bytes: int = 16 << 20  # rows read per round of a load (per loading thread's buffer)
-    page_cache: str = "direct"        # direct: O_DIRECT reads | dontneed: fadvise after reads | keep
+    page_cache: str = "direct"        # direct: O_DIRECT | dontneed: drop pages once read, keep written ones | keep
 
     def __post_init__(self):
         if not self.compact_ratio >= 1.0:
