@@ -59,25 +59,13 @@ def save(name: str, payload: dict) -> Path:
     return path
 
 
-def budget_caching(rows: int, row_width: int, rows_per_file: int = 16_384) -> int:
-    """The --mem-budget whose MEM-PS cache holds ``rows`` rows (with their maps and ghost table, and
-    the SSD-PS buffers the plan takes from the same budget)."""
-    from hps.mem import RowCache
-    from hps.train._budget import plan_memory
-
-    cache = RowCache.bytes_for(rows, row_width)
-    budget = cache
-    for _ in range(4):   # the SSD-PS buffers grow with the budget: settle
-        plan = plan_memory(budget, row_width, 1, 1, window=3, device="cuda", rows_per_file=rows_per_file)
-        budget = cache + plan.ssd_buffer_bytes
-    return budget
-
-
 def outofcore(a) -> None:
+    from hps.train._budget import budget_for_rows
+
     base = ["--rows", str(a.rows), "--vocab-per-field", "200000", "--batch-size", "4096", "--minibatch-size", "1024"]
     mem = run_job(base)
     row_bytes = mem["ssd_bytes_written"] / max(mem["table_rows"], 1)  # every row was flushed once
-    budget = budget_caching(int(0.10 * mem["table_rows"]), 32)  # 10 % of the rows (32 float32) cached
+    budget = budget_for_rows(int(0.10 * mem["table_rows"]), 32)  # 10 % of the rows (32 float32) cached
     spill = run_job([*base, "--mem-budget", str(budget)])
     ratio = spill["examples_per_sec"] / mem["examples_per_sec"]
     print(f"in memory:   {mem['examples_per_sec']:,.0f} examples/s, AUC {mem['auc']:.4f}, "

@@ -11,7 +11,7 @@ import pytest
 from hps.errors import InvalidInputError
 from hps.mem import RowCache
 from hps.ssd import SSDOptions, SSDStore
-from hps.train._budget import plan_memory
+from hps.train._budget import budget_for_rows, plan_memory
 
 SMALL = ["--rows", "6000", "--fields", "4", "--vocab-per-field", "3000", "--batch-size", "1024",
          "--minibatch-size", "256", "--hidden", "8", "--embedding-dim", "8", "--no-progress"]
@@ -35,6 +35,14 @@ def test_plan_fits_the_budget(budget):
     line = p.describe()
     assert line.startswith("budget ") and "MEM-PS cache" in line and "per key of the table" in line
     SSDOptions(**p.ssd_options())      # valid SSD-PS options
+
+
+@pytest.mark.parametrize("rows, width", [(1, 16), (1000, 32), (40_000, 32), (300_000, 384)])
+def test_budget_for_rows_is_the_smallest_that_caches_them(rows, width):
+    b = budget_for_rows(rows, width)
+    assert plan_memory(b, width, rows, rows, window=3, device="cuda").cache_rows >= rows
+    with pytest.raises(InvalidInputError):
+        plan_memory(b - 4096, width, rows, rows, window=3, device="cuda")
 
 
 def test_plan_refuses_a_budget_below_the_working_set():

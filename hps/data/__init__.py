@@ -1,12 +1,14 @@
 """Data readers (Criteo TSV, libsvm/libFM, CSV) and the synthetic generator; all yield ``Batch``es.
 
-Entry point: ``open_dataset(path, fmt, batch_size, shard=(rank, n_ranks), strict=False, **options)``.
-Every dataset offers ``batches(start_batch=0)``, ``stats``, ``n_fields`` and ``n_dense``; the text
-readers stream in constant memory and ``SyntheticData`` adds ``eval_batches()`` and ``bayes_auc()``.
+Entry point: ``open_dataset(path, fmt, batch_size, shard=(rank, n_ranks), strict=False,
+max_malformed=0.01, **options)``. Every dataset offers ``batches(start_batch=0)``, ``probe()``,
+``stats``, ``n_fields`` and ``n_dense``; the text readers stream in constant memory and
+``SyntheticData`` adds ``eval_batches()`` and ``bayes_auc()``.
 """
 
-from ._batch import FIELD_SHIFT, Batch, make_keys
-from ._chunks import DEFAULT_CHUNK_BYTES, MISSING_VALUE, DataFileNotFoundError, ReaderStats
+from ._batch import FIELD_SHIFT, MAX_FIELD, MAX_FIELDS, Batch, make_keys
+from ._chunks import (DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MALFORMED, MISSING_VALUE, DataFileNotFoundError,
+                      ReaderStats)
 from ._criteo import NEGATIVE_VALUE, CriteoReader
 from ._csv import CsvReader
 from ._libsvm import LibsvmReader
@@ -17,6 +19,8 @@ __all__ = [
     "Batch",
     "make_keys",
     "FIELD_SHIFT",
+    "MAX_FIELD",
+    "MAX_FIELDS",
     "open_dataset",
     "FORMATS",
     "CriteoReader",
@@ -28,4 +32,5 @@ __all__ = [
     "MISSING_VALUE",
     "NEGATIVE_VALUE",
     "DEFAULT_CHUNK_BYTES",
+    "DEFAULT_MAX_MALFORMED",
 ]

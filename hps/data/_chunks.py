@@ -32,6 +32,13 @@ from ._batch import Batch, make_keys
 DEFAULT_CHUNK_BYTES = 16 << 20
 #: How many malformed lines are remembered (file, line number, reason) per pass.
 MAX_RECORDED_MALFORMED = 10
+#: Default largest fraction of malformed (non-blank) lines a pass may skip before it stops.
+DEFAULT_MAX_MALFORMED = 0.01
+#: Lines a pass reads before the malformed fraction is checked mid-pass (it is always checked at the
+#: end of the pass), so a few bad lines early in a file do not stop it.
+MIN_LINES_FOR_FRACTION = 10_000
+#: Bytes of each file that ``TextReader.probe`` parses before a job starts.
+PROBE_BYTES = 1 << 20
 #: Feature value used for a missing categorical (empty column). Hashed like any value, so every field
 #: has its own "missing" key; above every 32-bit value, so it never collides with a Criteo hex value.
 #: Written to disk inside keys: never change.
@@ -71,6 +78,10 @@ class ReaderStats:
     malformed: int = 0
     malformed_at: list = field(default_factory=list)
     bytes: int = 0
+
+    def first_malformed(self) -> list[str]:
+        """The recorded malformed lines as ``"file:line: reason"``."""
+        return [f"{f}:{ln}: {why}" for f, ln, why in self.malformed_at]
 
 
 def as_paths(path) -> list[Path]:
@@ -172,24 +183,36 @@ def shard_of(batch: Batch, rank: int, n_ranks: int) -> Batch:
 
 
 class TextReader:
-    """Base of the text readers. Subclasses set ``n_fields``/``n_dense`` and implement ``_parts``.
+    """Base of the text readers. Subclasses set ``n_fields``, ``n_dense`` and ``format_description``
+    and implement ``_parse``; ``_open`` may skip a header.
 
     ``batches(start_batch)`` yields this rank's share of global batches start_batch, start_batch+1, …
     (earlier batches are parsed and dropped, so a resumed run sees exactly the same batches).
+
+    Malformed lines are counted (in the parse kernels) and skipped. A pass raises
+    ``InvalidInputError`` naming the first of them by file:line and the expected format when:
+    ``strict`` and a line is malformed (at that line); more than ``max_malformed`` (a fraction of
+    the non-blank lines) are malformed (checked after every chunk once ``MIN_LINES_FOR_FRACTION``
+    lines were read, and at the end of the pass); the pass found no valid example at all.
     """
 
     n_fields: int
     n_dense: int
+    #: What a valid line looks like (error messages name it).
+    format_description: str = ""
 
     def __init__(self, path, batch_size: int, shard=(0, 1), strict: bool = False,
-                 chunk_bytes: int = DEFAULT_CHUNK_BYTES):
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, max_malformed: float = DEFAULT_MAX_MALFORMED):
         self.paths: Sequence[Path] = as_paths(path)
         self.batch_size = int(batch_size)
         self.rank, self.n_ranks = check_common(batch_size, shard)
         if int(chunk_bytes) < 1:
             raise InvalidInputError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
+        if not 0.0 <= float(max_malformed) <= 1.0:
+            raise InvalidInputError(f"max_malformed must be a fraction in [0, 1], got {max_malformed}")
         self.strict = bool(strict)
         self.chunk_bytes = int(chunk_bytes)
+        self.max_malformed = float(max_malformed)
         self.stats = ReaderStats()
 
     def batches(self, start_batch: int = 0) -> Iterator[Batch]:
@@ -198,34 +221,86 @@ class TextReader:
         reb = Rebatcher(self.batch_size)
         gb = 0
         for path in self.paths:
-            for part in self._parts(path):
+            for part in self._parts(path, self.chunk_bytes):
                 for b in reb.push(part):
                     if gb >= start_batch:
                         yield shard_of(b, self.rank, self.n_ranks)
                     gb += 1
+        self._check(self.stats, final=True)
         for b in reb.flush():
             if gb >= start_batch:
                 yield shard_of(b, self.rank, self.n_ranks)
             gb += 1
 
-    def _parts(self, path: Path) -> Iterator[Batch]:
+    def probe(self) -> ReaderStats:
+        """Parses the first ``PROBE_BYTES`` of every file and raises (as a pass would) when that
+        already shows the data is unusable: no valid example among lines that are all malformed (a
+        wrong format or label column), or with ``strict`` a malformed line. Files read to their end
+        get the whole end-of-pass check. Returns the probe's counters; ``stats`` is left alone."""
+        saved, self.stats = self.stats, ReaderStats()
+        try:
+            for path in self.paths:
+                for _ in self._parts(path, PROBE_BYTES, max_chunks=1):
+                    pass
+            st = self.stats
+            complete = st.bytes >= sum(self._data_bytes(p) for p in self.paths)
+            all_bad = st.examples == 0 and st.malformed > self.max_malformed * (st.lines - st.blank)
+            self._check(st, final=complete or all_bad)
+            return st
+        finally:
+            self.stats = saved
+
+    def _open(self, path: Path):
+        """(binary file object positioned at the first data line, its 1-based line number)."""
+        return open(path, "rb"), 1
+
+    def _data_bytes(self, path: Path) -> int:
+        """Bytes of ``path`` after what ``_open`` skips (a header)."""
+        f, _ = self._open(path)
+        with f:
+            return path.stat().st_size - f.tell()
+
+    def _parse(self, buf: np.ndarray, bad_line: np.ndarray, bad_code: np.ndarray):
+        """Parse one chunk -> ((n_lines, n_ok, n_bad, n_blank), Batch of the n_ok valid lines)."""
         raise NotImplementedError
 
-    def _account(self, path: Path, buf: np.ndarray, first_line: int, n_lines: int, n_ok: int,
-                 n_bad: int, n_blank: int, bad_line: np.ndarray, bad_code: np.ndarray) -> None:
-        """Adds one parsed chunk to ``stats``; in strict mode raises at its first malformed line."""
-        st = self.stats
-        st.lines += n_lines
-        st.examples += n_ok
-        st.blank += n_blank
-        st.malformed += n_bad
-        st.bytes += buf.shape[0]
-        for k in range(min(n_bad, bad_line.shape[0])):
-            if len(st.malformed_at) >= MAX_RECORDED_MALFORMED:
-                break
-            st.malformed_at.append((str(path), first_line + int(bad_line[k]),
-                                    REASONS[int(bad_code[k])]))
+    def _parts(self, path: Path, chunk_bytes: int, max_chunks: int | None = None) -> Iterator[Batch]:
+        """Parsed chunks of one file, counted into ``stats`` (and checked) one by one."""
+        bad_line = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int64)
+        bad_code = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int32)
+        f, first = self._open(path)
+        with f:
+            for k, (buf, first_line) in enumerate(iter_line_chunks(f, chunk_bytes, first)):
+                if max_chunks is not None and k >= max_chunks:
+                    return
+                (n_lines, n_ok, n_bad, n_blank), part = self._parse(buf, bad_line, bad_code)
+                st = self.stats
+                st.lines += n_lines
+                st.examples += n_ok
+                st.blank += n_blank
+                st.malformed += n_bad
+                st.bytes += buf.shape[0]
+                for j in range(min(n_bad, bad_line.shape[0],
+                                   MAX_RECORDED_MALFORMED - len(st.malformed_at))):
+                    st.malformed_at.append((str(path), first_line + int(bad_line[j]),
+                                            REASONS[int(bad_code[j])]))
+                yield part
+                if n_bad and self.strict:
+                    raise InvalidInputError(f"{path}:{first_line + int(bad_line[0])}: malformed line "
+                                            f"({REASONS[int(bad_code[0])]}); expected "
+                                            f"{self.format_description}")
+                self._check(st, final=False)
 
-    def _raise_first_bad(self, path: Path, first_line: int, bad_line, bad_code) -> None:
-        raise InvalidInputError(f"{path}:{first_line + int(bad_line[0])}: malformed line "
-                                f"({REASONS[int(bad_code[0])]})")
+    def _check(self, st: ReaderStats, final: bool) -> None:
+        """Raises when ``st`` has too many malformed lines or (``final``) no example at all."""
+        n = st.lines - st.blank
+        files, want = ", ".join(map(str, self.paths)), self.format_description
+        first = f" (first: {'; '.join(st.first_malformed()[:3])})" if st.malformed else ""
+        if final and st.examples == 0:
+            what = f"all {n} lines are malformed{first}" if n else "no data lines"
+            raise InvalidInputError(f"no valid example in {files}: {what}; expected {want}")
+        if (final or n >= MIN_LINES_FOR_FRACTION) and st.malformed > self.max_malformed * n:
+            raise InvalidInputError(
+                f"{st.malformed} of {'the' if final else 'the first'} {n} lines of {files} are "
+                f"malformed ({st.malformed / n:.2%}, more than max_malformed {self.max_malformed:.2%} "
+                f"allows){first}; expected {want}; fix the data or raise --max-malformed")

@@ -4,8 +4,8 @@ Files with more than ``stale_fraction`` stale rows (and every format-1 file) are
 sections are read, the live rows found in the index, read block by block and written into new
 format-2 files (new sequence numbers; each row keeps the *version* of its source in the versions
 section), the manifest switched, the index re-pointed, and the old files deleted. Every file left
-is then at most half stale, so the rows on disk are at most 2x the live rows (plus the last, partly
-filled merged file of each step).
+is then at most ``stale_fraction`` stale (half, by default), so the rows on disk are at most 2x the
+live rows (plus the last, partly filled merged file of each step).
 
 Concurrency: ``Compactor.lock`` serialises compactions; file I/O happens outside the catalog's
 lock. A row is re-pointed only if the index still points at its source location at commit time,
@@ -32,7 +32,7 @@ class Compactor:
         self.lock = threading.Lock()
 
     def run(self, force: bool) -> int:
-        """Merge the files more than half stale (and format-1 files) -> number of files removed.
+        """Merge the files more than ``stale_fraction`` stale (and format-1 files) -> number of files removed.
         Unless ``force``, only when rows on disk > compact_ratio x live rows."""
         o = self.options
         with self.lock:

@@ -4,7 +4,7 @@ Rows live in append-only parameter files of whole rows (format: :mod:`hps.ssd._f
 :class:`~hps.ssd._catalog.Catalog` owns the in-memory state (key -> (file seq, slot) index, file
 table with stale counters); :class:`~hps.ssd._fileio.FileIO` does the file I/O. ``dump`` writes new
 files and switches the manifest; ``load`` reads only the blocks holding asked rows, each checked
-against its crc; compaction (:mod:`hps.ssd._compaction`) merges files that are more than half stale.
+against its crc; compaction (:mod:`hps.ssd._compaction`) merges files more than ``stale_fraction`` stale.
 
 Concurrency contract
 --------------------
@@ -104,7 +104,8 @@ class SSDStore:
     :class:`CorruptionError` when an acknowledged file is damaged or missing.
 
     - ``dump(keys (n,) uint64, rows (n, dim))``: blocks until the rows are durable (files fsynced,
-      renamed into place, manifest switched, directory fsynced). Duplicate keys in one call: the last wins.
+      renamed into place, manifest switched, directory fsynced; a ``ScratchEnv`` skips the fsyncs).
+      Duplicate keys in one call: the last wins.
     - ``load(keys (n,) uint64) -> (rows (n, dim) of dtype, found (n,) bool)``: newest rows, zeros
       where missing. Reads only the blocks holding asked rows and checks each block's crc.
     - ``compact()``: merge every file more than ``stale_fraction`` stale (and rewrite format-1

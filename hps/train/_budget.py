@@ -92,6 +92,24 @@ def hbm_bytes(capacity: int, row_width: int, itemsize: int, n_parts: int, window
             + 8 * resident)
 
 
+def _ssd_buffers(budget: int, rows_per_file: int):
+    """-> (read_buffer_bytes, compact_batch_bytes, SSD-PS buffer bytes in all) for ``budget``."""
+    share = budget // SSD_SHARE
+    read_buf = max(_MIN_BUF, min(_MAX_READ_BUF, share // 4096 * 4096))
+    compact = max(_MIN_BUF, min(_MAX_COMPACT, share))
+    return read_buf, compact, READ_THREADS * read_buf + 2 * compact + 16 * rows_per_file
+
+
+def budget_for_rows(rows: int, row_width: int, rows_per_file: int = 16_384, dtype=np.float32) -> int:
+    """The smallest budget (to the byte, up to the SSD-PS buffers' steps) whose plan caches at least
+    ``rows`` rows: their cache bytes plus the SSD-PS buffers a budget of that size takes."""
+    cache = RowCache.bytes_for(max(1, rows), row_width, dtype)
+    budget = cache
+    while RowCache.rows_for_bytes(budget - _ssd_buffers(budget, rows_per_file)[2], row_width, dtype) < rows:
+        budget = cache + _ssd_buffers(budget, rows_per_file)[2]   # the buffers grow with the budget
+    return budget
+
+
 def plan_memory(budget: int, row_width: int, owned_working_set: int, working_set: int, *, window: int,
                 device: str, n_parts: int = 1, hbm_capacity: int | None = None,
                 rows_per_file: int = 16_384, dtype=np.float32) -> MemoryPlan:
@@ -99,10 +117,7 @@ def plan_memory(budget: int, row_width: int, owned_working_set: int, working_set
     hold ``owned_working_set`` rows (one batch's keys this rank owns)."""
     itemsize = np.dtype(dtype).itemsize
     row_bytes = row_width * itemsize
-    share = budget // SSD_SHARE
-    read_buf = max(_MIN_BUF, min(_MAX_READ_BUF, share // 4096 * 4096))
-    compact = max(_MIN_BUF, min(_MAX_COMPACT, share))
-    ssd = READ_THREADS * read_buf + 2 * compact + 16 * rows_per_file
+    read_buf, compact, ssd = _ssd_buffers(budget, rows_per_file)
     rows = RowCache.rows_for_bytes(budget - ssd, row_width, dtype) if budget > ssd else 0
     hbm_keys = hbm_capacity or max(1024, 2 * (window + 1) * working_set)
     twin = hbm_bytes(hbm_keys, row_width, itemsize, n_parts, window, working_set) if device == "cpu" else 0

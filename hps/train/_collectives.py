@@ -1,8 +1,11 @@
 """What the trainer needs from its peers, for one process (``LocalCollectives``) or MPI ranks
-(``MpiCollectives`` over ``hps.comm``). Every method is called by every rank in the same order.
+(``MpiCollectives`` over ``hps.comm``). Every collective method is called by every rank in the same
+order; ``owned_mask``, ``bytes_sent`` and ``warm_up`` are local.
 
-``pull_rows`` runs in the prepare thread and the all-reduces in the train thread, so the MPI version
-gives each its own duplicate of the communicator (collectives of two threads never interleave).
+``pull_rows`` runs in the prepare thread and the all-reduces (and a checkpoint's barriers) in the
+train thread, so the MPI version gives each its own duplicate of the communicator (collectives of two
+threads never interleave); evaluation and the final metrics use them from the caller's thread once
+the pipeline has stopped. The caller's communicator itself is left to the caller.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ class LocalCollectives:
         return serve(keys)
 
     def sparse_allreduce(self, keys, values):
-        """(sorted unique keys, summed rows) over all ranks; ``keys`` are sorted unique here."""
+        """(keys, summed rows) over all ranks of distinct ``keys`` (u,) uint64 and ``values`` (u, d).
+        One process: the same arrays back. Under MPI: the union of every rank's keys, ascending."""
         return keys, values
 
     def dense_allreduce(self, vec):
@@ -48,6 +52,10 @@ class LocalCollectives:
 
     def bytes_sent(self) -> dict:
         return {"sparse_pull": 0, "sparse_allreduce": 0, "dense_allreduce": 0, "owner_writeback": 0}
+
+    def warm_up(self, keys, width: int) -> None:
+        """Compile the kernels these collectives run locally (``keys`` (n,) uint64, gradient rows of
+        ``width`` float32). Local: no communication, so it is not collective."""
 
 
 class MpiCollectives(LocalCollectives):
@@ -115,3 +123,9 @@ class MpiCollectives(LocalCollectives):
 
     def bytes_sent(self) -> dict:
         return dict(self.stats.bytes_sent)
+
+    def warm_up(self, keys, width: int) -> None:
+        from ..comm import compile_kernels
+
+        group_by_owner(owner_of(keys, self.size), self.size)
+        compile_kernels(width, np.float32)

@@ -8,16 +8,17 @@ Rows (embedding | optimizer state) are authoritative in exactly one place at a t
 Residency is decided in batch order by the prepare stage, deterministically (the same on every rank,
 whatever the timing): batch ``i`` marks its working set resident with ``last_use = i``; keys whose
 ``last_use <= i - window`` are evicted (owners write them back to MEM-PS, everyone erases them from
-HBM). ``prepare(i)`` first waits until ``train(i - window)`` has finished, so an evicted key is final
-and a key fetched from MEM-PS/SSD-PS is fresh: it was not resident, so nobody holds a newer copy.
+HBM). ``prepare(i)`` runs only once ``train(i - window)`` has finished (:meth:`wait_ready`, the
+prepare stage's gate), so an evicted key is final and a key fetched from MEM-PS/SSD-PS is fresh: it
+was not resident, so nobody holds a newer copy.
 
 Under MPI every rank keeps the working set of the whole **global** batch resident (it reads the
 global batch to find it) and applies every all-reduced update, so all replicas of a key stay
 bit-identical and the owner already holds the final row: no write-back traffic is needed.
 
 Thread safety: ``prepare`` is called by one thread, ``place`` by one thread, the train thread uses
-``hbm`` and calls ``mark_trained``; ``checkpoint_rows``/``flush`` hold the residency lock, which
-``prepare`` holds for its whole call.
+``hbm`` and calls ``mark_trained``; ``sync_to_store`` (checkpoints, from the train thread),
+``drop_all`` and ``lookup`` hold the residency lock, which ``prepare`` holds for its whole call.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._index import KeyIndex
-from ..errors import CacheBudgetError
+from ..errors import CacheBudgetError, InternalError
 from ..table import HashTable
 
 
@@ -138,7 +139,8 @@ class ParameterHierarchy:
             if placed_only:
                 mine, rows = mine[found], rows[found]
             elif not found.all():
-                raise RuntimeError(f"{int((~found).sum())} keys of trained batches are missing from HBM-PS")
+                raise InternalError(f"{int((~found).sum())} resident keys of trained batches are missing "
+                                    "from HBM-PS (residency bug)")
             self.memps.push(mine, rows, unpin=False)
 
     # -- place stage -------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from ._collectives import LocalCollectives, MpiCollectives
+from ._preflight import check_outputs
 from ._trainer import Trainer
 
 
@@ -13,12 +14,14 @@ def run(cfg, comm=None, log=print) -> dict:
     coll = MpiCollectives(comm, cfg.train.ranks_per_node) if comm is not None and comm.Get_size() > 1 \
         else LocalCollectives()
     say = log if coll.rank == 0 else (lambda *a, **k: None)
+    check_outputs(cfg.train)
     trainer = Trainer(cfg, coll, log=say)
     try:
         bayes = trainer.dataset.bayes_auc() if hasattr(trainer.dataset, "bayes_auc") else None
         say(f"hps: training {cfg.data.format} data on {cfg.tiers.device}, {coll.size} rank(s), "
             f"batch {cfg.train.batch_size}, mini-batch {cfg.train.minibatch_size}, "
             f"MEM-PS cache {trainer.memps.cache.capacity_rows:,} rows, SSD-PS {trainer.ssd_dir}")
+        say(trainer.describe_model())
         metrics = trainer.fit()
         metrics.update(trainer.evaluate())
         if bayes is not None:
@@ -33,22 +36,35 @@ def run(cfg, comm=None, log=print) -> dict:
             if cfg.train.metrics_out:
                 with open(cfg.train.metrics_out, "w") as f:
                     json.dump(metrics, f, indent=1, default=float)
+            plots = []
             if cfg.train.plots:
                 from ._plots import draw
 
-                draw(metrics, cfg.train.plots)
+                plots = draw(metrics, cfg.train.plots)
+            say(outputs(cfg, plots))
         return metrics
     finally:
         trainer.close()
 
 
 def report(m: dict) -> str:
+    """The end-of-run summary of the metrics ``m`` (several lines)."""
     lines = []
     if "auc" in m:
         best = f" (best achievable {m['bayes_auc']:.4f})" if "bayes_auc" in m else ""
         lines.append(f"eval AUC {m['auc']:.4f}{best}  logloss {m['logloss']:.4f}  on {m['eval_examples']} examples")
+    else:
+        lines.append("no eval data: no AUC computed (give --eval-data FILE)")
     lines.append(f"trained {m['examples']} examples in {m['train_seconds']:.1f} s: "
-                 f"{m['examples_per_sec']:,.0f} examples/s on {m['ranks']} rank(s)")
+                 f"{m['examples_per_sec']:,.0f} examples/s on {m['ranks']} rank(s) "
+                 f"(not counting {m['warmup_seconds']:.1f} s of kernel warm-up)")
+    lines.append(f"model size: {m['table_rows']:,} keys, {m['sparse_parameters']:,} embedding parameters, "
+                 f"{m['dense_parameters']:,} dense parameters")
+    for what, pre in (("training", ""), ("eval", "eval_")):
+        if m.get(f"{pre}malformed_lines"):
+            first = m[pre + "malformed_first"]
+            lines.append(f"skipped {m[pre + 'malformed_lines']} malformed lines of the {what} data "
+                         f"(per pass); first: {'; '.join(first[:3])}{'; …' if len(first) > 3 else ''}")
     lines.append("stage busy seconds (Figure 3c): " + ", ".join(
         f"{k} {v:.2f}" for k, v in m["stage_seconds"].items()) + f"; bottleneck: {m['bottleneck']}")
     lines.append(f"MEM-PS cache hit rate {m['cache_hit_rate']:.3f}; SSD-PS read {m['ssd_bytes_read'] / 2**20:.1f} MiB, "
@@ -58,3 +74,22 @@ def report(m: dict) -> str:
         per_ex = ", ".join(f"{k} {v:.0f}" for k, v in m["bytes_sent_per_example"].items())
         lines.append(f"communication {m['comm_seconds']:.1f} s; bytes sent per example (rank 0): {per_ex}")
     return "\n".join(lines)
+
+
+def outputs(cfg, plots=()) -> str:
+    """One line: where this run's outputs went (or that nothing was saved)."""
+    from ._checkpoint import last_checkpoint
+
+    tc, parts = cfg.train, []
+    if tc.export:
+        parts.append(f"model {tc.export} (read it with hps.load_export)")
+    if tc.checkpoint_dir and last_checkpoint(tc.checkpoint_dir) is not None:
+        parts.append(f"checkpoint {last_checkpoint(tc.checkpoint_dir)} (continue with --resume "
+                     f"--checkpoint-dir {tc.checkpoint_dir})")
+    if tc.metrics_out:
+        parts.append(f"metrics {tc.metrics_out}")
+    if plots:
+        parts.append(f"plots {', '.join(plots)}")
+    if not parts:
+        return "outputs: nothing saved (--export DIR keeps the model, --metrics-out FILE the metrics)"
+    return "outputs: " + "; ".join(parts)

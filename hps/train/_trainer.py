@@ -2,7 +2,7 @@
 
 Stages (threads joined by bounded queues, ``hps.pipeline``):
 
-1. ``read``    parse the next global batch (every rank reads the global batch; Sizes are global);
+1. ``read``    parse the next global batch (every rank reads the whole global batch: sizes are global);
 2. ``prepare`` working set = unique keys of the global batch; evict what left the residency window
                and fetch the rest from MEM-PS/SSD-PS (own keys) or from their owner ranks; plan the
                mini-batches (this rank's share of each global mini-batch, unique keys, inverse);
@@ -27,26 +27,30 @@ import numpy as np
 
 from ..config import Config
 from ..data import open_dataset
-from ..errors import HashTableFullError, InvalidInputError, NumericalError
+from ..errors import DeviceUnavailableError, HashTableFullError, InternalError, InvalidInputError, NumericalError
 from ..mem import MemPS, RowInitializer, unique_counts
 from ..metrics import auc as auc_score
 from ..metrics import logloss as logloss_score
 from ..model import CTRModel, make_dense_optimizer, make_sparse_optimizer
-from ..pipeline import Pipeline, Stage
+from ..pipeline import STOP_TIMEOUT_S, Pipeline, Stage
 from ..ssd import ScratchEnv, SSDOptions, SSDStore
-from . import _checkpoint
+from . import _checkpoint, _warmup
 from ._budget import plan_memory
 from ._collectives import LocalCollectives
 from ._hierarchy import ParameterHierarchy, _host, make_hbm
+from ._preflight import check_memory
 
 #: prepare(i) waits for train(i - WINDOW); keys unused for WINDOW batches leave HBM-PS.
 WINDOW = 3
+#: Under MPI, how long a stopping pipeline waits for its stages: one may be blocked for good in a
+#: collective that its peers, stopped by the same signal a batch earlier, never join.
+MPI_STOP_TIMEOUT_S = 10.0
 
 
 @dataclass
 class MiniBatch:
     share: object          # this rank's Batch share of the global mini-batch
-    keys: np.ndarray       # (u,) sorted unique keys of the share
+    keys: np.ndarray       # (u,) distinct keys of the share, in first-occurrence order
     inv: np.ndarray        # (nnz,) index into keys of each key occurrence
     n_total: int           # examples in the global mini-batch
 
@@ -85,11 +89,20 @@ class Trainer:
         d, m, t = cfg.data, cfg.model, cfg.tiers
         self.xp = _array_module(t.device)
         opts = _format_options(d, cfg.train.seed)
-        self.dataset = open_dataset(d.data, d.format, cfg.train.batch_size, strict=d.strict, **opts)
+        read = {"strict": d.strict, "max_malformed": d.max_malformed}
+        self.dataset = open_dataset(d.data, d.format, cfg.train.batch_size, **read, **opts)
         self.eval_dataset = None
         if d.eval_data:
-            self.eval_dataset = open_dataset(d.eval_data, d.format, cfg.train.batch_size, strict=d.strict,
-                                             **{k: v for k, v in opts.items() if k != "seed"})
+            eval_opts = {k: v for k, v in opts.items() if k != "seed"}
+            if d.format == "libsvm":  # positional fields: the eval data has the training data's
+                eval_opts["n_fields"] = self.dataset.n_fields
+            self.eval_dataset = open_dataset(d.eval_data, d.format, cfg.train.batch_size, **read,
+                                             **eval_opts)
+            _check_same_layout(self.dataset, self.eval_dataset, d.data, d.eval_data)
+        for ds in (self.dataset, self.eval_dataset):  # unusable data fails now, not after training
+            if ds is not None:
+                ds.probe()
+        check_memory(self.dataset.n_fields, self.dataset.n_dense, cfg, self.coll.size)
         self.model = CTRModel(self.dataset.n_fields, m.embedding_dim, self.dataset.n_dense, m.hidden,
                               seed=cfg.train.seed, xp=self.xp)
         extra = {"initial_accumulator": m.adagrad_init} if m.sparse_optimizer == "adagrad" else {}
@@ -101,20 +114,26 @@ class Trainer:
         self.initializer = RowInitializer(m.embedding_dim, self.row_width, cfg.train.seed, m.init_scale,
                                           state_value=state0)
         self._tmp_ssd = None
+        self.store = None
         root = Path(t.ssd_path) if t.ssd_path else Path(self._make_tmp())
-        self.ssd_dir = _check_writable(root) / f"rank{self.coll.rank}-of-{self.coll.size}"
-        if self.ssd_dir.exists():
-            shutil.rmtree(self.ssd_dir)  # SSD-PS is this run's scratch; durable state is the checkpoint
-        ws, owned = self._first_working_set()
-        self.plan = plan_memory(t.mem_budget or _DEFAULT_BUDGET, self.row_width, owned, ws, window=WINDOW,
-                                device=t.device, n_parts=t.n_parts, hbm_capacity=t.hbm_capacity,
-                                rows_per_file=t.rows_per_file)
-        self.log(f"hps: {self.plan.describe()}")
-        # SSD-PS is this run's scratch space (durability comes from checkpoints): no fsync per dump
-        self.store = SSDStore(str(self.ssd_dir), self.row_width, dtype=np.float32, rows_per_file=t.rows_per_file,
-                              options=SSDOptions(**self.plan.ssd_options()), env=ScratchEnv())
-        self.memps = MemPS(self.store, self.row_width, capacity_rows=self.plan.cache_rows,
-                           initializer=self.initializer)
+        try:
+            self.ssd_dir = _check_writable(root) / f"rank{self.coll.rank}-of-{self.coll.size}"
+            if self.ssd_dir.exists():
+                shutil.rmtree(self.ssd_dir)  # SSD-PS is this run's scratch; durable state is the checkpoint
+            ws, owned = self._first_working_set()
+            self.plan = plan_memory(t.mem_budget or _DEFAULT_BUDGET, self.row_width, owned, ws, window=WINDOW,
+                                    device=t.device, n_parts=t.n_parts, hbm_capacity=t.hbm_capacity,
+                                    rows_per_file=t.rows_per_file)
+            self.log(f"hps: {self.plan.describe()}")
+            # SSD-PS is this run's scratch space (durability comes from checkpoints): no fsync per dump
+            self.store = SSDStore(str(self.ssd_dir), self.row_width, dtype=np.float32,
+                                  rows_per_file=t.rows_per_file, options=SSDOptions(**self.plan.ssd_options()),
+                                  env=ScratchEnv())
+            self.memps = MemPS(self.store, self.row_width, capacity_rows=self.plan.cache_rows,
+                               initializer=self.initializer)
+        except BaseException:  # a bad value or an interrupt: leave nothing behind
+            self.close()
+            raise
         self.hier = None  # built on the first batch, when the working-set size is known
         self.start_index = 0
         self.history = {"loss": []}
@@ -191,8 +210,8 @@ class Trainer:
             rows, found = hbm.get(mb.keys)
             rows = _host(rows)
             if not found.all():
-                raise RuntimeError(f"batch {w.index}: {int((~found).sum())} working-set keys missing from "
-                                   "HBM-PS (residency bug)")
+                raise InternalError(f"batch {w.index}: {int((~found).sum())} working-set keys missing from "
+                                    "HBM-PS (residency bug)")
             loss, _, g_emb, g_dense = self.model.forward_backward(self.xp.asarray(rows[:, :D]), mb.inv,
                                                                   mb.share, n_total=mb.n_total)
             keys, grads = self.coll.sparse_allreduce(mb.keys, _host(g_emb))
@@ -243,17 +262,21 @@ class Trainer:
         self.log(f"resumed from checkpoint after batch {meta['index']} (epoch {meta['epoch']})")
 
     # -- run ----------------------------------------------------------------------------------------------
-    def fit(self) -> dict:
+    def fit(self, warm_up: bool = True) -> dict:
+        """Train every batch (after the checkpoint, with ``resume``) -> :meth:`metrics`. With ``warm_up``
+        the kernels are compiled first (``_warmup``), outside the timed part."""
         tc = self.cfg.train
+        self.warmup_seconds = _warmup.warm_up(self, self.log) if warm_up else 0.0
         if tc.resume:
             self.resume()
         rows = getattr(self.dataset, "rows", None)  # known for synthetic data; files stream
         total = rows * tc.epochs if isinstance(rows, int) else None
         bar = _progress(tc.progress and self.coll.rank == 0, total, self.start_index * tc.batch_size)
+        stop_timeout = MPI_STOP_TIMEOUT_S if self.coll.size > 1 else STOP_TIMEOUT_S
         self.pipeline = Pipeline("read", self._source(), [Stage("prepare", self._prepare, gate=self._gate),
                                                            Stage("place", self._place),
                                                            Stage("train", self._train)],
-                                 depth=tc.queue_depth)
+                                 depth=tc.queue_depth, stop_timeout_s=stop_timeout)
         t0 = time.perf_counter()
         examples = 0
 
@@ -282,18 +305,24 @@ class Trainer:
         self.examples = examples
         if self.hier is not None:
             self.hier.drop_all()
+        elif tc.resume:
+            self.log(f"nothing left to train: the checkpoint is past the last batch of --epochs {tc.epochs}")
         return self.metrics()
 
-    def evaluate(self) -> dict:
-        """AUC and logloss on the eval data (synthetic: its eval split), on rank 0; {} without eval data."""
-        batches = (self.dataset.eval_batches() if hasattr(self.dataset, "eval_batches") and not self.eval_dataset
-                   else (self.eval_dataset.batches() if self.eval_dataset else None))
+    def evaluate(self, batches=None) -> dict:
+        """AUC and logloss on ``batches`` (default: the eval data; synthetic: its eval split), on rank 0;
+        {} without eval data. Collective."""
+        if batches is None:
+            batches = (self.dataset.eval_batches() if hasattr(self.dataset, "eval_batches") and not self.eval_dataset
+                       else (self.eval_dataset.batches() if self.eval_dataset else None))
         if batches is None:
             return {}
         labels, probs = [], []
         for batch in batches:
             keys, inv = _unique_inverse(batch.keys)
-            rows = self.hier.lookup(keys) if self.hier is not None else self.initializer(keys)
+            # nothing trained in this run (resumed after the last batch): the rows are in the tiers
+            self._ensure_hierarchy()
+            rows = self.hier.lookup(keys)
             s0, s1 = share_bounds(len(batch), self.coll.rank, self.coll.size)
             share = batch.slice(s0, s1)
             idx = inv[batch.offsets[s0]:batch.offsets[s1]]
@@ -304,7 +333,12 @@ class Trainer:
         pr = self.coll.gather(np.concatenate(probs))
         if self.coll.rank != 0:
             return {}
-        return {"auc": auc_score(lab, pr), "logloss": logloss_score(lab, pr), "eval_examples": int(lab.shape[0])}
+        out = {"auc": auc_score(lab, pr), "logloss": logloss_score(lab, pr),
+               "eval_examples": int(lab.shape[0])}
+        if self.eval_dataset is not None:
+            st = self.eval_dataset.stats
+            out.update(eval_malformed_lines=st.malformed, eval_malformed_first=st.first_malformed())
+        return out
 
     def metrics(self) -> dict:
         """Job metrics; SSD-PS figures are summed over ranks, cache figures are this rank's. Collective."""
@@ -315,6 +349,7 @@ class Trainer:
         return {
             "examples": self.examples,
             "train_seconds": self.train_seconds,
+            "warmup_seconds": self.warmup_seconds,
             "examples_per_sec": self.examples / self.train_seconds if self.train_seconds else 0.0,
             "stage_seconds": times,
             "stage_wait_seconds": {n: t.wait_in + t.wait_out for n, t in self.pipeline.stage_times().items()},
@@ -327,18 +362,36 @@ class Trainer:
             "ssd_files": st["files"],
             "table_rows": st["live_rows"],
             "ssd_rows_loaded": int(self.coll.allsum(ms["ssd_loads"])),
+            "sparse_parameters": st["live_rows"] * self.emb_dim,
+            "dense_parameters": sum(int(p.size) for p in self.model.params.values()),
             "ranks": self.coll.size,
             "comm_seconds": self.coll.seconds,
             "loss_per_batch": self.history["loss"],
+            "malformed_lines": self.dataset.stats.malformed,
+            "malformed_first": self.dataset.stats.first_malformed(),
         }
+
+    def describe_model(self) -> str:
+        """One line: the architecture, its dense parameter count and the layout of an embedding row."""
+        m = self.model
+        widths = "->".join(str(w) for w in (m.input_dim, *m.hidden, 1))
+        dense = sum(int(p.size) for p in m.params.values())
+        state = self.row_width - self.emb_dim
+        row = f"{self.emb_dim} embedding" + (f" + {state} {self.sparse_opt.name} state" if state else "")
+        return (f"model: {m.n_fields} fields x {self.emb_dim}-dim embeddings (sum-pooled) + {m.n_dense} dense "
+                f"-> MLP {widths} (ReLU) -> sigmoid; {dense:,} dense parameters ({self.dense_opt.name}); "
+                f"one row of {self.row_width} floats ({row}) per key, made on first use")
 
     def export(self, directory: str) -> None:
         _checkpoint.export(directory, self.coll, self.store, self.model, self.emb_dim)
 
     def close(self) -> None:
-        self.store.close()
+        """Release the SSD-PS and remove the temporary directory this trainer made, if any. Idempotent."""
+        if self.store is not None:
+            self.store.close()
         if self._tmp_ssd:
             shutil.rmtree(self._tmp_ssd, ignore_errors=True)
+            self._tmp_ssd = None
 
 
 _DEFAULT_BUDGET = 256 << 20
@@ -348,17 +401,16 @@ def _array_module(device: str):
     """NumPy for "cpu"; CuPy for "cuda", after checking a GPU is really usable (clear error if not)."""
     if device != "cuda":
         return np
-    from ..errors import DeviceUnavailableError
-
     try:
         import cupy
 
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            raise RuntimeError("no CUDA device")
+        n_gpus = cupy.cuda.runtime.getDeviceCount()
     except ImportError as e:
         raise DeviceUnavailableError("--device cuda needs CuPy: pip install 'hps[gpu]'") from e
     except Exception as e:  # CUDARuntimeError (no driver, no device) and the like
         raise DeviceUnavailableError(f"--device cuda: no usable CUDA GPU ({e}); use --device cpu") from None
+    if n_gpus < 1:
+        raise DeviceUnavailableError("--device cuda: no usable CUDA GPU (no CUDA device); use --device cpu")
     return cupy
 
 
@@ -371,6 +423,12 @@ def _format_options(d, seed: int) -> dict:
     if d.format == "csv":
         return {"label": d.label_column}
     return {}
+
+
+def _check_same_layout(train, ev, train_path, eval_path) -> None:
+    if (ev.n_fields, ev.n_dense) != (train.n_fields, train.n_dense):
+        raise InvalidInputError(f"--eval-data {eval_path} has {ev.n_fields} fields and {ev.n_dense} dense "
+                                f"features, --data {train_path} has {train.n_fields} and {train.n_dense}")
 
 
 def _check_writable(path: Path) -> Path:
