@@ -2,6 +2,7 @@
 buffers fit in it, the rest is printed at start, and a budget below one batch's working set is a
 clear error before training starts."""
 
+import re
 import subprocess
 import sys
 
@@ -45,9 +46,11 @@ def test_budget_for_rows_is_the_smallest_that_caches_them(rows, width):
         plan_memory(b - 4096, width, rows, rows, window=3, device="cuda")
 
 
-def test_plan_refuses_a_budget_below_the_working_set():
-    with pytest.raises(InvalidInputError, match="raise --mem-budget to at least"):
+def test_plan_refuses_a_budget_below_the_working_set_and_names_one_that_works():
+    with pytest.raises(InvalidInputError, match="raise --mem-budget to at least") as ei:
         plan_memory(1 << 20, 32, 10_000, 10_000, window=3, device="cpu")
+    enough = int(re.search(r"at least (\d+) B", str(ei.value)).group(1))
+    assert plan_memory(enough, 32, 10_000, 10_000, window=3, device="cpu").cache_rows >= 10_000
 
 
 def test_read_buffer_stays_within_its_option(tmp_path):

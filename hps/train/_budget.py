@@ -122,12 +122,12 @@ def plan_memory(budget: int, row_width: int, owned_working_set: int, working_set
     hbm_keys = hbm_capacity or max(1024, 2 * (window + 1) * working_set)
     twin = hbm_bytes(hbm_keys, row_width, itemsize, n_parts, window, working_set) if device == "cpu" else 0
     if rows < max(1, owned_working_set):
-        need = RowCache.bytes_for(max(1, owned_working_set), row_width, dtype) + ssd
+        need = budget_for_rows(owned_working_set, row_width, rows_per_file, dtype)
         raise InvalidInputError(
             f"--mem-budget {budget} B cannot hold one batch's working set: {owned_working_set:,} rows of "
             f"{row_bytes} B on this rank need a MEM-PS cache of "
             f"{_size(RowCache.bytes_for(max(1, owned_working_set), row_width, dtype))} (rows with their maps "
-            f"and ghost table) beside {_size(ssd)} of SSD-PS buffers; raise --mem-budget to at least "
-            f"{_size(need * 1.05)} or lower --batch-size")
+            f"and ghost table) beside the SSD-PS buffers; raise --mem-budget to at least {need} B "
+            f"({_size(need)}) or lower --batch-size")
     return MemoryPlan(budget, rows, RowCache.bytes_for(rows, row_width, dtype), row_bytes, read_buf, compact,
                       ssd, hbm_keys, twin, owned_working_set)
