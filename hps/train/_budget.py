@@ -3,7 +3,7 @@
 Inside the budget (the DRAM structures that grow with the working set or the traffic):
 
 - the MEM-PS cache: its rows **and** its per-row state, key map and ghost frequency table
-  (``RowCache.bytes_for``: e.g. ~190-280 B of bookkeeping per cached row at the default ghost factor);
+  (``RowCache.bytes_for``: 134-222 B of bookkeeping per cached row at the default ghost factor 4);
 - the SSD-PS I/O buffers: ``READ_THREADS`` read buffers of ``read_buffer_bytes`` and compaction's
   rows in flight (2 x ``compact_batch_bytes``, plus the keys section of one victim file), both sized
   here from the budget.
