@@ -62,7 +62,8 @@ def save(name: str, payload: dict) -> Path:
 def outofcore(a) -> None:
     from hps.train._budget import budget_for_rows
 
-    base = ["--rows", str(a.rows), "--vocab-per-field", "200000", "--batch-size", "4096", "--minibatch-size", "1024"]
+    base = ["--rows", str(a.rows), "--vocab-per-field", "200000", "--batch-size", "4096", "--minibatch-size", "1024",
+            "--ssd-page-cache", a.ssd_page_cache]
     mem = run_job(base)
     row_bytes = mem["ssd_bytes_written"] / max(mem["table_rows"], 1)  # every row was flushed once
     budget = budget_for_rows(int(0.10 * mem["table_rows"]), 32)  # 10 % of the rows (32 float32) cached
@@ -94,7 +95,7 @@ def scale(a) -> None:
     args = ["--rows", str(a.rows), "--fields", str(a.fields), "--vocab-per-field", str(a.vocab_per_field),
             "--zipf", str(a.zipf), "--embedding-dim", str(a.embedding_dim), "--batch-size", "8192",
             "--minibatch-size", "4096", "--hidden", "64,32", "--mem-budget", a.mem_budget,
-            "--ssd-path", a.ssd_path, "--rows-per-file", str(a.rows_per_file)]
+            "--ssd-path", a.ssd_path, "--rows-per-file", str(a.rows_per_file), "--ssd-page-cache", a.ssd_page_cache]
     m = run_job(args)
     row_bytes = 4 * 2 * a.embedding_dim
     table_gb = m["table_rows"] * row_bytes / 1e9
@@ -121,6 +122,7 @@ def main(argv=None) -> int:
     p.add_argument("--mem-budget", default="8GB")
     p.add_argument("--rows-per-file", type=int, default=65_536)
     p.add_argument("--ssd-path", default=tempfile.gettempdir())
+    p.add_argument("--ssd-page-cache", default="direct", choices=["direct", "dontneed", "keep"])
     a = p.parse_args(argv)
     {"outofcore": outofcore, "scaling": scaling, "scale": scale}[a.which](a)
     return 0

@@ -77,3 +77,12 @@ def test_cli_prints_the_plan_and_refuses_a_small_budget_before_training(tmp_path
     assert bad.returncode == 2
     assert "cannot hold one batch's working set" in bad.stderr and "Traceback" not in bad.stderr
     assert "training" not in bad.stdout          # refused before the pipeline started
+
+
+def test_ssd_page_cache_flag_names_the_store_policies():
+    from hps.config import PAGE_CACHE_MODES, TierConfig
+    from hps.ssd._fileio import PAGE_CACHE_MODES as STORE_MODES
+
+    assert PAGE_CACHE_MODES == STORE_MODES and TierConfig().ssd_page_cache == SSDOptions().page_cache
+    with pytest.raises(InvalidInputError, match="ssd-page-cache"):
+        TierConfig(ssd_page_cache="sometimes")

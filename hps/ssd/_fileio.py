@@ -28,7 +28,7 @@ from ._catalog import FileMeta
 #: read (``POSIX_FADV_DONTNEED``: the MEM-PS holds those rows now); pages a dump wrote stay cached
 #: (rows the MEM-PS just evicted);
 #: "keep": plain buffered I/O (the kernel's readahead and caching).
-PAGE_CACHE_MODES = ("direct", "dontneed", "keep")
+PAGE_CACHE_MODES = ("direct", "dontneed", "keep")   # also hps.config.PAGE_CACHE_MODES (--ssd-page-cache)
 
 
 class _FdCache:

@@ -126,9 +126,9 @@ class Trainer:
                                     rows_per_file=t.rows_per_file)
             self.log(f"hps: {self.plan.describe()}")
             # SSD-PS is this run's scratch space (durability comes from checkpoints): no fsync per dump
+            opts = SSDOptions(page_cache=t.ssd_page_cache, **self.plan.ssd_options())
             self.store = SSDStore(str(self.ssd_dir), self.row_width, dtype=np.float32,
-                                  rows_per_file=t.rows_per_file, options=SSDOptions(**self.plan.ssd_options()),
-                                  env=ScratchEnv())
+                                  rows_per_file=t.rows_per_file, options=opts, env=ScratchEnv())
             self.memps = MemPS(self.store, self.row_width, capacity_rows=self.plan.cache_rows,
                                initializer=self.initializer)
         except BaseException:  # a bad value or an interrupt: leave nothing behind
