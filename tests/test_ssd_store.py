@@ -148,11 +148,11 @@ def test_second_open_is_refused_and_closed_store_raises(tmp_path):
     SSDStore(tmp_path / "s", DIM, options=NOBG).close()
 
 
-def _check_bound(s):
+def _check_bound(s, dim=DIM):
     st_ = s.stats()
     rows_on_disk = st_["live_rows"] + st_["stale_rows"]
     assert rows_on_disk <= 2 * st_["live_rows"]
-    row_bytes = 16 + DIM * 4 + 4 * DIM * 4 / 4096          # key, version, row, its share of a block crc
+    row_bytes = 16 + dim * 4 + 4 * dim * 4 / 4096          # key, version, row, its share of a block crc
     per_file = HEADER_SIZE + ROWS_ALIGN + 4096 + 4          # header, alignment of the rows, last block
     assert st_["disk_bytes"] <= 2 * st_["live_rows"] * row_bytes + st_["files"] * per_file
 
@@ -261,17 +261,21 @@ OPS = st.lists(
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=OPS, rpf=st.sampled_from([1, 3, 8, 64]), background=st.booleans())
-def test_model_based(tmp_path_factory, ops, rpf, background):
+@given(ops=OPS, rpf=st.sampled_from([1, 3, 8, 64]), background=st.booleans(), wide=st.booleans())
+def test_model_based(tmp_path_factory, ops, rpf, background, wide):
+    """``wide``: rows of 1,200 B (most straddle two 4 KiB blocks), reads of at most 8 KiB and 8 KiB
+    per round (many rounds per load), merged files of a few rows (small compaction batches)."""
     path = tmp_path_factory.mktemp("m") / "s"
-    opts = SSDOptions(background=background, compact_interval_s=0.001, compact_ratio=1.0)
-    ref = DictStore(DIM)
-    s = SSDStore(path, DIM, rows_per_file=rpf, options=opts)
+    dim = 300 if wide else DIM
+    caps = dict(max_read_bytes=8192, read_buffer_bytes=8192, compact_batch_bytes=5000) if wide else {}
+    opts = SSDOptions(background=background, compact_interval_s=0.001, compact_ratio=1.0, **caps)
+    ref = DictStore(dim)
+    s = SSDStore(path, dim, rows_per_file=rpf, options=opts)
     try:
         for i, (op, arg) in enumerate(ops):
             if op == "dump":
                 k = np.array(arg, dtype=np.uint64)
-                r = rows_for(k, salt=i)
+                r = rows_for(k, salt=i, dim=dim)
                 s.dump(k, r)
                 ref.dump(k, r)
             elif op == "load":
@@ -283,10 +287,10 @@ def test_model_based(tmp_path_factory, ops, rpf, background):
             elif op == "compact":
                 s.compact()
                 if not background:
-                    _check_bound(s)
+                    _check_bound(s, dim)
             else:
                 s.close()
-                s = SSDStore(path, DIM, rows_per_file=rpf, options=opts)
+                s = SSDStore(path, dim, rows_per_file=rpf, options=opts)
                 assert s.stats()["recovered_rows"] == len(ref)
             assert s.stats()["live_rows"] == len(ref)
         allk, allr = ref.items()
