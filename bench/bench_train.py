@@ -95,7 +95,8 @@ def scale(a) -> None:
     args = ["--rows", str(a.rows), "--fields", str(a.fields), "--vocab-per-field", str(a.vocab_per_field),
             "--zipf", str(a.zipf), "--embedding-dim", str(a.embedding_dim), "--batch-size", "8192",
             "--minibatch-size", "4096", "--hidden", "64,32", "--mem-budget", a.mem_budget,
-            "--ssd-path", a.ssd_path, "--rows-per-file", str(a.rows_per_file), "--ssd-page-cache", a.ssd_page_cache]
+            "--rows-per-file", str(a.rows_per_file), "--ssd-page-cache", a.ssd_page_cache]
+    args += ["--ssd-path", a.ssd_path] if a.ssd_path else []
     m = run_job(args)
     row_bytes = 4 * 2 * a.embedding_dim
     table_gb = m["table_rows"] * row_bytes / 1e9
@@ -121,7 +122,7 @@ def main(argv=None) -> int:
     p.add_argument("--embedding-dim", type=int, default=64)
     p.add_argument("--mem-budget", default="8GB")
     p.add_argument("--rows-per-file", type=int, default=65_536)
-    p.add_argument("--ssd-path", default=tempfile.gettempdir())
+    p.add_argument("--ssd-path", help="SSD-PS root (default: a new temporary directory per run)")
     p.add_argument("--ssd-page-cache", default="direct", choices=["direct", "dontneed", "keep"])
     a = p.parse_args(argv)
     {"outofcore": outofcore, "scaling": scaling, "scale": scale}[a.which](a)

@@ -16,7 +16,7 @@ import logging
 import numpy as np
 
 from .._index import KeyIndex
-from ..errors import CorruptionError, StoreError, StoreFormatError
+from ..errors import CorruptionError, StoreError, StoreFormatError, StoreLockedError
 from . import _format as F
 from ._catalog import Catalog, FileMeta
 
@@ -28,7 +28,10 @@ _NEW_STORE_LEFTOVERS = {F.LOCK_FILE, F.STORE_TMP, F.MANIFEST_FILE, F.MANIFEST_TM
 
 
 def open_store(io):
-    """Open or create the store of ``io`` (a FileIO) -> (lock handle, Catalog)."""
+    """Open or create the store of ``io`` (a FileIO) -> (lock handle, Catalog). The ``LOCK`` is taken
+    before the descriptor is written or trusted, so two processes creating one store cannot
+    interleave: the loser gets StoreLockedError (or StoreFormatError when the winner's store has
+    another dim/dtype), never half a descriptor."""
     env, path = io.env, io.path
     if env.exists(path) and not env.isdir(path):
         raise StoreFormatError(f"{path!r} is not an hps SSD store (it is not a directory)")
@@ -38,8 +41,11 @@ def open_store(io):
         _check_empty(env.listdir(path), path)     # before the LOCK: never a file in a foreign directory
     try:
         lock = env.lock(io.p(F.LOCK_FILE))
+    except BlockingIOError as e:
+        raise StoreLockedError(f"store {path!r} is open in another process ({e.strerror}); close it "
+                               "there or use another path") from e
     except OSError as e:
-        raise StoreError(f"store {path!r} is open in another process ({e})") from e
+        raise StoreError(f"cannot lock store {path!r}: {e.strerror or e}") from e
     try:
         return lock, _open_locked(io)
     except BaseException:

@@ -47,6 +47,10 @@ class LocalCollectives:
     def allsum(self, x: float) -> float:
         return x
 
+    def allgather(self, x) -> list:
+        """Every rank's small picklable ``x``, in rank order, on every rank."""
+        return [x]
+
     def barrier(self):
         pass
 
@@ -117,6 +121,9 @@ class MpiCollectives(LocalCollectives):
 
     def allsum(self, x: float) -> float:
         return float(self._train_comm.allreduce(x))
+
+    def allgather(self, x) -> list:
+        return list(self._train_comm.allgather(x))
 
     def barrier(self):
         self._train_comm.Barrier()

@@ -17,17 +17,14 @@ Not thread-safe: one Trainer per process, driven by one caller.
 from __future__ import annotations
 
 import math
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from ..config import Config
 from ..data import open_dataset
-from ..errors import DeviceUnavailableError, HashTableFullError, InternalError, InvalidInputError, NumericalError
+from ..errors import HashTableFullError, InternalError, InvalidInputError, NumericalError
 from ..mem import MemPS, RowInitializer, unique_counts
 from ..metrics import auc as auc_score
 from ..metrics import logloss as logloss_score
@@ -39,6 +36,7 @@ from ._budget import plan_memory
 from ._collectives import LocalCollectives
 from ._hierarchy import ParameterHierarchy, _host, make_hbm
 from ._preflight import check_memory
+from ._ssd_dir import SSDDir
 
 #: prepare(i) waits for train(i - WINDOW); keys unused for WINDOW batches leave HBM-PS.
 WINDOW = 3
@@ -113,13 +111,11 @@ class Trainer:
         state0 = float(getattr(self.sparse_opt, "initial_accumulator", 0.0))
         self.initializer = RowInitializer(m.embedding_dim, self.row_width, cfg.train.seed, m.init_scale,
                                           state_value=state0)
-        self._tmp_ssd = None
         self.store = None
-        root = Path(t.ssd_path) if t.ssd_path else Path(self._make_tmp())
+        # this job's own directory (never one another job or the user holds), removed by close()
+        self._ssd = SSDDir.claim(t.ssd_path, self.coll.rank, self.coll.size, keep=t.keep_ssd)
+        self.ssd_dir = self._ssd.store_path
         try:
-            self.ssd_dir = _check_writable(root) / f"rank{self.coll.rank}-of-{self.coll.size}"
-            if self.ssd_dir.exists():
-                shutil.rmtree(self.ssd_dir)  # SSD-PS is this run's scratch; durable state is the checkpoint
             ws, owned = self._first_working_set()
             self.plan = plan_memory(t.mem_budget or _DEFAULT_BUDGET, self.row_width, owned, ws, window=WINDOW,
                                     device=t.device, n_parts=t.n_parts, hbm_capacity=t.hbm_capacity,
@@ -146,10 +142,6 @@ class Trainer:
             return 0, 0
         keys = _unique_inverse(first.keys)[0]
         return keys.shape[0], int(self.coll.owned_mask(keys).sum())
-
-    def _make_tmp(self):
-        self._tmp_ssd = tempfile.mkdtemp(prefix="hps-ssd-")
-        return self._tmp_ssd
 
     # -- stages ---------------------------------------------------------------------------------------------
     def _source(self):
@@ -252,23 +244,24 @@ class Trainer:
 
     def save_checkpoint(self, index: int, epoch: int, batch: int) -> str:
         self.hier.sync_to_store()
-        return _checkpoint.save(self.cfg.train.checkpoint_dir, self.coll, self.store, self.model,
-                                self.dense_opt, {"index": index, "epoch": epoch, "batch": batch})
+        tc = self.cfg.train
+        return _checkpoint.save(tc.checkpoint_dir, self.coll, self.store, self.model, self.dense_opt,
+                                {"index": index, "epoch": epoch, "batch": batch}, keep=tc.keep_checkpoints)
 
     def resume(self) -> None:
         meta = _checkpoint.load(self.cfg.train.checkpoint_dir, self.coll, self.store, self.model,
-                                self.dense_opt)
+                                self.dense_opt, warn=lambda msg: self.log(f"hps: warning: {msg}"))
         self.start_index = meta["index"] + 1
-        self.log(f"resumed from checkpoint after batch {meta['index']} (epoch {meta['epoch']})")
+        self.log(f"resumed from {meta['path']} (after batch {meta['index']}, epoch {meta['epoch']})")
 
     # -- run ----------------------------------------------------------------------------------------------
     def fit(self, warm_up: bool = True) -> dict:
         """Train every batch (after the checkpoint, with ``resume``) -> :meth:`metrics`. With ``warm_up``
         the kernels are compiled first (``_warmup``), outside the timed part."""
         tc = self.cfg.train
-        self.warmup_seconds = _warmup.warm_up(self, self.log) if warm_up else 0.0
-        if tc.resume:
+        if tc.resume:  # first: a missing or damaged checkpoint is reported before the warm-up's compile
             self.resume()
+        self.warmup_seconds = _warmup.warm_up(self, self.log) if warm_up else 0.0
         rows = getattr(self.dataset, "rows", None)  # known for synthetic data; files stream
         total = rows * tc.epochs if isinstance(rows, int) else None
         bar = _progress(tc.progress and self.coll.rank == 0, total, self.start_index * tc.batch_size)
@@ -277,7 +270,7 @@ class Trainer:
                                                            Stage("place", self._place),
                                                            Stage("train", self._train)],
                                  depth=tc.queue_depth, stop_timeout_s=stop_timeout)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         examples = 0
 
         last_bar = [0.0]
@@ -302,6 +295,7 @@ class Trainer:
             if bar is not None:
                 bar.close()
         self.train_seconds = time.perf_counter() - t0
+        self.train_cpu_seconds = time.process_time() - c0  # every thread of the process
         self.examples = examples
         if self.hier is not None:
             self.hier.drop_all()
@@ -349,6 +343,7 @@ class Trainer:
         return {
             "examples": self.examples,
             "train_seconds": self.train_seconds,
+            "train_cpu_seconds": self.train_cpu_seconds,
             "warmup_seconds": self.warmup_seconds,
             "examples_per_sec": self.examples / self.train_seconds if self.train_seconds else 0.0,
             "stage_seconds": times,
@@ -386,32 +381,23 @@ class Trainer:
         _checkpoint.export(directory, self.coll, self.store, self.model, self.emb_dim)
 
     def close(self) -> None:
-        """Release the SSD-PS and remove the temporary directory this trainer made, if any. Idempotent."""
+        """Close the SSD-PS and remove it with the directories this job made (unless --keep-ssd).
+        Idempotent."""
         if self.store is not None:
             self.store.close()
-        if self._tmp_ssd:
-            shutil.rmtree(self._tmp_ssd, ignore_errors=True)
-            self._tmp_ssd = None
+        kept = self._ssd.release()
+        if kept is not None:
+            self.log(f"SSD-PS kept in {kept} (--keep-ssd)")
 
 
 _DEFAULT_BUDGET = 256 << 20
 
 
 def _array_module(device: str):
-    """NumPy for "cpu"; CuPy for "cuda", after checking a GPU is really usable (clear error if not)."""
-    if device != "cuda":
-        return np
-    try:
-        import cupy
+    """NumPy for "cpu"; for "cuda" CuPy, or NumPy under the CUDA simulator (``hps._xp.array_module``)."""
+    from .._xp import array_module  # imported here: this function is the trainer's only seam to it
 
-        n_gpus = cupy.cuda.runtime.getDeviceCount()
-    except ImportError as e:
-        raise DeviceUnavailableError("--device cuda needs CuPy: pip install 'hps[gpu]'") from e
-    except Exception as e:  # CUDARuntimeError (no driver, no device) and the like
-        raise DeviceUnavailableError(f"--device cuda: no usable CUDA GPU ({e}); use --device cpu") from None
-    if n_gpus < 1:
-        raise DeviceUnavailableError("--device cuda: no usable CUDA GPU (no CUDA device); use --device cpu")
-    return cupy
+    return array_module(device)
 
 
 def _format_options(d, seed: int) -> dict:
@@ -429,16 +415,6 @@ def _check_same_layout(train, ev, train_path, eval_path) -> None:
     if (ev.n_fields, ev.n_dense) != (train.n_fields, train.n_dense):
         raise InvalidInputError(f"--eval-data {eval_path} has {ev.n_fields} fields and {ev.n_dense} dense "
                                 f"features, --data {train_path} has {train.n_fields} and {train.n_dense}")
-
-
-def _check_writable(path: Path) -> Path:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=path, prefix=".hps-probe-")
-        probe.close()
-    except OSError as e:
-        raise InvalidInputError(f"--ssd-path {path} is not a writable directory: {e.strerror or e}") from e
-    return path
 
 
 def _progress(enabled: bool, total, initial):

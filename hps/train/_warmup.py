@@ -77,7 +77,7 @@ def _scratch_run(trainer, first) -> None:
         cfg,
         data=replace(cfg.data, eval_data=None),
         # a budget of one batch's working set: later batches spill to SSD-PS and load back
-        tiers=replace(cfg.tiers, ssd_path=None, hbm_capacity=None,
+        tiers=replace(cfg.tiers, ssd_path=None, keep_ssd=False, hbm_capacity=None,
                       mem_budget=budget_for_rows(working_set, trainer.row_width, cfg.tiers.rows_per_file)),
         train=replace(cfg.train, batch_size=WARMUP_EXAMPLES,
                       minibatch_size=min(cfg.train.minibatch_size, WARMUP_EXAMPLES // 2), epochs=1,
