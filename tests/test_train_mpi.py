@@ -40,7 +40,7 @@ def single(tmp_path_factory):
 
 @pytest.mark.parametrize("n, extra", [
     (2, []),
-    (4, ["--ranks-per-node", "2", "--mem-budget", "60KB", "--rows-per-file", "256"]),
+    (4, ["--ranks-per-node", "2", "--mem-budget", "280KB", "--rows-per-file", "256"]),
 ])
 def test_ranks_end_with_the_single_process_model(mpiexec, single, tmp_path, n, extra):
     ref, mref = single

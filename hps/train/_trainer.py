@@ -30,8 +30,9 @@ from ..metrics import auc as auc_score
 from ..metrics import logloss as logloss_score
 from ..model import CTRModel, make_dense_optimizer, make_sparse_optimizer
 from ..pipeline import STOP_TIMEOUT_S, Pipeline, Stage
-from ..ssd import ScratchEnv, SSDStore
+from ..ssd import ScratchEnv, SSDOptions, SSDStore
 from . import _checkpoint, _warmup
+from ._budget import plan_memory
 from ._collectives import LocalCollectives
 from ._hierarchy import ParameterHierarchy, _host, make_hbm
 from ._preflight import check_memory
@@ -115,10 +116,16 @@ class Trainer:
         self._ssd = SSDDir.claim(t.ssd_path, self.coll.rank, self.coll.size, keep=t.keep_ssd)
         self.ssd_dir = self._ssd.store_path
         try:
+            ws, owned = self._first_working_set()
+            self.plan = plan_memory(t.mem_budget or _DEFAULT_BUDGET, self.row_width, owned, ws, window=WINDOW,
+                                    device=t.device, n_parts=t.n_parts, hbm_capacity=t.hbm_capacity,
+                                    rows_per_file=t.rows_per_file)
+            self.log(f"hps: {self.plan.describe()}")
             # SSD-PS is this run's scratch space (durability comes from checkpoints): no fsync per dump
+            opts = SSDOptions(page_cache=t.ssd_page_cache, **self.plan.ssd_options())
             self.store = SSDStore(str(self.ssd_dir), self.row_width, dtype=np.float32,
-                                  rows_per_file=t.rows_per_file, env=ScratchEnv())
-            self.memps = MemPS(self.store, self.row_width, budget_bytes=t.mem_budget or _DEFAULT_BUDGET,
+                                  rows_per_file=t.rows_per_file, options=opts, env=ScratchEnv())
+            self.memps = MemPS(self.store, self.row_width, capacity_rows=self.plan.cache_rows,
                                initializer=self.initializer)
         except BaseException:  # a bad value or an interrupt: leave nothing behind
             self.close()
@@ -126,6 +133,15 @@ class Trainer:
         self.hier = None  # built on the first batch, when the working-set size is known
         self.start_index = 0
         self.history = {"loss": []}
+
+    def _first_working_set(self) -> tuple[int, int]:
+        """Distinct keys of the first global batch, and how many of them this rank owns (the
+        working set the memory plan is checked against before training starts)."""
+        first = next(iter(self.dataset.batches()), None)
+        if first is None:
+            return 0, 0
+        keys = _unique_inverse(first.keys)[0]
+        return keys.shape[0], int(self.coll.owned_mask(keys).sum())
 
     # -- stages ---------------------------------------------------------------------------------------------
     def _source(self):
@@ -142,12 +158,11 @@ class Trainer:
                 pending.last_in_epoch = True
                 yield pending
 
-    def _ensure_hierarchy(self, working_set_size: int):
+    def _ensure_hierarchy(self):
         if self.hier is not None:
             return
         t = self.cfg.tiers
-        capacity = t.hbm_capacity or max(1024, 2 * (WINDOW + 1) * working_set_size)
-        hbm = make_hbm(capacity, self.row_width, t.device, t.n_parts)
+        hbm = make_hbm(self.plan.hbm_keys, self.row_width, t.device, t.n_parts)
         self.hier = ParameterHierarchy(hbm, self.memps, self.coll, WINDOW)
 
     def _gate(self, w: Work) -> None:
@@ -156,7 +171,7 @@ class Trainer:
 
     def _prepare(self, w: Work) -> Work:
         keys = _unique_inverse(w.data.keys)[0]
-        self._ensure_hierarchy(keys.shape[0])
+        self._ensure_hierarchy()
         w.prepared = self.hier.prepare(w.index, keys)
         w.minibatches = self._plan(w.data)
         return w
@@ -300,7 +315,7 @@ class Trainer:
         for batch in batches:
             keys, inv = _unique_inverse(batch.keys)
             # nothing trained in this run (resumed after the last batch): the rows are in the tiers
-            self._ensure_hierarchy(keys.shape[0])
+            self._ensure_hierarchy()
             rows = self.hier.lookup(keys)
             s0, s1 = share_bounds(len(batch), self.coll.rank, self.coll.size)
             share = batch.slice(s0, s1)
@@ -341,6 +356,7 @@ class Trainer:
             "ssd_disk_bytes": st["disk_bytes"],
             "ssd_files": st["files"],
             "table_rows": st["live_rows"],
+            "ssd_rows_loaded": int(self.coll.allsum(ms["ssd_loads"])),
             "sparse_parameters": st["live_rows"] * self.emb_dim,
             "dense_parameters": sum(int(p.size) for p in self.model.params.values()),
             "ranks": self.coll.size,
