@@ -225,3 +225,27 @@ def test_disk_full_while_checkpointing_is_one_line_and_leaves_the_previous_check
     monkeypatch.undo()
     resumed, _ = _resume(tmp_path, ck)
     assert_same_model(runs[0], resumed, 0.0)
+
+
+def test_last_checkpoint_names_what_resume_would_use(runs, tmp_path):
+    """The interrupt hint and the outputs line follow the fallback: with LATEST damaged, the newest
+    intact checkpoint kept; with every meta.json damaged, none."""
+    _, ck = runs
+    ck = _copy(ck, tmp_path)
+    assert _checkpoint.last_checkpoint(ck) == ck / NEWEST
+    (ck / "LATEST").write_text("garbage\n")
+    assert _checkpoint.last_checkpoint(ck) == ck / NEWEST
+    _flip(ck / NEWEST / META, 5)
+    assert _checkpoint.last_checkpoint(ck) == ck / OLDER
+    _flip(ck / OLDER / META, 5)
+    assert _checkpoint.last_checkpoint(ck) is None
+
+
+def test_a_complete_save_removes_what_killed_saves_left(tmp_path):
+    """A .tmp-ckpt-N left by a save that was killed mid-write goes at the next complete save."""
+    ck = tmp_path / "ck"
+    stale = ck / ".tmp-ckpt-00000099"
+    stale.mkdir(parents=True)
+    (stale / SPARSE).write_bytes(b"partial")
+    run_cli(tmp_path, "run", "--checkpoint-dir", str(ck), "--checkpoint-every", "2")
+    assert sorted(p.name for p in ck.iterdir()) == ["LATEST", NEWEST]

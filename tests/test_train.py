@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from hps.train import load_export, main
+from hps.train._budget import budget_for_rows
 from tests.conftest import _gpu_available
 
 SMALL = ["--rows", "12000", "--fields", "4", "--vocab-per-field", "3000", "--batch-size", "2048",
@@ -40,8 +41,10 @@ def assert_same_model(a, b, tol):
 def test_default_job_reports_everything(tmp_path, capsys):
     model, m = run_cli(tmp_path, "plain", "--epochs", "3")
     for key in ("auc", "logloss", "examples_per_sec", "stage_seconds", "cache_hit_rate", "ssd_bytes_read",
-                "ssd_bytes_written", "bayes_auc", "cache_hit_rate_per_batch", "bottleneck", "warmup_seconds"):
+                "ssd_bytes_written", "bayes_auc", "cache_hit_rate_per_batch", "bottleneck", "warmup_seconds",
+                "train_cpu_seconds"):
         assert key in m, key
+    assert 0 < m["train_cpu_seconds"] < 16 * m["train_seconds"] + 1  # the process's CPU time over training
     assert set(m["stage_seconds"]) >= {"read", "prepare", "place", "train"}
     assert m["examples"] == 3 * 12000
     assert 0.6 < m["auc"] <= m["bayes_auc"] + 0.01  # learned, and not above what the truth allows
@@ -81,7 +84,7 @@ def test_spilling_to_ssd_is_lossless(tmp_path, model, optimizer):
     ref, mref = run_cli(tmp_path, "mem", *shape)
     n_rows = ref[0].shape[0]
     width = make_sparse_optimizer(optimizer, 0.1).row_width(8 + MODELS[model].first_order)
-    budget = int(0.1 * n_rows * width * 4)  # rows: parameters + optimizer state, float32
+    budget = budget_for_rows(n_rows // 10, width)  # rows: parameters + optimizer state
     spill, mspill = run_cli(tmp_path, "spill", *shape, "--mem-budget", str(budget), "--rows-per-file", "512")
     assert mspill["ssd_bytes_read"] > 0 and mspill["cache_hit_rate"] < mref["cache_hit_rate"]
     assert_same_model(ref, spill, 1e-6)
@@ -170,7 +173,7 @@ def test_frappe_matches_the_in_memory_reference(shared_data, tmp_path):
     train, test = frappe / "frappe.validation.libfm", frappe / "frappe.test.libfm"
     metrics = tmp_path / "frappe.json"
     code = main(["--format", "libsvm", "--data", str(train), "--eval-data", str(test), "--batch-size", "4096",
-                 "--minibatch-size", "512", "--embedding-dim", "10", "--hidden", "64,32", "--mem-budget", "320KB",
+                 "--minibatch-size", "512", "--embedding-dim", "10", "--hidden", "64,32", "--mem-budget", "1200KB",
                  "--no-progress", "--metrics-out", str(metrics)])
     assert code == 0
     m = json.loads(metrics.read_text())
@@ -205,3 +208,41 @@ def test_file_data_checkpoints_at_every_epoch_end(tmp_path):
                  "--epochs", "2", "--checkpoint-dir", str(ck), "--no-progress", "--hidden", "8"]) == 0
     meta = json.loads((ck / (ck / "LATEST").read_text().strip() / "meta.json").read_text())
     assert (meta["epoch"], meta["batch"], meta["index"]) == (1, 2, 5)  # 3 batches per epoch
+
+
+def test_a_missing_checkpoint_is_reported_before_the_warm_up(tmp_path, monkeypatch):
+    """--resume is checked first: a wrong --checkpoint-dir costs no kernel compile."""
+    from hps.errors import InvalidInputError
+    from hps.train import _warmup
+
+    calls = []
+    monkeypatch.setattr(_warmup, "warm_up", lambda *a, **k: calls.append(1) or 0.0)
+    from hps.train._cli import parse_config
+    from hps.train._trainer import Trainer
+
+    trainer = Trainer(parse_config([*SMALL, "--resume", "--checkpoint-dir", str(tmp_path / "none")]))
+    try:
+        with pytest.raises(InvalidInputError, match="no checkpoint"):
+            trainer.fit()
+    finally:
+        trainer.close()
+    assert calls == []
+
+
+def test_a_failing_evaluation_keeps_the_export(tmp_path, monkeypatch):
+    """The model is exported before the evaluation, so a bad eval file cannot cost the trained model."""
+    from hps.errors import InvalidInputError
+    from hps.train._trainer import Trainer
+
+    evaluate = Trainer.evaluate
+
+    def bad_eval(self, batches=None):
+        if batches is None:  # the job's evaluation (the warm-up passes its own batches)
+            raise InvalidInputError("eval data: too many malformed lines")
+        return evaluate(self, batches)
+
+    monkeypatch.setattr(Trainer, "evaluate", bad_eval)
+    out = tmp_path / "model"
+    assert main([*SMALL, "--export", str(out)]) == 2
+    keys, values, _ = load_export(out)
+    assert keys.shape[0] > 0 and values.shape == (keys.shape[0], 8)

@@ -50,7 +50,7 @@ def single(tmp_path_factory):
     return get
 
 
-SPILL = ["--ranks-per-node", "2", "--mem-budget", "60KB", "--rows-per-file", "256"]
+SPILL = ["--ranks-per-node", "2", "--mem-budget", "280KB", "--rows-per-file", "256"]
 
 
 @pytest.mark.parametrize("n, model, extra", [

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._keys import EMPTY_KEY, as_keys, check_rows
-from ..errors import DeviceUnavailableError, InvalidInputError, InvalidTypeError
+from ..errors import DeviceUnavailableError, InternalError, InvalidInputError, InvalidTypeError
 
 try:
     from numba import cuda
@@ -265,7 +265,7 @@ class CudaTableImpl:
         K.live_slots[self._grid1(self.n_slots)](self.tkeys, self.tstate, slots, self.counts)
         found = int(self._read_counts()[0])
         if found != n_live:
-            raise RuntimeError(f"CUDA table holds {found} live keys but its host counts {n_live} (a bug)")
+            raise InternalError(f"CUDA table holds {found} live keys but its host counts {n_live} (a bug)")
         if n_live:
             K.gather_keys[self._grid1(n_live)](self.tkeys, slots, keys)
             K.gather_rows[self._grid_rows(n_live)](self.tvals, slots, rows)
@@ -289,7 +289,7 @@ class CudaTableImpl:
         self.clear()
         n_new, _ = self.upsert(keys, rows, False)
         if n_new != n_live:
-            raise RuntimeError(f"CUDA table rebuild re-inserted {n_new} of {n_live} keys (a bug)")
+            raise InternalError(f"CUDA table rebuild re-inserted {n_new} of {n_live} keys (a bug)")
 
     def clear(self) -> None:
         K.clear[self._grid_rows(self.n_slots)](self.tkeys, self.tstate, self.tvals, self.owner)

@@ -169,11 +169,15 @@ def _commit(root: Path, tmp: Path, name: str) -> None:
 
 def _prune(root: Path, name: str, keep: int) -> None:
     """Keep ``name`` and the ``keep - 1`` newest checkpoints before it; remove every other
-    ``ckpt-*`` (later ones are from an earlier run into this directory)."""
+    ``ckpt-*`` (later ones are from an earlier run into this directory) and every ``.tmp-ckpt-*``
+    (a save that was killed before it could remove its own: only a complete save reaches here)."""
     current = _index(name)
     older = _newest_first(root, below=current)[:keep - 1]
     for d in _newest_first(root):
         if d.name != name and d not in older:
+            shutil.rmtree(d, ignore_errors=True)
+    for d in root.iterdir():
+        if d.name.startswith(".tmp-") and _NAME.fullmatch(d.name[len(".tmp-"):]) and d.is_dir():
             shutil.rmtree(d, ignore_errors=True)
 
 
@@ -211,11 +215,19 @@ def latest(root) -> Path:
 
 
 def last_checkpoint(root) -> Path | None:
-    """The newest complete checkpoint directory under ``root``, or None when there is none (yet)."""
+    """The checkpoint ``--resume`` would start from — the newest of LATEST's and the older ones kept
+    whose meta.json is intact (the data files are verified by :func:`load` only) — or None."""
     try:
-        return latest(root)
+        candidates = _candidates(Path(root), [])
     except HpsError:
         return None
+    for d in candidates:
+        try:
+            read_meta(d / META_FILE)
+            return d
+        except (HpsError, OSError):
+            continue
+    return None
 
 
 def _candidates(root: Path, notes: list) -> list[Path]:

@@ -20,17 +20,17 @@ def run(cfg, comm=None, log=print) -> dict:
         bayes = trainer.dataset.bayes_auc() if hasattr(trainer.dataset, "bayes_auc") else None
         say(f"hps: training {cfg.data.format} data on {cfg.tiers.device}, {coll.size} rank(s), "
             f"batch {cfg.train.batch_size}, mini-batch {cfg.train.minibatch_size}, "
-            f"MEM-PS budget {trainer.memps.cache.budget_bytes / 2**20:.0f} MiB, SSD-PS {trainer.ssd_dir}")
+            f"MEM-PS cache {trainer.memps.cache.capacity_rows:,} rows, SSD-PS {trainer.ssd_dir}")
         say(trainer.describe_model())
         metrics = trainer.fit()
+        if cfg.train.export:  # before evaluating: a bad eval file must not cost the trained model
+            trainer.export(cfg.train.export)
         metrics.update(trainer.evaluate())
         if bayes is not None:
             metrics["bayes_auc"] = bayes
         metrics["bytes_sent"] = coll.bytes_sent()
         metrics["bytes_sent_per_example"] = {k: v / max(metrics["examples"], 1)
                                              for k, v in metrics["bytes_sent"].items()}
-        if cfg.train.export:
-            trainer.export(cfg.train.export)
         if coll.rank == 0:
             say(report(metrics))
             if cfg.train.metrics_out:

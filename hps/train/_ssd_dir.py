@@ -22,7 +22,6 @@ Not thread-safe: one SSDDir per rank, owned by the trainer.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
@@ -59,7 +58,11 @@ class SSDDir:
         StoreLockedError (another running job holds it); nothing existing is changed then."""
         made = []
         if root is None:
-            root = Path(tempfile.mkdtemp(prefix="hps-ssd-"))
+            try:
+                root = Path(tempfile.mkdtemp(prefix="hps-ssd-"))
+            except OSError as e:
+                raise InvalidInputError(f"cannot create a temporary SSD-PS directory in {tempfile.gettempdir()}: "
+                                        f"{e.strerror or e}; give --ssd-path DIR or set TMPDIR") from e
             made.append(root)
         else:
             root = Path(root)
@@ -113,7 +116,8 @@ def _makedirs(path: Path, probe: bool) -> list[Path]:
             except FileExistsError:
                 pass
         if not path.is_dir():
-            raise NotADirectoryError(errno.ENOTDIR, "exists and is not a directory")
+            _remove_empty(made)
+            raise InvalidInputError(f"--ssd-path {path} is not a writable directory: exists and is not a directory")
         if probe:
             tempfile.NamedTemporaryFile(dir=path, prefix=".hps-probe-").close()
     except OSError as e:

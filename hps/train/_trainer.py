@@ -30,8 +30,9 @@ from ..metrics import auc as auc_score
 from ..metrics import logloss as logloss_score
 from ..model import ModelConfig, make_model, make_optimizers
 from ..pipeline import STOP_TIMEOUT_S, Pipeline, Stage
-from ..ssd import ScratchEnv, SSDStore
+from ..ssd import ScratchEnv, SSDOptions, SSDStore
 from . import _checkpoint, _warmup
+from ._budget import plan_memory
 from ._collectives import LocalCollectives
 from ._hierarchy import ParameterHierarchy, _host, make_hbm
 from ._preflight import check_memory
@@ -112,10 +113,16 @@ class Trainer:
         self._ssd = SSDDir.claim(t.ssd_path, self.coll.rank, self.coll.size, keep=t.keep_ssd)
         self.ssd_dir = self._ssd.store_path
         try:
+            ws, owned = self._first_working_set()
+            self.plan = plan_memory(t.mem_budget or _DEFAULT_BUDGET, self.row_width, owned, ws, window=WINDOW,
+                                    device=t.device, n_parts=t.n_parts, hbm_capacity=t.hbm_capacity,
+                                    rows_per_file=t.rows_per_file)
+            self.log(f"hps: {self.plan.describe()}")
             # SSD-PS is this run's scratch space (durability comes from checkpoints): no fsync per dump
+            opts = SSDOptions(page_cache=t.ssd_page_cache, **self.plan.ssd_options())
             self.store = SSDStore(str(self.ssd_dir), self.row_width, dtype=np.float32,
-                                  rows_per_file=t.rows_per_file, env=ScratchEnv())
-            self.memps = MemPS(self.store, self.row_width, budget_bytes=t.mem_budget or _DEFAULT_BUDGET,
+                                  rows_per_file=t.rows_per_file, options=opts, env=ScratchEnv())
+            self.memps = MemPS(self.store, self.row_width, capacity_rows=self.plan.cache_rows,
                                initializer=self.initializer)
         except BaseException:  # a bad value or an interrupt: leave nothing behind
             self.close()
@@ -123,6 +130,15 @@ class Trainer:
         self.hier = None  # built on the first batch, when the working-set size is known
         self.start_index = 0
         self.history = {"loss": []}
+
+    def _first_working_set(self) -> tuple[int, int]:
+        """Distinct keys of the first global batch, and how many of them this rank owns (the
+        working set the memory plan is checked against before training starts)."""
+        first = next(iter(self.dataset.batches()), None)
+        if first is None:
+            return 0, 0
+        keys = _unique_inverse(first.keys)[0]
+        return keys.shape[0], int(self.coll.owned_mask(keys).sum())
 
     # -- stages ---------------------------------------------------------------------------------------------
     def _source(self):
@@ -139,12 +155,11 @@ class Trainer:
                 pending.last_in_epoch = True
                 yield pending
 
-    def _ensure_hierarchy(self, working_set_size: int):
+    def _ensure_hierarchy(self):
         if self.hier is not None:
             return
         t = self.cfg.tiers
-        capacity = t.hbm_capacity or max(1024, 2 * (WINDOW + 1) * working_set_size)
-        hbm = make_hbm(capacity, self.row_width, t.device, t.n_parts)
+        hbm = make_hbm(self.plan.hbm_keys, self.row_width, t.device, t.n_parts)
         self.hier = ParameterHierarchy(hbm, self.memps, self.coll, WINDOW)
 
     def _gate(self, w: Work) -> None:
@@ -153,7 +168,7 @@ class Trainer:
 
     def _prepare(self, w: Work) -> Work:
         keys = _unique_inverse(w.data.keys)[0]
-        self._ensure_hierarchy(keys.shape[0])
+        self._ensure_hierarchy()
         w.prepared = self.hier.prepare(w.index, keys)
         w.minibatches = self._plan(w.data)
         return w
@@ -241,9 +256,9 @@ class Trainer:
         """Train every batch (after the checkpoint, with ``resume``) -> :meth:`metrics`. With ``warm_up``
         the kernels are compiled first (``_warmup``), outside the timed part."""
         tc = self.cfg.train
-        self.warmup_seconds = _warmup.warm_up(self, self.log) if warm_up else 0.0
-        if tc.resume:
+        if tc.resume:  # first: a missing or damaged checkpoint is reported before the warm-up's compile
             self.resume()
+        self.warmup_seconds = _warmup.warm_up(self, self.log) if warm_up else 0.0
         rows = getattr(self.dataset, "rows", None)  # known for synthetic data; files stream
         total = rows * tc.epochs if isinstance(rows, int) else None
         bar = _progress(tc.progress and self.coll.rank == 0, total, self.start_index * tc.batch_size)
@@ -252,7 +267,7 @@ class Trainer:
                                                            Stage("place", self._place),
                                                            Stage("train", self._train)],
                                  depth=tc.queue_depth, stop_timeout_s=stop_timeout)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         examples = 0
 
         last_bar = [0.0]
@@ -277,6 +292,7 @@ class Trainer:
             if bar is not None:
                 bar.close()
         self.train_seconds = time.perf_counter() - t0
+        self.train_cpu_seconds = time.process_time() - c0  # every thread of the process
         self.examples = examples
         if self.hier is not None:
             self.hier.drop_all()
@@ -296,7 +312,7 @@ class Trainer:
         for batch in batches:
             keys, inv = _unique_inverse(batch.keys)
             # nothing trained in this run (resumed after the last batch): the rows are in the tiers
-            self._ensure_hierarchy(keys.shape[0])
+            self._ensure_hierarchy()
             rows = self.hier.lookup(keys)
             s0, s1 = share_bounds(len(batch), self.coll.rank, self.coll.size)
             share = batch.slice(s0, s1)
@@ -324,6 +340,7 @@ class Trainer:
         return {
             "examples": self.examples,
             "train_seconds": self.train_seconds,
+            "train_cpu_seconds": self.train_cpu_seconds,
             "warmup_seconds": self.warmup_seconds,
             "examples_per_sec": self.examples / self.train_seconds if self.train_seconds else 0.0,
             "stage_seconds": times,
@@ -336,6 +353,7 @@ class Trainer:
             "ssd_disk_bytes": st["disk_bytes"],
             "ssd_files": st["files"],
             "table_rows": st["live_rows"],
+            "ssd_rows_loaded": int(self.coll.allsum(ms["ssd_loads"])),
             "sparse_parameters": st["live_rows"] * self.row_params,
             "dense_parameters": sum(int(p.size) for p in self.model.params.values()),
             "ranks": self.coll.size,

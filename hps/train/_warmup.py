@@ -18,6 +18,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..data import ReaderStats
+from ._budget import budget_for_rows
 
 #: Examples per warm-up batch, and batches (more than the residency window, so rows leave HBM-PS,
 #: spill from MEM-PS and come back from SSD-PS). Only the kernels' argument types matter, not sizes.
@@ -40,7 +41,8 @@ class _Batches:
 
 def warm_up(trainer, log) -> float:
     """Compile ``trainer``'s kernels on a scratch copy of its job (see the module docstring);
-    ``log(line)`` gets the notices. Touches no state of ``trainer``. Blocking; local (no
+    ``log(line)`` gets the notices. Touches no state of ``trainer`` but its reader's pass counters
+    (reset by the next pass). Blocking; local (no
     communication), so ranks may call it at different times. Returns the seconds it took."""
     t0 = time.perf_counter()
     noticed = threading.Event()
@@ -53,7 +55,9 @@ def warm_up(trainer, log) -> float:
     timer.daemon = True
     timer.start()
     try:
-        first = next(iter(trainer.dataset.batches()), None)  # the reader's kernels compile here
+        batches = trainer.dataset.batches()
+        first = next(iter(batches), None)  # the reader's kernels compile here
+        getattr(batches, "close", lambda: None)()  # a suspended reader would hold its file open
         if first is not None and len(first):
             _scratch_run(trainer, first)
     finally:
@@ -77,7 +81,7 @@ def _scratch_run(trainer, first) -> None:
         data=replace(cfg.data, eval_data=None),
         # a budget of one batch's working set: later batches spill to SSD-PS and load back
         tiers=replace(cfg.tiers, ssd_path=None, keep_ssd=False, hbm_capacity=None,
-                      mem_budget=max(1, working_set) * trainer.row_width * 4),
+                      mem_budget=budget_for_rows(working_set, trainer.row_width, cfg.tiers.rows_per_file)),
         train=replace(cfg.train, batch_size=WARMUP_EXAMPLES,
                       minibatch_size=min(cfg.train.minibatch_size, WARMUP_EXAMPLES // 2), epochs=1,
                       checkpoint_dir=None, checkpoint_every=0, resume=False, export=None, metrics_out=None,
