@@ -1,15 +1,19 @@
-"""PyTorch peer of the hps CTR model, and the "everything in memory" NumPy reference trainer.
+"""PyTorch peer of the hps models (``--model ctr|wdl|deepfm|dcn|dlrm``), and the "everything in
+memory" NumPy reference trainer.
 
-Both train the same network as :class:`hps.model.CTRModel` from the same initial values, with the same
-optimizers, on the same mini-batches in the same order, on the same cores:
+Both train the same network as ``hps.model.make_model(cfg)`` from the same initial values, with the
+same optimizers, on the same mini-batches in the same order, on the same cores:
 
 - :func:`train_torch`: ``nn.EmbeddingBag(mode="sum", per_sample_weights)`` over one bag per
-  (example, field), ``nn.Linear`` + ReLU MLP with weights copied from a ``CTRModel``, sparse
-  ``torch.optim.Adagrad`` (or SGD) for embeddings, ``torch.optim.Adam`` (or SGD) for the MLP.
-- :func:`train_numpy_reference`: ``CTRModel`` + the row optimizers over one in-memory row array
+  (example, field) of rows of ``row_params`` columns (embedding, and the first-order weight for
+  wdl/deepfm), the network written in torch operations with dense values copied from the hps model
+  (``bench/_torch_models.py``), ``torch.optim.Adagrad`` (or SGD) for the rows — row-wise Adagrad,
+  Adam for rows and L2 as torch tensor operations — and ``torch.optim.Adam`` / ``Adagrad`` / ``SGD``
+  for the dense parameters.
+- :func:`train_numpy_reference`: the hps model + the row optimizers over one in-memory row array
   (no tiers, no pipeline): what hps must reproduce.
 
-Embeddings start from :func:`hps.model.init_embeddings` of each key (the table is the sorted union of
+Rows start from :func:`hps.model.init_embeddings` of each key (the table is the sorted union of
 the keys of the train and eval data, so no key is missing at eval). Every ``Batch`` handed to the
 trainers is one mini-batch (one optimizer step); :func:`minibatches` cuts bigger batches. The peers'
 data preparation (key -> table row, EmbeddingBag inputs, tensors) happens before their timed loop.
@@ -25,6 +29,7 @@ Run::
 
     python -m bench.peer_torch --data synthetic --rows 200000 --cores 2
     python -m bench.peer_torch --data frappe --epochs 3 --cores 2
+    python -m bench.peer_torch --model dcn --cross-layers 3 --sparse-optimizer rowwise-adagrad
 
 prints AUC / logloss / examples/s / busy cores / per-core examples/s of each trainer and the ratios
 of hps and the NumPy reference to torch, overall and per core.
@@ -43,7 +48,7 @@ import numpy as np
 
 from hps.data import Batch, open_dataset
 from hps.metrics import auc, logloss
-from hps.model import CTRModel, ModelConfig, init_embeddings, make_optimizers
+from hps.model import MODELS, ModelConfig, init_embeddings, make_model, make_optimizers
 
 __all__ = ["bag_inputs", "minibatches", "build_vocab", "train_torch", "train_numpy_reference", "CpuClock"]
 
@@ -109,17 +114,17 @@ def _evaluate(predict, eval_batches):
 # -- trainers -----------------------------------------------------------------------------------
 def train_numpy_reference(train_batches, eval_batches, cfg: ModelConfig, epochs: int = 1,
                           vocab: np.ndarray | None = None, return_state: bool = False) -> dict:
-    """Train ``CTRModel`` with the row optimizers over one in-memory table; no tiers.
+    """Train ``make_model(cfg)`` with the row optimizers over one in-memory table; no tiers.
 
     train_batches / eval_batches: lists of host ``Batch`` (each one mini-batch). Returns
     ``dict(auc, logloss, examples_per_sec, train_seconds, examples)``; with ``return_state`` also
     ``vocab`` (V,) uint64, ``table`` (V, row_width) rows and ``dense`` (name -> array).
     """
     vocab = build_vocab(train_batches, eval_batches) if vocab is None else vocab
-    model = CTRModel.from_config(cfg)
+    model = make_model(cfg)
     sparse, dense = make_optimizers(cfg)
-    table = sparse.init_rows(init_embeddings(vocab, cfg.emb_dim, cfg.seed, cfg.emb_init_scale, model.dtype))
-    d = cfg.emb_dim
+    d = model.row_params
+    table = sparse.init_rows(init_embeddings(vocab, d, cfg.seed, cfg.emb_init_scale, model.dtype))
     ids = [np.searchsorted(vocab, b.keys) for b in train_batches]  # data preparation, untimed
     if train_batches:  # warm-up (JIT compile or load the kernels' cache) outside the timing; no step
         uids, inv = np.unique(ids[0], return_inverse=True)
@@ -155,38 +160,27 @@ def train_torch(train_batches, eval_batches, cfg: ModelConfig, epochs: int = 1, 
     import torch
     from torch import nn
 
+    from bench._torch_models import TorchRows, make_net
+
     if threads is not None:
         torch.set_num_threads(int(threads))
     torch.sparse.check_sparse_tensor_invariants.disable()  # torch's default, said explicitly
     torch.manual_seed(cfg.seed)
     tdtype = getattr(torch, cfg.dtype)
     vocab = build_vocab(train_batches, eval_batches) if vocab is None else vocab
-    ref = CTRModel.from_config(cfg)  # the initial dense values, copied
-    emb = nn.EmbeddingBag(max(1, vocab.shape[0]), cfg.emb_dim, mode="sum", sparse=True, dtype=tdtype)
-    with torch.no_grad():
-        emb.weight[: vocab.shape[0]] = torch.from_numpy(
-            init_embeddings(vocab, cfg.emb_dim, cfg.seed, cfg.emb_init_scale, ref.dtype))
-    layers = []
-    for i in range(ref.n_layers):
-        W, bias = ref.params[f"W{i}"], ref.params[f"b{i}"]
-        lin = nn.Linear(W.shape[0], W.shape[1], dtype=tdtype)
-        with torch.no_grad():
-            lin.weight.copy_(torch.from_numpy(np.ascontiguousarray(W.T)))
-            lin.bias.copy_(torch.from_numpy(bias))
-        layers.append(lin)
-        if i < ref.n_layers - 1:
-            layers.append(nn.ReLU())
-    mlp = nn.Sequential(*layers)
-    if cfg.sparse_optimizer == "adagrad":
-        opt_s = torch.optim.Adagrad(emb.parameters(), lr=cfg.sparse_lr, eps=cfg.adagrad_eps,
-                                    initial_accumulator_value=cfg.adagrad_initial_accumulator)
-    else:
-        opt_s = torch.optim.SGD(emb.parameters(), lr=cfg.sparse_lr)
-    if cfg.dense_optimizer == "adam":
-        opt_d = torch.optim.Adam(mlp.parameters(), lr=cfg.dense_lr, betas=cfg.adam_betas, eps=cfg.adam_eps)
-    else:
-        opt_d = torch.optim.SGD(mlp.parameters(), lr=cfg.dense_lr)
-    F, d = cfg.n_fields, cfg.emb_dim
+    ref = make_model(cfg)  # the initial dense values, copied
+    sparse_ref, _ = make_optimizers(cfg)
+    P = ref.row_params
+    rows = TorchRows(init_embeddings(vocab, P, cfg.seed, cfg.emb_init_scale, ref.dtype), sparse_ref, tdtype)
+    emb = rows.bag
+    net = make_net(ref)
+    dense_opts = {"adam": lambda ps: torch.optim.Adam(ps, lr=cfg.dense_lr, betas=cfg.adam_betas, eps=cfg.adam_eps),
+                  "adagrad": lambda ps: torch.optim.Adagrad(
+                      ps, lr=cfg.dense_lr, eps=cfg.adagrad_eps,
+                      initial_accumulator_value=cfg.adagrad_initial_accumulator),
+                  "sgd": lambda ps: torch.optim.SGD(ps, lr=cfg.dense_lr)}
+    opt_d = dense_opts[cfg.dense_optimizer](net.parameters())
+    F = cfg.n_fields
     np_dtype = np.dtype(cfg.dtype)
 
     def prepare(b):
@@ -199,10 +193,7 @@ def train_torch(train_batches, eval_batches, cfg: ModelConfig, epochs: int = 1, 
 
     def logits(p):
         n, idx, off, w, dense_x, _ = p
-        pooled = emb(idx, off, per_sample_weights=w).view(n, F * d)
-        if dense_x is not None:
-            pooled = torch.cat([pooled, dense_x], dim=1)
-        return mlp(pooled)[:, 0]
+        return net(emb(idx, off, per_sample_weights=w).view(n, F * P), dense_x)
 
     prepared = [prepare(b) for b in train_batches if len(b)]  # data preparation, untimed
     if prepared:  # warm-up outside the timing, as for the reference; no step
@@ -212,10 +203,10 @@ def train_torch(train_batches, eval_batches, cfg: ModelConfig, epochs: int = 1, 
         for _ in range(epochs):
             for p in prepared:
                 loss = nn.functional.binary_cross_entropy_with_logits(logits(p), p[-1])
-                opt_s.zero_grad(set_to_none=True)
+                rows.zero_grad()
                 opt_d.zero_grad(set_to_none=True)
                 loss.backward()
-                opt_s.step()
+                rows.step()
                 opt_d.step()
                 n_ex += p[0]
     secs = clock.wall
@@ -229,10 +220,7 @@ def train_torch(train_batches, eval_batches, cfg: ModelConfig, epochs: int = 1, 
                busy_cores=clock.busy_cores)
     if return_state:
         out.update(vocab=vocab, table=emb.weight.detach().numpy()[: vocab.shape[0]].copy(),
-                   dense={f"W{i // 2}": l.weight.detach().numpy().T.copy() for i, l in enumerate(mlp)
-                          if isinstance(l, nn.Linear)}
-                   | {f"b{i // 2}": l.bias.detach().numpy().copy() for i, l in enumerate(mlp)
-                      if isinstance(l, nn.Linear)})
+                   dense={k: v.detach().numpy().copy() for k, v in net.p.items()})
     return out
 
 
@@ -247,8 +235,14 @@ def train_hps(args) -> dict:
     flat = dict(format=args.data if args.data == "synthetic" else "libsvm", epochs=args.epochs, seed=args.seed,
                 batch_size=args.batch_size, minibatch_size=args.minibatch_size,
                 embedding_dim=args.embedding_dim,
-                hidden=tuple(int(h) for h in args.hidden.split(",") if h.strip()), lr=args.sparse_lr,
-                dense_lr=args.dense_lr, adagrad_init=args.adagrad_init, progress=False)
+                hidden=_widths(args.hidden), lr=args.sparse_lr,
+                dense_lr=args.dense_lr, adagrad_init=args.adagrad_init, progress=False,
+                model=args.model, sparse_optimizer=args.sparse_optimizer, dense_optimizer=args.dense_optimizer,
+                emb_l2=args.emb_l2)
+    if args.model == "dcn":
+        flat["cross_layers"] = args.cross_layers
+    if args.model == "dlrm" and args.bottom_mlp:
+        flat["bottom_mlp"] = _widths(args.bottom_mlp)
     if args.data == "synthetic":
         flat.update(rows=args.rows, fields=args.fields, vocab_per_field=args.vocab_per_field, zipf=args.zipf,
                     n_dense=args.n_dense)
@@ -262,6 +256,10 @@ def train_hps(args) -> dict:
 
 
 # -- CLI ----------------------------------------------------------------------------------------
+def _widths(text: str) -> tuple[int, ...]:
+    return tuple(int(h) for h in text.split(",") if h.strip())
+
+
 def _load(args):
     """(train mini-batches, eval mini-batches, n_fields, n_dense, note) as lists in memory."""
     if args.data == "synthetic":
@@ -293,8 +291,14 @@ def main(argv=None) -> int:
     p.add_argument("--batch-size", type=int, default=16384, help="hps pipeline batch (data is read in these)")
     p.add_argument("--minibatch-size", type=int, default=1024)
     p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--model", choices=sorted(MODELS), default="ctr")
     p.add_argument("--embedding-dim", type=int, default=16)
-    p.add_argument("--hidden", default="128,64", help="comma-separated widths ('' = none)")
+    p.add_argument("--hidden", default="128,64", help="comma-separated widths ('' = none); dlrm: the top MLP")
+    p.add_argument("--cross-layers", type=int, default=3, help="dcn: cross layers")
+    p.add_argument("--bottom-mlp", default="", help="dlrm: bottom MLP widths (64,embedding-dim)")
+    p.add_argument("--sparse-optimizer", default="adagrad", help="adagrad | rowwise-adagrad | adam | sgd")
+    p.add_argument("--dense-optimizer", default="adam", help="adam | adagrad | sgd")
+    p.add_argument("--emb-l2", type=float, default=0.0)
     p.add_argument("--sparse-lr", type=float, default=0.2)
     p.add_argument("--adagrad-init", type=float, default=0.001)
     p.add_argument("--dense-lr", type=float, default=1e-3)
@@ -320,13 +324,15 @@ def main(argv=None) -> int:
         os.execve(sys.executable, [sys.executable, "-m", "bench.peer_torch", *(argv or sys.argv[1:])], env)
 
     train, ev, nf, nd, note = _load(args)
-    hidden = tuple(int(h) for h in args.hidden.split(",") if h.strip())
-    cfg = ModelConfig(n_fields=nf, emb_dim=args.embedding_dim, n_dense=nd, hidden=hidden, seed=args.seed,
-                      sparse_lr=args.sparse_lr, dense_lr=args.dense_lr,
-                      adagrad_initial_accumulator=args.adagrad_init)
+    cfg = ModelConfig(n_fields=nf, emb_dim=args.embedding_dim, n_dense=nd, hidden=_widths(args.hidden),
+                      seed=args.seed, model=args.model, cross_layers=args.cross_layers,
+                      bottom_mlp=_widths(args.bottom_mlp) or None, sparse_optimizer=args.sparse_optimizer,
+                      dense_optimizer=args.dense_optimizer, emb_l2=args.emb_l2, sparse_lr=args.sparse_lr,
+                      dense_lr=args.dense_lr, adagrad_initial_accumulator=args.adagrad_init)
     vocab = build_vocab(train, ev)
     n_train = sum(len(b) for b in train)
-    print(f"{note}; {n_train} train / {sum(len(b) for b in ev)} eval examples, {vocab.shape[0]} keys, "
+    print(f"--model {args.model}, rows {args.sparse_optimizer}, dense {args.dense_optimizer}; {note}; "
+          f"{n_train} train / {sum(len(b) for b in ev)} eval examples, {vocab.shape[0]} keys, "
           f"mini-batch {args.minibatch_size}, {args.epochs} epoch(s), pinned to CPUs {cpus}")
     results = {}
     if "hps" not in args.skip:

@@ -7,7 +7,8 @@ Public API (everything a user needs is importable from here)::
     from hps import load_export                                # read a trained model back
 
 Subpackages: ``hps.gpu`` (HBM-PS), ``hps.mem`` (MEM-PS), ``hps.ssd`` (SSD-PS), ``hps.comm`` (MPI),
-``hps.data`` (readers), ``hps.model`` (CTR model, optimizers), ``hps.train`` (the job).
+``hps.data`` (readers), ``hps.model`` (models: ctr, wdl, deepfm, dcn, dlrm; optimizers), ``hps.train``
+(the job).
 """
 
 from .errors import (

@@ -1,9 +1,10 @@
 """Configuration of a training job: one dataclass per part of the job (data, model options, tiers,
 training), composed into :class:`Config`; each validated on construction.
 
-These are the job's flags, not the libraries' own settings: the trainer builds ``hps.model.CTRModel``,
-the optimizers, ``hps.mem.MemPS`` and ``hps.ssd.SSDStore`` from these values (``hps.model.ModelConfig``
-and ``hps.mem.MemConfig`` serve callers of those libraries, not the job).
+These are the job's flags, not the libraries' own settings: the trainer builds the model and its
+optimizers (through ``hps.model.ModelConfig.from_options``, once the data's field counts are known),
+``hps.mem.MemPS`` and ``hps.ssd.SSDStore`` from these values (``hps.mem.MemConfig`` serves callers of
+that library, not the job).
 
 Only ``hps.train``'s CLI parses arguments; everything else takes these objects. Sizes are global
 (``batch_size``/``minibatch_size`` describe the whole job; under ``mpirun -np N`` each rank takes 1/N).
@@ -26,8 +27,11 @@ from .data._batch import check_n_fields
 from .errors import InvalidInputError, InvalidTypeError
 
 FORMATS = ("synthetic", "criteo", "libsvm", "csv")
-SPARSE_OPTIMIZERS = ("adagrad", "sgd")
-DENSE_OPTIMIZERS = ("adam", "sgd")
+MODELS = ("ctr", "wdl", "deepfm", "dcn", "dlrm")
+SPARSE_OPTIMIZERS = ("adagrad", "rowwise-adagrad", "adam", "sgd")
+DENSE_OPTIMIZERS = ("adam", "adagrad", "sgd")
+DEFAULT_CROSS_LAYERS = 3            # dcn: cross layers when --cross-layers is not given
+DEFAULT_BOTTOM_HIDDEN = 64          # dlrm: bottom MLP (64, embedding_dim) when --bottom-mlp is not given
 DEVICES = ("cpu", "cuda")
 PAGE_CACHE_MODES = ("direct", "dontneed", "keep")   # hps.ssd.SSDOptions.page_cache
 #: Seeds are unsigned 64-bit integers (they are mixed into uint64 key hashes).
@@ -131,32 +135,69 @@ class DataConfig:
             raise InvalidInputError(f"--format {self.format} needs --data FILE")
 
 
+def check_architecture(model: str, embedding_dim: int, hidden, cross_layers, bottom_mlp) -> None:
+    """The architecture checks shared by :class:`ModelOptions` and ``hps.model.ModelConfig``.
+    ``cross_layers`` / ``bottom_mlp`` may be None (the model's default). Raises InvalidInputError."""
+    _one_of("model", model, MODELS)
+    if any(h <= 0 for h in hidden):
+        raise InvalidInputError(f"hidden layer sizes must be positive, got {tuple(hidden)}")
+    if cross_layers is not None and cross_layers < 1:
+        raise InvalidInputError(f"cross-layers must be >= 1, got {cross_layers}")
+    if bottom_mlp is not None:
+        if not bottom_mlp or any(h <= 0 for h in bottom_mlp):
+            raise InvalidInputError(f"bottom-mlp needs one or more positive widths, got {tuple(bottom_mlp)}")
+        if bottom_mlp[-1] != embedding_dim:
+            raise InvalidInputError(
+                f"bottom-mlp must end at the embedding width {embedding_dim} (DLRM takes dot products of "
+                f"its output with the embeddings), got {','.join(map(str, bottom_mlp))}; e.g. "
+                f"--bottom-mlp {DEFAULT_BOTTOM_HIDDEN},{embedding_dim}")
+
+
+def _widths(value):
+    return None if value is None else tuple(int(h) for h in value)
+
+
 @dataclass
 class ModelOptions:
     """The model flags of a training run (``hps.model.ModelConfig`` is the architecture the trainer
     builds from them once the data's field counts are known)."""
 
+    model: str = "ctr"                          # ctr | wdl | deepfm | dcn | dlrm (README "Models")
     embedding_dim: int = 16                     # per-field embedding width
-    hidden: tuple[int, ...] = (128, 64)         # MLP hidden layers (ReLU)
-    sparse_optimizer: str = "adagrad"           # adagrad | sgd, applied to embedding rows
-    dense_optimizer: str = "adam"               # adam | sgd, applied to the MLP
+    hidden: tuple[int, ...] = (128, 64)         # MLP hidden layers (ReLU); dcn: the deep tower
+    cross_layers: int | None = None             # dcn only: cross layers (None = 3)
+    bottom_mlp: tuple[int, ...] | None = None   # dlrm only: bottom MLP widths over the dense features,
+                                                # ending at embedding_dim (None = 64,embedding_dim)
+    top_mlp: tuple[int, ...] | None = None      # dlrm only: top MLP hidden widths (None = hidden)
+    sparse_optimizer: str = "adagrad"           # adagrad | rowwise-adagrad | adam | sgd, on rows
+    dense_optimizer: str = "adam"               # adam | adagrad | sgd, on the dense parameters
     lr: float = 0.2                             # sparse (embedding) learning rate
     dense_lr: float = 1e-3                      # dense (MLP) learning rate
     init_scale: float = 0.01                    # embeddings start uniform in [-s, s), from the key
     adagrad_init: float = 0.001                 # Adagrad accumulator of a new row; > 0 keeps the first
                                                 # step smooth in the gradient, so runs that sum a
                                                 # gradient in another order (N ranks) stay within 1e-5
+                                                # (rows and dense Adagrad alike)
+    emb_l2: float = 0.0                         # L2 on the rows a mini-batch uses: grad += emb_l2 * row
 
     def __post_init__(self):
         _check_types(self)
-        self.hidden = tuple(int(h) for h in self.hidden)
+        self.hidden = _widths(self.hidden)
+        self.bottom_mlp, self.top_mlp = _widths(self.bottom_mlp), _widths(self.top_mlp)
+        check_architecture(self.model, self.embedding_dim, self.hidden, self.cross_layers, self.bottom_mlp)
+        for flag, value, owner in (("cross-layers", self.cross_layers, "dcn"),
+                                   ("bottom-mlp", self.bottom_mlp, "dlrm"), ("top-mlp", self.top_mlp, "dlrm")):
+            if value is not None and self.model != owner:
+                raise InvalidInputError(f"--{flag} is an option of --model {owner}, not of --model {self.model}")
+        if self.top_mlp is not None and any(h <= 0 for h in self.top_mlp):
+            raise InvalidInputError(f"top-mlp widths must be positive, got {self.top_mlp}")
         _one_of("sparse optimizer", self.sparse_optimizer, SPARSE_OPTIMIZERS)
         _one_of("dense optimizer", self.dense_optimizer, DENSE_OPTIMIZERS)
         _positive(self, "embedding_dim", "lr", "dense_lr", "init_scale")
         if self.adagrad_init < 0:
             raise InvalidInputError(f"adagrad-init must be >= 0, got {self.adagrad_init}")
-        if any(h <= 0 for h in self.hidden):
-            raise InvalidInputError(f"hidden layer sizes must be positive, got {self.hidden}")
+        if not self.emb_l2 >= 0:
+            raise InvalidInputError(f"emb-l2 must be >= 0, got {self.emb_l2}")
 
 
 @dataclass

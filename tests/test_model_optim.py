@@ -1,11 +1,13 @@
-"""Row optimizers (SGD, Adagrad) and dense optimizers (SGD, Adam) against closed-form steps."""
+"""Row optimizers (SGD, Adagrad, row-wise Adagrad, Adam) and dense optimizers (SGD, Adagrad, Adam)
+against closed-form steps; the Numba kernels against the vectorised path."""
 
 import numpy as np
 import pytest
 
 from hps import InvalidInputError
-from hps.model import (DenseAdam, DenseSGD, ModelConfig, SparseAdagrad, SparseSGD, make_dense_optimizer,
-                       make_optimizers, make_sparse_optimizer)
+from hps.model import (DenseAdagrad, DenseAdam, DenseSGD, ModelConfig, SparseAdagrad, SparseAdam,
+                       SparseRowwiseAdagrad, SparseSGD, make_dense_optimizer, make_optimizers,
+                       make_sparse_optimizer)
 from tests.reference import model as ref
 
 
@@ -112,3 +114,126 @@ def test_factories_and_config():
             bad()
     s, d = make_optimizers(ModelConfig(n_fields=2, sparse_lr=0.2, adagrad_initial_accumulator=0.1))
     assert (s.lr, s.initial_accumulator, d.lr) == (0.2, 0.1, 1e-3)
+
+
+# -- row-wise Adagrad, Adam for rows, L2, the kernel path against the vectorised one -------------
+def test_rowwise_adagrad_one_accumulator_per_row():
+    rng = np.random.default_rng(3)
+    d = 5
+    opt = SparseRowwiseAdagrad(0.05, initial_accumulator=0.01)
+    assert opt.state_width(d) == 1 and opt.row_width(d) == d + 1
+    w = rng.normal(size=(6, d))
+    rows = opt.init_rows(w)
+    np.testing.assert_array_equal(rows[:, d], 0.01)
+    acc = np.full(6, 0.01)
+    for _ in range(3):
+        g = rng.normal(size=(6, d))
+        rows = opt.apply(rows, g)
+        w, acc = ref.rowwise_adagrad_step(w, acc, g, 0.05, 1e-10)
+        np.testing.assert_allclose(rows[:, :d], w, rtol=1e-12)
+        np.testing.assert_allclose(rows[:, d], acc, rtol=1e-12)
+
+
+def test_adam_rows_count_their_own_steps():
+    """Rows used in fewer mini-batches have smaller step counts and their own bias correction."""
+    rng = np.random.default_rng(4)
+    d, u = 3, 5
+    opt = SparseAdam(0.01, betas=(0.8, 0.99), eps=1e-6)
+    assert opt.state_width(d) == 2 * d + 1 and opt.row_width(d) == 3 * d + 1
+    w = rng.normal(size=(u, d))
+    rows = opt.init_rows(w)
+    assert not rows[:, d:].any()
+    m, v, t = np.zeros((u, d)), np.zeros((u, d)), np.zeros(u)
+    for step in range(4):
+        used = np.flatnonzero(rng.random(u) < 0.6) if step else np.arange(u)
+        g = rng.normal(size=(used.shape[0], d))
+        rows[used] = opt.apply(rows[used], g)
+        w[used], m[used], v[used], t[used] = ref.adam_row_step(w[used], m[used], v[used], t[used], g,
+                                                               0.01, 0.8, 0.99, 1e-6)
+    assert len(set(t.tolist())) > 1  # the rows really have different step counts
+    np.testing.assert_allclose(rows[:, :d], w, rtol=1e-12)
+    np.testing.assert_allclose(rows[:, d:2 * d], m, rtol=1e-12)
+    np.testing.assert_allclose(rows[:, 2 * d:3 * d], v, rtol=1e-12)
+    np.testing.assert_array_equal(rows[:, 3 * d], t)
+
+
+def _all_row_optimizers(l2=0.0):
+    return [SparseSGD(0.1, l2=l2), SparseAdagrad(0.1, initial_accumulator=0.01, l2=l2),
+            SparseRowwiseAdagrad(0.1, initial_accumulator=0.01, l2=l2), SparseAdam(0.01, l2=l2)]
+
+
+@pytest.mark.parametrize("opt", _all_row_optimizers(), ids=lambda o: o.name)
+def test_l2_adds_l2_times_the_row_to_the_gradient(opt):
+    rng = np.random.default_rng(5)
+    rows = opt.init_rows(rng.normal(size=(4, 3)))
+    g = rng.normal(size=(4, 3))
+    with_l2 = type(opt)(**{**_hyper(opt), "l2": 0.3})
+    np.testing.assert_allclose(with_l2.apply(rows, g), opt.apply(rows, g + 0.3 * rows[:, :3]), rtol=1e-12)
+    assert not np.allclose(with_l2.apply(rows, g), opt.apply(rows, g))
+
+
+def _hyper(opt):
+    h = {"lr": opt.lr, **opt._hyper()}
+    return h
+
+
+@pytest.mark.parametrize("l2", [0.0, 0.05])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("idx", range(4), ids=["sgd", "adagrad", "rowwise-adagrad", "adam"])
+def test_kernels_match_the_vectorised_path(idx, dtype, l2):
+    """The Numba kernels (host rows) and the vectorised path (CuPy's) take the same steps; extra
+    columns after the state are carried unchanged by both."""
+    rng = np.random.default_rng(6)
+    kern, vec = _all_row_optimizers(l2)[idx], _all_row_optimizers(l2)[idx]
+    vec.use_cpu_kernels = False
+    P = 4
+    rows = np.concatenate([kern.init_rows(rng.normal(size=(9, P))), rng.normal(size=(9, 2))], axis=1)
+    rows = rows.astype(dtype)
+    a, b = rows, rows
+    for _ in range(3):
+        g = rng.normal(size=(9, P)).astype(dtype)
+        a, b = kern.apply(a, g), vec.apply(b, g)
+    assert a.dtype == b.dtype == dtype
+    tol = 1e-6 if dtype == np.float32 else 1e-13
+    np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+    np.testing.assert_array_equal(a[:, -2:], rows[:, -2:])
+    assert not np.allclose(a[:, :P], rows[:, :P])
+
+
+def test_dense_adagrad_matches_closed_form_and_resumes():
+    rng = np.random.default_rng(7)
+    p0 = rng.normal(size=(3, 2))
+    params = {"W": p0.copy()}
+    opt = DenseAdagrad(0.05, initial_accumulator=0.1, eps=1e-10)
+    w, acc = p0, np.full_like(p0, 0.1)
+    gs = [rng.normal(size=(3, 2)) for _ in range(4)]
+    for g in gs[:2]:
+        opt.step(params, {"W": g})
+        w, acc = ref.adagrad_step(w, acc, g, 0.05, 1e-10)
+    np.testing.assert_allclose(params["W"], w, rtol=1e-12)
+    st = opt.state_dict()
+    np.testing.assert_allclose(st["acc"]["W"], acc, rtol=1e-12)
+    again = DenseAdagrad(1.0)
+    again.load_state_dict(st)
+    assert (again.lr, again.initial_accumulator) == (0.05, 0.1)
+    for g in gs[2:]:
+        again.step(params, {"W": g})
+        w, acc = ref.adagrad_step(w, acc, g, 0.05, 1e-10)
+    np.testing.assert_allclose(params["W"], w, rtol=1e-12)
+
+
+@pytest.mark.parametrize("sparse, dense", [("adagrad", "adam"), ("rowwise-adagrad", "adagrad"), ("adam", "sgd"),
+                                           ("sgd", "adam")])
+def test_make_optimizers_for_every_name(sparse, dense):
+    cfg = ModelConfig(n_fields=2, sparse_optimizer=sparse, dense_optimizer=dense, sparse_lr=0.3, emb_l2=0.01,
+                      adagrad_initial_accumulator=0.2, adam_betas=(0.5, 0.6))
+    s, d = make_optimizers(cfg)
+    assert (s.name, d.name, s.lr, s.l2) == (sparse, dense, 0.3, 0.01)
+    if "adagrad" in sparse:
+        assert s.initial_state_value == 0.2
+    if sparse == "adam":
+        assert s.betas == (0.5, 0.6) and s.initial_state_value == 0.0
+    if dense == "adagrad":
+        assert d.initial_accumulator == 0.2
+    with pytest.raises(InvalidInputError):
+        make_sparse_optimizer(sparse, 0.1, l2=-1.0)

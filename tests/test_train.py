@@ -22,14 +22,17 @@ def run_cli(tmp_path, name, *extra):
     metrics = tmp_path / f"{name}.json"
     code = main([*SMALL, "--export", str(out), "--metrics-out", str(metrics), *extra])
     assert code == 0
-    return load_export(out), json.loads(metrics.read_text())
+    return load_export(out, first_order=True), json.loads(metrics.read_text())
 
 
 def assert_same_model(a, b, tol):
-    (ka, va, da), (kb, vb, db) = a, b
+    (ka, va, da, fa), (kb, vb, db, fb) = (x if len(x) == 4 else (*x, None) for x in (a, b))
     oa, ob = np.argsort(ka), np.argsort(kb)
     np.testing.assert_array_equal(ka[oa], kb[ob])
     assert np.abs(va[oa] - vb[ob]).max() <= tol
+    assert (fa is None) == (fb is None)
+    if fa is not None:
+        assert np.abs(fa[oa] - fb[ob]).max() <= tol
     assert set(da) == set(db)
     for k in da:
         assert np.abs(da[k] - db[k]).max() <= tol, k
@@ -47,7 +50,7 @@ def test_default_job_reports_everything(tmp_path, capsys):
     assert 0.6 < m["auc"] <= m["bayes_auc"] + 0.01  # learned, and not above what the truth allows
     out = capsys.readouterr().out
     assert "eval AUC" in out and "bottleneck" in out
-    keys, values, dense = model
+    keys, values, dense, _ = model
     assert values.shape == (keys.shape[0], 8) and "W0" in dense
     # the model, its size, and where the outputs went
     n_dense = sum(v.size for v in dense.values())
@@ -69,12 +72,19 @@ def test_without_eval_data_the_report_says_no_auc(tmp_path, capsys):
     assert "outputs: nothing saved" in out
 
 
-def test_spilling_to_ssd_is_lossless(tmp_path):
-    """A DRAM budget of ~10 % of the table (rows spill to SSD and come back) gives the same model."""
-    shape = ["--rows", "24000", "--vocab-per-field", "20000", "--batch-size", "512", "--minibatch-size", "128"]
+@pytest.mark.parametrize("model, optimizer", [("ctr", "adagrad"), ("wdl", "rowwise-adagrad"), ("deepfm", "adam"),
+                                              ("dcn", "sgd"), ("dlrm", "adagrad")])
+def test_spilling_to_ssd_is_lossless(tmp_path, model, optimizer):
+    """A DRAM budget of ~10 % of the table (rows spill to SSD and come back) gives the same model,
+    for every model (first-order weights move with their rows) and every row optimizer's state."""
+    from hps.model import MODELS, make_sparse_optimizer
+
+    shape = ["--rows", "24000", "--vocab-per-field", "20000", "--batch-size", "512", "--minibatch-size", "128",
+             "--model", model, "--sparse-optimizer", optimizer]
     ref, mref = run_cli(tmp_path, "mem", *shape)
     n_rows = ref[0].shape[0]
-    budget = budget_for_rows(n_rows // 10, 16)  # rows are 16 floats: embedding + Adagrad state
+    width = make_sparse_optimizer(optimizer, 0.1).row_width(8 + MODELS[model].first_order)
+    budget = budget_for_rows(n_rows // 10, width)  # rows: parameters + optimizer state
     spill, mspill = run_cli(tmp_path, "spill", *shape, "--mem-budget", str(budget), "--rows-per-file", "512")
     assert mspill["ssd_bytes_read"] > 0 and mspill["cache_hit_rate"] < mref["cache_hit_rate"]
     assert_same_model(ref, spill, 1e-6)

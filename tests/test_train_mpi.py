@@ -23,31 +23,48 @@ def mpirun(mpiexec, n, args, timeout=300):
 
 
 def compare(a, b, tol):
-    (ka, va, da), (kb, vb, db) = a, b
+    (ka, va, da, fa), (kb, vb, db, fb) = (x if len(x) == 4 else (*x, None) for x in (a, b))
     oa, ob = np.argsort(ka), np.argsort(kb)
     np.testing.assert_array_equal(ka[oa], kb[ob])
     assert np.abs(va[oa] - vb[ob]).max() <= tol
+    assert (fa is None) == (fb is None)
+    if fa is not None:
+        assert np.abs(fa[oa] - fb[ob]).max() <= tol
     for k in da:
         assert np.abs(da[k] - db[k]).max() <= tol, k
 
 
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
-    d = tmp_path_factory.mktemp("single")
-    assert main([*SMALL, "--export", str(d / "model"), "--metrics-out", str(d / "m.json")]) == 0
-    return load_export(d / "model"), json.loads((d / "m.json").read_text())
+    """The single-process run of ``SMALL`` + model flags (export with first-order weights, metrics)."""
+    done = {}
+
+    def get(model_args):
+        key = tuple(model_args)
+        if key not in done:
+            d = tmp_path_factory.mktemp("single")
+            assert main([*SMALL, *model_args, "--export", str(d / "model"), "--metrics-out", str(d / "m.json")]) == 0
+            done[key] = load_export(d / "model", first_order=True), json.loads((d / "m.json").read_text())
+        return done[key]
+
+    return get
 
 
-@pytest.mark.parametrize("n, extra", [
-    (2, []),
-    (4, ["--ranks-per-node", "2", "--mem-budget", "280KB", "--rows-per-file", "256"]),
+SPILL = ["--ranks-per-node", "2", "--mem-budget", "280KB", "--rows-per-file", "256"]
+
+
+@pytest.mark.parametrize("n, model, extra", [
+    (2, [], []),
+    (4, [], SPILL),
+    (4, ["--model", "wdl"], SPILL),      # first-order weights in the rows, over ranks and SSD
+    (2, ["--model", "dlrm"], []),
 ])
-def test_ranks_end_with_the_single_process_model(mpiexec, single, tmp_path, n, extra):
-    ref, mref = single
-    proc = mpirun(mpiexec, n, [*SMALL, *extra, "--export", str(tmp_path / "model"),
+def test_ranks_end_with_the_single_process_model(mpiexec, single, tmp_path, n, model, extra):
+    ref, mref = single(model)
+    proc = mpirun(mpiexec, n, [*SMALL, *model, *extra, "--export", str(tmp_path / "model"),
                                "--metrics-out", str(tmp_path / "m.json")])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    compare(ref, load_export(tmp_path / "model"), 1e-5)
+    compare(ref, load_export(tmp_path / "model", first_order=True), 1e-5)
     m = json.loads((tmp_path / "m.json").read_text())
     assert round(m["auc"], 4) == round(mref["auc"], 4)
     assert m["ranks"] == n and m["bytes_sent"]["sparse_allreduce"] > 0

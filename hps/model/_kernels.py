@@ -1,4 +1,4 @@
-"""CPU kernels of the CTR model: field pooling and its transpose. (The key-seeded initial rows come
+"""CPU kernels of the models: field pooling and its transpose. (The key-seeded initial rows come
 from ``hps/mem/_init_kernels.py``, the one initializer every tier uses.)
 
 Kernels only: every input is an argument, nothing is read from module globals (Numba freezes them).

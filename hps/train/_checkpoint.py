@@ -4,8 +4,9 @@ Checkpoint layout under ``--checkpoint-dir`` (a directory every rank can reach):
 
     LATEST                          name of the newest complete checkpoint (switched atomically)
     ckpt-00000041/                  state after global batch 41
-        meta.json                   batch position, ranks, row width, CHECKPOINT_VERSION, and the
-                                    size + CRC-32 of every file below; itself checksummed (_manifest)
+        meta.json                   batch position, ranks, row width, model name, CHECKPOINT_VERSION,
+                                    and the size + CRC-32 of every file below; itself checksummed
+                                    (_manifest)
         dense.h5                    params/<name> and optimizer/<slot>/<name>, attrs step and hypers
         sparse-rank{r}-of-{n}.h5    every row rank r owns: "keys" (m,) uint64, "rows" (m, row_width)
 
@@ -19,9 +20,10 @@ checkpoint stays as it was.
 damaged (:class:`~hps.errors.CorruptionError`) it falls back to the next older complete one, if one
 is kept, and says so; under MPI the ranks agree on the checkpoint (each checks its own shard).
 
-Export layout (``--export DIR``): ``sparse-rank{r}-of-{n}.h5`` (datasets "keys" (m,) uint64 and
-"values" (m, embedding_dim) float32, the keys rank r owns) and ``dense.h5`` (one dataset per dense
-tensor); :func:`load_export` reads every shard back as one model.
+Export layout (``--export DIR``): ``sparse-rank{r}-of-{n}.h5`` (datasets "keys" (m,) uint64,
+"values" (m, embedding_dim) float32 and, for models with first-order weights (wdl, deepfm),
+"first_order" (m,) float32, the keys rank r owns; attrs "embedding_dim" and "model") and ``dense.h5``
+(one dataset per dense tensor, attr "model"); :func:`load_export` reads every shard back as one model.
 """
 
 from __future__ import annotations
@@ -140,7 +142,7 @@ def save(root, coll, store, model, dense_opt, meta: dict, keep: int = 1) -> str:
             files = {_sparse_name(r, coll.size): {"bytes": int(b), "crc32": int(c)}
                      for r, (b, c) in enumerate(records)}
             files[_DENSE] = file_record(tmp / _DENSE)
-            write_meta(tmp / META_FILE, dict(meta, ranks=coll.size, row_width=store.dim,
+            write_meta(tmp / META_FILE, dict(meta, ranks=coll.size, row_width=store.dim, model=model.name,
                                              version=CHECKPOINT_VERSION, **{FILES_KEY: files}))
     coll.barrier()
     if coll.rank == 0:
@@ -241,15 +243,19 @@ def _candidates(root: Path, notes: list) -> list[Path]:
     return [first] + _newest_first(root, below=_index(first.name))
 
 
-def _check(d: Path, rank: int, size: int, dim: int) -> dict:
+def _check(d: Path, rank: int, size: int, dim: int, model_name: str | None = None) -> dict:
     """meta.json of checkpoint ``d`` and the files this rank reads, verified -> meta. Raises
-    CorruptionError (damage) or InvalidInputError (a checkpoint of another job shape)."""
+    CorruptionError (damage) or InvalidInputError (a checkpoint of another job shape, or of another
+    model than ``model_name`` when given)."""
     meta = read_meta(d / META_FILE)
     if _index(d.name) != meta["index"]:
         raise CorruptionError(f"{d / META_FILE} records batch {meta['index']}, not the batch of {d.name}")
     if meta["ranks"] != size:
         raise InvalidInputError(f"checkpoint {d} was written by {meta['ranks']} ranks; resume with the same "
                                 f"number of ranks (got {size})")
+    if model_name is not None and meta.get("model", "ctr") != model_name:  # older ones: all ctr
+        raise InvalidInputError(f"checkpoint {d} holds a --model {meta.get('model', 'ctr')} model; resume "
+                                f"with the same --model (got {model_name})")
     if meta["row_width"] != dim:
         raise InvalidInputError(f"checkpoint rows have {meta['row_width']} columns, this run {dim}: "
                                 "resume with the same --embedding-dim and optimizer")
@@ -262,13 +268,13 @@ def _check(d: Path, rank: int, size: int, dim: int) -> dict:
     return meta
 
 
-def _choose(root: Path, coll, dim: int, warn) -> tuple[Path, dict]:
+def _choose(root: Path, coll, dim: int, model_name: str, warn) -> tuple[Path, dict]:
     """The newest checkpoint every rank verified -> (directory, meta). Collective over ``coll``."""
     notes = []
     for d in _candidates(root, notes):
         problem, meta = None, None
         try:
-            meta = _check(d, coll.rank, coll.size, dim)
+            meta = _check(d, coll.rank, coll.size, dim, model_name)
         except CorruptionError as e:
             problem = str(e)
         bad = coll.allgather(problem is not None)
@@ -289,7 +295,7 @@ def load(root, coll, store, model, dense_opt, warn=lambda msg: None) -> dict:
     """Restore this rank's rows into ``store`` (an empty store) and the dense state from the newest
     intact checkpoint -> its meta, with ``path``. ``warn(message)`` hears of every damaged checkpoint
     skipped. Collective over ``coll``. Raises CorruptionError when no intact checkpoint is left."""
-    d, meta = _choose(Path(root), coll, store.dim, warn)
+    d, meta = _choose(Path(root), coll, store.dim, model.name, warn)
     store.import_h5(str(d / _sparse_name(coll.rank, coll.size)))
     params, opt = _read_dense(d / _DENSE)
     model.load_state_dict(params)
@@ -298,8 +304,8 @@ def load(root, coll, store, model, dense_opt, warn=lambda msg: None) -> dict:
     return dict(meta, path=str(d))
 
 
-def export(directory, coll, store, model, emb_dim: int) -> None:
-    """Write the trained model (see the module docstring). Collective over ``coll``."""
+def export(directory, coll, store, model) -> None:
+    """Write the trained ``model`` (see the module docstring). Collective over ``coll``."""
     import h5py
 
     d = Path(directory)
@@ -307,26 +313,33 @@ def export(directory, coll, store, model, emb_dim: int) -> None:
     full = d / f".rows-rank{coll.rank}.h5"
     store.export_h5(str(full))
     out = d / _sparse_name(coll.rank, coll.size)
+    D = model.emb_dim
     with h5py.File(full, "r") as src, h5py.File(out, "w") as dst:
         n = src["keys"].shape[0]
         dst.create_dataset("keys", data=src["keys"][()])
-        values = dst.create_dataset("values", shape=(n, emb_dim), dtype=np.float32)
+        values = dst.create_dataset("values", shape=(n, D), dtype=np.float32)
+        first = dst.create_dataset("first_order", shape=(n,), dtype=np.float32) if model.first_order else None
         step = 1 << 18
         for a in range(0, n, step):
-            values[a:a + step] = src["rows"][a:a + step, :emb_dim]
-        dst.attrs["embedding_dim"] = emb_dim
+            rows = src["rows"][a:a + step]
+            values[a:a + step] = rows[:, :D]
+            if first is not None:
+                first[a:a + step] = rows[:, D]
+        dst.attrs["embedding_dim"] = D
+        dst.attrs["model"] = model.name
     full.unlink()
     if coll.rank == 0:
-        import h5py as _h5
-
-        with _h5.File(d / "dense.h5", "w") as h:
+        with h5py.File(d / "dense.h5", "w") as h:
             for k, v in model.state_dict().items():
                 h.create_dataset(k, data=v)
+            h.attrs["model"] = model.name
     coll.barrier()
 
 
-def load_export(directory):
-    """Read an export back: ``(keys (m,) uint64, values (m, dim) float32, dense {name: array})``."""
+def load_export(directory, first_order: bool = False):
+    """Read an export back: ``(keys (m,) uint64, values (m, dim) float32, dense {name: array})``,
+    every shard merged. With ``first_order=True`` a fourth item follows: the first-order weight of
+    each key (m,) float32 (wdl, deepfm), or None for models without one."""
     import h5py
 
     d = Path(directory)
@@ -339,11 +352,18 @@ def load_export(directory):
     if names != expected:
         raise StoreFormatError(f"{d}: export shards {sorted(names)} do not match the {n} expected "
                                f"({sorted(expected)})")
-    keys, values = [], []
+    keys, values, first = [], [], []
     for r in range(n):
         with h5py.File(d / _sparse_name(r, n), "r") as h:
             keys.append(h["keys"][()])
             values.append(h["values"][()])
+            if "first_order" in h:
+                first.append(h["first_order"][()])
     with h5py.File(d / "dense.h5", "r") as h:
         dense = {k: h[k][()] for k in h}
-    return np.concatenate(keys), np.concatenate(values), dense
+    out = (np.concatenate(keys), np.concatenate(values), dense)
+    if not first_order:
+        return out
+    if first and len(first) != n:
+        raise StoreFormatError(f"{d}: only {len(first)} of {n} shards hold first-order weights")
+    return (*out, np.concatenate(first) if first else None)

@@ -16,7 +16,8 @@ import sys
 import threading
 import time
 
-from ..config import DENSE_OPTIMIZERS, DEVICES, FORMATS, PAGE_CACHE_MODES, SPARSE_OPTIMIZERS, Config, flatten_options
+from ..config import (DENSE_OPTIMIZERS, DEVICES, FORMATS, MODELS, PAGE_CACHE_MODES, SPARSE_OPTIMIZERS, Config,
+                      flatten_options)
 from ..data import DEFAULT_MAX_MALFORMED
 from ..errors import HpsError, InvalidInputError, InvalidTypeError
 
@@ -47,13 +48,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop when more than this fraction of the data lines are malformed "
                         f"({DEFAULT_MAX_MALFORMED}); malformed lines below it are skipped and reported")
     g = p.add_argument_group("model")
+    g.add_argument("--model", choices=MODELS, default=S, help="network (ctr); see README 'Models'")
     g.add_argument("--embedding-dim", type=int, default=S, help="embedding width (16)")
     g.add_argument("--hidden", default=S, help="MLP hidden sizes, comma separated (128,64)")
-    g.add_argument("--sparse-optimizer", choices=SPARSE_OPTIMIZERS, default=S, help="(adagrad)")
+    g.add_argument("--cross-layers", type=int, default=S, help="dcn: cross layers (3)")
+    g.add_argument("--bottom-mlp", default=S,
+                   help="dlrm: bottom MLP widths over the dense features, ending at --embedding-dim (64,D)")
+    g.add_argument("--top-mlp", default=S, help="dlrm: top MLP hidden widths (--hidden)")
+    g.add_argument("--sparse-optimizer", choices=SPARSE_OPTIMIZERS, default=S, help="row optimizer (adagrad)")
     g.add_argument("--dense-optimizer", choices=DENSE_OPTIMIZERS, default=S, help="(adam)")
+    g.add_argument("--emb-l2", type=float, default=S, help="L2 on the rows a mini-batch uses (0)")
     g.add_argument("--lr", type=float, default=S, help="embedding learning rate (0.2)")
     g.add_argument("--dense-lr", type=float, default=S, help="MLP learning rate (0.001)")
-    g.add_argument("--adagrad-init", type=float, default=S, help="Adagrad initial accumulator (0.001)")
+    g.add_argument("--adagrad-init", type=float, default=S,
+                   help="initial Adagrad accumulator, rows and dense (0.001)")
     g = p.add_argument_group("tiers")
     g.add_argument("--device", choices=DEVICES, default=S, help="HBM-PS and model device (cpu)")
     g.add_argument("--mem-budget", default=S, help="MEM-PS DRAM budget in binary units: 512MiB = 512MB "
@@ -111,11 +119,13 @@ def parse_config(argv=None) -> Config:
     values = flatten_options(load_toml(args.pop("config"))) if args.get("config") else {}
     args.pop("config", None)
     values.update(args)
-    if isinstance(values.get("hidden"), str):
-        try:
-            values["hidden"] = tuple(int(h) for h in values["hidden"].split(",") if h.strip())
-        except ValueError:
-            raise InvalidInputError(f"--hidden must be comma-separated integers, got {values['hidden']!r}") from None
+    for key in ("hidden", "bottom_mlp", "top_mlp"):
+        if isinstance(values.get(key), str):
+            try:
+                values[key] = tuple(int(h) for h in values[key].split(",") if h.strip())
+            except ValueError:
+                flag = "--" + key.replace("_", "-")
+                raise InvalidInputError(f"{flag} must be comma-separated integers, got {values[key]!r}") from None
     return Config.from_flat(values)
 
 

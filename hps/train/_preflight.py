@@ -11,6 +11,7 @@ the readers' ``probe()``.)
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from ..table import DEFAULT_MAX_LOAD_FACTOR, slots_for
 #: cgroup v2 memory limit of this process's container, when there is one.
 _CGROUP_MEMORY_MAX = Path("/sys/fs/cgroup/memory.max")
 #: Dense optimizer -> float32 state tensors per parameter.
-_DENSE_SLOTS = {"adam": 2, "sgd": 0}
+_DENSE_SLOTS = {"adam": 2, "adagrad": 1, "sgd": 0}
 
 
 def check_outputs(tc) -> None:
@@ -73,15 +74,18 @@ def memory_floor(n_fields: int, n_dense: int, model, minibatch_share: int, tiers
     """Bytes of host memory a job surely allocates, by what for (a lower bound: rows, caches and
     the rest of the tables come on top). model: ``ModelOptions``; minibatch_share: examples per
     rank per update; tiers: ``TierConfig``."""
-    widths = [n_fields * model.embedding_dim + n_dense, *model.hidden, 1]
-    layers = [a * b for a, b in zip(widths, widths[1:])]
-    n_params = sum(layers) + sum(widths[1:])
+    from ..model import ModelConfig, dense_shapes
+
+    shapes = dense_shapes(ModelConfig.from_options(model, n_fields, n_dense, seed=0)).values()
+    layers = [math.prod(s) for s in shapes if len(s) == 2]
+    n_params = sum(math.prod(s) for s in shapes)
+    input_width = n_fields * model.embedding_dim + n_dense  # pooled fields | dense: every model's input
     if tiers.device != "cpu":  # parameters and activations live on the GPU; drawn on the host
         return {"host float64 draw of the largest dense layer": 12 * max(layers)}
     need = {
         "dense parameters, gradients and optimizer state":
             4 * n_params * (2 + _DENSE_SLOTS.get(model.dense_optimizer, 0)),
-        "MLP input of one mini-batch and its gradient": 2 * 4 * minibatch_share * widths[0],
+        "network input of one mini-batch and its gradient": 2 * 4 * minibatch_share * input_width,
     }
     if tiers.hbm_capacity:  # the slot keys are written (EMPTY_KEY) when the table is built
         need["HBM-PS slot keys"] = 8 * slots_for(tiers.hbm_capacity, DEFAULT_MAX_LOAD_FACTOR)

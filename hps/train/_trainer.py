@@ -28,7 +28,7 @@ from ..errors import HashTableFullError, InternalError, InvalidInputError, Numer
 from ..mem import MemPS, RowInitializer, unique_counts
 from ..metrics import auc as auc_score
 from ..metrics import logloss as logloss_score
-from ..model import CTRModel, make_dense_optimizer, make_sparse_optimizer
+from ..model import ModelConfig, make_model, make_optimizers
 from ..pipeline import STOP_TIMEOUT_S, Pipeline, Stage
 from ..ssd import ScratchEnv, SSDOptions, SSDStore
 from . import _checkpoint, _warmup
@@ -101,16 +101,13 @@ class Trainer:
             if ds is not None:
                 ds.probe()
         check_memory(self.dataset.n_fields, self.dataset.n_dense, cfg, self.coll.size)
-        self.model = CTRModel(self.dataset.n_fields, m.embedding_dim, self.dataset.n_dense, m.hidden,
-                              seed=cfg.train.seed, xp=self.xp)
-        extra = {"initial_accumulator": m.adagrad_init} if m.sparse_optimizer == "adagrad" else {}
-        self.sparse_opt = make_sparse_optimizer(m.sparse_optimizer, m.lr, **extra)
-        self.dense_opt = make_dense_optimizer(m.dense_optimizer, m.dense_lr)
-        self.emb_dim = m.embedding_dim
-        self.row_width = self.sparse_opt.row_width(m.embedding_dim)
-        state0 = float(getattr(self.sparse_opt, "initial_accumulator", 0.0))
-        self.initializer = RowInitializer(m.embedding_dim, self.row_width, cfg.train.seed, m.init_scale,
-                                          state_value=state0)
+        mcfg = ModelConfig.from_options(m, self.dataset.n_fields, self.dataset.n_dense, cfg.train.seed)
+        self.model = make_model(mcfg, xp=self.xp)
+        self.sparse_opt, self.dense_opt = make_optimizers(mcfg)
+        self.row_params = self.model.row_params  # leading row columns the model trains; state follows
+        self.row_width = self.sparse_opt.row_width(self.row_params)
+        self.initializer = RowInitializer(self.row_params, self.row_width, cfg.train.seed, m.init_scale,
+                                          state_value=self.sparse_opt.initial_state_value)
         self.store = None
         # this job's own directory (never one another job or the user holds), removed by close()
         self._ssd = SSDDir.claim(t.ssd_path, self.coll.rank, self.coll.size, keep=t.keep_ssd)
@@ -196,7 +193,7 @@ class Trainer:
         return w
 
     def _train(self, w: Work) -> dict:
-        hbm, D = self.hier.hbm, self.emb_dim
+        hbm, P = self.hier.hbm, self.row_params
         loss_sum, n_ex = 0.0, 0
         for mb in w.minibatches:
             rows, found = hbm.get(mb.keys)
@@ -204,9 +201,9 @@ class Trainer:
             if not found.all():
                 raise InternalError(f"batch {w.index}: {int((~found).sum())} working-set keys missing from "
                                     "HBM-PS (residency bug)")
-            loss, _, g_emb, g_dense = self.model.forward_backward(self.xp.asarray(rows[:, :D]), mb.inv,
-                                                                  mb.share, n_total=mb.n_total)
-            keys, grads = self.coll.sparse_allreduce(mb.keys, _host(g_emb))
+            loss, _, g_rows, g_dense = self.model.forward_backward(self.xp.asarray(rows[:, :P]), mb.inv,
+                                                                   mb.share, n_total=mb.n_total)
+            keys, grads = self.coll.sparse_allreduce(mb.keys, _host(g_rows))
             if keys is not mb.keys:
                 rows = _host(hbm.get(keys)[0])
             hbm.insert(keys, _host(self.sparse_opt.apply(rows, grads)))
@@ -320,7 +317,7 @@ class Trainer:
             s0, s1 = share_bounds(len(batch), self.coll.rank, self.coll.size)
             share = batch.slice(s0, s1)
             idx = inv[batch.offsets[s0]:batch.offsets[s1]]
-            p = _host(self.model.predict(self.xp.asarray(rows[:, :self.emb_dim]), idx, share))
+            p = _host(self.model.predict(self.xp.asarray(rows[:, :self.row_params]), idx, share))
             labels.append(share.labels)
             probs.append(p)
         lab = self.coll.gather(np.concatenate(labels))
@@ -357,7 +354,7 @@ class Trainer:
             "ssd_files": st["files"],
             "table_rows": st["live_rows"],
             "ssd_rows_loaded": int(self.coll.allsum(ms["ssd_loads"])),
-            "sparse_parameters": st["live_rows"] * self.emb_dim,
+            "sparse_parameters": st["live_rows"] * self.row_params,
             "dense_parameters": sum(int(p.size) for p in self.model.params.values()),
             "ranks": self.coll.size,
             "comm_seconds": self.coll.seconds,
@@ -369,16 +366,15 @@ class Trainer:
     def describe_model(self) -> str:
         """One line: the architecture, its dense parameter count and the layout of an embedding row."""
         m = self.model
-        widths = "->".join(str(w) for w in (m.input_dim, *m.hidden, 1))
         dense = sum(int(p.size) for p in m.params.values())
-        state = self.row_width - self.emb_dim
-        row = f"{self.emb_dim} embedding" + (f" + {state} {self.sparse_opt.name} state" if state else "")
-        return (f"model: {m.n_fields} fields x {self.emb_dim}-dim embeddings (sum-pooled) + {m.n_dense} dense "
-                f"-> MLP {widths} (ReLU) -> sigmoid; {dense:,} dense parameters ({self.dense_opt.name}); "
+        state = self.row_width - self.row_params
+        row = (f"{m.emb_dim} embedding" + (" + 1 first-order weight" if m.first_order else "")
+               + (f" + {state} {self.sparse_opt.name} state" if state else ""))
+        return (f"model: {m.describe()}; {dense:,} dense parameters ({self.dense_opt.name}); "
                 f"one row of {self.row_width} floats ({row}) per key, made on first use")
 
     def export(self, directory: str) -> None:
-        _checkpoint.export(directory, self.coll, self.store, self.model, self.emb_dim)
+        _checkpoint.export(directory, self.coll, self.store, self.model)
 
     def close(self) -> None:
         """Close the SSD-PS and remove it with the directories this job made (unless --keep-ssd).

@@ -91,6 +91,6 @@ def _scratch_run(trainer, first) -> None:
         scratch.dataset = _Batches(parts, trainer.dataset.n_fields, trainer.dataset.n_dense)
         scratch.fit(warm_up=False)
         scratch.evaluate(parts[:1])
-        trainer.coll.warm_up(parts[0].keys, trainer.emb_dim)  # all-reduces carry embedding gradients
+        trainer.coll.warm_up(parts[0].keys, trainer.row_params)  # all-reduces carry row gradients
     finally:
         scratch.close()

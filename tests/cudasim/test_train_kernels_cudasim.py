@@ -17,7 +17,7 @@ from hps.gpu import TransferLedger
 from hps.gpu import _train_ops as ops
 from hps.model import SparseAdagrad, SparseSGD
 from hps.model import _kernels as cpu
-from hps.model._ctr import _sigmoid
+from hps.model._base import _sigmoid
 from tests.reference import model as ref
 
 pytestmark = pytest.mark.cudasim

@@ -1,4 +1,5 @@
-"""By-the-book NumPy CTR model and optimizers: Python loops, float64, no cleverness.
+"""By-the-book NumPy models (ctr, wdl, deepfm, dcn, dlrm) and optimizers: Python loops, float64,
+no cleverness (FM and dot interactions pair by pair, cross layers element by element).
 
 Fast paths in ``hps.model`` are tested against these.
 """
@@ -31,19 +32,83 @@ def pool_backward(grad_pooled, inv, batch, u, d):
     return out
 
 
-def forward(params, emb_rows, inv, batch, n_fields, n_total=None):
-    """(loss, probs): loss = sum of per-example BCE / (n_total or n), computed one example at a time."""
-    n_layers = len(params) // 2
-    x = np.concatenate([pool(emb_rows, inv, batch, n_fields), batch.dense.astype(np.float64)], axis=1)
+def mlp(params, x, prefix="", relu_last=False, n_layers=None):
+    """One example through ``{prefix}W{i}, {prefix}b{i}`` (ReLU between layers, and after the last
+    with ``relu_last``); ``n_layers`` defaults to every such layer in ``params``."""
+    if n_layers is None:
+        n_layers = sum(1 for k in params if k.startswith(prefix + "W") and k[len(prefix) + 1:].isdigit())
+    h = x
+    for i in range(n_layers):
+        h = h @ params[f"{prefix}W{i}"].astype(np.float64) + params[f"{prefix}b{i}"].astype(np.float64)
+        if i < n_layers - 1 or relu_last:
+            h = np.maximum(h, 0.0)
+    return h
+
+
+def cross_net(params, x0):
+    """DCN-v2 cross layers ``cross{l}_W/b`` on one example: x_{l+1} = x0 * (x_l W + b) + x_l."""
+    x = x0
+    l = 0
+    while f"cross{l}_W" in params:
+        u = x @ params[f"cross{l}_W"].astype(np.float64) + params[f"cross{l}_b"].astype(np.float64)
+        x = np.array([x0[i] * u[i] + x[i] for i in range(x0.shape[0])])
+        l += 1
+    return x
+
+
+def fm_pairs(e):
+    """Second-order FM term of one example's field vectors e (F, d), pair by pair."""
+    total = 0.0
+    for f in range(e.shape[0]):
+        for g in range(f + 1, e.shape[0]):
+            total += float(sum(e[f, j] * e[g, j] for j in range(e.shape[1])))
+    return total
+
+
+def dot_pairs(t):
+    """Dot products of the vectors t (m, d) of one example: pairs (i, j), j < i, row by row."""
+    return np.array([float(t[i] @ t[j]) for i in range(t.shape[0]) for j in range(i)])
+
+
+def logit(model, params, e, dense, emb_dim):
+    """One example's logit. e (F, row_params): pooled rows of each field (embedding, then the
+    first-order weight for wdl/deepfm); dense (n_dense,)."""
+    emb = e[:, :emb_dim]
+    x0 = np.concatenate([emb.ravel(), dense])
+    if model == "ctr":
+        return float(mlp(params, x0)[0])
+    if model == "wdl":
+        return float(mlp(params, x0)[0]) + float(e[:, emb_dim].sum())
+    if model == "deepfm":
+        return float(mlp(params, x0)[0]) + float(e[:, emb_dim].sum()) + fm_pairs(emb)
+    if model == "dcn":
+        H = sum(1 for k in params if k.startswith("W")) - 1
+        top = [cross_net(params, x0)]
+        if H:
+            top.append(mlp(params, x0, relu_last=True, n_layers=H))
+        top = np.concatenate(top)
+        return float(top @ params[f"W{H}"].astype(np.float64)[:, 0] + float(params[f"b{H}"][0]))
+    if model == "dlrm":
+        vecs = list(emb)
+        if dense.shape[0]:
+            b = mlp(params, dense, prefix="bot_", relu_last=True)
+            vecs = [b] + vecs
+        dots = dot_pairs(np.array(vecs))
+        x = np.concatenate([vecs[0], dots]) if dense.shape[0] else dots
+        return float(mlp(params, x)[0])
+    raise ValueError(model)
+
+
+def forward(params, emb_rows, inv, batch, n_fields, n_total=None, model="ctr", emb_dim=None):
+    """(loss, probs): loss = sum of per-example BCE / (n_total or n), computed one example at a time.
+    emb_rows (u, row_params); ``emb_dim`` defaults to the row width."""
+    P = emb_rows.shape[1]
+    emb_dim = P if emb_dim is None else emb_dim
+    pooled = pool(emb_rows, inv, batch, n_fields).reshape(len(batch), n_fields, P)
     denom = len(batch) if n_total is None else n_total
     loss, probs = 0.0, []
     for e in range(len(batch)):
-        h = x[e]
-        for i in range(n_layers):
-            h = h @ params[f"W{i}"].astype(np.float64) + params[f"b{i}"].astype(np.float64)
-            if i < n_layers - 1:
-                h = np.maximum(h, 0.0)
-        z = float(h[0])
+        z = logit(model, params, pooled[e], batch.dense[e].astype(np.float64), emb_dim)
         y = float(batch.labels[e])
         p = 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
         # -[y log p + (1-y) log(1-p)] written without overflow
@@ -127,6 +192,28 @@ def adam_steps(p, grads, lr, b1, b2, eps):
     for t, g in enumerate(grads, start=1):
         adam_step(p, m, v, g, t, lr, b1, b2, eps)
     return p, m, v
+
+
+def rowwise_adagrad_step(w, acc, g, lr, eps):
+    """Row by row: acc += mean(g_row^2) (acc (u,)); w -= lr g / (sqrt(acc) + eps)."""
+    w, acc = w.astype(np.float64).copy(), acc.astype(np.float64).copy()
+    for r in range(w.shape[0]):
+        acc[r] += sum(float(x) ** 2 for x in g[r]) / w.shape[1]
+        for j in range(w.shape[1]):
+            w[r, j] -= lr * g[r, j] / (math.sqrt(acc[r]) + eps)
+    return w, acc
+
+
+def adam_row_step(w, m, v, t, g, lr, b1, b2, eps):
+    """One Adam step of every row with its own step count t (u,): returns new (w, m, v, t)."""
+    w, m, v, t = (a.astype(np.float64).copy() for a in (w, m, v, t))
+    for r in range(w.shape[0]):
+        t[r] += 1
+        for j in range(w.shape[1]):
+            m[r, j] = b1 * m[r, j] + (1 - b1) * g[r, j]
+            v[r, j] = b2 * v[r, j] + (1 - b2) * g[r, j] ** 2
+            w[r, j] -= lr * (m[r, j] / (1 - b1 ** t[r])) / (math.sqrt(v[r, j] / (1 - b2 ** t[r])) + eps)
+    return w, m, v, t
 
 
 def train(batches, emb, params, n_fields, *, epochs=1, sparse="adagrad", dense="adam", lr=0.05,

@@ -1,0 +1,148 @@
+"""Dense optimizers: update the model's named dense tensors in place and keep their state (per
+tensor, same shape) for checkpoints via ``state_dict()``. Formulas follow ``torch.optim`` (Adagrad with
+lr_decay = weight_decay = 0, Adam without amsgrad and weight decay) so a PyTorch peer started from the
+same values takes the same steps. Arrays may be NumPy or CuPy. Not thread-safe.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import InvalidInputError
+from ._row_optim import _check_lr, _xp_of
+
+__all__ = ["DenseSGD", "DenseAdagrad", "DenseAdam"]
+
+
+class _DenseOptimizer:
+    """Base of dense optimizers: ``step(params, grads)`` updates the arrays of ``params`` in place."""
+
+    name = ""
+    _slots: tuple[str, ...] = ()
+    _slot_init = 0.0  # every state slot of a tensor starts at this value
+
+    def __init__(self):
+        self.t = 0
+        self._state: dict[str, dict] = {s: {} for s in self._slots}
+
+    def step(self, params: dict, grads: dict) -> None:
+        """One step. params/grads: dicts name -> array (same names, shapes); params updated in place."""
+        if set(grads) != set(params):
+            raise InvalidInputError(f"grad names {sorted(grads)} != param names {sorted(params)}")
+        self.t += 1
+        for k, p in params.items():
+            g = grads[k]
+            if g.shape != p.shape:
+                raise InvalidInputError(f"{k}: grad shape {tuple(g.shape)} != param {tuple(p.shape)}")
+            xp = _xp_of(p)
+            st = {}
+            for s in self._slots:
+                a = self._state[s].get(k)
+                if a is None:
+                    a = xp.full_like(p, self._slot_init)
+                elif _xp_of(a) is not xp or a.dtype != p.dtype:  # loaded from a host checkpoint
+                    a = xp.asarray(a, dtype=p.dtype)
+                self._state[s][k] = st[s] = a
+            self._update(p, g.astype(p.dtype, copy=False), st, xp)
+
+    def _update(self, p, g, st, xp):
+        raise NotImplementedError
+
+    def _hyper(self) -> dict:
+        return {}
+
+    def state_dict(self) -> dict:
+        """Host copies: ``{"name", "step", <hyperparameters>, <slot>: {param name: array}}``."""
+        d = {"name": self.name, "step": self.t, **self._hyper()}
+        for s in self._slots:
+            d[s] = {k: (a.get() if hasattr(a, "get") else np.array(a)) for k, a in self._state[s].items()}
+        return d
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a :meth:`state_dict` (of the same optimizer kind; hyperparameters are taken too)."""
+        if state.get("name") != self.name:
+            raise InvalidInputError(f"state of optimizer {state.get('name')!r} loaded into {self.name!r}")
+        self.t = int(state["step"])
+        for k in self._hyper():
+            if k in state:
+                setattr(self, k, tuple(float(b) for b in state[k]) if k == "betas" else float(state[k]))
+        self._state = {s: {k: np.array(a) for k, a in state.get(s, {}).items()} for s in self._slots}
+
+
+class DenseSGD(_DenseOptimizer):
+    """``p -= lr * g``."""
+
+    name = "sgd"
+
+    def __init__(self, lr: float):
+        super().__init__()
+        self.lr = _check_lr(lr)
+
+    def _hyper(self):
+        return {"lr": self.lr}
+
+    def _update(self, p, g, st, xp):
+        p -= p.dtype.type(self.lr) * g
+
+
+class DenseAdagrad(_DenseOptimizer):
+    """``acc += g^2;  p -= lr * g / (sqrt(acc) + eps)``; ``acc`` starts at ``initial_accumulator``."""
+
+    name = "adagrad"
+    _slots = ("acc",)
+
+    def __init__(self, lr: float, initial_accumulator: float = 0.0, eps: float = 1e-10):
+        super().__init__()
+        self.lr = _check_lr(lr)
+        if not (initial_accumulator >= 0 and eps >= 0):
+            raise InvalidInputError("initial_accumulator and eps must be >= 0")
+        self.initial_accumulator, self.eps = float(initial_accumulator), float(eps)
+
+    @property
+    def _slot_init(self):
+        return self.initial_accumulator
+
+    def _hyper(self):
+        return {"lr": self.lr, "initial_accumulator": self.initial_accumulator, "eps": self.eps}
+
+    def _update(self, p, g, st, xp):
+        t = p.dtype.type
+        acc = st["acc"]
+        acc += g * g
+        p -= t(self.lr) * g / (xp.sqrt(acc) + t(self.eps))
+
+
+class DenseAdam(_DenseOptimizer):
+    """Adam as ``torch.optim.Adam`` (no amsgrad, no weight decay); step count ``t`` starts at 1::
+
+        m = b1 m + (1 - b1) g;   v = b2 v + (1 - b2) g^2
+        p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+    """
+
+    name = "adam"
+    _slots = ("m", "v")
+
+    def __init__(self, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8):
+        super().__init__()
+        self.lr = _check_lr(lr)
+        b1, b2 = (float(b) for b in betas)
+        if not (0 <= b1 < 1 and 0 <= b2 < 1 and eps >= 0):
+            raise InvalidInputError(f"need betas in [0, 1) and eps >= 0, got {betas}, {eps}")
+        self.betas, self.eps = (b1, b2), float(eps)
+
+    def _hyper(self):
+        return {"lr": self.lr, "betas": self.betas, "eps": self.eps}
+
+    def _update(self, p, g, st, xp):
+        b1, b2 = self.betas
+        t = p.dtype.type
+        m, v = st["m"], st["v"]
+        m *= t(b1)
+        m += t(1 - b1) * g
+        v *= t(b2)
+        v += t(1 - b2) * (g * g)
+        step_size = self.lr / (1 - b1 ** self.t)
+        bc2_sqrt = math.sqrt(1 - b2 ** self.t)
+        p -= t(step_size) * m / (xp.sqrt(v) / t(bc2_sqrt) + t(self.eps))
