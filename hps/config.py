@@ -1,7 +1,8 @@
 """Configuration: one dataclass per subsystem, composed into :class:`Config`; validated on construction.
 
 Only ``hps.train``'s CLI parses arguments; everything else takes these objects. Sizes are global
-(``batch_size``/``minibatch_size`` describe the whole job; under ``mpirun -np N`` each rank takes 1/N).
+(``batch_size``/``minibatch_size`` describe the whole job; under ``mpirun -np N`` each rank reads its
+own shards of the data and contributes 1/N of every mini-batch).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ FORMATS = ("synthetic", "criteo", "libsvm", "csv")
 SPARSE_OPTIMIZERS = ("adagrad", "sgd")
 DENSE_OPTIMIZERS = ("adam", "sgd")
 DEVICES = ("cpu", "cuda")
+SPARSE_SYNCS = ("owner", "allreduce")
+MPI_WAITS = ("auto", "spin", "yield")
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
           "G": 1 << 30, "GB": 1 << 30, "T": 1 << 40, "TB": 1 << 40}
 
@@ -54,10 +57,11 @@ class DataConfig:
     label_column: str = "click"         # csv: the label column
     libsvm_fields: int | None = None    # libsvm: positional fields (default: features on line 1)
     strict: bool = False                # first malformed line is an error instead of skipped
+    data_shards: int | None = None      # shards the data is cut into (None = one per rank)
 
     def __post_init__(self):
         _one_of("format", self.format, FORMATS)
-        _positive(self, "rows", "fields", "vocab_per_field", "zipf", "libsvm_fields")
+        _positive(self, "rows", "fields", "vocab_per_field", "zipf", "libsvm_fields", "data_shards")
         if self.format != "synthetic" and not self.data:
             raise InvalidInputError(f"--format {self.format} needs --data FILE")
 
@@ -119,10 +123,14 @@ class TrainConfig:
     metrics_out: str | None = None      # JSON metrics file
     plots: str | None = None            # directory for PNG figures (needs matplotlib)
     ranks_per_node: int | None = None   # MPI: override node grouping (tests: 4 ranks = 2 x 2)
+    sparse_sync: str = "owner"          # MPI: owner (rows live at their owner) | allreduce (App. C.3)
+    mpi_wait: str = "auto"              # MPI: spin | yield (poll with sleeps) | auto (yield if oversubscribed)
     progress: bool = True               # tqdm progress bar
 
     def __post_init__(self):
         _positive(self, "batch_size", "minibatch_size", "epochs", "queue_depth", "ranks_per_node")
+        _one_of("sparse-sync", self.sparse_sync, SPARSE_SYNCS)
+        _one_of("mpi-wait", self.mpi_wait, MPI_WAITS)
         if self.checkpoint_every < 0:
             raise InvalidInputError("checkpoint-every must be >= 0")
         if self.minibatch_size > self.batch_size:

@@ -7,17 +7,20 @@ Every text reader works the same way (constant memory for any file size):
    makes the next block bigger.
 2. A Numba kernel (``_parse_kernels``) parses one chunk into arrays: no Python loop over lines.
 3. ``Rebatcher`` cuts the parsed examples into batches of exactly ``batch_size`` (the last may be
-   shorter), and ``TextReader.batches`` gives each rank its share of every global batch.
+   shorter).
 
-Sharding: every rank parses the whole file and slices its share of each global batch. Parsing cost
-is duplicated on every rank, but all ranks agree on the global batches by construction and a 1-rank
-run is the reference for an N-rank run.
+Sharding (``shard=(s, K)``, ``hps.data._shards``): a reader parses only shard ``s`` of its files —
+whole files when there are at least ``K``, else a byte range aligned to line starts — and its
+batches are that shard's examples in file order. Line numbers in malformed-line reports count from
+the start of the file when the shard starts there, else from the first line of the shard (the
+report names the byte offset it starts at).
 
 Not thread-safe: one ``batches()`` iteration per reader object at a time.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +30,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from ._batch import Batch, make_keys
+from ._shards import Segment, check_shard, plan_segments, seek_segment, share_bounds
 
 #: Default size of one read (bytes). 16 MiB keeps parsed arrays of one chunk around 30 MB.
 DEFAULT_CHUNK_BYTES = 16 << 20
@@ -74,8 +78,23 @@ class ReaderStats:
 
 
 def as_paths(path) -> list[Path]:
-    """One path or a sequence of paths -> list of existing files; a missing one raises."""
-    paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+    """Data files -> list of existing files, in order. ``path``: a file, a directory (its regular files
+    not starting with ``.``, sorted by name), a glob pattern (``*``, ``?``, ``[``; sorted matches), or a
+    sequence of files. A missing file or a pattern matching nothing raises."""
+    if isinstance(path, (str, os.PathLike)):
+        text = os.fspath(path)
+        if Path(text).is_dir():
+            paths = sorted(p for p in Path(text).iterdir() if p.is_file() and not p.name.startswith("."))
+            if not paths:
+                raise DataFileNotFoundError(f"data directory {text} holds no data file")
+        elif any(c in text for c in "*?[") and not Path(text).exists():
+            paths = [Path(x) for x in sorted(glob.glob(text)) if Path(x).is_file()]
+            if not paths:
+                raise DataFileNotFoundError(f"no data file matches {text}")
+        else:
+            paths = [text]
+    else:
+        paths = list(path)
     if not paths:
         raise InvalidInputError("no data file given")
     out = []
@@ -87,16 +106,33 @@ def as_paths(path) -> list[Path]:
     return out
 
 
-def iter_line_chunks(f, chunk_bytes: int, first_line: int = 1) -> Iterator[tuple[np.ndarray, int]]:
+def iter_line_chunks(f, chunk_bytes: int, first_line: int = 1,
+                     limit: int | None = None) -> Iterator[tuple[np.ndarray, int]]:
     """Blocks of whole lines of the binary file object ``f`` from its current position.
 
     Yields ``(buf, first_line)``: buf (m,) uint8 host, every line ending in ``\\n`` (one is added to an
-    unterminated last line); ``first_line`` the 1-based line number of buf's first line.
+    unterminated last line); ``first_line`` the 1-based line number of buf's first line. With
+    ``limit``, only the lines that start within the next ``limit`` bytes (the last one is read to its
+    end, past the limit).
     """
     carry = b""
     line = first_line
+    left = limit
     while True:
-        data = f.read(chunk_bytes)
+        if left is not None and left <= 0:
+            if carry:  # the line crossing the limit: read on to its newline
+                while True:
+                    data = f.read(chunk_bytes)
+                    cut = data.find(b"\n")
+                    if cut >= 0 or not data:
+                        carry += data[:cut + 1] if cut >= 0 else data + b"\n"
+                        break
+                    carry += data
+                yield np.frombuffer(carry, dtype=np.uint8), line
+            return
+        data = f.read(chunk_bytes if left is None else min(chunk_bytes, left))
+        if left is not None:
+            left -= len(data)
         if not data:
             if carry:
                 yield np.frombuffer(carry + b"\n", dtype=np.uint8), line
@@ -151,67 +187,80 @@ class Rebatcher:
 
 
 def check_common(batch_size: int, shard) -> tuple[int, int]:
-    """Validates ``batch_size`` and ``shard=(rank, n_ranks)``; returns the shard as ints."""
+    """Validates ``batch_size`` and ``shard=(index, n_shards)``; returns the shard as ints."""
     if int(batch_size) < 1:
         raise InvalidInputError(f"batch_size must be >= 1, got {batch_size}")
-    try:
-        rank, n_ranks = (int(x) for x in shard)
-    except (TypeError, ValueError):
-        raise InvalidInputError(f"shard must be (rank, n_ranks), got {shard!r}") from None
-    if n_ranks < 1 or not 0 <= rank < n_ranks:
-        raise InvalidInputError(f"shard must satisfy 0 <= rank < n_ranks, got {shard!r}")
-    return rank, n_ranks
-
-
-def shard_of(batch: Batch, rank: int, n_ranks: int) -> Batch:
-    """Rank's contiguous share of a global batch: examples [rank*n//n_ranks, (rank+1)*n//n_ranks)."""
-    if n_ranks == 1:
-        return batch
-    n = len(batch)
-    return batch.slice(rank * n // n_ranks, (rank + 1) * n // n_ranks)
+    return check_shard(shard)
 
 
 class TextReader:
     """Base of the text readers. Subclasses set ``n_fields``/``n_dense`` and implement ``_parts``.
 
-    ``batches(start_batch)`` yields this rank's share of global batches start_batch, start_batch+1, …
-    (earlier batches are parsed and dropped, so a resumed run sees exactly the same batches).
+    ``batches(start_batch)`` yields this shard's batches start_batch, start_batch+1, … (earlier
+    batches are parsed and dropped, so a resumed run sees exactly the same batches).
     """
 
     n_fields: int
     n_dense: int
+    #: Number of the first data line of a file (2 when a header line comes first).
+    first_data_line = 1
 
     def __init__(self, path, batch_size: int, shard=(0, 1), strict: bool = False,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES):
         self.paths: Sequence[Path] = as_paths(path)
         self.batch_size = int(batch_size)
-        self.rank, self.n_ranks = check_common(batch_size, shard)
+        self.shard, self.n_shards = check_common(batch_size, shard)
         if int(chunk_bytes) < 1:
             raise InvalidInputError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
         self.strict = bool(strict)
         self.chunk_bytes = int(chunk_bytes)
         self.stats = ReaderStats()
 
+    def _data_start(self, path: Path) -> int:
+        """Byte offset where the data lines of ``path`` begin (after a header, if the format has one)."""
+        return 0
+
+    def segments(self) -> list[Segment]:
+        """The byte ranges this shard reads (``hps.data._shards``)."""
+        if len(self.paths) >= self.n_shards:  # whole files: only our own files are looked at
+            own = [self.paths[i] for i in range(*share_bounds(len(self.paths), self.shard, self.n_shards))]
+            return [Segment(p, self._data_start(p), p.stat().st_size, self._data_start(p)) for p in own]
+        return plan_segments(self.paths, [self._data_start(p) for p in self.paths],
+                             [p.stat().st_size for p in self.paths], self.shard, self.n_shards)
+
     def batches(self, start_batch: int = 0) -> Iterator[Batch]:
-        """This rank's share of every global batch from ``start_batch`` on; resets ``stats``."""
+        """This shard's batches from ``start_batch`` on; resets ``stats``."""
         self.stats = ReaderStats()
         reb = Rebatcher(self.batch_size)
         gb = 0
-        for path in self.paths:
-            for part in self._parts(path):
+        for seg in self.segments():
+            for part in self._parts(seg):
                 for b in reb.push(part):
                     if gb >= start_batch:
-                        yield shard_of(b, self.rank, self.n_ranks)
+                        yield b
                     gb += 1
         for b in reb.flush():
             if gb >= start_batch:
-                yield shard_of(b, self.rank, self.n_ranks)
+                yield b
             gb += 1
 
-    def _parts(self, path: Path) -> Iterator[Batch]:
+    def _line_chunks(self, f, seg: Segment) -> Iterator[tuple[np.ndarray, int, str]]:
+        """``(buf, first_line, where)`` blocks of the lines of ``seg`` in the open file ``f``; ``where``
+        names the file (and, when the segment starts inside it, the byte its line numbers count from)."""
+        begin = seek_segment(f, seg)
+        if begin >= seg.stop:
+            return
+        if begin == seg.data_start:
+            where, first = str(seg.path), self.first_data_line
+        else:
+            where, first = f"{seg.path} (lines counted from byte {begin})", 1
+        for buf, line in iter_line_chunks(f, self.chunk_bytes, first, limit=seg.stop - begin):
+            yield buf, line, where
+
+    def _parts(self, seg: Segment) -> Iterator[Batch]:
         raise NotImplementedError
 
-    def _account(self, path: Path, buf: np.ndarray, first_line: int, n_lines: int, n_ok: int,
+    def _account(self, path, buf: np.ndarray, first_line: int, n_lines: int, n_ok: int,
                  n_bad: int, n_blank: int, bad_line: np.ndarray, bad_code: np.ndarray) -> None:
         """Adds one parsed chunk to ``stats``; in strict mode raises at its first malformed line."""
         st = self.stats
@@ -226,6 +275,6 @@ class TextReader:
             st.malformed_at.append((str(path), first_line + int(bad_line[k]),
                                     REASONS[int(bad_code[k])]))
 
-    def _raise_first_bad(self, path: Path, first_line: int, bad_line, bad_code) -> None:
+    def _raise_first_bad(self, path, first_line: int, bad_line, bad_code) -> None:
         raise InvalidInputError(f"{path}:{first_line + int(bad_line[0])}: malformed line "
                                 f"({REASONS[int(bad_code[0])]})")

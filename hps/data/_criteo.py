@@ -13,16 +13,15 @@ written as 8 hex digits (a 32-bit hash); any feature may be empty (missing). Per
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
 from ._batch import Batch
 from ._chunks import (BAD_COLUMNS, BAD_HEX, BAD_LABEL, BAD_NUMBER, DEFAULT_CHUNK_BYTES,
-                      MAX_RECORDED_MALFORMED, MISSING_VALUE, TextReader, fixed_width_batch,
-                      iter_line_chunks)
+                      MAX_RECORDED_MALFORMED, MISSING_VALUE, TextReader, fixed_width_batch)
 from ._parse_kernels import parse_criteo
+from ._shards import Segment
 
 #: Number of integer (dense) and categorical columns of the Criteo layout.
 N_INT = 13
@@ -37,7 +36,7 @@ class CriteoReader(TextReader):
     """Streams ``Batch``es from Criteo TSV file(s). Not thread-safe (one iteration at a time).
 
     path: a file or a list of files (read in order, batches run across file ends).
-    batch_size: examples per global batch; shard=(rank, n_ranks): this rank's contiguous share.
+    batch_size: examples per batch; shard=(index, n_shards): read only that shard of the files.
     strict: raise ``InvalidInputError`` (naming file:line and why) at the first malformed line,
     instead of counting and skipping it. int_as_categorical: also bucketize I1..I13 into fields 26..38.
     """
@@ -49,11 +48,11 @@ class CriteoReader(TextReader):
         self.n_fields = N_CAT + (N_INT if self.int_as_categorical else 0)
         self.n_dense = N_INT
 
-    def _parts(self, path: Path) -> Iterator[Batch]:
+    def _parts(self, seg: Segment) -> Iterator[Batch]:
         bad_line = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int64)
         bad_code = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int32)
-        with open(path, "rb") as f:
-            for buf, first_line in iter_line_chunks(f, self.chunk_bytes):
+        with open(seg.path, "rb") as f:
+            for buf, first_line, where in self._line_chunks(f, seg):
                 cap = int(np.count_nonzero(buf == 10))
                 labels = np.empty(cap, dtype=np.float32)
                 dense = np.empty((cap, N_INT), dtype=np.float32)
@@ -61,9 +60,9 @@ class CriteoReader(TextReader):
                 n_lines, n_ok, n_bad, n_blank = parse_criteo(
                     buf, self.int_as_categorical, self.strict, np.uint64(MISSING_VALUE),
                     np.uint64(NEGATIVE_VALUE), _CODES, labels, dense, values, bad_line, bad_code)
-                self._account(path, buf, first_line, n_lines, n_ok, n_bad, n_blank, bad_line,
+                self._account(where, buf, first_line, n_lines, n_ok, n_bad, n_blank, bad_line,
                               bad_code)
                 yield fixed_width_batch(labels[:n_ok], dense[:n_ok], values[:n_ok])
                 if n_bad and self.strict:
-                    self._raise_first_bad(path, first_line, bad_line, bad_code)
+                    self._raise_first_bad(where, first_line, bad_line, bad_code)
 

@@ -7,7 +7,8 @@ No quoting: a comma always separates columns (Avazu and similar click logs never
 - categorical fields: every other column not in ``ignore_columns``, in header order; field i's key is
   ``make_keys(i, fnv1a64(bytes of the value))``, an empty value gets ``MISSING_VALUE``.
 
-Every file must start with the same header.
+Every file must start with the same header; every shard's reader reads the header line of each file
+(it checks them and finds where each file's data begins).
 """
 
 from __future__ import annotations
@@ -20,21 +21,22 @@ import numpy as np
 from ..errors import InvalidInputError
 from ._batch import Batch
 from ._chunks import (BAD_COLUMNS, BAD_LABEL, BAD_NUMBER, DEFAULT_CHUNK_BYTES,
-                      MAX_RECORDED_MALFORMED, MISSING_VALUE, TextReader, fixed_width_batch,
-                      iter_line_chunks)
+                      MAX_RECORDED_MALFORMED, MISSING_VALUE, TextReader, fixed_width_batch)
 from ._parse_kernels import parse_csv
+from ._shards import Segment
 
 _CODES = np.array([BAD_COLUMNS, BAD_LABEL, BAD_NUMBER], dtype=np.int32)
 # Column kinds understood by ``parse_csv``.
 _LABEL, _DENSE, _CAT, _IGNORE = 0, 1, 2, 3
 
 
-def _read_header(path: Path) -> list[str]:
+def _read_header(path: Path) -> tuple[list[str], int]:
+    """(column names, bytes of the header line including its newline) of ``path``."""
     with open(path, "rb") as f:
         line = f.readline()
     if not line.strip():
         raise InvalidInputError(f"{path}:1: missing CSV header")
-    return [c.strip() for c in line.decode("utf-8", "replace").rstrip("\r\n").split(",")]
+    return [c.strip() for c in line.decode("utf-8", "replace").rstrip("\r\n").split(",")], len(line)
 
 
 class CsvReader(TextReader):
@@ -45,13 +47,17 @@ class CsvReader(TextReader):
     field-id order.
     """
 
+    first_data_line = 2
+
     def __init__(self, path, batch_size: int, shard=(0, 1), strict: bool = False,
                  label: str = "click", dense_columns: Sequence[str] = (),
                  ignore_columns: Sequence[str] = (), chunk_bytes: int = DEFAULT_CHUNK_BYTES):
         super().__init__(path, batch_size, shard, strict, chunk_bytes)
-        self.header = _read_header(self.paths[0])
+        self.header, n = _read_header(self.paths[0])
+        self._header_bytes = {self.paths[0]: n}
         for p in self.paths[1:]:
-            if _read_header(p) != self.header:
+            header, self._header_bytes[p] = _read_header(p)
+            if header != self.header:
                 raise InvalidInputError(f"{p}: header differs from {self.paths[0]}")
         names = set(self.header)
         if len(names) != len(self.header):
@@ -80,12 +86,14 @@ class CsvReader(TextReader):
         self.n_fields = len(self.categorical_columns)
         self.n_dense = len(dense_columns)
 
-    def _parts(self, path: Path) -> Iterator[Batch]:
+    def _data_start(self, path: Path) -> int:
+        return self._header_bytes[path]
+
+    def _parts(self, seg: Segment) -> Iterator[Batch]:
         bad_line = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int64)
         bad_code = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int32)
-        with open(path, "rb") as f:
-            f.readline()  # the header (checked in __init__)
-            for buf, first_line in iter_line_chunks(f, self.chunk_bytes, first_line=2):
+        with open(seg.path, "rb") as f:
+            for buf, first_line, where in self._line_chunks(f, seg):
                 cap = int(np.count_nonzero(buf == 10))
                 labels = np.empty(cap, dtype=np.float32)
                 dense = np.empty((cap, self.n_dense), dtype=np.float32)
@@ -93,8 +101,8 @@ class CsvReader(TextReader):
                 n_lines, n_ok, n_bad, n_blank = parse_csv(
                     buf, self._kind, self._slot, self.strict, np.uint64(MISSING_VALUE), _CODES,
                     labels, dense, values, bad_line, bad_code)
-                self._account(path, buf, first_line, n_lines, n_ok, n_bad, n_blank, bad_line,
+                self._account(where, buf, first_line, n_lines, n_ok, n_bad, n_blank, bad_line,
                               bad_code)
                 yield fixed_width_batch(labels[:n_ok], dense[:n_ok], values[:n_ok])
                 if n_bad and self.strict:
-                    self._raise_first_bad(path, first_line, bad_line, bad_code)
+                    self._raise_first_bad(where, first_line, bad_line, bad_code)

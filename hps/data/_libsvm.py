@@ -9,7 +9,6 @@ on the first valid line of the first file. There are no dense features (``n_dens
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Iterator
 
 import numpy as np
@@ -19,6 +18,7 @@ from ._batch import Batch, make_keys
 from ._chunks import (BAD_FEATURE, BAD_LABEL, BAD_NUMBER, DEFAULT_CHUNK_BYTES,
                       MAX_RECORDED_MALFORMED, TextReader, iter_line_chunks)
 from ._parse_kernels import parse_libsvm
+from ._shards import Segment
 
 _CODES = np.array([BAD_LABEL, BAD_NUMBER, BAD_FEATURE], dtype=np.int32)
 #: Bytes read to find the first valid line when ``n_fields`` is not given.
@@ -40,7 +40,7 @@ def _parse_chunk(buf: np.ndarray, strict: bool, bad_line: np.ndarray, bad_code: 
 class LibsvmReader(TextReader):
     """Streams ``Batch``es from libsvm/libFM file(s). Not thread-safe (one iteration at a time).
 
-    path: a file or a list of files; batch_size: examples per global batch; shard=(rank, n_ranks);
+    path: a file or a list of files; batch_size: examples per batch; shard=(index, n_shards);
     strict: raise at the first malformed line; n_fields: positional fields (default: features on
     the first valid line).
     """
@@ -67,15 +67,15 @@ class LibsvmReader(TextReader):
         raise InvalidInputError(f"no valid libsvm line in {', '.join(map(str, self.paths))}; "
                                 "cannot infer n_fields")
 
-    def _parts(self, path: Path) -> Iterator[Batch]:
+    def _parts(self, seg: Segment) -> Iterator[Batch]:
         bad_line = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int64)
         bad_code = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int32)
         last = np.int32(self.n_fields - 1)
-        with open(path, "rb") as f:
-            for buf, first_line in iter_line_chunks(f, self.chunk_bytes):
+        with open(seg.path, "rb") as f:
+            for buf, first_line, where in self._line_chunks(f, seg):
                 (n_lines, n_ok, n_bad, n_blank), labels, offsets, idx, val, pos = _parse_chunk(
                     buf, self.strict, bad_line, bad_code)
-                self._account(path, buf, first_line, n_lines, n_ok, n_bad, n_blank, bad_line,
+                self._account(where, buf, first_line, n_lines, n_ok, n_bad, n_blank, bad_line,
                               bad_code)
                 nnz = int(offsets[n_ok])
                 field = np.minimum(pos[:nnz], last)
@@ -83,4 +83,4 @@ class LibsvmReader(TextReader):
                             make_keys(field, idx[:nnz]), field, val[:nnz], offsets[:n_ok + 1],
                             self.n_fields)
                 if n_bad and self.strict:
-                    self._raise_first_bad(path, first_line, bad_line, bad_code)
+                    self._raise_first_bad(where, first_line, bad_line, bad_code)

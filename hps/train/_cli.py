@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from ..config import DENSE_OPTIMIZERS, DEVICES, FORMATS, SPARSE_OPTIMIZERS, Config
+from ..config import DENSE_OPTIMIZERS, DEVICES, FORMATS, MPI_WAITS, SPARSE_OPTIMIZERS, SPARSE_SYNCS, Config
 from ..errors import HpsError, InvalidInputError
 
 EXIT_BAD_INPUT = 2
@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--label-column", default=S, help="csv: label column (click)")
     g.add_argument("--libsvm-fields", type=int, default=S, help="libsvm: positional fields")
     g.add_argument("--strict", action="store_true", default=S, help="stop at the first malformed line")
+    g.add_argument("--data-shards", type=int, default=S,
+                   help="shards the data is cut into, read K/N per rank; one process with K shards "
+                        "trains exactly like K ranks (default: the number of ranks)")
     g = p.add_argument_group("model")
     g.add_argument("--embedding-dim", type=int, default=S, help="embedding width (16)")
     g.add_argument("--hidden", default=S, help="MLP hidden sizes, comma separated (128,64)")
@@ -64,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--metrics-out", default=S, help="write metrics as JSON to this file")
     g.add_argument("--plots", default=S, help="draw figures (PNG) into this directory (matplotlib)")
     g.add_argument("--ranks-per-node", type=int, default=S, help="MPI: ranks per node (auto)")
+    g.add_argument("--sparse-sync", choices=SPARSE_SYNCS, default=S,
+                   help="MPI: owner = each row lives at its owner rank, which serves it and applies its "
+                        "summed gradient; allreduce = every rank holds the batch's rows (Appendix C.3) (owner)")
+    g.add_argument("--mpi-wait", choices=MPI_WAITS, default=S,
+                   help="MPI: how a rank waits in a collective: spin, yield (poll with sleeps), or auto = "
+                        "yield when the ranks on a node outnumber its cores (auto)")
     g.add_argument("--no-progress", dest="progress", action="store_false", default=S,
                    help="no progress bar")
     return p
@@ -113,7 +122,7 @@ def main(argv=None) -> int:
             comm = MPI.COMM_WORLD
         from ._run import run
 
-        run(cfg, comm=comm)
+        run(cfg, comm=comm, on_fatal=(lambda e: _abort(comm, e)) if comm is not None else None)
         return 0
     except KeyboardInterrupt:
         print("hps: interrupted", file=sys.stderr)
@@ -122,10 +131,22 @@ def main(argv=None) -> int:
         return _fail(comm, e, EXIT_BAD_INPUT if _is_bad_input(e) else EXIT_FAILED)
     except Exception as e:
         if comm is not None and comm.Get_size() > 1:
-            from ..comm import abort_job
-
-            abort_job(comm, e, EXIT_FAILED)  # with the traceback: this is a bug, not bad input
+            _abort(comm, e)
         raise
+
+
+def _abort(comm, e: BaseException) -> None:
+    """End the whole MPI job for ``e``, naming this rank: one line for hps errors, the traceback for
+    anything else (a bug). Also called from a failing pipeline thread (``Trainer(on_fatal=...)``)."""
+    if comm.Get_size() < 2:
+        return
+    cause = e.__cause__ if getattr(e, "stage", None) else e
+    if isinstance(cause, (HpsError, OSError)):
+        _fail(comm, e, EXIT_BAD_INPUT if _is_bad_input(e) else EXIT_FAILED)
+    else:
+        from ..comm import abort_job
+
+        abort_job(comm, e, EXIT_FAILED)
 
 
 def _is_bad_input(e: BaseException) -> bool:
