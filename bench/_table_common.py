@@ -1,10 +1,15 @@
 """Shared defaults of the hash-table benchmarks (one file per operation, like cuCollections/HKV).
 
-Workload: a table of ``N_SLOTS`` slots filled to load factor ``lf`` with random uint64 keys, then one
-batch of ``BATCH`` keys drawn from the present keys — uniformly, or Zipf(``ZIPF_A``) over a random
-popularity order. Figures are rows (= keys) per second. Peers measured in the same run:
-``np.take`` of the same number of random rows of the same dim from a dense array (the memory-bandwidth
-reference) and, for ``get``, a Python ``dict`` doing the same lookups.
+Workload: a table of ``N_SLOTS`` slots holding the ``lf * N_SLOTS`` keys of :func:`present_keys`
+(random uint64), and one batch of ``BATCH`` draws from them: uniform, or Zipf(``ZIPF_A``) over a
+random popularity order (:func:`batch_index`). Figures are keys (= rows) per second, printed in
+M keys/s.
+
+The memory-bandwidth peer, measured in the same run: ``np.take(..., mode="clip")`` from a dense
+(``lf * N_SLOTS``, dim) float32 array, of the very row positions the hps batch touches (same
+distribution, same repeats). ``mode="clip"``: NumPy buffers ``out=`` under the default
+``mode="raise"``, a slow path. ``get(out=)`` is compared with ``np.take(out=)``, the allocating
+``get`` with the allocating ``np.take``; insert, accumulate and erase with ``np.take(out=)``.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import os
 import time
 
 import numpy as np
+import pytest
 
 from hps import HashTable
 
@@ -24,6 +30,15 @@ DIMS = (8, 32, 64)
 DISTS = ("uniform", "zipf")
 ZIPF_A = 1.05
 DEVICES = ("cpu", "cuda")
+ROUNDS = 5   # keys/s from the fastest round
+
+
+def table_cases(fn):
+    """Parametrize a benchmark over lf x dim x dist x device, ids like ``lf=0.5-dim=32-uniform-cpu``."""
+    fn = pytest.mark.parametrize("lf", LOAD_FACTORS, ids=lambda v: f"lf={v}")(fn)
+    fn = pytest.mark.parametrize("dim", DIMS, ids=lambda v: f"dim={v}")(fn)
+    fn = pytest.mark.parametrize("dist", DISTS)(fn)
+    return pytest.mark.parametrize("device", DEVICES)(fn)
 
 
 def cuda_ok() -> bool:
@@ -35,47 +50,35 @@ def cuda_ok() -> bool:
         return False
 
 
+def skip_without(device: str) -> None:
+    if device == "cuda" and not cuda_ok():
+        pytest.skip("no CUDA GPU")
+
+
 @functools.lru_cache(maxsize=2)
 def present_keys(lf: float) -> np.ndarray:
+    """(lf * N_SLOTS,) uint64 distinct random keys (sorted)."""
     n = int(lf * N_SLOTS)
     rng = np.random.default_rng(1234)
     return np.unique(rng.integers(0, 2**63, int(n * 1.01), dtype=np.uint64))[:n]
 
 
-def batch_of(keys: np.ndarray, dist: str, seed: int = 7) -> np.ndarray:
+def batch_index(n: int, dist: str, seed: int = 7) -> np.ndarray:
+    """(BATCH,) int64 draws from [0, n): uniform, or Zipf(ZIPF_A) ranks over a random popularity order."""
     rng = np.random.default_rng(seed)
     if dist == "uniform":
-        return keys[rng.integers(0, keys.shape[0], BATCH)]
-    ranks = np.minimum(rng.zipf(ZIPF_A, BATCH) - 1, keys.shape[0] - 1)
-    return keys[rng.permutation(keys.shape[0])[ranks]]
+        return rng.integers(0, n, BATCH)
+    ranks = np.minimum(rng.zipf(ZIPF_A, BATCH) - 1, n - 1)
+    return rng.permutation(n)[ranks]
 
 
-def filled_table(lf: float, dim: int, device: str = "cpu") -> HashTable:
-    keys = present_keys(lf)
-    table = HashTable(keys.shape[0], dim, device=device, max_load_factor=lf)
-    assert table.n_slots == N_SLOTS
-    for a in range(0, keys.shape[0], BATCH):
-        k = keys[a:a + BATCH]
-        table.insert(k, np.ones((k.shape[0], dim), np.float32))
-    return table
-
-
-def rows_per_sec(fn, rounds: int = 5) -> float:
-    """Best-of-``rounds`` rows/s of ``fn`` processing ``BATCH`` rows."""
-    best = float("inf")
-    for _ in range(rounds):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return BATCH / best
-
-
-def take_rows_per_sec(n_rows: int, dim: int) -> float:
-    """Peer: ``np.take`` of BATCH random rows from an (n_rows, dim) float32 array."""
-    dense = np.ones((n_rows, dim), np.float32)
-    idx = np.random.default_rng(3).integers(0, n_rows, BATCH)
-    out = np.empty((BATCH, dim), np.float32)
-    return rows_per_sec(lambda: np.take(dense, idx, axis=0, out=out))
+def keys_outside(lf: float, idx: np.ndarray) -> np.ndarray:
+    """The present keys (uint64) of ``present_keys(lf)`` that the batch ``idx`` does not draw: an
+    insert-new round starts from a table holding exactly these, so every distinct key of the batch
+    is new and the table ends at load factor lf."""
+    keep = np.ones(present_keys(lf).shape[0], dtype=bool)
+    keep[idx] = False
+    return present_keys(lf)[keep]
 
 
 def rows_on(device: str, rows: np.ndarray):
@@ -87,30 +90,77 @@ def rows_on(device: str, rows: np.ndarray):
     return rows
 
 
-def skip_without(device: str) -> None:
-    if device == "cuda" and not cuda_ok():
-        import pytest
+def sync(device: str) -> None:
+    if device == "cuda":
+        from numba import cuda
 
-        pytest.skip("no CUDA GPU")
+        cuda.synchronize()
 
 
-def run_table_op(benchmark, record, op, lf, dim, dist, device="cpu", setup=None):
-    """Benchmark ``op(table, keys)`` and record keys/s with the np.take peer's ratio."""
-    table = filled_table(lf, dim, device)
-    keys = rows_on(device, batch_of(present_keys(lf), dist))
+def fill(table: HashTable, keys: np.ndarray) -> None:
+    """Insert ``keys`` (host uint64) with rows of ones, BATCH keys per call."""
+    for a in range(0, keys.shape[0], BATCH):
+        k = keys[a:a + BATCH]
+        table.insert(k, np.ones((k.shape[0], table.dim), np.float32))
+
+
+def empty_table(lf: float, dim: int, device: str = "cpu") -> HashTable:
+    """A table of N_SLOTS slots sized for ``present_keys(lf)`` at max load factor lf."""
+    table = HashTable(present_keys(lf).shape[0], dim, device=device, max_load_factor=lf)
+    assert table.n_slots == N_SLOTS
+    return table
+
+
+def filled_table(lf: float, dim: int, device: str = "cpu") -> HashTable:
+    table = empty_table(lf, dim, device)
+    fill(table, present_keys(lf))
+    return table
+
+
+def rows_per_sec(fn, rounds: int = ROUNDS) -> float:
+    """Best-of-``rounds`` rows/s of ``fn`` processing ``BATCH`` rows."""
+    best = float("inf")
+    for _ in range(rounds):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return BATCH / best
+
+
+def take_rows_per_sec(n_rows: int, dim: int, idx: np.ndarray, out: bool = True) -> float:
+    """Peer: ``np.take(mode="clip")`` of the rows ``idx`` (BATCH,) from an (n_rows, dim) float32 array,
+    into a preallocated ``out`` or allocating."""
+    dense = np.ones((n_rows, dim), np.float32)
+    if not out:
+        return rows_per_sec(lambda: np.take(dense, idx, axis=0, mode="clip"))
+    buf = np.empty((idx.shape[0], dim), np.float32)
+    return rows_per_sec(lambda: np.take(dense, idx, axis=0, out=buf, mode="clip"))
+
+
+def run_table_op(benchmark, record, op, table, idx, lf, setup=None, take_out=True, **extra):
+    """Benchmark ``op(table, keys)`` on the batch ``keys = present_keys(lf)[idx]`` and record keys/s
+    beside the np.take peer of the same row positions.
+
+    ``setup(table)``, if given, runs untimed before every round (and before the warm-up);
+    ``take_out`` picks the peer's ``np.take(out=)`` (True) or allocating form; ``extra`` goes into
+    the record. Returns keys/s."""
+    device = table.device
+    keys = rows_on(device, present_keys(lf)[idx])
+
+    def prepare():
+        if setup is not None:
+            setup(table)
+            sync(device)
+        return (), {}
 
     def once():
-        if setup is not None:
-            setup(table, keys)
         op(table, keys)
-        if device == "cuda":
-            from numba import cuda
+        sync(device)
 
-            cuda.synchronize()
-
+    prepare()
     once()  # warm-up (JIT)
-    benchmark.pedantic(once, rounds=5, iterations=1)
+    benchmark.pedantic(once, setup=prepare, rounds=ROUNDS, iterations=1)
     ops = BATCH / benchmark.stats.stats.min
-    take = take_rows_per_sec(present_keys(lf).shape[0], dim)
-    record(keys_per_s=ops, take_rows_per_s=take, ratio_vs_take=ops / take, device=device)
+    take = take_rows_per_sec(present_keys(lf).shape[0], table.dim, idx, out=take_out)
+    record(keys_per_s=ops, take_rows_per_s=take, ratio_vs_take=ops / take, device=device, **extra)
     return ops

@@ -1,7 +1,7 @@
 """MEM-PS cache policy: hit rate of ``hps.mem.replay`` on Zipf traces beside Belady's optimum.
 
-Run: ``pytest bench/bench_cache.py --benchmark-only -s`` (prints a table; figures also go to
-``benchmark.extra_info``). ``HPS_BENCH_CACHE_BATCHES`` shrinks the trace for a quick look.
+Run: ``pytest bench/bench_cache.py --benchmark-only`` (prints a table at the end; figures also go
+to ``benchmark.extra_info``). ``HPS_BENCH_CACHE_BATCHES`` shrinks the trace for a quick look.
 
 Workload (shared defaults below): ``N_KEYS`` distinct keys with Zipf(alpha) popularity over a random
 popularity order; ``N_BATCHES`` batches of ``BATCH_DRAWS`` draws; each batch is de-duplicated and
@@ -12,8 +12,17 @@ Peers in the same run, on the same access sequence:
 - ``belady``: the offline optimum for batch-granular access (evict the cached key not in the current
   batch whose next use is farthest), computed here with Numba.
 - ``lru`` / ``lfu``: plain LRU, and LFU with frequencies counted while cached.
-Targets: lru+lfu >= 0.85 x Belady at alpha 1.0 with a 10 % cache, never below plain LRU; cache
-throughput >= 5 M keys/s (draws replayed per second).
+
+Same memory for every policy: ``lru+lfu`` keeps a ghost frequency table (16 B a cell,
+``DEFAULT_GHOST_FACTOR`` cells per cached row rounded up to a power of two: 64-128 B a row) that
+the plain policies do not have. Each case gives every policy the same bytes, rows of ``ROW_BYTES``
+(hps's default row: embedding 16 + Adagrad accumulator 16, float32) plus its ghost table, at two
+levels (``memory``): ``budget`` = ``cache_frac * N_KEYS`` rows, so lru+lfu holds fewer rows to pay
+for its ghost table; ``budget+ghost`` = that plus lru+lfu's ghost table at those rows, so lru+lfu
+holds ``cache_frac * N_KEYS`` rows and the plain policies get the ghost table's bytes as extra rows.
+Per-slot bookkeeping (key, links, counters: the same for every policy) is counted in neither.
+Belady gets the same bytes as rows. Targets: lru+lfu >= 0.85 x Belady at alpha 1.0 with a 10 %
+cache, never below plain LRU; cache throughput >= 5 M keys/s (draws replayed per second).
 """
 
 from __future__ import annotations
@@ -25,7 +34,8 @@ import pytest
 from numba import njit
 
 from hps._hashing import mix64
-from hps.mem import replay
+from hps.mem import POLICIES as POLICY_SETTINGS
+from hps.mem import RowCache, replay
 
 N_KEYS = 200_000
 BATCH_DRAWS = 4096
@@ -33,12 +43,13 @@ N_BATCHES = int(os.environ.get("HPS_BENCH_CACHE_BATCHES", "1500"))
 ALPHAS = (0.8, 1.0, 1.2)
 CACHE_FRACTIONS = (0.02, 0.10)
 POLICIES = ("lru+lfu", "lru", "lfu")
+MEMORY = ("budget", "budget+ghost")
+ROW_BYTES = int(os.environ.get("HPS_BENCH_CACHE_ROW_BYTES", "128"))
 ROUNDS = int(os.environ.get("HPS_BENCH_CACHE_ROUNDS", "5"))  # keys/s from the fastest round
 SEED = 2024
 
 _TRACES: dict = {}
 _BELADY: dict = {}
-_TABLE: list = []
 
 
 @njit(cache=True)
@@ -154,13 +165,41 @@ def belady(alpha: float, capacity: int) -> float:
     return _BELADY[key]
 
 
+def ghost_bytes(policy: str, rows: int) -> int:
+    """Bytes of the ghost table a RowCache of ``rows`` rows playing ``policy`` holds beside its rows."""
+    lru_fraction, ghost_factor = POLICY_SETTINGS[policy]
+    return RowCache(max(rows, 1), 1, lru_fraction=lru_fraction, ghost_factor=ghost_factor).ghost_bytes
+
+
+def rows_within(policy: str, memory_bytes: int) -> int:
+    """Most rows r with r * ROW_BYTES + ghost_bytes(policy, r) <= memory_bytes (the ghost table
+    grows with r in power-of-two steps, so bisect)."""
+    lo, hi = 0, memory_bytes // ROW_BYTES
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if mid * ROW_BYTES + ghost_bytes(policy, mid) <= memory_bytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def memory_of(cache_frac: float, memory: str) -> int:
+    """Bytes every policy gets at this memory level (see the module docstring)."""
+    rows = int(cache_frac * N_KEYS)
+    extra = ghost_bytes("lru+lfu", rows) if memory == "budget+ghost" else 0
+    return rows * ROW_BYTES + extra
+
+
 @pytest.mark.parametrize("policy", POLICIES)
-@pytest.mark.parametrize("cache_frac", CACHE_FRACTIONS)
-@pytest.mark.parametrize("alpha", ALPHAS)
-def test_replay_hit_rate(benchmark, record, alpha, cache_frac, policy):
+@pytest.mark.parametrize("memory", MEMORY, ids=lambda v: f"memory={v}")
+@pytest.mark.parametrize("cache_frac", CACHE_FRACTIONS, ids=lambda v: f"cache={v:.0%}")
+@pytest.mark.parametrize("alpha", ALPHAS, ids=lambda v: f"alpha={v}")
+def test_replay_hit_rate(benchmark, record, alpha, cache_frac, memory, policy):
     _, keys = zipf_trace(alpha)
-    capacity = int(cache_frac * N_KEYS)
-    opt = belady(alpha, capacity)
+    mem = memory_of(cache_frac, memory)
+    capacity = rows_within(policy, mem)
+    opt = belady(alpha, mem // ROW_BYTES)
     replay(keys[:4], capacity, policy)  # compile outside the timing
     result = {}
 
@@ -170,27 +209,30 @@ def test_replay_hit_rate(benchmark, record, alpha, cache_frac, policy):
     benchmark.pedantic(run, rounds=ROUNDS, iterations=1)
     rate = result["hit_rate"]
     draws = N_BATCHES * BATCH_DRAWS
-    figures = dict(alpha=alpha, cache_frac=cache_frac, policy=policy, hit_rate=rate, belady=opt,
-                   of_belady=rate / opt, keys_per_s=draws / benchmark.stats.stats.min)
-    record(**figures)
-    _TABLE.append(figures)
+    record(alpha=alpha, cache_frac=cache_frac, memory=memory, memory_bytes=mem, policy=policy, rows=capacity,
+           ghost_bytes=ghost_bytes(policy, capacity), hit_rate=rate, belady=opt, of_belady=rate / opt,
+           keys_per_s=draws / benchmark.stats.stats.min)
 
 
-def test_zz_print_table(benchmark):
-    """Prints the comparison table of the runs above (a no-op benchmark so --benchmark-only keeps it)."""
-    benchmark.pedantic(lambda: None, rounds=1, iterations=1)
-    if not _TABLE:
-        pytest.skip("no replay results in this run")
-    by = {(r["alpha"], r["cache_frac"], r["policy"]): r for r in _TABLE}
-    print(f"\nZipf replay: {N_KEYS} keys, {N_BATCHES} batches x {BATCH_DRAWS} draws (hit rate over distinct keys)")
-    head = f"{'alpha':>5} {'cache':>6} {'belady':>7}" + "".join(f" {p:>8} {'/opt':>5}" for p in POLICIES)
-    print(head + "".join(f" {p + ' Mk/s':>12}" for p in POLICIES))
-    for a in ALPHAS:
-        for f in CACHE_FRACTIONS:
-            rows = [by.get((a, f, p)) for p in POLICIES]
-            if rows[0] is None:
-                continue
-            line = f"{a:>5} {f:>6.0%} {rows[0]['belady']:>7.4f}"
-            for r in rows:
-                line += f" {r['hit_rate']:>8.4f} {r['of_belady']:>5.3f}" if r else f" {'-':>8} {'-':>5}"
-            print(line + "".join(f" {r['keys_per_s'] / 1e6:>12.2f}" if r else f" {'-':>12}" for r in rows))
+def summary_lines(figures: list) -> list:
+    """The comparison table of the replay cases of this run (printed by bench/conftest.py)."""
+    by = {(r["alpha"], r["cache_frac"], r["memory"], r["policy"]): r for r in figures}
+    out = [f"Zipf replay: {N_KEYS} keys, {N_BATCHES} batches x {BATCH_DRAWS} draws (hit rate over distinct "
+           f"keys); rows of {ROW_BYTES} B; every policy gets the same bytes (rows + ghost table):",
+           "  memory 'budget' = cache x N_KEYS rows; 'budget+ghost' = that plus lru+lfu's ghost table at "
+           "those rows (what only lru+lfu had before)"]
+    head = f"{'memory':>12} {'alpha':>5} {'cache':>6} {'belady':>7}"
+    out.append(head + "".join(f" {p + ' rows':>13} {'hit':>6} {'/opt':>5} {'Mk/s':>6}" for p in POLICIES))
+    for m in MEMORY:
+        for a in ALPHAS:
+            for f in CACHE_FRACTIONS:
+                rows = [by.get((a, f, m, p)) for p in POLICIES]
+                some = next((r for r in rows if r), None)
+                if some is None:
+                    continue
+                line = f"{m:>12} {a:>5} {f:>6.0%} {some['belady']:>7.4f}"
+                for r in rows:
+                    line += (f" {r['rows']:>13} {r['hit_rate']:>6.4f} {r['of_belady']:>5.3f} "
+                             f"{r['keys_per_s'] / 1e6:>6.2f}" if r else f" {'-':>13} {'-':>6} {'-':>5} {'-':>6}")
+                out.append(line)
+    return out

@@ -1,7 +1,7 @@
 """PyTorch peer of the hps CTR model, and the "everything in memory" NumPy reference trainer.
 
 Both train the same network as :class:`hps.model.CTRModel` from the same initial values, with the same
-optimizers, on the same mini-batches in the same order, with the same thread count:
+optimizers, on the same mini-batches in the same order, on the same cores:
 
 - :func:`train_torch`: ``nn.EmbeddingBag(mode="sum", per_sample_weights)`` over one bag per
   (example, field), ``nn.Linear`` + ReLU MLP with weights copied from a ``CTRModel``, sparse
@@ -11,14 +11,23 @@ optimizers, on the same mini-batches in the same order, with the same thread cou
 
 Embeddings start from :func:`hps.model.init_embeddings` of each key (the table is the sorted union of
 the keys of the train and eval data, so no key is missing at eval). Every ``Batch`` handed to the
-trainers is one mini-batch (one optimizer step); :func:`minibatches` cuts bigger batches.
+trainers is one mini-batch (one optimizer step); :func:`minibatches` cuts bigger batches. The peers'
+data preparation (key -> table row, EmbeddingBag inputs, tensors) happens before their timed loop.
+
+Same cores: ``--cores N`` (default 2) pins the whole process (hps's pipeline threads, the peers, every
+BLAS / OpenMP / Numba pool) to the same N CPUs with ``os.sched_setaffinity``, sets
+``torch.set_num_threads(N)`` and ``OPENBLAS/OMP/MKL/NUMBA_NUM_THREADS=N``. hps runs a 4-thread
+pipeline, the peers one Python thread plus their thread pools, so each trainer's examples/s is also
+given per busy core: busy cores = process CPU seconds / wall seconds over its training (for hps, the
+``Trainer.fit`` call), per-core examples/s = examples/s / busy cores.
 
 Run::
 
-    python -m bench.peer_torch --data synthetic --rows 200000 --threads 1
-    python -m bench.peer_torch --data frappe --epochs 3
+    python -m bench.peer_torch --data synthetic --rows 200000 --cores 2
+    python -m bench.peer_torch --data frappe --epochs 3 --cores 2
 
-prints AUC / logloss / examples/s of both and the examples/s ratio NumPy-reference : torch.
+prints AUC / logloss / examples/s / busy cores / per-core examples/s of each trainer and the ratios
+of hps and the NumPy reference to torch, overall and per core.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ from hps.data import Batch, open_dataset
 from hps.metrics import auc, logloss
 from hps.model import CTRModel, ModelConfig, init_embeddings, make_optimizers
 
-__all__ = ["bag_inputs", "minibatches", "build_vocab", "train_torch", "train_numpy_reference"]
+__all__ = ["bag_inputs", "minibatches", "build_vocab", "train_torch", "train_numpy_reference", "CpuClock"]
 
 FRAPPE_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "frappe"
 
@@ -69,6 +78,25 @@ def bag_inputs(ids, batch: Batch):
             np.ascontiguousarray(batch.weights[order], dtype=np.float32))
 
 
+class CpuClock:
+    """``with clock:`` measures wall seconds and this process's CPU seconds (all threads) over the block;
+    ``busy_cores`` = cpu / wall."""
+
+    wall = cpu = 0.0
+
+    def __enter__(self):
+        self._w0, self._c0 = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall = time.perf_counter() - self._w0
+        self.cpu = time.process_time() - self._c0
+
+    @property
+    def busy_cores(self) -> float:
+        return self.cpu / self.wall if self.wall else 0.0
+
+
 def _evaluate(predict, eval_batches):
     ys, ps = [], []
     for b in eval_batches:
@@ -92,28 +120,29 @@ def train_numpy_reference(train_batches, eval_batches, cfg: ModelConfig, epochs:
     sparse, dense = make_optimizers(cfg)
     table = sparse.init_rows(init_embeddings(vocab, cfg.emb_dim, cfg.seed, cfg.emb_init_scale, model.dtype))
     d = cfg.emb_dim
+    ids = [np.searchsorted(vocab, b.keys) for b in train_batches]  # data preparation, untimed
     if train_batches:  # warm-up (JIT compile or load the kernels' cache) outside the timing; no step
-        b = train_batches[0]
-        uids, inv = np.unique(np.searchsorted(vocab, b.keys), return_inverse=True)
-        model.forward_backward(table[uids, :d], inv, b)
+        uids, inv = np.unique(ids[0], return_inverse=True)
+        model.forward_backward(table[uids, :d], inv, train_batches[0])
     n_ex = 0
-    t0 = time.perf_counter()
-    for _ in range(epochs):
-        for b in train_batches:
-            uids, inv = np.unique(np.searchsorted(vocab, b.keys), return_inverse=True)
-            rows = table[uids]
-            _, _, g_emb, g_dense = model.forward_backward(rows[:, :d], inv, b)
-            table[uids] = sparse.apply(rows, g_emb)
-            dense.step(model.params, g_dense)
-            n_ex += len(b)
-    secs = time.perf_counter() - t0
+    with CpuClock() as clock:
+        for _ in range(epochs):
+            for b, b_ids in zip(train_batches, ids):
+                uids, inv = np.unique(b_ids, return_inverse=True)
+                rows = table[uids]
+                _, _, g_emb, g_dense = model.forward_backward(rows[:, :d], inv, b)
+                table[uids] = sparse.apply(rows, g_emb)
+                dense.step(model.params, g_dense)
+                n_ex += len(b)
+    secs = clock.wall
 
     def predict(b):
         uids, inv = np.unique(np.searchsorted(vocab, b.keys), return_inverse=True)
         return model.predict(table[uids, :d], inv, b)
 
     a, ll = _evaluate(predict, eval_batches)
-    out = dict(auc=a, logloss=ll, examples_per_sec=n_ex / secs, train_seconds=secs, examples=n_ex)
+    out = dict(auc=a, logloss=ll, examples_per_sec=n_ex / secs, train_seconds=secs, examples=n_ex,
+               busy_cores=clock.busy_cores)
     if return_state:
         out.update(vocab=vocab, table=table, dense=model.state_dict())
     return out
@@ -160,38 +189,44 @@ def train_torch(train_batches, eval_batches, cfg: ModelConfig, epochs: int = 1, 
     F, d = cfg.n_fields, cfg.emb_dim
     np_dtype = np.dtype(cfg.dtype)
 
-    def logits(b):
+    def prepare(b):
+        """Tensors of one batch: (n, input, offsets, per-sample weights, dense or None, labels)."""
         idx, off, w = bag_inputs(np.searchsorted(vocab, b.keys), b)
-        pooled = emb(torch.from_numpy(idx), torch.from_numpy(off),
-                     per_sample_weights=torch.from_numpy(w.astype(np_dtype, copy=False))).view(len(b), F * d)
-        if cfg.n_dense:
-            pooled = torch.cat([pooled, torch.from_numpy(b.dense.astype(np_dtype, copy=False))], dim=1)
+        dense_x = torch.from_numpy(b.dense.astype(np_dtype, copy=False)) if cfg.n_dense else None
+        return (len(b), torch.from_numpy(idx), torch.from_numpy(off),
+                torch.from_numpy(w.astype(np_dtype, copy=False)), dense_x,
+                torch.from_numpy(b.labels.astype(np_dtype, copy=False)))
+
+    def logits(p):
+        n, idx, off, w, dense_x, _ = p
+        pooled = emb(idx, off, per_sample_weights=w).view(n, F * d)
+        if dense_x is not None:
+            pooled = torch.cat([pooled, dense_x], dim=1)
         return mlp(pooled)[:, 0]
 
-    if train_batches:  # warm-up outside the timing, as for the reference; no step
-        logits(train_batches[0]).sum().backward()
+    prepared = [prepare(b) for b in train_batches if len(b)]  # data preparation, untimed
+    if prepared:  # warm-up outside the timing, as for the reference; no step
+        logits(prepared[0]).sum().backward()
     n_ex = 0
-    t0 = time.perf_counter()
-    for _ in range(epochs):
-        for b in train_batches:
-            if len(b) == 0:
-                continue
-            loss = nn.functional.binary_cross_entropy_with_logits(
-                logits(b), torch.from_numpy(b.labels.astype(np_dtype, copy=False)))
-            opt_s.zero_grad(set_to_none=True)
-            opt_d.zero_grad(set_to_none=True)
-            loss.backward()
-            opt_s.step()
-            opt_d.step()
-            n_ex += len(b)
-    secs = time.perf_counter() - t0
+    with CpuClock() as clock:
+        for _ in range(epochs):
+            for p in prepared:
+                loss = nn.functional.binary_cross_entropy_with_logits(logits(p), p[-1])
+                opt_s.zero_grad(set_to_none=True)
+                opt_d.zero_grad(set_to_none=True)
+                loss.backward()
+                opt_s.step()
+                opt_d.step()
+                n_ex += p[0]
+    secs = clock.wall
 
     def predict(b):
         with torch.no_grad():
-            return torch.sigmoid(logits(b)).numpy()
+            return torch.sigmoid(logits(prepare(b))).numpy()
 
     a, ll = _evaluate(predict, eval_batches)
-    out = dict(auc=a, logloss=ll, examples_per_sec=n_ex / secs, train_seconds=secs, examples=n_ex)
+    out = dict(auc=a, logloss=ll, examples_per_sec=n_ex / secs, train_seconds=secs, examples=n_ex,
+               busy_cores=clock.busy_cores)
     if return_state:
         out.update(vocab=vocab, table=emb.weight.detach().numpy()[: vocab.shape[0]].copy(),
                    dense={f"W{i // 2}": l.weight.detach().numpy().T.copy() for i, l in enumerate(mlp)
@@ -204,9 +239,10 @@ def train_torch(train_batches, eval_batches, cfg: ModelConfig, epochs: int = 1, 
 def train_hps(args) -> dict:
     """The real thing: ``hps.train.run`` (pipeline, HBM/MEM/SSD tiers) on the same data, model,
     optimizers and mini-batch order. Its examples/s includes reading and parsing the data, which the
-    peers get pre-loaded in memory."""
+    peers get pre-loaded in memory. Busy cores: over the ``Trainer.fit`` call (the metrics carry no
+    CPU time, so the call is wrapped here for the run)."""
     from hps.config import Config
-    from hps.train import run
+    from hps.train import _trainer, run
 
     flat = dict(format=args.data if args.data == "synthetic" else "libsvm", epochs=args.epochs, seed=args.seed,
                 batch_size=args.batch_size, minibatch_size=args.minibatch_size,
@@ -219,9 +255,19 @@ def train_hps(args) -> dict:
     else:
         flat.update(data=str(Path(args.frappe_dir) / "frappe.validation.libfm"),
                     eval_data=str(Path(args.frappe_dir) / "frappe.test.libfm"))
-    m = run(Config.from_flat(flat), log=lambda *a, **k: None)
+    clock, fit = CpuClock(), _trainer.Trainer.fit
+
+    def timed_fit(trainer):
+        with clock:
+            return fit(trainer)
+
+    _trainer.Trainer.fit = timed_fit
+    try:
+        m = run(Config.from_flat(flat), log=lambda *a, **k: None)
+    finally:
+        _trainer.Trainer.fit = fit
     return dict(auc=m["auc"], logloss=m["logloss"], examples_per_sec=m["examples_per_sec"],
-                train_seconds=m["train_seconds"], examples=m["examples"])
+                train_seconds=m["train_seconds"], examples=m["examples"], busy_cores=clock.busy_cores)
 
 
 # -- CLI ----------------------------------------------------------------------------------------
@@ -262,16 +308,24 @@ def main(argv=None) -> int:
     p.add_argument("--adagrad-init", type=float, default=0.001)
     p.add_argument("--dense-lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads and OPENBLAS_NUM_THREADS")
+    p.add_argument("--cores", type=int, default=2,
+                   help="pin every trainer to the same N CPUs; N threads for torch, BLAS, OpenMP and Numba")
     p.add_argument("--skip", choices=["torch", "numpy", "hps"], action="append", default=[],
                    help="do not run this trainer (repeatable)")
     p.add_argument("--json", default=None, help="also write the results to this file")
     args = p.parse_args(argv)
 
-    # NumPy's BLAS reads its thread count at import: re-run ourselves once with it set.
-    want = str(args.threads)
-    if os.environ.get("OPENBLAS_NUM_THREADS") != want and os.environ.get("_HPS_PEER_REEXEC") != "1":
-        env = dict(os.environ, OPENBLAS_NUM_THREADS=want, OMP_NUM_THREADS=want, _HPS_PEER_REEXEC="1")
+    allowed = sorted(os.sched_getaffinity(0))
+    if not 1 <= args.cores <= len(allowed):
+        p.error(f"--cores must be in [1, {len(allowed)}] (the CPUs this process may use), got {args.cores}")
+    cpus = allowed[:args.cores]
+    # Thread pools read their sizes at import, and threads started there keep the old affinity:
+    # pin, then re-run ourselves once with the sizes set (the affinity survives exec).
+    if os.environ.get("_HPS_PEER_REEXEC") != "1":
+        os.sched_setaffinity(0, cpus)
+        n = str(args.cores)
+        env = dict(os.environ, OPENBLAS_NUM_THREADS=n, OMP_NUM_THREADS=n, MKL_NUM_THREADS=n,
+                   NUMBA_NUM_THREADS=n, _HPS_PEER_REEXEC="1")
         os.execve(sys.executable, [sys.executable, "-m", "bench.peer_torch", *(argv or sys.argv[1:])], env)
 
     train, ev, nf, nd, note = _load(args)
@@ -282,7 +336,7 @@ def main(argv=None) -> int:
     vocab = build_vocab(train, ev)
     n_train = sum(len(b) for b in train)
     print(f"{note}; {n_train} train / {sum(len(b) for b in ev)} eval examples, {vocab.shape[0]} keys, "
-          f"mini-batch {args.minibatch_size}, {args.epochs} epoch(s), {args.threads} thread(s)")
+          f"mini-batch {args.minibatch_size}, {args.epochs} epoch(s), pinned to CPUs {cpus}")
     results = {}
     if "hps" not in args.skip:
         results["hps"] = train_hps(args)
@@ -291,20 +345,25 @@ def main(argv=None) -> int:
     if "torch" not in args.skip:
         import torch
 
-        results["torch"] = train_torch(train, ev, cfg, args.epochs, threads=args.threads, vocab=vocab)
+        results["torch"] = train_torch(train, ev, cfg, args.epochs, threads=args.cores, vocab=vocab)
         results["torch"]["version"] = torch.__version__
     for name, r in results.items():
+        r["examples_per_core_sec"] = r["examples_per_sec"] / r["busy_cores"]
         print(f"{name:16s} AUC {r['auc']:.4f}  logloss {r['logloss']:.4f}  "
-              f"{r['examples_per_sec']:,.0f} examples/s  ({r['train_seconds']:.1f} s)")
+              f"{r['examples_per_sec']:,.0f} examples/s  ({r['train_seconds']:.1f} s)  "
+              f"{r['busy_cores']:.2f} cores busy  {r['examples_per_core_sec']:,.0f} examples/s per core")
     if "torch" in results:
+        t = results["torch"]
         for name in ("hps", "numpy_reference"):
             if name in results:
-                ratio = results[name]["examples_per_sec"] / results["torch"]["examples_per_sec"]
-                results[f"ratio_{name}_over_torch"] = ratio
-                print(f"examples/s ratio {name} / torch: {ratio:.2f}x;  "
-                      f"AUC diff {results[name]['auc'] - results['torch']['auc']:+.4f}")
+                r = results[name]
+                results[f"ratio_{name}_over_torch"] = r["examples_per_sec"] / t["examples_per_sec"]
+                results[f"per_core_ratio_{name}_over_torch"] = r["examples_per_core_sec"] / t["examples_per_core_sec"]
+                print(f"{name} / torch: examples/s {results[f'ratio_{name}_over_torch']:.2f}x, per core "
+                      f"{results[f'per_core_ratio_{name}_over_torch']:.2f}x;  "
+                      f"AUC diff {r['auc'] - t['auc']:+.4f}")
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(args=vars(args), **results), indent=2, default=str))
+        Path(args.json).write_text(json.dumps(dict(args=vars(args), cpus=cpus, **results), indent=2, default=str))
     return 0
 
 

@@ -123,6 +123,14 @@ def test_lru_and_lfu_orders():
     assert ev.keys.tolist() == [5, 1, 2]  # freqs 1, 2, 4
 
 
+def test_ghost_bytes_are_reported_beside_the_budget():
+    # ghost_factor * capacity cells rounded up to a power of two, 16 bytes each; none without ghosts
+    c = RowCache(100, 8, ghost_factor=4.0)
+    assert c.budget_bytes == 100 * 8 * 4
+    assert c.ghost_bytes == 512 * 16
+    assert RowCache(100, 8, ghost_factor=0).ghost_bytes == 0
+
+
 def test_everything_pinned_and_budget_message():
     c = RowCache(4, 8, dtype=np.float32)
     c.put(_u([1, 2, 3, 4]), np.zeros((4, 8)), pin=True)

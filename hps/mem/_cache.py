@@ -143,7 +143,13 @@ class RowCache:
     # ------------------------------------------------------------------ introspection
     @property
     def budget_bytes(self) -> int:
+        """Bytes of the cached rows (capacity_rows * row_width * itemsize); the ghost table is extra."""
         return self.capacity_rows * self.row_width * self.dtype.itemsize
+
+    @property
+    def ghost_bytes(self) -> int:
+        """Bytes of the ghost frequency table, held beside the rows and not part of ``budget_bytes``."""
+        return self._ghost.nbytes
 
     def __len__(self) -> int:
         return self.capacity_rows - int(self._st[K.ST_FREE_TOP])
