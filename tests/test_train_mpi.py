@@ -88,24 +88,25 @@ def reference(tmp_path_factory, data_file):
     return get
 
 
-@pytest.mark.parametrize("data, n, extra", [
-    ("synthetic", 2, []),
-    ("criteo", 2, ["--mpi-wait", "spin"]),
-    ("criteo", 4, ["--ranks-per-node", "2", "--mem-budget", "64KB", "--rows-per-file", "128"]),
-    ("synthetic", 4, ["--sparse-sync", "allreduce", "--ranks-per-node", "2"]),
+@pytest.mark.parametrize("data, n, k, extra", [
+    ("synthetic", 2, 2, []),
+    ("criteo", 2, 2, ["--mpi-wait", "spin"]),
+    ("criteo", 4, 4, ["--ranks-per-node", "2", "--mem-budget", "64KB", "--rows-per-file", "128"]),
+    ("synthetic", 4, 4, ["--sparse-sync", "allreduce", "--ranks-per-node", "2"]),
+    ("criteo", 2, 4, []),  # two shards per rank
 ])
 def test_ranks_end_with_the_model_of_one_process_reading_the_same_shards(mpiexec, reference, data_file,
-                                                                          tmp_path, data, n, extra):
-    ref, mref = reference(data, n)
+                                                                          tmp_path, data, n, k, extra):
+    ref, mref = reference(data, k)
     args = SMALL if data == "synthetic" else criteo_args(data_file)
-    proc = mpirun(mpiexec, n, [*args, *extra, "--export", str(tmp_path / "model"),
-                               "--metrics-out", str(tmp_path / "m.json")])
+    proc = mpirun(mpiexec, n, [*args, *extra, *(["--data-shards", str(k)] if k != n else []),
+                               "--export", str(tmp_path / "model"), "--metrics-out", str(tmp_path / "m.json")])
     assert proc.returncode == 0, proc.stderr[-3000:]
     model = load_export(tmp_path / "model")
     compare(ref, model, 1e-5)
     m = json.loads((tmp_path / "m.json").read_text())
     assert round(m["auc"], 4) == round(mref["auc"], 4)
-    assert m["ranks"] == n and m["data_shards"] == n and m["examples"] == mref["examples"]
+    assert m["ranks"] == n and m["data_shards"] == k and m["examples"] == mref["examples"]
     assert len(m["loss_per_batch"]) == len(mref["loss_per_batch"])
     # every row lives at its owner: rank r's export holds exactly the keys rank r owns
     for r in range(n):

@@ -285,14 +285,16 @@ class Trainer:
 
     def rank_metrics(self) -> dict:
         """This rank's share of the work: bytes parsed, peak resident rows, bytes sent by kind, CPU
-        seconds of each stage's thread outside MPI, seconds inside MPI, SSD-PS figures."""
+        seconds of each stage's thread outside MPI, wall and CPU seconds inside MPI, SSD-PS figures."""
         chans = self.coll.channels()
         times = self.pipeline.stage_times()
         cpu = {s: times[s].cpu - (chans[c].mpi_cpu_seconds if c else 0.0) for s, c in STAGE_CHANNELS.items()}
         mpi = {s: chans[c].mpi_seconds for s, c in STAGE_CHANNELS.items() if c}
+        mpi_cpu = {s: chans[c].mpi_cpu_seconds for s, c in STAGE_CHANNELS.items() if c}
         st = self.store.stats()
         return {"bytes_parsed": self.feed.bytes_parsed, "resident_rows": self.peak_resident,
                 "bytes_sent": self.coll.bytes_sent(), "stage_cpu_seconds": cpu, "mpi_seconds": mpi,
+                "mpi_cpu_seconds": mpi_cpu,
                 "ssd": {k: st[k] for k in ("bytes_read", "bytes_written", "disk_bytes", "files", "live_rows")}}
 
     def metrics(self) -> dict:
@@ -328,6 +330,7 @@ class Trainer:
             "bytes_sent_per_rank": [r["bytes_sent"] for r in per],
             "stage_cpu_seconds": [r["stage_cpu_seconds"] for r in per],
             "mpi_seconds": [r["mpi_seconds"] for r in per],
+            "mpi_cpu_seconds": [r["mpi_cpu_seconds"] for r in per],
             "loss_per_batch": self.history["loss"],
         }
 
