@@ -18,6 +18,7 @@ from .errors import (
     DiskFullError,
     HashTableFullError,
     HpsError,
+    InternalError,
     InvalidInputError,
     InvalidTypeError,
     NumericalError,
@@ -65,4 +66,5 @@ __all__ = [
     "CommError",
     "PipelineError",
     "NumericalError",
+    "InternalError",
 ]

@@ -1,6 +1,7 @@
 """``KeyIndex``: a growable key -> int64 row index built on the CPU hash-table kernels.
 
-The tiers use it for their bookkeeping (SSD-PS key -> (file, slot); MEM-PS key -> cache slot).
+The tiers use it for their bookkeeping: the SSD-PS maps key -> (file, slot), the residency hierarchy
+of the trainer key -> last batch that used it. (The MEM-PS cache keeps its own map inside its kernels.)
 Unlike :class:`hps.HashTable` it grows: when a call would pass the capacity it rebuilds into a
 table twice as large (host-side allocation, outside any kernel).
 

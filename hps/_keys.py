@@ -13,7 +13,8 @@ EMPTY_KEY = np.uint64(0xFFFFFFFFFFFFFFFF)
 def as_keys(keys, name: str = "keys") -> np.ndarray:
     """Return ``keys`` as a 1-D C-contiguous uint64 host array, reinterpreting int64 bitwise.
 
-    Raises InvalidTypeError for other dtypes, InvalidInputError for a wrong shape or the sentinel.
+    Raises InvalidTypeError for other dtypes (an empty array of any dtype is accepted), InvalidInputError
+    for a wrong shape or the sentinel.
     """
     arr = np.asarray(keys)
     if arr.ndim != 1:
@@ -36,7 +37,8 @@ def as_keys(keys, name: str = "keys") -> np.ndarray:
 def check_rows(rows, n: int, dim: int, dtype, name: str = "values") -> np.ndarray:
     """Return ``rows`` as a C-contiguous (n, dim) host array of ``dtype``; raise on a wrong shape/dtype.
 
-    Integer-valued and other float inputs are cast (safe-kind cast); non-numeric inputs are rejected.
+    Other numeric dtypes (float, int, bool) are cast with ``astype`` (float64 rounds to float32);
+    non-numeric inputs are rejected.
     """
     arr = np.asarray(rows)
     if arr.shape != (n, dim):

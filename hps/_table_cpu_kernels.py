@@ -1,4 +1,5 @@
-"""CPU kernels of the open-addressing hash table (the twin of ``hps/gpu/_table_kernels.py``).
+"""CPU kernels of the open-addressing hash table (the twin of ``hps/gpu/_table_kernels.py``; the
+two-phase ``slot_order``/``claim_hidden``/``publish`` serve :class:`hps._index.KeyIndex` only).
 
 Layout, shared with the GPU kernels (see ``hps/table.py`` for the contract):
 

@@ -1,16 +1,30 @@
-"""Configuration: one dataclass per subsystem, composed into :class:`Config`; validated on construction.
+"""Configuration of a training job: one dataclass per part of the job (data, model options, tiers,
+training), composed into :class:`Config`; each validated on construction.
+
+These are the job's flags, not the libraries' own settings: the trainer builds ``hps.model.CTRModel``,
+the optimizers, ``hps.mem.MemPS`` and ``hps.ssd.SSDStore`` from these values (``hps.model.ModelConfig``
+and ``hps.mem.MemConfig`` serve callers of those libraries, not the job).
 
 Only ``hps.train``'s CLI parses arguments; everything else takes these objects. Sizes are global
 (``batch_size``/``minibatch_size`` describe the whole job; under ``mpirun -np N`` each rank reads its
 own shards of the data and contributes 1/N of every mini-batch).
+
+Every field's value is checked against its annotation on construction (an integer, a number, true or
+false, a string; ``| None`` = may be unset), so a TOML value of the wrong type is one clear
+``InvalidTypeError`` naming the option.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
+import os
 import re
 from dataclasses import dataclass, field, fields
 
-from .errors import InvalidInputError
+from .data import DEFAULT_MAX_MALFORMED
+from .data._batch import check_n_fields
+from .errors import InvalidInputError, InvalidTypeError
 
 FORMATS = ("synthetic", "criteo", "libsvm", "csv")
 SPARSE_OPTIMIZERS = ("adagrad", "sgd")
@@ -18,18 +32,65 @@ DENSE_OPTIMIZERS = ("adam", "sgd")
 DEVICES = ("cpu", "cuda")
 SPARSE_SYNCS = ("owner", "allreduce")
 MPI_WAITS = ("auto", "spin", "yield")
-_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
-          "G": 1 << 30, "GB": 1 << 30, "T": 1 << 40, "TB": 1 << 40}
+#: Seeds are unsigned 64-bit integers (they are mixed into uint64 key hashes).
+MAX_SEED = (1 << 64) - 1
+#: Size suffixes, all binary: K = KB = KiB = 2**10 bytes, and so on (case-insensitive).
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 def parse_bytes(text) -> int:
-    """``"512MB"`` -> 536870912; plain integers are bytes. Raises InvalidInputError."""
-    if isinstance(text, (int, float)):
+    """``"512MiB"`` = ``"512MB"`` = ``"512m"`` -> 536870912 (binary units K/M/G/T, with or without
+    ``B``/``iB``); plain integers are bytes. Raises InvalidInputError."""
+    if isinstance(text, numbers.Real) and not isinstance(text, bool):
         return int(text)
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]?B?)\s*", str(text).upper())
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(?:([KMGT])I?B?|B?)\s*", str(text).upper())
     if not m:
-        raise InvalidInputError(f"cannot read {text!r} as a size; use e.g. 512MB, 2GB or a byte count")
-    return int(float(m.group(1)) * _UNITS[m.group(2)])
+        raise InvalidInputError(f"cannot read {text!r} as a size; use e.g. 512MiB, 2GiB, 2g or a byte "
+                                "count (binary units: 1KiB = 1KB = 1k = 1024 bytes)")
+    return int(float(m.group(1)) * _UNITS[m.group(2) or ""])
+
+
+#: Annotation -> (accepted types, how the error message says it). Bools are not numbers here.
+_TYPES = {
+    "int": (numbers.Integral, "an integer"),
+    "float": (numbers.Real, "a finite number"),
+    "bool": (bool, "true or false"),
+    "str": ((str, os.PathLike), "a string"),
+    "tuple[int, ...]": ((list, tuple), "a list of integers"),
+}
+
+
+def _type_ok(value, ann: str) -> bool:
+    if isinstance(value, bool) and ann != "bool":
+        return False
+    if not isinstance(value, _TYPES[ann][0]):
+        return False
+    if ann == "float":
+        return math.isfinite(value)
+    if ann == "tuple[int, ...]":
+        return all(_type_ok(v, "int") for v in value)
+    return True
+
+
+def _check_types(obj) -> None:
+    """Checks every field of the dataclass ``obj`` against its annotation (a string such as
+    ``"int | None"``); turns accepted ints of float fields into floats. Raises InvalidTypeError."""
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        anns = [a.strip() for a in f.type.split("|")]
+        if value is None and "None" in anns:
+            continue
+        kinds = [a for a in anns if a != "None"]
+        if not any(_type_ok(value, a) for a in kinds):
+            want = " or ".join(_TYPES[a][1] for a in kinds) + (" (or unset)" if "None" in anns else "")
+            raise InvalidTypeError(f"option {f.name.replace('_', '-')} must be {want}, got {value!r} "
+                                   f"({type(value).__name__})")
+        if kinds == ["float"]:
+            setattr(obj, f.name, float(value))
+        elif "int" in kinds and isinstance(value, numbers.Integral):
+            setattr(obj, f.name, int(value))  # NumPy integers too
+        elif "str" in kinds and isinstance(value, os.PathLike):
+            setattr(obj, f.name, os.fspath(value))
 
 
 def _positive(obj, *names):
@@ -57,11 +118,18 @@ class DataConfig:
     label_column: str = "click"         # csv: the label column
     libsvm_fields: int | None = None    # libsvm: positional fields (default: features on line 1)
     strict: bool = False                # first malformed line is an error instead of skipped
+    max_malformed: float = DEFAULT_MAX_MALFORMED  # fraction of malformed lines a pass may skip
     data_shards: int | None = None      # shards the data is cut into (None = one per rank)
 
     def __post_init__(self):
+        _check_types(self)
         _one_of("format", self.format, FORMATS)
         _positive(self, "rows", "fields", "vocab_per_field", "zipf", "libsvm_fields", "data_shards")
+        for name in ("fields", "libsvm_fields"):
+            if getattr(self, name) is not None:
+                check_n_fields(getattr(self, name), name.replace("_", "-"))
+        if not 0.0 <= self.max_malformed <= 1.0:
+            raise InvalidInputError(f"max-malformed must be a fraction in [0, 1], got {self.max_malformed}")
         if self.format != "synthetic" and not self.data:
             raise InvalidInputError(f"--format {self.format} needs --data FILE")
 
@@ -83,6 +151,7 @@ class ModelOptions:
                                                 # gradient in another order (N ranks) stay within 1e-5
 
     def __post_init__(self):
+        _check_types(self)
         self.hidden = tuple(int(h) for h in self.hidden)
         _one_of("sparse optimizer", self.sparse_optimizer, SPARSE_OPTIMIZERS)
         _one_of("dense optimizer", self.dense_optimizer, DENSE_OPTIMIZERS)
@@ -96,13 +165,14 @@ class ModelOptions:
 @dataclass
 class TierConfig:
     device: str = "cpu"                 # where HBM-PS and the model live: cpu | cuda
-    mem_budget: int | None = None       # MEM-PS DRAM budget in bytes; None = 256 MiB
+    mem_budget: int | str | None = None  # MEM-PS DRAM budget: bytes or "512MiB"; None = 256 MiB
     ssd_path: str | None = None         # SSD-PS directory; None = a temporary directory
     rows_per_file: int = 16_384         # SSD-PS rows per parameter file (the I/O unit)
     hbm_capacity: int | None = None     # HBM-PS keys; None = sized from the first batch
     n_parts: int = 1                    # HBM-PS parts (GPUs) per process
 
     def __post_init__(self):
+        _check_types(self)
         _one_of("device", self.device, DEVICES)
         if self.mem_budget is not None:
             self.mem_budget = parse_bytes(self.mem_budget)
@@ -114,7 +184,7 @@ class TrainConfig:
     batch_size: int = 16_384            # examples per batch (the pipeline's unit), whole job
     minibatch_size: int = 1_024         # examples per synchronous update, whole job
     epochs: int = 1
-    seed: int = 0
+    seed: int = 0                       # in [0, MAX_SEED = 2**64 - 1]
     queue_depth: int = 1                # items waiting between two pipeline stages
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0           # batches between checkpoints; 0 = end of every epoch only
@@ -128,9 +198,12 @@ class TrainConfig:
     progress: bool = True               # tqdm progress bar
 
     def __post_init__(self):
+        _check_types(self)
         _positive(self, "batch_size", "minibatch_size", "epochs", "queue_depth", "ranks_per_node")
         _one_of("sparse-sync", self.sparse_sync, SPARSE_SYNCS)
         _one_of("mpi-wait", self.mpi_wait, MPI_WAITS)
+        if not 0 <= self.seed <= MAX_SEED:
+            raise InvalidInputError(f"seed must be an integer in [0, 2**64 - 1], got {self.seed}")
         if self.checkpoint_every < 0:
             raise InvalidInputError("checkpoint-every must be >= 0")
         if self.minibatch_size > self.batch_size:
@@ -138,6 +211,56 @@ class TrainConfig:
                                     f"({self.batch_size})")
         if self.resume and not self.checkpoint_dir:
             raise InvalidInputError("--resume needs --checkpoint-dir")
+
+
+#: TOML sections (``[data]`` …): the subsystem whose options each may hold.
+SECTIONS = {"data": DataConfig, "model": ModelOptions, "tiers": TierConfig, "train": TrainConfig}
+#: Switches that may also be written negated, as their flag is: ``no_progress = true``.
+_NEGATED = {"no_progress": "progress"}
+
+
+def _names(cls) -> set[str]:
+    return {f.name for f in fields(cls)}
+
+
+def flatten_options(values: dict) -> dict:
+    """``{option: value}`` with dashes turned into underscores, sections (a dict value under a
+    ``SECTIONS`` name, i.e. a TOML table) merged in after checking that each of their keys belongs to
+    that subsystem, and negated switches (``no-progress = true``) resolved. Raises InvalidInputError."""
+    flat: dict = {}
+    seen: dict = {}
+
+    def put(key, value, where):
+        key = key.replace("-", "_")
+        if key in _NEGATED:
+            if not isinstance(value, bool):
+                raise InvalidTypeError(f"option {key.replace('_', '-')} must be true or false, got "
+                                       f"{value!r} ({type(value).__name__})")
+            key, value = _NEGATED[key], not value
+        if key in flat:
+            raise InvalidInputError(f"option {key.replace('_', '-')} is given twice ({seen[key]} and "
+                                    f"{where})")
+        flat[key], seen[key] = value, where
+
+    for key, value in values.items():
+        if not isinstance(value, dict):
+            put(key, value, "at the top level")
+            continue
+        section = key.replace("-", "_")
+        cls = SECTIONS.get(section)
+        if cls is None:
+            names = ", ".join(f"[{n}]" for n in SECTIONS)
+            raise InvalidInputError(f"unknown section [{key}]; sections are {names} (or write the keys at "
+                                    "the top level)")
+        for k, v in value.items():
+            name = k.replace("-", "_")
+            name = _NEGATED.get(name, name)
+            if name not in _names(cls):
+                home = [n for n, c in SECTIONS.items() if name in _names(c)]
+                hint = f" (it belongs in [{home[0]}])" if home else ""
+                raise InvalidInputError(f"[{key}] has no option {k}{hint}")
+            put(k, v, f"in [{key}]")
+    return flat
 
 
 @dataclass
@@ -149,12 +272,12 @@ class Config:
 
     @staticmethod
     def from_flat(values: dict) -> "Config":
-        """Build from a flat ``{option: value}`` dict (CLI flags / TOML keys, dashes or underscores)."""
-        values = {k.replace("-", "_"): v for k, v in values.items()}
+        """Build from ``{option: value}`` (CLI flags / TOML keys, dashes or underscores; sections and
+        negated switches as in :func:`flatten_options`)."""
+        values = flatten_options(values)
         parts = {}
-        for name, cls in (("data", DataConfig), ("model", ModelOptions), ("tiers", TierConfig),
-                          ("train", TrainConfig)):
-            own = {f.name for f in fields(cls)}
+        for name, cls in SECTIONS.items():
+            own = _names(cls)
             parts[name] = cls(**{k: values.pop(k) for k in list(values) if k in own})
         if values:
             raise InvalidInputError(f"unknown option(s): {', '.join(sorted(values))}")

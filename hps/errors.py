@@ -21,6 +21,7 @@ __all__ = [
     "CommError",
     "PipelineError",
     "NumericalError",
+    "InternalError",
 ]
 
 
@@ -78,3 +79,7 @@ class PipelineError(HpsError, RuntimeError):
 
 class NumericalError(HpsError, ArithmeticError):
     """Training produced a NaN or infinite loss."""
+
+
+class InternalError(HpsError, RuntimeError):
+    """An invariant of hps itself does not hold (a bug in hps, not in the caller's input or data)."""

@@ -2,7 +2,8 @@
 
 Each stage takes an item from its input queue, works on it, and puts the result on the next queue;
 it blocks when that queue is full (the next stage already has ``depth`` unprocessed items), so with
-four stages batch *i* trains while *i+1* is prepared and *i+2* read.
+the trainer's four stages (read, prepare, place, train) batch *i* trains while *i+1* is placed,
+*i+2* prepared and *i+3* read.
 
 Every stage records its busy time (inside its function), the CPU time its thread used meanwhile
 (``time.thread_time``) and its waiting time (blocked on the input queue or on a full output queue);
@@ -10,9 +11,17 @@ Every stage records its busy time (inside its function), the CPU time its thread
 
 Failure: the first exception in any stage stops the whole pipeline (other stages are woken and exit)
 and is re-raised from :meth:`Pipeline.run` as :class:`hps.errors.PipelineError` naming the stage, with
-the original exception (and its traceback) as ``__cause__``. No stage can hang the caller.
-``on_error(stage, exc)``, if given, is called first, in the failing thread (e.g. to abort an MPI job
-at once: a peer may be waiting in a collective this process will never join).
+the original exception (and its traceback) as ``__cause__``. ``on_error(stage, exc)``, if given, is
+called first, in the failing thread (e.g. to abort an MPI job at once: a peer may be waiting in a
+collective this process will never join).
+
+Interrupt: a ``KeyboardInterrupt`` (or subclass) raised in the caller's thread while it drives the
+pipeline — Ctrl-C, or any signal handler that raises one — stops every stage the same way and is
+re-raised unchanged, not wrapped: it is the user's decision, not a stage's failure.
+
+Stopping never waits longer than ``stop_timeout_s`` in all for the stage threads to finish the item
+each is working on; a thread still busy after that (e.g. blocked in a collective whose peers have
+stopped) is a daemon thread left behind, and :meth:`Pipeline.run` returns or raises anyway.
 
 Thread safety: a Pipeline is driven by one caller thread; stage functions run in their own threads
 and must be thread-safe with respect to each other.
@@ -30,6 +39,8 @@ from .errors import PipelineError
 
 _DONE = object()  # end-of-stream marker, passed down the queues
 _POLL_S = 0.05
+#: Default of ``Pipeline(stop_timeout_s=...)``: how long stopping waits for busy stage threads.
+STOP_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -55,16 +66,17 @@ class Stage:
 
 
 class Pipeline:
-    """``Pipeline(source_name, source_iterable, [Stage, ...], depth=1, on_error=None)``; ``run(sink)``
-    drives it."""
+    """``Pipeline(source_name, source_iterable, [Stage, ...], depth=1, stop_timeout_s=60,
+    on_error=None)``; ``run(sink)`` drives it."""
 
     def __init__(self, source_name: str, source: Iterable, stages: list[Stage], depth: int = 1,
-                 on_error: Callable | None = None):
+                 stop_timeout_s: float = STOP_TIMEOUT_S, on_error: Callable | None = None):
         self.on_error = on_error
         self.source = Stage(source_name, lambda x: x)
         self._source_iter = source
         self.stages = stages
         self.depth = max(1, int(depth))
+        self.stop_timeout_s = float(stop_timeout_s)
         self._stop = threading.Event()
         self._error: tuple[str, BaseException] | None = None
         self._lock = threading.Lock()
@@ -149,7 +161,8 @@ class Pipeline:
 
     def run(self, sink: Callable | None = None) -> None:
         """Run to the end of the source; ``sink(item)`` (in the caller's thread) takes the last
-        stage's results. Raises PipelineError if any stage (or the sink) failed."""
+        stage's results. Raises PipelineError if any stage (or the sink) failed, and re-raises a
+        KeyboardInterrupt of the caller's thread after stopping every stage."""
         queues = [queue.Queue(maxsize=self.depth) for _ in range(len(self.stages) + 1)]
         threads = [threading.Thread(target=self._run_source, args=(queues[0],), name=self.source.name,
                                     daemon=True)]
@@ -159,6 +172,7 @@ class Pipeline:
         for th in threads:
             th.start()
         sink_times = StageTimes()
+        interrupt = None
         try:
             while True:
                 item = self._get(queues[-1], sink_times)
@@ -166,13 +180,19 @@ class Pipeline:
                     break
                 if sink is not None:
                     sink(item)
+        except KeyboardInterrupt as e:  # the caller was interrupted: stop, then let it through
+            interrupt = e
+            self._stop.set()
         except BaseException as e:  # noqa: BLE001
             self._fail("sink", e)
         finally:
             if self._error is not None:
                 self._stop.set()
+            deadline = time.monotonic() + self.stop_timeout_s
             for th in threads:
-                th.join(timeout=60)
+                th.join(timeout=max(0.0, deadline - time.monotonic()))
+        if interrupt is not None:
+            raise interrupt
         if self._error is not None:
             stage, exc = self._error
             raise PipelineError(stage, f"{type(exc).__name__}: {exc}") from exc

@@ -106,7 +106,8 @@ def test_matches_reference_with_crlf_and_malformed(tmp_path):
     for cat in (False, True):
         labels, dense, keys, bad = _reference(lines, cat)
         for eol in ("\n", "\r\n"):
-            r = CriteoReader(_write(tmp_path, lines, eol=eol), batch_size=64, int_as_categorical=cat)
+            r = CriteoReader(_write(tmp_path, lines, eol=eol), batch_size=64, int_as_categorical=cat,
+                             max_malformed=1.0)
             b = _all(r)
             np.testing.assert_array_equal(b.labels, labels)
             np.testing.assert_allclose(b.dense, dense, rtol=1e-6)
@@ -121,7 +122,7 @@ def test_malformed_reasons_and_line_numbers(tmp_path):
     lines = [good, good + "\tx", good, "2" + good[1:], good.replace("ab", "xyz", 1),
              good.replace("\t1", "\t1.5", 1), "", good, good.replace("ab", "123456789", 1)]
     p = _write(tmp_path, lines)
-    r = CriteoReader(p, batch_size=3)
+    r = CriteoReader(p, batch_size=3, max_malformed=1.0)
     assert sum(len(b) for b in r.batches()) == 3
     assert r.stats.malformed == 5 and r.stats.blank == 1 and r.stats.lines == 9
     assert r.stats.malformed_at == [
@@ -147,10 +148,10 @@ def test_chunk_boundaries_do_not_change_batches(tmp_path):
     lines = _random_lines(rng, 300, bad_rate=0.05)
     p = tmp_path / "d.txt"
     p.write_bytes(("\n".join(lines)).encode())  # no newline at the end either
-    ref_r = CriteoReader(p, batch_size=50)
+    ref_r = CriteoReader(p, batch_size=50, max_malformed=1.0)
     ref = list(ref_r.batches())
     for chunk in (1, 7, 333, 4096):
-        r = CriteoReader(p, batch_size=50, chunk_bytes=chunk)
+        r = CriteoReader(p, batch_size=50, chunk_bytes=chunk, max_malformed=1.0)
         got = list(r.batches())
         assert [len(b) for b in got] == [len(b) for b in ref]
         for a, b in zip(got, ref):
@@ -191,11 +192,16 @@ def test_bad_arguments(tmp_path):
         CriteoReader(p, batch_size=4, shard=(2, 2))
 
 
-def test_empty_file(tmp_path):
+def test_empty_file_is_an_error(tmp_path):
+    """A pass that finds no example at all raises (a job would otherwise train nothing and succeed)."""
     p = tmp_path / "e.txt"
-    p.write_bytes(b"")
+    p.write_bytes(b"\n\n")
     r = CriteoReader(p, batch_size=4)
-    assert list(r.batches()) == [] and r.stats.lines == 0
+    with pytest.raises(InvalidInputError, match="no valid example in .*e.txt: no data lines; expected Criteo"):
+        list(r.batches())
+    assert r.stats.lines == 2 and r.stats.blank == 2
+    with pytest.raises(InvalidInputError, match="no valid example"):
+        r.probe()
 
 
 def test_real_criteo_sample(shared_data):

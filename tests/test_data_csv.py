@@ -64,7 +64,7 @@ def test_header_errors(tmp_path):
 def test_malformed_lines_line_numbers_and_strict(tmp_path):
     text = "click,a,x\n1,u,2\n1,u\n7,u,1\n0,u,zz\n1,u,1,extra\n0,v,3\n"
     p = _write(tmp_path, text)
-    r = CsvReader(p, batch_size=4, dense_columns=["x"])
+    r = CsvReader(p, batch_size=4, dense_columns=["x"], max_malformed=1.0)
     (b,) = list(r.batches())
     np.testing.assert_array_equal(b.dense[:, 0], [2, 3])
     assert r.stats.malformed == 4

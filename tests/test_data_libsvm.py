@@ -63,7 +63,7 @@ def test_known_keys_labels_and_fields(tmp_path):
 def test_n_fields_option_and_first_valid_line(tmp_path):
     p = _write(tmp_path, "bad line\n\n1 1:1 2:1\n0 1:1 2:1 3:1\n")
     assert LibsvmReader(p, batch_size=4).n_fields == 2
-    r = LibsvmReader(p, batch_size=4, n_fields=5)
+    r = LibsvmReader(p, batch_size=4, n_fields=5, max_malformed=1.0)
     b = _all(r)
     np.testing.assert_array_equal(b.field, [0, 1, 0, 1, 2])
     assert r.stats.malformed == 1 and r.stats.blank == 1
@@ -76,7 +76,7 @@ def test_n_fields_option_and_first_valid_line(tmp_path):
 def test_malformed_lines_and_strict(tmp_path):
     text = "1 1:1\n2 1:1\n1 1:x\n1 a:1\n1 11\n0 1:1\n1 1:nan\n1 1:1e999\n-1 3:1\n"
     p = _write(tmp_path, text)
-    r = LibsvmReader(p, batch_size=4)
+    r = LibsvmReader(p, batch_size=4, max_malformed=1.0)
     b = _all(r)
     assert len(b) == 3 and r.stats.malformed == 6
     assert r.stats.malformed_at == [
@@ -113,7 +113,7 @@ def test_matches_reference_across_chunk_sizes(tmp_path):
     labels, fields, idx, vals, offsets, bad = _reference(lines, 4)
     ref = None
     for chunk in (1, 13, 1000, 1 << 20):
-        r = LibsvmReader(p, batch_size=37, n_fields=4, chunk_bytes=chunk)
+        r = LibsvmReader(p, batch_size=37, n_fields=4, chunk_bytes=chunk, max_malformed=1.0)
         got = list(r.batches())
         assert all(len(x) == 37 for x in got[:-1])
         b = Batch.concat(got)
@@ -132,8 +132,9 @@ def test_matches_reference_across_chunk_sizes(tmp_path):
 def test_shards_concatenate_to_the_whole_file(tmp_path):
     _, text = _random_text(np.random.default_rng(6), 300, "\n")
     p = _write(tmp_path, text)
-    full = list(LibsvmReader(p, batch_size=64, n_fields=4).batches())
-    shards = [b for r in range(4) for b in LibsvmReader(p, batch_size=64, n_fields=4, shard=(r, 4)).batches()]
+    full = list(LibsvmReader(p, batch_size=64, n_fields=4, max_malformed=1.0).batches())
+    shards = [b for r in range(4)
+              for b in LibsvmReader(p, batch_size=64, n_fields=4, shard=(r, 4), max_malformed=1.0).batches()]
     _assert_same(Batch.concat(shards), Batch.concat(full))
 
 

@@ -49,9 +49,10 @@ def test_every_line_in_exactly_one_shard(tmp_path, k, chunk):
     lines[40] = lines[40] + "\t" * 3000  # a very long (malformed) line spans several shards' ranges
     p = tmp_path / "d.txt"
     p.write_bytes(("\r\n".join(lines)).encode())  # CRLF, and no newline at the end
-    full = CriteoReader(p, batch_size=16)
+    full = CriteoReader(p, batch_size=16, max_malformed=1.0)
     whole = _concat(list(full.batches()))
-    shards, readers = _shards(lambda sh: CriteoReader(p, batch_size=16, shard=sh, chunk_bytes=chunk), k)
+    shards, readers = _shards(lambda sh: CriteoReader(p, batch_size=16, shard=sh, chunk_bytes=chunk,
+                                                      max_malformed=1.0), k)
     _assert_same(_concat([b for s in shards for b in s]), whole)
     assert sum(r.stats.lines for r in readers) == full.stats.lines == len(lines)
     assert sum(r.stats.malformed for r in readers) == full.stats.malformed
@@ -69,7 +70,7 @@ def test_malformed_lines_of_a_later_shard_name_their_byte_offset(tmp_path):
     lines[50] = "x" + lines[50]
     p = tmp_path / "d.txt"
     p.write_bytes(("\n".join(lines) + "\n").encode())
-    r = CriteoReader(p, batch_size=8, shard=(1, 2))
+    r = CriteoReader(p, batch_size=8, shard=(1, 2), max_malformed=1.0)
     list(r.batches())
     (where, line, _), = r.stats.malformed_at
     start = (p.stat().st_size // 2)
@@ -141,3 +142,23 @@ def test_open_dataset_passes_the_shard(tmp_path):
     a = open_dataset(p, "criteo", 8, shard=(0, 2))
     b = open_dataset(p, "criteo", 8, shard=(1, 2))
     assert sum(len(x) for x in a.batches()) + sum(len(x) for x in b.batches()) == 30
+
+
+def test_an_empty_shard_is_no_error_but_a_shard_of_garbage_is(tmp_path):
+    lines = _random_lines(np.random.default_rng(4), 1)
+    one = tmp_path / "one.txt"
+    one.write_text(lines[0] + "\n")
+    for s in (1, 2):  # the one line starts in shard 0's range: the others hold no line, which is fine
+        r = CriteoReader(one, batch_size=4, shard=(s, 3))
+        assert r.probe().lines == 0 and list(r.batches()) == []
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    with pytest.raises(Exception, match="no valid example"):  # but the whole data may not be empty
+        list(CriteoReader(empty, batch_size=4).batches())
+    half = tmp_path / "half.txt"  # good lines, then as many bytes of garbage lines
+    good = "\n".join(_random_lines(np.random.default_rng(5), 200)) + "\n"
+    half.write_bytes(good.encode() + b"garbage\tline\n" * (len(good) // 13))
+    assert len(list(CriteoReader(half, batch_size=64, shard=(0, 2)).batches())) == 4
+    for call in (lambda r: r.probe(), lambda r: list(r.batches())):
+        with pytest.raises(Exception, match=r"no valid example in .*half.txt \(shard 1 of 2\)"):
+            call(CriteoReader(half, batch_size=64, shard=(1, 2)))

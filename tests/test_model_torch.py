@@ -1,4 +1,5 @@
-"""CTRModel and the optimizers against PyTorch on the same inputs (skipped without torch)."""
+"""CTRModel and the optimizers against PyTorch on the same inputs — skipped without torch (CI installs
+none); the parity that runs everywhere is ``tests/test_model_reference.py``, against the NumPy reference."""
 
 import numpy as np
 import pytest

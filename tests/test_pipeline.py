@@ -61,3 +61,43 @@ def test_failure_anywhere_stops_everything_with_its_error(where):
     assert ei.value.__cause__ is not None and ei.value.__cause__.__traceback__ is not None
     assert time.perf_counter() - t < 5
     assert not any(th.name in ("a", "b") and th.is_alive() for th in threading.enumerate())
+
+
+class _Stop(KeyboardInterrupt):
+    """What a signal handler raises (Ctrl-C is KeyboardInterrupt itself)."""
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, _Stop])
+def test_an_interrupt_of_the_caller_stops_every_stage_and_passes_through(exc):
+    def sink(x):
+        if x == 3:
+            raise exc()
+
+    p = Pipeline("read", iter(range(10**9)), [Stage("a", lambda x: x), Stage("b", lambda x: x)], depth=1)
+    with pytest.raises(exc) as ei:
+        p.run(sink)
+    assert type(ei.value) is exc  # not wrapped in a PipelineError
+    assert p.stop_event.is_set()
+    assert not any(th.name in ("read", "a", "b") and th.is_alive() for th in threading.enumerate())
+
+
+def test_stopping_waits_at_most_stop_timeout_for_a_stuck_stage():
+    """A stage blocked for good (e.g. in a collective its peers never join) does not hold up the stop."""
+    release = threading.Event()
+
+    def stuck(x):
+        if x == 1:
+            release.wait(30)
+        return x
+
+    def sink(x):
+        time.sleep(0.1)  # item 1 is in the stuck stage by then
+        raise KeyboardInterrupt
+
+    p = Pipeline("read", iter(range(100)), [Stage("stuck", stuck), Stage("b", lambda x: x)], depth=1,
+                 stop_timeout_s=0.5)
+    t = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        p.run(sink)
+    assert time.perf_counter() - t < 5
+    release.set()

@@ -37,7 +37,7 @@ def assert_same_model(a, b, tol):
 def test_default_job_reports_everything(tmp_path, capsys):
     model, m = run_cli(tmp_path, "plain", "--epochs", "3")
     for key in ("auc", "logloss", "examples_per_sec", "stage_seconds", "cache_hit_rate", "ssd_bytes_read",
-                "ssd_bytes_written", "bayes_auc", "cache_hit_rate_per_batch", "bottleneck"):
+                "ssd_bytes_written", "bayes_auc", "cache_hit_rate_per_batch", "bottleneck", "warmup_seconds"):
         assert key in m, key
     assert set(m["stage_seconds"]) >= {"read", "prepare", "place", "train"}
     assert m["examples"] == 3 * 12000
@@ -46,6 +46,24 @@ def test_default_job_reports_everything(tmp_path, capsys):
     assert "eval AUC" in out and "bottleneck" in out
     keys, values, dense = model
     assert values.shape == (keys.shape[0], 8) and "W0" in dense
+    # the model, its size, and where the outputs went
+    n_dense = sum(v.size for v in dense.values())
+    assert "model: 4 fields x 8-dim embeddings (sum-pooled) + 4 dense -> MLP 36->16->8->1 (ReLU)" in out
+    assert f"{n_dense:,} dense parameters (adam)" in out and "one row of 16 floats (8 embedding + 8 adagrad" in out
+    assert (m["table_rows"], m["sparse_parameters"], m["dense_parameters"]) == (keys.shape[0], values.size, n_dense)
+    assert f"model size: {keys.shape[0]:,} keys, {values.size:,} embedding parameters, {n_dense:,} dense" in out
+    plain = tmp_path / "plain"
+    assert f"outputs: model {plain} (read it with hps.load_export); metrics {plain}.json" in out
+
+
+def test_without_eval_data_the_report_says_no_auc(tmp_path, capsys):
+    data = tmp_path / "train.libfm"
+    data.write_text("".join(f"{i % 2} {i % 7}:1 {100 + i % 5}:1\n" for i in range(500)))
+    assert main(["--format", "libsvm", "--data", str(data), "--batch-size", "256", "--minibatch-size", "64",
+                 "--hidden", "8", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "no eval data: no AUC computed (give --eval-data FILE)" in out and "eval AUC" not in out
+    assert "outputs: nothing saved" in out
 
 
 def test_spilling_to_ssd_is_lossless(tmp_path):
@@ -71,6 +89,18 @@ def test_resume_reproduces_an_uninterrupted_run(tmp_path):
     assert mres["auc"] == mfull["auc"]
 
 
+def test_resuming_a_finished_run_evaluates_the_restored_model(tmp_path, capsys):
+    """A checkpoint taken after the last batch: the resumed run trains nothing and must evaluate the
+    restored rows (not newborn ones), so it reports the AUC of the run that wrote the checkpoint."""
+    ck = tmp_path / "ck"
+    first, m1 = run_cli(tmp_path, "first", "--checkpoint-dir", str(ck))
+    again, m2 = run_cli(tmp_path, "again", "--checkpoint-dir", str(ck), "--resume")
+    assert m2["examples"] == 0
+    assert (m2["auc"], m2["logloss"]) == (m1["auc"], m1["logloss"])
+    assert_same_model(first, again, 0.0)
+    assert "nothing left to train" in capsys.readouterr().out
+
+
 def test_checkpoint_every_and_kill_loses_nothing(tmp_path):
     """kill -9 in the middle of a run: the last checkpoint is intact and resuming from it finishes
     with exactly the parameters of an uninterrupted run."""
@@ -78,13 +108,14 @@ def test_checkpoint_every_and_kill_loses_nothing(tmp_path):
     args = [*SMALL, "--rows", "40000", "--checkpoint-dir", str(ck), "--checkpoint-every", "2"]
     proc = subprocess.Popen([sys.executable, "-m", "hps.train", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
+    deadline = time.time() + 240
     while not (ck / "LATEST").exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    time.sleep(0.3)
+        time.sleep(0.01)
+    assert proc.poll() is None, "the job ended before it could be killed"
     proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert (ck / "LATEST").exists()
+    assert proc.wait() == -signal.SIGKILL  # it died by the signal, mid-run
+    meta = json.loads((ck / (ck / "LATEST").read_text().strip() / "meta.json").read_text())
+    assert meta["index"] < 40000 // 2048  # the last checkpoint is not the end of the run: work was lost
     ref, _ = run_cli(tmp_path, "ref", "--rows", "40000")
     resumed, _ = run_cli(tmp_path, "resumed", "--rows", "40000", "--checkpoint-dir", str(ck), "--resume")
     assert_same_model(ref, resumed, 0.0)

@@ -180,22 +180,29 @@ def _mpmd(mpiexec, groups, timeout=120):
     return proc, time.time() - t
 
 
-@pytest.mark.parametrize("strict", [True, False])
-def test_a_rank_reading_garbage_does_not_hang_the_job(mpiexec, data_file, tmp_path, strict):
-    """Rank 3 of 4 is given 1 MB of random bytes. With --strict its first malformed line ends the
-    job at once, naming rank 3; without, its lines are skipped and it must neither hang its peers
-    nor break their collectives."""
-    garbage = tmp_path / "garbage.bin"
-    garbage.write_bytes(np.random.default_rng(0).integers(0, 256, size=1 << 20, dtype=np.uint8).tobytes())
-    good = [*criteo_args(data_file), *(["--strict"] if strict else [])]
-    bad = [a if a != str(data_file) else str(garbage) for a in good]
-    proc, secs = _mpmd(mpiexec, [(3, good), (1, bad)])
-    assert secs < 60 and "truncated" not in proc.stderr
-    if strict:
-        assert proc.returncode != 0
-        assert "hps: rank 3 of 4 failed" in proc.stderr and "malformed line" in proc.stderr
-    else:
-        assert proc.returncode == 0 or "hps: rank 3 of 4 failed" in proc.stderr, proc.stderr[-2000:]
+@pytest.mark.parametrize("case", ["random bytes", "garbage after good data", "strict"])
+def test_a_rank_reading_garbage_ends_the_job_naming_itself(mpiexec, tmp_path, case):
+    """Rank 3 of 4 is given bad data: 1 MB of random bytes (found before training starts), or good
+    lines followed by 1 MB of garbage in its shard (found by its read stage in the middle of the run:
+    too many malformed lines at the end of its pass; with --strict the first one, already in the
+    chunk the warm-up parses). Either way the job ends within a minute, every rank non-zero, naming
+    rank 3; no rank hangs in a collective."""
+    good_data = criteo_file(tmp_path / "good.txt", n=4000)
+    noise = np.random.default_rng(0).integers(0, 256, size=1 << 20, dtype=np.uint8).tobytes()
+    bad = tmp_path / "bad.bin"
+    if case == "random bytes":
+        bad.write_bytes(noise)
+    else:  # rank 3 reads the last quarter: ~1.5 MB of good lines (more than the probe's first MiB), then noise
+        good = criteo_file(tmp_path / "long.txt", n=34000, seed=3).read_bytes()
+        bad.write_bytes(good + noise)
+    strict = ["--strict"] if case == "strict" else []
+    ok = [*criteo_args(good_data, eval_data=False), *strict]
+    proc, secs = _mpmd(mpiexec, [(3, ok), (1, [a if a != str(good_data) else str(bad) for a in ok])])
+    assert proc.returncode != 0 and secs < 60, proc.stderr[-2000:]
+    assert "hps: rank 3 of 4 failed" in proc.stderr and "truncated" not in proc.stderr
+    assert "malformed" in proc.stderr or "no valid example" in proc.stderr
+    if case == "garbage after good data":  # found while training, at the end of rank 3's pass
+        assert "pipeline stage 'read' failed" in proc.stderr
 
 
 def test_ranks_given_different_options_stop_with_one_clear_line(mpiexec):

@@ -15,7 +15,7 @@ from ._cuda import ENV_FORCE, cuda_aware, is_device_array, local_cuda_support, t
 from ._dense import dense_allreduce
 from ._exchange import exchange, pull_remote, push_to_owners
 from ._failure import abort_job, abort_on_error, failure_message, install_excepthook, run_guarded
-from ._sparse import sparse_allreduce, sparse_allreduce_allgather
+from ._sparse import compile_kernels, sparse_allreduce, sparse_allreduce_allgather
 from ._stats import (DENSE_ALLREDUCE, KINDS, OWNER_WRITEBACK, SPARSE_ALLREDUCE, SPARSE_GRADS, SPARSE_KEYS,
                      SPARSE_PULL, SPARSE_ROWS, CommStats)
 from ._topology import Topology
@@ -25,6 +25,7 @@ __all__ = [
     "Topology",
     "sparse_allreduce",
     "sparse_allreduce_allgather",
+    "compile_kernels",
     "dense_allreduce",
     "exchange",
     "pull_remote",

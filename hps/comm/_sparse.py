@@ -37,6 +37,14 @@ def local_reduce(keys, values):
     return K.reduce_sorted(keys[order], values[order])
 
 
+def compile_kernels(width: int, dtype=np.float32) -> None:
+    """Compile (or load from Numba's cache) the kernels of the sparse all-reduce for rows of ``width``
+    values of ``dtype``, on a few local rows: no communication. Blocking."""
+    keys = np.array([2, 1, 2], dtype=np.uint64)
+    k, v = local_reduce(keys, np.zeros((3, int(width)), dtype=dtype))
+    K.merge_sum(k, v, k, v)
+
+
 class _SparseCodec:
     """Payload = (keys (m,) uint64 strictly ascending, values (m, d)); combine = merge-by-key sum."""
 

@@ -1,14 +1,16 @@
 """Data readers (Criteo TSV, libsvm/libFM, CSV) and the synthetic generator; all yield ``Batch``es.
 
-Entry point: ``open_dataset(path, fmt, batch_size, shard=(index, n_shards), strict=False, **options)``.
-Every dataset offers ``batches(start_batch=0)``, ``stats``, ``n_fields`` and ``n_dense``; the text
-readers stream in constant memory and ``SyntheticData`` adds ``eval_batches()`` and ``bayes_auc()``.
-``shard`` picks the part of the data a reader parses (``hps.data._shards``: line-aligned byte ranges
-or whole files; rows of the synthetic data); shards read one after the other give all of the data.
+Entry point: ``open_dataset(path, fmt, batch_size, shard=(index, n_shards), strict=False,
+max_malformed=0.01, **options)``. Every dataset offers ``batches(start_batch=0)``, ``probe()``,
+``stats``, ``n_fields`` and ``n_dense``; the text readers stream in constant memory and
+``SyntheticData`` adds ``eval_batches()`` and ``bayes_auc()``. ``shard`` picks the part of the data a
+reader parses (``hps.data._shards``: line-aligned byte ranges or whole files; rows of the synthetic
+data); shards read one after the other give all of the data.
 """
 
-from ._batch import FIELD_SHIFT, Batch, make_keys
-from ._chunks import DEFAULT_CHUNK_BYTES, MISSING_VALUE, DataFileNotFoundError, ReaderStats
+from ._batch import FIELD_SHIFT, MAX_FIELD, MAX_FIELDS, Batch, make_keys
+from ._chunks import (DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MALFORMED, MISSING_VALUE, DataFileNotFoundError,
+                      ReaderStats)
 from ._criteo import NEGATIVE_VALUE, CriteoReader
 from ._csv import CsvReader
 from ._libsvm import LibsvmReader
@@ -20,6 +22,8 @@ __all__ = [
     "Batch",
     "make_keys",
     "FIELD_SHIFT",
+    "MAX_FIELD",
+    "MAX_FIELDS",
     "open_dataset",
     "FORMATS",
     "CriteoReader",
@@ -31,5 +35,6 @@ __all__ = [
     "MISSING_VALUE",
     "NEGATIVE_VALUE",
     "DEFAULT_CHUNK_BYTES",
+    "DEFAULT_MAX_MALFORMED",
     "share_bounds",
 ]

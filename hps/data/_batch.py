@@ -18,27 +18,51 @@ import numpy as np
 from numba import njit
 
 from .._hashing import mix64
+from ..errors import InvalidInputError
 
 #: Bits of a key below the field id: key = field << FIELD_SHIFT | (mix64(value) >> (64 - FIELD_SHIFT)).
 #: Written to disk inside every key: never change.
 FIELD_SHIFT = 48
 #: Largest field id (all-ones field with an all-ones hash would be the sentinel key).
 MAX_FIELD = (1 << (64 - FIELD_SHIFT)) - 2
+#: Most fields a dataset may have (ids 0..MAX_FIELD).
+MAX_FIELDS = MAX_FIELD + 1
+
+
+def check_n_fields(n_fields: int, what: str, low: int = 1) -> int:
+    """``n_fields`` as an int in [low, MAX_FIELDS]; ``what`` names its source in the error."""
+    n = int(n_fields)
+    if not low <= n <= MAX_FIELDS:
+        raise InvalidInputError(f"{what} must be between {low} and {MAX_FIELDS} (field ids are "
+                                f"{64 - FIELD_SHIFT}-bit inside keys), got {n}")
+    return n
 
 
 @njit(nogil=True, cache=True)
-def _make_keys(field, values, out):
-    shift = np.uint64(64 - 48)
+def _make_keys(field, values, shift, max_field, out):
+    """Fills out (nnz,) uint64; returns how many ``field`` ids lie outside [0, max_field]."""
+    low = np.uint64(64) - np.uint64(shift)
+    n_bad = 0
     for i in range(values.shape[0]):
-        out[i] = (np.uint64(field[i]) << np.uint64(48)) | (mix64(values[i]) >> shift)
+        f = field[i]
+        if f < 0 or f > max_field:
+            n_bad += 1
+        out[i] = (np.uint64(f) << np.uint64(shift)) | (mix64(values[i]) >> low)
+    return n_bad
 
 
 def make_keys(field: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Keys of feature ``values`` (nnz,) uint64 in fields ``field`` (nnz,) int; field id in the high bits."""
+    """Keys of feature ``values`` (nnz,) uint64 in fields ``field`` (nnz,) int; field id in the high bits.
+
+    Raises ``InvalidInputError`` when a field id is outside [0, MAX_FIELD] (it would not fit its bits)."""
     field = np.ascontiguousarray(field, dtype=np.int64)
     values = np.ascontiguousarray(values, dtype=np.uint64)
+    if field.shape != values.shape:
+        raise InvalidInputError(f"field {field.shape} and values {values.shape} differ in shape")
     out = np.empty(values.shape[0], dtype=np.uint64)
-    _make_keys(field, values, out)
+    if _make_keys(field, values, FIELD_SHIFT, MAX_FIELD, out):
+        raise InvalidInputError(f"field ids must lie in [0, {MAX_FIELD}], got {int(field.min())}.."
+                                f"{int(field.max())}")
     return out
 
 

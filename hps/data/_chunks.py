@@ -36,6 +36,13 @@ from ._shards import Segment, check_shard, plan_segments, seek_segment, share_bo
 DEFAULT_CHUNK_BYTES = 16 << 20
 #: How many malformed lines are remembered (file, line number, reason) per pass.
 MAX_RECORDED_MALFORMED = 10
+#: Default largest fraction of malformed (non-blank) lines a pass may skip before it stops.
+DEFAULT_MAX_MALFORMED = 0.01
+#: Lines a pass reads before the malformed fraction is checked mid-pass (it is always checked at the
+#: end of the pass), so a few bad lines early in a file do not stop it.
+MIN_LINES_FOR_FRACTION = 10_000
+#: Bytes of each file that ``TextReader.probe`` parses before a job starts.
+PROBE_BYTES = 1 << 20
 #: Feature value used for a missing categorical (empty column). Hashed like any value, so every field
 #: has its own "missing" key; above every 32-bit value, so it never collides with a Criteo hex value.
 #: Written to disk inside keys: never change.
@@ -75,6 +82,10 @@ class ReaderStats:
     malformed: int = 0
     malformed_at: list = field(default_factory=list)
     bytes: int = 0
+
+    def first_malformed(self) -> list[str]:
+        """The recorded malformed lines as ``"file:line: reason"``."""
+        return [f"{f}:{ln}: {why}" for f, ln, why in self.malformed_at]
 
 
 def as_paths(path) -> list[Path]:
@@ -194,39 +205,50 @@ def check_common(batch_size: int, shard) -> tuple[int, int]:
 
 
 class TextReader:
-    """Base of the text readers. Subclasses set ``n_fields``/``n_dense`` and implement ``_parts``.
+    """Base of the text readers. Subclasses set ``n_fields``, ``n_dense`` and ``format_description``
+    and implement ``_parse``; ``_open`` may skip a header.
 
     ``batches(start_batch)`` yields this shard's batches start_batch, start_batch+1, … (earlier
     batches are parsed and dropped, so a resumed run sees exactly the same batches).
+
+    Malformed lines are counted (in the parse kernels) and skipped. A pass raises
+    ``InvalidInputError`` naming the first of them by file:line and the expected format when:
+    ``strict`` and a line is malformed (at that line); more than ``max_malformed`` (a fraction of
+    the non-blank lines) are malformed (checked after every chunk once ``MIN_LINES_FOR_FRACTION``
+    lines were read, and at the end of the pass); the pass found no valid example at all — except
+    that a shard of several with no data line is not an error (its rank contributes empty batches;
+    the trainer checks that the data as a whole holds examples).
     """
 
     n_fields: int
     n_dense: int
-    #: Number of the first data line of a file (2 when a header line comes first).
-    first_data_line = 1
+    #: What a valid line looks like (error messages name it).
+    format_description: str = ""
 
     def __init__(self, path, batch_size: int, shard=(0, 1), strict: bool = False,
-                 chunk_bytes: int = DEFAULT_CHUNK_BYTES):
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, max_malformed: float = DEFAULT_MAX_MALFORMED):
         self.paths: Sequence[Path] = as_paths(path)
         self.batch_size = int(batch_size)
         self.shard, self.n_shards = check_common(batch_size, shard)
         if int(chunk_bytes) < 1:
             raise InvalidInputError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
+        if not 0.0 <= float(max_malformed) <= 1.0:
+            raise InvalidInputError(f"max_malformed must be a fraction in [0, 1], got {max_malformed}")
         self.strict = bool(strict)
         self.chunk_bytes = int(chunk_bytes)
+        self.max_malformed = float(max_malformed)
         self.stats = ReaderStats()
-
-    def _data_start(self, path: Path) -> int:
-        """Byte offset where the data lines of ``path`` begin (after a header, if the format has one)."""
-        return 0
+        self._starts: dict = {}
+        self._cut = False
 
     def segments(self) -> list[Segment]:
         """The byte ranges this shard reads (``hps.data._shards``)."""
         if len(self.paths) >= self.n_shards:  # whole files: only our own files are looked at
             own = [self.paths[i] for i in range(*share_bounds(len(self.paths), self.shard, self.n_shards))]
-            return [Segment(p, self._data_start(p), p.stat().st_size, self._data_start(p)) for p in own]
-        return plan_segments(self.paths, [self._data_start(p) for p in self.paths],
-                             [p.stat().st_size for p in self.paths], self.shard, self.n_shards)
+            return [Segment(p, self._data_start(p)[0], p.stat().st_size, self._data_start(p)[0]) for p in own]
+        starts = [self._data_start(p)[0] for p in self.paths]
+        return plan_segments(self.paths, starts, [p.stat().st_size for p in self.paths], self.shard,
+                             self.n_shards)
 
     def batches(self, start_batch: int = 0) -> Iterator[Batch]:
         """This shard's batches from ``start_batch`` on; resets ``stats``."""
@@ -234,47 +256,104 @@ class TextReader:
         reb = Rebatcher(self.batch_size)
         gb = 0
         for seg in self.segments():
-            for part in self._parts(seg):
+            for part in self._parts(seg, self.chunk_bytes):
                 for b in reb.push(part):
                     if gb >= start_batch:
                         yield b
                     gb += 1
+        self._check(self.stats, final=True)
         for b in reb.flush():
             if gb >= start_batch:
                 yield b
             gb += 1
 
-    def _line_chunks(self, f, seg: Segment) -> Iterator[tuple[np.ndarray, int, str]]:
-        """``(buf, first_line, where)`` blocks of the lines of ``seg`` in the open file ``f``; ``where``
-        names the file (and, when the segment starts inside it, the byte its line numbers count from)."""
-        begin = seek_segment(f, seg)
-        if begin >= seg.stop:
-            return
-        if begin == seg.data_start:
-            where, first = str(seg.path), self.first_data_line
-        else:
-            where, first = f"{seg.path} (lines counted from byte {begin})", 1
-        for buf, line in iter_line_chunks(f, self.chunk_bytes, first, limit=seg.stop - begin):
-            yield buf, line, where
+    def probe(self) -> ReaderStats:
+        """Parses the first ``PROBE_BYTES`` of every segment of this shard and raises (as a pass
+        would) when that already shows the data is unusable: no valid example among lines that are
+        all malformed (a wrong format or label column), or with ``strict`` a malformed line. A shard
+        read to its end gets the whole end-of-pass check. Returns the probe's counters; ``stats`` is
+        left alone."""
+        saved, self.stats = self.stats, ReaderStats()
+        self._cut = False
+        try:
+            for seg in self.segments():
+                for _ in self._parts(seg, PROBE_BYTES, max_chunks=1):
+                    pass
+            st = self.stats
+            all_bad = st.examples == 0 and st.malformed > self.max_malformed * (st.lines - st.blank)
+            self._check(st, final=not self._cut or all_bad)
+            return st
+        finally:
+            self.stats = saved
 
-    def _parts(self, seg: Segment) -> Iterator[Batch]:
+    def _open(self, path: Path):
+        """(binary file object positioned at the first data line, its 1-based line number)."""
+        return open(path, "rb"), 1
+
+    def _data_start(self, path: Path) -> tuple[int, int]:
+        """(byte offset, 1-based line number) of the first data line of ``path`` (after what
+        ``_open`` skips: a header)."""
+        if path not in self._starts:
+            f, first = self._open(path)
+            with f:
+                self._starts[path] = (f.tell(), first)
+        return self._starts[path]
+
+    def _parse(self, buf: np.ndarray, bad_line: np.ndarray, bad_code: np.ndarray):
+        """Parse one chunk -> ((n_lines, n_ok, n_bad, n_blank), Batch of the n_ok valid lines)."""
         raise NotImplementedError
 
-    def _account(self, path, buf: np.ndarray, first_line: int, n_lines: int, n_ok: int,
-                 n_bad: int, n_blank: int, bad_line: np.ndarray, bad_code: np.ndarray) -> None:
-        """Adds one parsed chunk to ``stats``; in strict mode raises at its first malformed line."""
-        st = self.stats
-        st.lines += n_lines
-        st.examples += n_ok
-        st.blank += n_blank
-        st.malformed += n_bad
-        st.bytes += buf.shape[0]
-        for k in range(min(n_bad, bad_line.shape[0])):
-            if len(st.malformed_at) >= MAX_RECORDED_MALFORMED:
-                break
-            st.malformed_at.append((str(path), first_line + int(bad_line[k]),
-                                    REASONS[int(bad_code[k])]))
+    def _parts(self, seg: Segment, chunk_bytes: int, max_chunks: int | None = None) -> Iterator[Batch]:
+        """Parsed chunks of the lines of one segment, counted into ``stats`` (and checked) one by
+        one. Malformed lines are named by file:line, or — when the segment starts inside a file —
+        by line counted from the segment's first byte."""
+        bad_line = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int64)
+        bad_code = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int32)
+        with open(seg.path, "rb") as f:
+            begin = seek_segment(f, seg)
+            if begin >= seg.stop:
+                return
+            if begin == seg.data_start:
+                path, first = seg.path, self._data_start(seg.path)[1]
+            else:
+                path, first = f"{seg.path} (lines counted from byte {begin})", 1
+            for k, (buf, first_line) in enumerate(iter_line_chunks(f, chunk_bytes, first,
+                                                                   limit=seg.stop - begin)):
+                if max_chunks is not None and k >= max_chunks:
+                    self._cut = True
+                    return
+                (n_lines, n_ok, n_bad, n_blank), part = self._parse(buf, bad_line, bad_code)
+                st = self.stats
+                st.lines += n_lines
+                st.examples += n_ok
+                st.blank += n_blank
+                st.malformed += n_bad
+                st.bytes += buf.shape[0]
+                for j in range(min(n_bad, bad_line.shape[0],
+                                   MAX_RECORDED_MALFORMED - len(st.malformed_at))):
+                    st.malformed_at.append((str(path), first_line + int(bad_line[j]),
+                                            REASONS[int(bad_code[j])]))
+                yield part
+                if n_bad and self.strict:
+                    raise InvalidInputError(f"{path}:{first_line + int(bad_line[0])}: malformed line "
+                                            f"({REASONS[int(bad_code[0])]}); expected "
+                                            f"{self.format_description}")
+                self._check(st, final=False)
 
-    def _raise_first_bad(self, path, first_line: int, bad_line, bad_code) -> None:
-        raise InvalidInputError(f"{path}:{first_line + int(bad_line[0])}: malformed line "
-                                f"({REASONS[int(bad_code[0])]})")
+    def _check(self, st: ReaderStats, final: bool) -> None:
+        """Raises when ``st`` has too many malformed lines or (``final``) no example at all."""
+        n = st.lines - st.blank
+        files, want = ", ".join(map(str, self.paths)), self.format_description
+        if self.n_shards > 1:
+            files += f" (shard {self.shard} of {self.n_shards})"
+        first = f" (first: {'; '.join(st.first_malformed()[:3])})" if st.malformed else ""
+        if final and n == 0 and self.n_shards > 1:
+            return  # an empty shard: its rank contributes empty batches
+        if final and st.examples == 0:
+            what = f"all {n} lines are malformed{first}" if n else "no data lines"
+            raise InvalidInputError(f"no valid example in {files}: {what}; expected {want}")
+        if (final or n >= MIN_LINES_FOR_FRACTION) and st.malformed > self.max_malformed * n:
+            raise InvalidInputError(
+                f"{st.malformed} of {'the' if final else 'the first'} {n} lines of {files} are "
+                f"malformed ({st.malformed / n:.2%}, more than max_malformed {self.max_malformed:.2%} "
+                f"allows){first}; expected {want}; fix the data or raise --max-malformed")

@@ -13,15 +13,11 @@ written as 8 hex digits (a 32-bit hash); any feature may be empty (missing). Per
 
 from __future__ import annotations
 
-from typing import Iterator
-
 import numpy as np
 
-from ._batch import Batch
 from ._chunks import (BAD_COLUMNS, BAD_HEX, BAD_LABEL, BAD_NUMBER, DEFAULT_CHUNK_BYTES,
-                      MAX_RECORDED_MALFORMED, MISSING_VALUE, TextReader, fixed_width_batch)
+                      DEFAULT_MAX_MALFORMED, MISSING_VALUE, TextReader, fixed_width_batch)
 from ._parse_kernels import parse_criteo
-from ._shards import Segment
 
 #: Number of integer (dense) and categorical columns of the Criteo layout.
 N_INT = 13
@@ -38,31 +34,28 @@ class CriteoReader(TextReader):
     path: a file or a list of files (read in order, batches run across file ends).
     batch_size: examples per batch; shard=(index, n_shards): read only that shard of the files.
     strict: raise ``InvalidInputError`` (naming file:line and why) at the first malformed line,
-    instead of counting and skipping it. int_as_categorical: also bucketize I1..I13 into fields 26..38.
+    instead of counting and skipping it; max_malformed: the fraction of lines a pass may skip (see
+    ``TextReader``). int_as_categorical: also bucketize I1..I13 into fields 26..38.
     """
 
+    format_description = ("Criteo TSV: 40 tab-separated columns, a 0/1 label, 13 integer counts, "
+                          "26 hex categoricals")
+
     def __init__(self, path, batch_size: int, shard=(0, 1), strict: bool = False,
-                 int_as_categorical: bool = False, chunk_bytes: int = DEFAULT_CHUNK_BYTES):
-        super().__init__(path, batch_size, shard, strict, chunk_bytes)
+                 int_as_categorical: bool = False, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                 max_malformed: float = DEFAULT_MAX_MALFORMED):
+        super().__init__(path, batch_size, shard, strict, chunk_bytes, max_malformed)
         self.int_as_categorical = bool(int_as_categorical)
         self.n_fields = N_CAT + (N_INT if self.int_as_categorical else 0)
         self.n_dense = N_INT
 
-    def _parts(self, seg: Segment) -> Iterator[Batch]:
-        bad_line = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int64)
-        bad_code = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int32)
-        with open(seg.path, "rb") as f:
-            for buf, first_line, where in self._line_chunks(f, seg):
-                cap = int(np.count_nonzero(buf == 10))
-                labels = np.empty(cap, dtype=np.float32)
-                dense = np.empty((cap, N_INT), dtype=np.float32)
-                values = np.empty((cap, self.n_fields), dtype=np.uint64)
-                n_lines, n_ok, n_bad, n_blank = parse_criteo(
-                    buf, self.int_as_categorical, self.strict, np.uint64(MISSING_VALUE),
-                    np.uint64(NEGATIVE_VALUE), _CODES, labels, dense, values, bad_line, bad_code)
-                self._account(where, buf, first_line, n_lines, n_ok, n_bad, n_blank, bad_line,
+    def _parse(self, buf: np.ndarray, bad_line: np.ndarray, bad_code: np.ndarray):
+        cap = int(np.count_nonzero(buf == 10))
+        labels = np.empty(cap, dtype=np.float32)
+        dense = np.empty((cap, N_INT), dtype=np.float32)
+        values = np.empty((cap, self.n_fields), dtype=np.uint64)
+        counts = parse_criteo(buf, self.int_as_categorical, self.strict, np.uint64(MISSING_VALUE),
+                              np.uint64(NEGATIVE_VALUE), _CODES, labels, dense, values, bad_line,
                               bad_code)
-                yield fixed_width_batch(labels[:n_ok], dense[:n_ok], values[:n_ok])
-                if n_bad and self.strict:
-                    self._raise_first_bad(where, first_line, bad_line, bad_code)
-
+        n_ok = counts[1]
+        return counts, fixed_width_batch(labels[:n_ok], dense[:n_ok], values[:n_ok])

@@ -14,29 +14,27 @@ Every file must start with the same header; every shard's reader reads the heade
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from ..errors import InvalidInputError
-from ._batch import Batch
+from ._batch import check_n_fields
 from ._chunks import (BAD_COLUMNS, BAD_LABEL, BAD_NUMBER, DEFAULT_CHUNK_BYTES,
-                      MAX_RECORDED_MALFORMED, MISSING_VALUE, TextReader, fixed_width_batch)
+                      DEFAULT_MAX_MALFORMED, MISSING_VALUE, TextReader, fixed_width_batch)
 from ._parse_kernels import parse_csv
-from ._shards import Segment
 
 _CODES = np.array([BAD_COLUMNS, BAD_LABEL, BAD_NUMBER], dtype=np.int32)
 # Column kinds understood by ``parse_csv``.
 _LABEL, _DENSE, _CAT, _IGNORE = 0, 1, 2, 3
 
 
-def _read_header(path: Path) -> tuple[list[str], int]:
-    """(column names, bytes of the header line including its newline) of ``path``."""
+def _read_header(path: Path) -> list[str]:
     with open(path, "rb") as f:
         line = f.readline()
     if not line.strip():
         raise InvalidInputError(f"{path}:1: missing CSV header")
-    return [c.strip() for c in line.decode("utf-8", "replace").rstrip("\r\n").split(",")], len(line)
+    return [c.strip() for c in line.decode("utf-8", "replace").rstrip("\r\n").split(",")]
 
 
 class CsvReader(TextReader):
@@ -47,17 +45,14 @@ class CsvReader(TextReader):
     field-id order.
     """
 
-    first_data_line = 2
-
     def __init__(self, path, batch_size: int, shard=(0, 1), strict: bool = False,
                  label: str = "click", dense_columns: Sequence[str] = (),
-                 ignore_columns: Sequence[str] = (), chunk_bytes: int = DEFAULT_CHUNK_BYTES):
-        super().__init__(path, batch_size, shard, strict, chunk_bytes)
-        self.header, n = _read_header(self.paths[0])
-        self._header_bytes = {self.paths[0]: n}
+                 ignore_columns: Sequence[str] = (), chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                 max_malformed: float = DEFAULT_MAX_MALFORMED):
+        super().__init__(path, batch_size, shard, strict, chunk_bytes, max_malformed)
+        self.header = _read_header(self.paths[0])
         for p in self.paths[1:]:
-            header, self._header_bytes[p] = _read_header(p)
-            if header != self.header:
+            if _read_header(p) != self.header:
                 raise InvalidInputError(f"{p}: header differs from {self.paths[0]}")
         names = set(self.header)
         if len(names) != len(self.header):
@@ -81,28 +76,26 @@ class CsvReader(TextReader):
                 kind[c], slot[c] = _CAT, len(self.categorical_columns)
                 self.categorical_columns.append(name)
         self.label = label
+        self.format_description = (f"CSV with the header of {self.paths[0]}: {len(self.header)} "
+                                   f"comma-separated columns, label column {label!r} 0/1 (or -1), "
+                                   "dense columns numbers")
         self.dense_columns = dense_columns
         self._kind, self._slot = kind, slot
-        self.n_fields = len(self.categorical_columns)
+        self.n_fields = check_n_fields(len(self.categorical_columns), "categorical CSV columns",
+                                       low=0)
         self.n_dense = len(dense_columns)
 
-    def _data_start(self, path: Path) -> int:
-        return self._header_bytes[path]
+    def _open(self, path: Path):
+        f = open(path, "rb")
+        f.readline()  # the header (checked in __init__)
+        return f, 2
 
-    def _parts(self, seg: Segment) -> Iterator[Batch]:
-        bad_line = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int64)
-        bad_code = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int32)
-        with open(seg.path, "rb") as f:
-            for buf, first_line, where in self._line_chunks(f, seg):
-                cap = int(np.count_nonzero(buf == 10))
-                labels = np.empty(cap, dtype=np.float32)
-                dense = np.empty((cap, self.n_dense), dtype=np.float32)
-                values = np.empty((cap, self.n_fields), dtype=np.uint64)
-                n_lines, n_ok, n_bad, n_blank = parse_csv(
-                    buf, self._kind, self._slot, self.strict, np.uint64(MISSING_VALUE), _CODES,
-                    labels, dense, values, bad_line, bad_code)
-                self._account(where, buf, first_line, n_lines, n_ok, n_bad, n_blank, bad_line,
-                              bad_code)
-                yield fixed_width_batch(labels[:n_ok], dense[:n_ok], values[:n_ok])
-                if n_bad and self.strict:
-                    self._raise_first_bad(where, first_line, bad_line, bad_code)
+    def _parse(self, buf: np.ndarray, bad_line: np.ndarray, bad_code: np.ndarray):
+        cap = int(np.count_nonzero(buf == 10))
+        labels = np.empty(cap, dtype=np.float32)
+        dense = np.empty((cap, self.n_dense), dtype=np.float32)
+        values = np.empty((cap, self.n_fields), dtype=np.uint64)
+        counts = parse_csv(buf, self._kind, self._slot, self.strict, np.uint64(MISSING_VALUE), _CODES,
+                           labels, dense, values, bad_line, bad_code)
+        n_ok = counts[1]
+        return counts, fixed_width_batch(labels[:n_ok], dense[:n_ok], values[:n_ok])

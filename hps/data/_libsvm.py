@@ -9,18 +9,17 @@ on the first valid line of the first file. There are no dense features (``n_dens
 
 from __future__ import annotations
 
-from typing import Iterator
-
 import numpy as np
 
 from ..errors import InvalidInputError
-from ._batch import Batch, make_keys
+from ._batch import Batch, check_n_fields, make_keys
 from ._chunks import (BAD_FEATURE, BAD_LABEL, BAD_NUMBER, DEFAULT_CHUNK_BYTES,
-                      MAX_RECORDED_MALFORMED, TextReader, iter_line_chunks)
+                      DEFAULT_MAX_MALFORMED, TextReader, iter_line_chunks)
 from ._parse_kernels import parse_libsvm
-from ._shards import Segment
 
 _CODES = np.array([BAD_LABEL, BAD_NUMBER, BAD_FEATURE], dtype=np.int32)
+_FORMAT = ("libsvm/libFM: a label (1, 0 or -1), then space-separated idx:value features (idx an "
+           "unsigned integer, value a float32 number)")
 #: Bytes read to find the first valid line when ``n_fields`` is not given.
 _PEEK_BYTES = 1 << 16
 
@@ -41,18 +40,21 @@ class LibsvmReader(TextReader):
     """Streams ``Batch``es from libsvm/libFM file(s). Not thread-safe (one iteration at a time).
 
     path: a file or a list of files; batch_size: examples per batch; shard=(index, n_shards);
-    strict: raise at the first malformed line; n_fields: positional fields (default: features on
-    the first valid line).
+    strict: raise at the first malformed line; max_malformed: the fraction of lines a pass may skip
+    (see ``TextReader``); n_fields: positional fields (default: features on the first valid line).
     """
 
+    format_description = _FORMAT
+
     def __init__(self, path, batch_size: int, shard=(0, 1), strict: bool = False,
-                 n_fields: int | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES):
-        super().__init__(path, batch_size, shard, strict, chunk_bytes)
+                 n_fields: int | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                 max_malformed: float = DEFAULT_MAX_MALFORMED):
+        super().__init__(path, batch_size, shard, strict, chunk_bytes, max_malformed)
         if n_fields is None:
-            n_fields = self._first_line_width()
-        if int(n_fields) < 1:
-            raise InvalidInputError(f"n_fields must be >= 1, got {n_fields}")
-        self.n_fields = int(n_fields)
+            self.n_fields = check_n_fields(self._first_line_width(), "features on the first valid "
+                                           "libsvm line (the positional fields; set n_fields)")
+        else:
+            self.n_fields = check_n_fields(n_fields, "n_fields")
         self.n_dense = 0
 
     def _first_line_width(self) -> int:
@@ -65,22 +67,13 @@ class LibsvmReader(TextReader):
                     if n_ok:
                         return max(1, int(offsets[1] - offsets[0]))
         raise InvalidInputError(f"no valid libsvm line in {', '.join(map(str, self.paths))}; "
-                                "cannot infer n_fields")
+                                f"cannot infer n_fields; expected {_FORMAT}")
 
-    def _parts(self, seg: Segment) -> Iterator[Batch]:
-        bad_line = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int64)
-        bad_code = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int32)
-        last = np.int32(self.n_fields - 1)
-        with open(seg.path, "rb") as f:
-            for buf, first_line, where in self._line_chunks(f, seg):
-                (n_lines, n_ok, n_bad, n_blank), labels, offsets, idx, val, pos = _parse_chunk(
-                    buf, self.strict, bad_line, bad_code)
-                self._account(where, buf, first_line, n_lines, n_ok, n_bad, n_blank, bad_line,
-                              bad_code)
-                nnz = int(offsets[n_ok])
-                field = np.minimum(pos[:nnz], last)
-                yield Batch(labels[:n_ok], np.zeros((n_ok, 0), dtype=np.float32),
-                            make_keys(field, idx[:nnz]), field, val[:nnz], offsets[:n_ok + 1],
-                            self.n_fields)
-                if n_bad and self.strict:
-                    self._raise_first_bad(where, first_line, bad_line, bad_code)
+    def _parse(self, buf: np.ndarray, bad_line: np.ndarray, bad_code: np.ndarray):
+        counts, labels, offsets, idx, val, pos = _parse_chunk(buf, self.strict, bad_line, bad_code)
+        n_ok = counts[1]
+        nnz = int(offsets[n_ok])
+        field = np.minimum(pos[:nnz], np.int32(self.n_fields - 1))
+        return counts, Batch(labels[:n_ok], np.zeros((n_ok, 0), dtype=np.float32),
+                             make_keys(field, idx[:nnz]), field, val[:nnz], offsets[:n_ok + 1],
+                             self.n_fields)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from ..errors import InvalidInputError
+from ._chunks import DEFAULT_MAX_MALFORMED
 from ._criteo import CriteoReader
 from ._csv import CsvReader
 from ._libsvm import LibsvmReader
 from ._synthetic import SyntheticData
 
-#: Format name -> dataset class. Every class offers ``batches(start_batch=0)``, ``stats``,
-#: ``n_fields`` and ``n_dense``.
+#: Format name -> dataset class. Every class offers ``batches(start_batch=0)``, ``probe()`` (a
+#: check of the data's first bytes, raising if they are unusable), ``stats``, ``n_fields`` and
+#: ``n_dense``.
 FORMATS = {
     "criteo": CriteoReader,
     "libsvm": LibsvmReader,
@@ -19,12 +21,13 @@ FORMATS = {
 
 
 def open_dataset(path, fmt: str, batch_size: int, shard=(0, 1), strict: bool = False,
-                 **fmt_options):
+                 max_malformed: float = DEFAULT_MAX_MALFORMED, **fmt_options):
     """Dataset of ``fmt`` over ``path`` (a file or a list of files; ignored for "synthetic").
 
     fmt_options go to the format's class: criteo ``int_as_categorical``; libsvm ``n_fields``;
     csv ``label``, ``dense_columns``, ``ignore_columns``; text formats ``chunk_bytes``; synthetic
     ``rows``, ``fields``, ``vocab_per_field``, ``zipf``, ``n_dense``, ``seed``, ``eval_rows``.
+    strict/max_malformed: how many malformed lines a text format's pass may skip (``TextReader``).
     Raises ``InvalidInputError`` for an unknown format or option and ``DataFileNotFoundError`` (an
     ``InvalidInputError`` and a ``FileNotFoundError``) for a missing file.
     """
@@ -34,11 +37,12 @@ def open_dataset(path, fmt: str, batch_size: int, shard=(0, 1), strict: bool = F
                                 f"{', '.join(sorted(FORMATS))}")
     try:
         if cls is SyntheticData:
-            # synthetic data has no malformed lines: ``strict`` does not apply
+            # synthetic data has no malformed lines: ``strict``/``max_malformed`` do not apply
             return SyntheticData(batch_size=batch_size, shard=shard, **fmt_options)
         if path is None:
             raise InvalidInputError(f"format {fmt!r} needs a data path")
-        return cls(path, batch_size, shard=shard, strict=strict, **fmt_options)
+        return cls(path, batch_size, shard=shard, strict=strict, max_malformed=max_malformed,
+                   **fmt_options)
     except TypeError as e:
         if "unexpected keyword argument" in str(e):
             raise InvalidInputError(f"format {fmt!r}: {e}") from None

@@ -149,6 +149,16 @@ def _parse_float(buf, a, b):
 
 
 @njit(nogil=True, cache=True, inline="always")
+def _parse_float32(buf, a, b):
+    """(ok, float64 value) like ``_parse_float``, and not ok when the value overflows float32 (its
+    magnitude rounds to inf: above 3.4028235677973366e38, FLT_MAX plus half an ulp)."""
+    ok, v = _parse_float(buf, a, b)
+    if ok and abs(v) >= 3.4028235677973366e38:
+        return False, 0.0
+    return ok, v
+
+
+@njit(nogil=True, cache=True, inline="always")
 def _fnv1a(buf, a, b):
     """64-bit FNV-1a hash of the bytes buf[a:b]."""
     h = np.uint64(0xCBF29CE484222325)
@@ -253,7 +263,8 @@ def parse_criteo(buf, int_as_cat, strict, missing, negative, codes,
 def parse_libsvm(buf, strict, codes, labels, offsets, idx, val, pos_in_line, bad_line, bad_code):
     """libsvm/libFM: ``label idx:val idx:val …`` separated by spaces or tabs.
 
-    Labels 1 -> 1, 0 or -1 -> 0. labels (n,) float32; offsets (n+1,) int64 (CSR); idx (nnz,) uint64;
+    Labels 1 -> 1, 0 or -1 -> 0; a value beyond float32's range is malformed. labels (n,) float32;
+    offsets (n+1,) int64 (CSR); idx (nnz,) uint64;
     val (nnz,) float32; pos_in_line (nnz,) int32: 0-based position of the feature on its line.
     Output sizes: n >= lines in buf, nnz >= ':' in buf. codes = (BAD_LABEL, BAD_NUMBER, BAD_FEATURE).
     """
@@ -301,7 +312,7 @@ def parse_libsvm(buf, strict, codes, labels, offsets, idx, val, pos_in_line, bad
                 if not ok:
                     code = codes[2]
                     break
-                ok, fv = _parse_float(buf, c + 1, b)
+                ok, fv = _parse_float32(buf, c + 1, b)
                 if not ok:
                     code = codes[1]
                     break
@@ -334,7 +345,8 @@ def parse_csv(buf, kind, slot, strict, missing, codes, labels, dense, values, ba
     """Comma-separated lines without quoting; column c is of ``kind[c]``: 0 label, 1 dense, 2
     categorical, 3 ignored, and goes to column ``slot[c]`` of ``dense``/``values``.
 
-    labels (n,) float32 (1 -> 1, 0 or -1 -> 0); dense (n, D) float32 (empty -> 0); values (n, F)
+    labels (n,) float32 (1 -> 1, 0 or -1 -> 0); dense (n, D) float32 (empty -> 0, beyond float32's
+    range malformed); values (n, F)
     uint64: FNV-1a of the column's bytes (``missing`` when empty).
     codes = (BAD_COLUMNS, BAD_LABEL, BAD_NUMBER).
     """
@@ -374,7 +386,7 @@ def parse_csv(buf, kind, slot, strict, missing, codes, labels, dense, values, ba
                 if b == a:
                     dense[r, slot[col]] = 0.0
                 else:
-                    ok, v = _parse_float(buf, a, b)
+                    ok, v = _parse_float32(buf, a, b)
                     if not ok:
                         code = codes[2]
                         break

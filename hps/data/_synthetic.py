@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from ..metrics import auc
-from ._batch import Batch, make_keys
+from ._batch import Batch, check_n_fields, make_keys
 from ._chunks import ReaderStats, Rebatcher, check_common
 from ._shards import share_bounds
 
@@ -132,6 +132,7 @@ class SyntheticData:
                 f"synthetic data needs rows >= 0, fields >= 1, vocab_per_field >= 1, zipf >= 0, "
                 f"n_dense >= 0, seed >= 0; got rows={rows}, fields={fields}, vocab_per_field={vocab_per_field}, "
                 f"zipf={zipf}, n_dense={n_dense}, seed={seed}")
+        check_n_fields(fields, "synthetic fields")
         self.rows, self.fields, self.vocab_per_field = int(rows), int(fields), int(vocab_per_field)
         self.zipf, self.n_dense, self.seed = float(zipf), int(n_dense), int(seed)
         self.batch_size = int(batch_size)
@@ -212,6 +213,10 @@ class SyntheticData:
         """This shard's training batches start_batch, start_batch + 1, …; resets ``stats``."""
         self.stats = ReaderStats()
         return self._stream(_TRAIN, self.rows, start_batch)
+
+    def probe(self) -> ReaderStats:
+        """Nothing to check before a job (generated data is never malformed); empty counters."""
+        return ReaderStats()
 
     def eval_batches(self) -> Iterator[Batch]:
         """This shard's batches of the eval split (``eval_rows`` examples, its own random stream)."""

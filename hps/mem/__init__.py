@@ -9,7 +9,8 @@ Public API::
 - :func:`replay` — hit rate of the real cache over a trace of key batches ("lru", "lfu", "lru+lfu").
 - :class:`MemPS` — one node's shard: the cache over an ``hps.ssd.SSDStore``; ``pull`` / ``push`` /
   ``flush``; dirty rows always reach the store.
-- :class:`MemConfig` — the settings (budget, LRU share, ghost, initializer), validated.
+- :class:`MemConfig` — the settings of ``MemPS.from_config`` (budget, LRU share, ghost, initializer),
+  validated.
 - :class:`RowInitializer` — deterministic per-key initial rows (same key, same row, anywhere).
 - :func:`owner_of` — the key -> node partition policy: ``owner_of(keys, n_nodes)`` is
   ``mix64(key ^ NODE_SALT) % n_nodes`` (SplitMix64 finaliser; ``NODE_SALT`` =

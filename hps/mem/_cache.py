@@ -45,7 +45,7 @@ class Evicted(NamedTuple):
 
 @dataclass(frozen=True)
 class CacheStats:
-    """Counters since construction (``per_batch_*`` have one entry per ``lookup`` call)."""
+    """Counters since construction (``per_batch_*`` have one entry per ``lookup`` or ``visit_batch`` call)."""
 
     capacity_rows: int
     size: int
@@ -286,7 +286,7 @@ class RowCache:
         return CacheBudgetError(
             f"pinned working set of {working_set} rows ({working_set * row_bytes} bytes) exceeds the "
             f"DRAM cache budget of {self.capacity_rows} rows ({self.budget_bytes} bytes, "
-            f"{row_bytes} bytes per row); raise the budget or shrink the batch / prefetch depth"
+            f"{row_bytes} bytes per row); raise the budget or pin fewer rows at once (smaller batches)"
         )
 
     def _empty_evicted(self, n: int) -> Evicted:
@@ -310,9 +310,11 @@ class RowCache:
         k = as_keys(keys)
         n = k.shape[0]
         r = check_rows(rows, n, self.row_width, self.dtype, "rows")
-        d = np.ascontiguousarray(np.broadcast_to(np.asarray(dirty, dtype=np.bool_), (n,)))
+        # writable C arrays, always: a read-only view would be a second Numba specialisation of put,
+        # compiled mid-run the first time a caller happens to pass one
+        d = np.require(np.broadcast_to(np.asarray(dirty, dtype=np.bool_), (n,)), requirements=("C", "W"))
         f = np.asarray(1 if freq is None else freq, dtype=np.int64)
-        f = np.ascontiguousarray(np.broadcast_to(f, (n,)))
+        f = np.require(np.broadcast_to(f, (n,)), requirements=("C", "W"))
         with self.lock:
             if n == 0:
                 return self._empty_evicted(0)

@@ -21,7 +21,8 @@ State layout (all arrays owned by the host class, passed in as arguments; C = ca
   >= 2 C, ``EMPTY`` = all ones; deletion by backward shift (no tombstones).
 - Ghost history (optional; G = ``ghost.shape[0]`` is 0 or a power of two): a direct-mapped table
   ``ghost`` (G, 2) uint64 of (evicted key, its frequency) -- one cache line per probe -- cell
-  ``mix64(key ^ GHOST_SALT) & (G - 1)``; an eviction overwrites its cell; a key re-inserted while
+  ``mix64(key ^ 0x2545F4914F6CDD1D) & (G - 1)`` (``_ghost_cell``: a salt of its own, written as a
+  literal since kernels read no module globals); an eviction overwrites its cell; a key re-inserted while
   remembered starts from its remembered frequency (and frees the cell).
 
 Performance note: the operation kernels that allocate nothing are compiled with ``_nrt=False``.

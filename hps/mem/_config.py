@@ -1,4 +1,9 @@
-"""``MemConfig``: the MEM-PS settings, validated on construction (composed into the training config)."""
+"""``MemConfig``: the MEM-PS settings of :meth:`hps.mem.MemPS.from_config`, validated on construction.
+
+The training job does not use it: there ``--mem-budget`` (``hps.config.TierConfig.mem_budget``) sets
+the budget, ``hps.config.ModelOptions`` the initializer, and the LRU share and ghost factor keep their
+defaults (``DEFAULT_LRU_FRACTION``, ``DEFAULT_GHOST_FACTOR``).
+"""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import threading
 import numpy as np
 
 from .._keys import as_keys, check_rows
-from ..errors import InvalidInputError
+from ..errors import InternalError, InvalidInputError
 from . import _cache_kernels as K
 from ._cache import DEFAULT_GHOST_FACTOR, DEFAULT_LRU_FRACTION, Evicted, RowCache
 
@@ -89,7 +89,9 @@ class MemPS:
             ev = self.cache.make_room(b - a)
             self._dump_evicted(ev)
             left = self.cache.put(keys[a:b], rows[a:b], dirty=dirty, pin=pin, freq=freq[a:b])
-            assert left.keys.shape[0] == 0, "make_room left too little room"
+            if left.keys.shape[0]:  # make_room freed b - a slots: nothing may be evicted here
+                raise InternalError(f"MEM-PS: inserting {b - a} rows after making room for them evicted "
+                                    f"{left.keys.shape[0]} more")
 
     # ------------------------------------------------------------------ API
     def pull(self, keys) -> np.ndarray:

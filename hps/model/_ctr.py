@@ -149,7 +149,8 @@ class CTRModel:
         """Loss and gradients of one mini-batch (or of this rank's share of a global mini-batch).
 
         emb_rows (u, d) float, xp: embedding vectors of the mini-batch's unique keys.
-        inv (nnz,) int, xp or host: unique row of each key occurrence (``np.unique(return_inverse)``).
+        inv (nnz,) int, xp or host: unique row of each key occurrence (any order of the unique keys,
+            e.g. ``np.unique(return_inverse=True)`` or first-occurrence order as the trainer uses).
         batch: host :class:`Batch` with ``n`` examples and ``nnz`` keys.
         n_total: examples of the GLOBAL mini-batch; default ``n``. Loss and gradients are those of
             ``sum(bce over this batch) / n_total``, so shares of a global mini-batch (each called with

@@ -1,4 +1,5 @@
-"""CPU kernels of the CTR model: field pooling, its transpose, and key-seeded row initialisation.
+"""CPU kernels of the CTR model: field pooling and its transpose. (The key-seeded initial rows come
+from ``hps/mem/_init_kernels.py``, the one initializer every tier uses.)
 
 Kernels only: every input is an argument, nothing is read from module globals (Numba freezes them).
 All are ``@njit(nogil=True, cache=True)`` so pipeline threads run them in parallel. Arrays are host
@@ -10,7 +11,6 @@ Notation: ``n`` examples, ``nnz`` key occurrences, ``u`` unique keys, ``F`` fiel
 from __future__ import annotations
 
 from numba import njit
-
 
 
 @njit(nogil=True, cache=True)

@@ -2,8 +2,9 @@
 
 Files with more than ``stale_fraction`` stale rows are read, their live rows merged into new files
 (new sequence numbers; each row keeps the *version* of its source in the versions section), the index
-re-pointed, and the old files deleted. Every file left is then at most half stale, so the rows on disk
-are at most 2x the live rows (plus the last, partly filled merged file of each step).
+re-pointed, and the old files deleted. Every file left is then at most ``stale_fraction`` stale (half,
+by default), so the rows on disk are at most 2x the live rows (plus the last, partly filled merged
+file of each step).
 
 Concurrency: runs under ``_compact_mu``; file I/O happens outside ``_mu``. A row is re-pointed only if
 the index still points at its source location under ``_mu`` at commit time, so a dump that rewrote
@@ -37,7 +38,8 @@ def _pick_victims(store, force: bool):
 
 
 def compact(store, force: bool) -> int:
-    """Merge the files more than half stale -> number of files removed. See the module docstring."""
+    """Merge the files more than ``stale_fraction`` stale (without ``force``: only once the rows on
+    disk pass ``compact_ratio`` x live rows) -> number of files removed. See the module docstring."""
     with store._compact_mu:
         with store._mu:
             victims = _pick_victims(store, force)

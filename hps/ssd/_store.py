@@ -135,7 +135,8 @@ class SSDStore:
     :class:`CorruptionError` when an acknowledged file is damaged.
 
     - ``dump(keys (n,) uint64, rows (n, dim))``: blocks until the rows are durable (files fsynced,
-      renamed into place, directory fsynced). Duplicate keys in one call: the last wins.
+      renamed into place, directory fsynced; a ``ScratchEnv`` skips the fsyncs). Duplicate keys in
+      one call: the last wins.
     - ``load(keys (n,) uint64) -> (rows (n, dim) of dtype, found (n,) bool)``: newest rows, zeros
       where missing. Reads each file holding a requested key once, whole, and checks its checksum.
     - ``compact()``: merge every file more than ``stale_fraction`` stale; -> number of files removed.

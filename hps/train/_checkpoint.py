@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InvalidInputError, StoreFormatError
+from ..errors import HpsError, InvalidInputError, StoreFormatError
 
 #: Version of the checkpoint layout, stored in meta.json. Written to disk: never renumber.
 CHECKPOINT_VERSION = 1
@@ -122,6 +122,14 @@ def latest(root) -> Path:
     if not re.fullmatch(r"ckpt-\d+", name) or not (root / name).is_dir():
         raise StoreFormatError(f"{root / _LATEST} names {name!r}, which is not a checkpoint directory")
     return root / name
+
+
+def last_checkpoint(root) -> Path | None:
+    """The newest complete checkpoint directory under ``root``, or None when there is none (yet)."""
+    try:
+        return latest(root)
+    except HpsError:
+        return None
 
 
 def load(root, coll, store, model, dense_opt) -> dict:

@@ -1,17 +1,25 @@
 """``python -m hps.train``: the command line. The only module that parses arguments.
 
 Every flag can also be given as a key of ``--config FILE.toml`` (same names, dashes or underscores;
-flags on the command line win). Errors become one line on stderr and exit code 2 (bad input) or 1.
+switches as ``strict = true``, ``resume = true``, ``no-progress = true``; keys may be grouped in the
+sections ``[data]``, ``[model]``, ``[tiers]``, ``[train]``; flags on the command line win). Errors
+become one line on stderr and exit code 2 (bad input) or 1; an interrupt (Ctrl-C, SIGTERM) exits
+130 / 143 after saying where the last checkpoint is.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
+import time
 
-from ..config import DENSE_OPTIMIZERS, DEVICES, FORMATS, MPI_WAITS, SPARSE_OPTIMIZERS, SPARSE_SYNCS, Config
-from ..errors import HpsError, InvalidInputError
+from ..config import (DENSE_OPTIMIZERS, DEVICES, FORMATS, MPI_WAITS, SPARSE_OPTIMIZERS, SPARSE_SYNCS, Config,
+                      flatten_options)
+from ..data import DEFAULT_MAX_MALFORMED
+from ..errors import HpsError, InvalidInputError, InvalidTypeError
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -39,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--data-shards", type=int, default=S,
                    help="shards the data is cut into, read K/N per rank; one process with K shards "
                         "trains exactly like K ranks (default: the number of ranks)")
+    g.add_argument("--max-malformed", type=float, default=S, metavar="FRACTION",
+                   help="stop when more than this fraction of the data lines are malformed "
+                        f"({DEFAULT_MAX_MALFORMED}); malformed lines below it are skipped and reported")
     g = p.add_argument_group("model")
     g.add_argument("--embedding-dim", type=int, default=S, help="embedding width (16)")
     g.add_argument("--hidden", default=S, help="MLP hidden sizes, comma separated (128,64)")
@@ -49,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--adagrad-init", type=float, default=S, help="Adagrad initial accumulator (0.001)")
     g = p.add_argument_group("tiers")
     g.add_argument("--device", choices=DEVICES, default=S, help="HBM-PS and model device (cpu)")
-    g.add_argument("--mem-budget", default=S, help="MEM-PS DRAM budget, e.g. 512MB (256MB)")
+    g.add_argument("--mem-budget", default=S, help="MEM-PS DRAM budget in binary units: 512MiB = 512MB "
+                   "= 512m = 512 * 2^20 bytes, or a byte count (256MiB)")
     g.add_argument("--ssd-path", default=S, help="SSD-PS directory (a temporary one)")
     g.add_argument("--rows-per-file", type=int, default=S, help="SSD-PS rows per file (16384)")
     g.add_argument("--hbm-capacity", type=int, default=S, help="HBM-PS keys (sized from batch 1)")
@@ -58,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--batch-size", type=int, default=S, help="examples per batch, whole job (16384)")
     g.add_argument("--minibatch-size", type=int, default=S, help="examples per update, whole job (1024)")
     g.add_argument("--epochs", type=int, default=S, help="(1)")
-    g.add_argument("--seed", type=int, default=S, help="(0)")
+    g.add_argument("--seed", type=int, default=S, help="in [0, 2^64 - 1] (0)")
     g.add_argument("--queue-depth", type=int, default=S, help="items between pipeline stages (1)")
     g.add_argument("--checkpoint-dir", default=S, help="write checkpoints here")
     g.add_argument("--checkpoint-every", type=int, default=S, help="batches between checkpoints (0: per epoch)")
@@ -88,15 +100,18 @@ def load_toml(path: str) -> dict:
             return tomllib.load(f)
     except FileNotFoundError:
         raise InvalidInputError(f"config file {path} does not exist") from None
+    except OSError as e:
+        raise InvalidInputError(f"cannot read config file {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise InvalidInputError(f"config file {path} is not UTF-8 text (a TOML file is)") from None
     except tomllib.TOMLDecodeError as e:
         raise InvalidInputError(f"config file {path} is not valid TOML: {e}") from None
 
 
 def parse_config(argv=None) -> Config:
     args = vars(build_parser().parse_args(argv))
-    values = load_toml(args.pop("config")) if args.get("config") else {}
+    values = flatten_options(load_toml(args.pop("config"))) if args.get("config") else {}
     args.pop("config", None)
-    values = {k.replace("-", "_"): v for k, v in values.items()}
     values.update(args)
     if isinstance(values.get("hidden"), str):
         try:
@@ -110,10 +125,24 @@ def _mpi_launched() -> bool:
     return any(int(os.environ.get(v, "1")) > 1 for v in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"))
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (what schedulers send), raised in the main thread so it unwinds like Ctrl-C."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated()
+
+
 def main(argv=None) -> int:
     """Run the job; returns the exit code. Under MPI a failing rank prints
-    ``hps: rank R of N failed: <Type>: <message>`` and aborts the whole job (no rank hangs)."""
-    comm = None
+    ``hps: rank R of N failed: <Type>: <message>`` and aborts the whole job (no rank hangs).
+
+    Ctrl-C (SIGINT) and SIGTERM stop the pipeline, remove the temporary SSD-PS, say where the last
+    checkpoint is and exit 130 / 143 (128 + the signal). ``mpiexec`` forwards both signals to every
+    rank: each rank cleans up, the ranks wait for each other (a bounded wait) and all exit."""
+    comm, cfg = None, None
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
     try:
         cfg = parse_config(argv)
         if _mpi_launched():
@@ -124,15 +153,62 @@ def main(argv=None) -> int:
 
         run(cfg, comm=comm, on_fatal=(lambda e: _abort(comm, e)) if comm is not None else None)
         return 0
-    except KeyboardInterrupt:
-        print("hps: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        return _interrupted(comm, cfg, signal.SIGTERM if isinstance(e, _Terminated) else signal.SIGINT)
     except (HpsError, OSError) as e:
         return _fail(comm, e, EXIT_BAD_INPUT if _is_bad_input(e) else EXIT_FAILED)
     except Exception as e:
         if comm is not None and comm.Get_size() > 1:
             _abort(comm, e)
         raise
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+#: Under MPI, how long an interrupted rank waits for the others to finish cleaning up before it
+#: aborts the job (a rank that never got the signal would otherwise keep the job alive).
+INTERRUPT_SYNC_S = 30.0
+
+
+def _interrupted(comm, cfg, signum) -> int:
+    """Report an interrupt (the job's own files are already removed by ``run``) -> 128 + signum."""
+    code = 128 + int(signum)
+    if comm is None or comm.Get_rank() == 0:
+        print(f"hps: interrupted by {signal.Signals(signum).name}: training stopped. {_resume_hint(cfg)}",
+              file=sys.stderr, flush=True)
+    if comm is not None and comm.Get_size() > 1:
+        _leave_together(comm, code)
+    return code
+
+
+def _resume_hint(cfg) -> str:
+    from ._checkpoint import last_checkpoint
+
+    ck = cfg.train.checkpoint_dir if cfg is not None else None
+    if not ck:
+        return "No checkpoint was written (no --checkpoint-dir): a new run starts from the beginning."
+    last = last_checkpoint(ck)
+    if last is None:
+        return f"No checkpoint was completed in {ck} yet: a new run starts from the beginning."
+    return (f"The last checkpoint is {last}: to continue, run the same command with "
+            f"--resume --checkpoint-dir {ck}")
+
+
+def _leave_together(comm, code: int) -> None:
+    """Every rank has cleaned up: meet the others (non-blocking barrier on ``comm``, which the
+    trainer's threads never use: they have their own duplicates) and exit at once, without
+    MPI_Finalize, which could wait for ever on a collective a stopped peer never joined. A rank
+    that is not there within INTERRUPT_SYNC_S takes the job down with MPI_Abort."""
+    req = comm.Ibarrier()
+    deadline = time.monotonic() + INTERRUPT_SYNC_S
+    while not req.Test():
+        if time.monotonic() > deadline:
+            comm.Abort(code)
+        time.sleep(0.01)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _abort(comm, e: BaseException) -> None:
@@ -151,7 +227,8 @@ def _abort(comm, e: BaseException) -> None:
 
 def _is_bad_input(e: BaseException) -> bool:
     cause = e.__cause__ if getattr(e, "stage", None) else None
-    return isinstance(e, InvalidInputError) or isinstance(cause, InvalidInputError)
+    bad = (InvalidInputError, InvalidTypeError)
+    return isinstance(e, bad) or isinstance(cause, bad)
 
 
 def _fail(comm, e: BaseException, code: int) -> int:

@@ -23,7 +23,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ..data import Batch, open_dataset, share_bounds
+from ..data import Batch, ReaderStats, open_dataset, share_bounds
 from ..errors import InvalidInputError
 
 
@@ -65,7 +65,8 @@ class Feed:
     """The shards of rank ``rank`` of ``size`` (``cfg``: the training Config), composed as above.
 
     Raises InvalidInputError when ``--data-shards`` is not a multiple of the ranks or exceeds the
-    mini-batch size (a shard would have no place in a mini-batch).
+    mini-batch size (a shard would have no place in a mini-batch), and when a shard's first bytes
+    already show its data is unusable (``probe``).
     """
 
     def __init__(self, cfg, rank: int, size: int):
@@ -81,16 +82,50 @@ class Feed:
         self.sizes = minibatch_sizes(tc.batch_size, tc.minibatch_size)
         self._local = [shard_minibatch_sizes(self.sizes, s, k) for s in self.shards]
         opts = _format_options(d, tc.seed, tc.batch_size)
-        self.readers = [open_dataset(d.data, d.format, int(local.sum()), shard=(s, k), strict=d.strict, **opts)
+        read = {"strict": d.strict, "max_malformed": d.max_malformed}
+        self.readers = [open_dataset(d.data, d.format, int(local.sum()), shard=(s, k), **read, **opts)
                         for s, local in zip(self.shards, self._local)]
         first = self.readers[0]
         self.n_fields, self.n_dense = first.n_fields, first.n_dense
         self._eval = None
         if d.eval_data:
             eopts = {key: v for key, v in opts.items() if key not in ("seed", "block_rows")}
-            self._eval = [open_dataset(d.eval_data, d.format, int(local.sum()), shard=(s, k), strict=d.strict,
-                                       **eopts) for s, local in zip(self.shards, self._local)]
+            if d.format == "libsvm":  # positional fields: the eval data has the training data's
+                eopts["n_fields"] = self.n_fields
+            self._eval = [open_dataset(d.eval_data, d.format, int(local.sum()), shard=(s, k), **read, **eopts)
+                          for s, local in zip(self.shards, self._local)]
+            ev = self._eval[0]
+            if (ev.n_fields, ev.n_dense) != (self.n_fields, self.n_dense):
+                raise InvalidInputError(f"--eval-data {d.eval_data} has {ev.n_fields} fields and {ev.n_dense} "
+                                        f"dense features, --data {d.data} has {self.n_fields} and {self.n_dense}")
+        for r in self.readers + (self._eval or []):  # unusable data fails now, not after training
+            r.probe()
         self._parsed = 0
+
+    @classmethod
+    def replay(cls, batches: list, n_fields: int, n_dense: int, minibatch_size: int) -> "Feed":
+        """A one-shard feed that replays ``batches`` (a list of Batches, none longer than the first),
+        with no eval data (the warm-up's scratch job)."""
+        feed = cls.__new__(cls)
+        feed.n_shards, feed.shards = 1, [0]
+        feed.sizes = minibatch_sizes(len(batches[0]), minibatch_size)
+        feed._local = [feed.sizes]
+        feed.readers = [_Replay(batches, n_fields, n_dense)]
+        feed.n_fields, feed.n_dense = n_fields, n_dense
+        feed._eval, feed._parsed = None, 0
+        return feed
+
+    @property
+    def has_eval(self) -> bool:
+        """Whether there is eval data (a file, or the synthetic eval split)."""
+        return self._eval is not None or self.synthetic is not None
+
+    def malformed(self) -> tuple[int, list[str]]:
+        """(malformed lines, the first of them as "file:line: reason") of this rank's last pass."""
+        return _malformed(self.readers)
+
+    def eval_malformed(self) -> tuple[int, list[str]]:
+        return _malformed(self._eval or [])
 
     @property
     def synthetic(self):
@@ -148,6 +183,21 @@ class Feed:
         elif self.synthetic is not None:
             for r in self.readers:
                 yield from r.eval_batches()
+
+
+class _Replay:
+    """A reader that replays a list of batches (nothing is parsed)."""
+
+    def __init__(self, batches, n_fields: int, n_dense: int):
+        self._batches, self.n_fields, self.n_dense = batches, n_fields, n_dense
+        self.stats = ReaderStats()
+
+    def batches(self, start_batch: int = 0):
+        return iter(self._batches[start_batch:])
+
+
+def _malformed(readers) -> tuple[int, list[str]]:
+    return (sum(r.stats.malformed for r in readers), [x for r in readers for x in r.stats.first_malformed()])
 
 
 def _format_options(d, seed: int, batch_size: int) -> dict:

@@ -8,8 +8,9 @@ Rows (embedding | optimizer state) are authoritative in exactly one place at a t
 Residency is decided in batch order by the prepare stage, deterministically (whatever the timing):
 batch ``i`` marks the keys it needs resident with ``last_use = i``; keys whose ``last_use <= i -
 window`` are evicted (owners write them back to MEM-PS, every holder erases them from HBM).
-``prepare(i)`` first waits until ``train(i - window)`` has finished, so an evicted key is final and
-a key fetched from MEM-PS/SSD-PS is fresh: it was not resident, so nobody holds a newer copy.
+``prepare(i)`` runs only once ``train(i - window)`` has finished (:meth:`wait_ready`, the prepare
+stage's gate), so an evicted key is final and a key fetched from MEM-PS/SSD-PS is fresh: it was not
+resident, so nobody holds a newer copy.
 
 Which keys a rank holds is the sparse-sync strategy's choice (``_sync``): with ``owner`` a rank
 holds only keys it owns (the union of what any rank's batch asks of it), so every resident row is
@@ -18,8 +19,8 @@ global batch's working set and applies every update, so replicas stay bit-identi
 already holds the final row. Either way no rows travel back to owners.
 
 Thread safety: ``prepare`` is called by one thread, ``place`` by one thread, the train thread uses
-``hbm`` and calls ``mark_trained``; ``checkpoint_rows``/``flush`` hold the residency lock, which
-``prepare`` holds for its whole call.
+``hbm`` and calls ``mark_trained``; ``sync_to_store`` (checkpoints, from the train thread),
+``drop_all`` and ``read_owned`` hold the residency lock, which ``prepare`` holds for its whole call.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._index import KeyIndex
-from ..errors import CacheBudgetError
+from ..errors import CacheBudgetError, InternalError
 from ..table import HashTable
 
 
@@ -142,7 +143,8 @@ class ParameterHierarchy:
             if placed_only:
                 mine, rows = mine[found], rows[found]
             elif not found.all():
-                raise RuntimeError(f"{int((~found).sum())} keys of trained batches are missing from HBM-PS")
+                raise InternalError(f"{int((~found).sum())} resident keys of trained batches are missing "
+                                    "from HBM-PS (residency bug)")
             self.memps.push(mine, rows, unpin=False)
 
     # -- place stage -------------------------------------------------------------------------------------

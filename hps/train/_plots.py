@@ -12,15 +12,22 @@ from pathlib import Path
 from ..errors import InvalidInputError
 
 
-def draw(metrics: dict, directory) -> list[str]:
-    """Write the figures of ``metrics`` (as returned by ``hps.train.run``) -> their paths."""
+def require():
+    """``matplotlib.pyplot`` on the Agg backend; InvalidInputError when matplotlib cannot be imported
+    (a job with ``--plots`` calls this before it trains)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-    except ImportError:
-        raise InvalidInputError("--plots needs matplotlib: pip install 'hps[plots]'") from None
+    except ImportError as e:
+        raise InvalidInputError(f"--plots needs matplotlib ({e}): pip install 'hps[plots]'") from None
+    return plt
+
+
+def draw(metrics: dict, directory) -> list[str]:
+    """Write the figures of ``metrics`` (as returned by ``hps.train.run``) -> their paths."""
+    plt = require()
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     paths = []

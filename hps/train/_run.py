@@ -6,6 +6,7 @@ import json
 
 from ..errors import InvalidInputError
 from ._collectives import Collectives
+from ._preflight import check_outputs
 from ._trainer import Trainer
 
 #: Options every rank must share (they shape the collectives or the model); the others (data paths,
@@ -40,6 +41,7 @@ def run(cfg, comm=None, log=print, on_fatal=None) -> dict:
                        hierarchical=cfg.train.sparse_sync == "allreduce")
     check_same_options(coll.main, cfg)
     say = log if coll.rank == 0 else (lambda *a, **k: None)
+    check_outputs(cfg.train)
     trainer = Trainer(cfg, coll, log=say, on_fatal=on_fatal)
     try:
         synthetic = trainer.feed.synthetic
@@ -48,6 +50,7 @@ def run(cfg, comm=None, log=print, on_fatal=None) -> dict:
             f"({trainer.feed.n_shards} data shard(s), sparse sync {cfg.train.sparse_sync}, MPI wait "
             f"{coll.wait_mode}), batch {cfg.train.batch_size}, mini-batch {cfg.train.minibatch_size}, "
             f"MEM-PS budget {trainer.memps.cache.budget_bytes / 2**20:.0f} MiB, SSD-PS {trainer.ssd_dir}")
+        say(trainer.describe_model())
         metrics = trainer.fit()
         metrics.update(trainer.evaluate())
         if bayes is not None:
@@ -61,22 +64,35 @@ def run(cfg, comm=None, log=print, on_fatal=None) -> dict:
             if cfg.train.metrics_out:
                 with open(cfg.train.metrics_out, "w") as f:
                     json.dump(metrics, f, indent=1, default=float)
+            plots = []
             if cfg.train.plots:
                 from ._plots import draw
 
-                draw(metrics, cfg.train.plots)
+                plots = draw(metrics, cfg.train.plots)
+            say(outputs(cfg, plots))
         return metrics
     finally:
         trainer.close()
 
 
 def report(m: dict) -> str:
+    """The end-of-run summary of the metrics ``m`` (several lines)."""
     lines = []
     if "auc" in m:
         best = f" (best achievable {m['bayes_auc']:.4f})" if "bayes_auc" in m else ""
         lines.append(f"eval AUC {m['auc']:.4f}{best}  logloss {m['logloss']:.4f}  on {m['eval_examples']} examples")
+    else:
+        lines.append("no eval data: no AUC computed (give --eval-data FILE)")
     lines.append(f"trained {m['examples']} examples in {m['train_seconds']:.1f} s: "
-                 f"{m['examples_per_sec']:,.0f} examples/s on {m['ranks']} rank(s)")
+                 f"{m['examples_per_sec']:,.0f} examples/s on {m['ranks']} rank(s) "
+                 f"(not counting {m['warmup_seconds']:.1f} s of kernel warm-up)")
+    lines.append(f"model size: {m['table_rows']:,} keys, {m['sparse_parameters']:,} embedding parameters, "
+                 f"{m['dense_parameters']:,} dense parameters")
+    for what, pre in (("training", ""), ("eval", "eval_")):
+        if m.get(f"{pre}malformed_lines"):
+            first = m[pre + "malformed_first"]
+            lines.append(f"skipped {m[pre + 'malformed_lines']} malformed lines of the {what} data "
+                         f"(per pass); first: {'; '.join(first[:3])}{'; …' if len(first) > 3 else ''}")
     lines.append("stage busy seconds (Figure 3c): " + ", ".join(
         f"{k} {v:.2f}" for k, v in m["stage_seconds"].items()) + f"; bottleneck: {m['bottleneck']}")
     lines.append(f"MEM-PS cache hit rate {m['cache_hit_rate']:.3f}; SSD-PS read {m['ssd_bytes_read'] / 2**20:.1f} MiB, "
@@ -89,3 +105,22 @@ def report(m: dict) -> str:
                      + "; resident rows " + " ".join(str(r) for r in m["resident_rows"])
                      + "; busiest stage CPU s " + " ".join(f"{max(c.values()):.1f}" for c in m["stage_cpu_seconds"]))
     return "\n".join(lines)
+
+
+def outputs(cfg, plots=()) -> str:
+    """One line: where this run's outputs went (or that nothing was saved)."""
+    from ._checkpoint import last_checkpoint
+
+    tc, parts = cfg.train, []
+    if tc.export:
+        parts.append(f"model {tc.export} (read it with hps.load_export)")
+    if tc.checkpoint_dir and last_checkpoint(tc.checkpoint_dir) is not None:
+        parts.append(f"checkpoint {last_checkpoint(tc.checkpoint_dir)} (continue with --resume "
+                     f"--checkpoint-dir {tc.checkpoint_dir})")
+    if tc.metrics_out:
+        parts.append(f"metrics {tc.metrics_out}")
+    if plots:
+        parts.append(f"plots {', '.join(plots)}")
+    if not parts:
+        return "outputs: nothing saved (--export DIR keeps the model, --metrics-out FILE the metrics)"
+    return "outputs: " + "; ".join(parts)

@@ -31,7 +31,7 @@ import numpy as np
 from .._hashing import group_by_owner
 from ..comm import SPARSE_GRADS, SPARSE_KEYS, SPARSE_ROWS
 from ..comm._kernels import segment_sum
-from ..errors import HpsError
+from ..errors import InternalError
 from ..mem import unique_counts
 
 SPARSE_SYNCS = ("owner", "allreduce")
@@ -41,10 +41,6 @@ def unique_inverse(keys):
     """(distinct keys in first-occurrence order, inverse (n,) int64) — hashing, not sorting."""
     u, _, inv = unique_counts(keys)
     return u, inv
-
-
-class ResidencyError(HpsError, RuntimeError):
-    """A key a mini-batch needs is not resident in the HBM-PS (a bug in the residency protocol)."""
 
 
 @dataclass
@@ -83,8 +79,8 @@ class _Sync:
     def _rows(self, hbm, keys, index: int):
         rows, found = hbm.get(keys)
         if not found.all():
-            raise ResidencyError(f"batch {index}: {int((~found).sum())} working-set keys are missing from "
-                                 "the HBM-PS")
+            raise InternalError(f"batch {index}: {int((~found).sum())} working-set keys are missing from "
+                                "HBM-PS (residency bug)")
         return self._host(rows)
 
 

@@ -29,21 +29,25 @@ from pathlib import Path
 import numpy as np
 
 from ..config import Config
-from ..errors import HashTableFullError, InvalidInputError, NumericalError, PipelineError
+from ..errors import DeviceUnavailableError, HashTableFullError, InvalidInputError, NumericalError, PipelineError
 from ..mem import MemPS, RowInitializer
 from ..metrics import auc as auc_score
 from ..metrics import logloss as logloss_score
 from ..model import CTRModel, make_dense_optimizer, make_sparse_optimizer
-from ..pipeline import Pipeline, Stage
+from ..pipeline import STOP_TIMEOUT_S, Pipeline, Stage
 from ..ssd import ScratchEnv, SSDStore
-from . import _checkpoint
+from . import _checkpoint, _warmup
 from ._collectives import Collectives
 from ._feed import Feed, LocalBatch, empty_batch
 from ._hierarchy import ParameterHierarchy, _host, make_hbm
+from ._preflight import check_memory
 from ._sync import make_sync, unique_inverse
 
 #: prepare(i) waits for train(i - WINDOW); keys unused for WINDOW batches leave HBM-PS.
 WINDOW = 3
+#: Under MPI, how long a stopping pipeline waits for its stages: one may be blocked for good in a
+#: collective that its peers, stopped by the same signal a batch earlier, never join.
+MPI_STOP_TIMEOUT_S = 10.0
 #: Pipeline stages and the channel whose MPI time each one's thread spends.
 STAGE_CHANNELS = {"read": "read", "prepare": "prepare", "place": None, "train": "train"}
 
@@ -63,16 +67,18 @@ class Work:
 class Trainer:
     """Train a CTR model over the three tiers. ``coll``: :class:`Collectives` (default: one process).
     ``on_fatal(error)``: called at once, from the failing thread, when a pipeline stage fails in an
-    MPI job (the CLI aborts the job there, so no peer waits for this rank in a collective)."""
+    MPI job (the CLI aborts the job there, so no peer waits for this rank in a collective).
+    ``feed``: the data (default: this rank's shards of ``cfg``'s data, :class:`Feed`)."""
 
-    def __init__(self, cfg: Config, coll=None, log=print, on_fatal=None):
+    def __init__(self, cfg: Config, coll=None, log=print, on_fatal=None, feed=None):
         self.cfg = cfg
         self.coll = coll or Collectives()
         self.log = log if self.coll.rank == 0 else (lambda *a, **k: None)
         self.on_fatal = on_fatal
         m, t = cfg.model, cfg.tiers
         self.xp = _array_module(t.device)
-        self.feed = Feed(cfg, self.coll.rank, self.coll.size)
+        self.feed = feed or Feed(cfg, self.coll.rank, self.coll.size)
+        check_memory(self.feed.n_fields, self.feed.n_dense, cfg, self.coll.size)
         self.model = CTRModel(self.feed.n_fields, m.embedding_dim, self.feed.n_dense, m.hidden,
                               seed=cfg.train.seed, xp=self.xp)
         extra = {"initial_accumulator": m.adagrad_init} if m.sparse_optimizer == "adagrad" else {}
@@ -86,15 +92,20 @@ class Trainer:
         self.sync = make_sync(cfg.train.sparse_sync, self.coll, self.model, self.sparse_opt, self.emb_dim,
                               self.xp)
         self._tmp_ssd = None
+        self.store = None
         root = Path(t.ssd_path) if t.ssd_path else Path(self._make_tmp())
-        self.ssd_dir = _check_writable(root) / f"rank{self.coll.rank}-of-{self.coll.size}"
-        if self.ssd_dir.exists():
-            shutil.rmtree(self.ssd_dir)  # SSD-PS is this run's scratch; durable state is the checkpoint
-        # SSD-PS is this run's scratch space (durability comes from checkpoints): no fsync per dump
-        self.store = SSDStore(str(self.ssd_dir), self.row_width, dtype=np.float32,
-                              rows_per_file=t.rows_per_file, env=ScratchEnv())
-        self.memps = MemPS(self.store, self.row_width, budget_bytes=t.mem_budget or _DEFAULT_BUDGET,
-                           initializer=self.initializer)
+        try:
+            self.ssd_dir = _check_writable(root) / f"rank{self.coll.rank}-of-{self.coll.size}"
+            if self.ssd_dir.exists():
+                shutil.rmtree(self.ssd_dir)  # SSD-PS is this run's scratch; durable state is the checkpoint
+            # SSD-PS is this run's scratch space (durability comes from checkpoints): no fsync per dump
+            self.store = SSDStore(str(self.ssd_dir), self.row_width, dtype=np.float32,
+                                  rows_per_file=t.rows_per_file, env=ScratchEnv())
+            self.memps = MemPS(self.store, self.row_width, budget_bytes=t.mem_budget or _DEFAULT_BUDGET,
+                               initializer=self.initializer)
+        except BaseException:  # a bad value or an interrupt: leave nothing behind
+            self.close()
+            raise
         self.hier = None  # built on the first batch, when the working-set size is known
         self.peak_resident = 0
         self.start_index = 0
@@ -119,8 +130,9 @@ class Trainer:
                 nxt = next(it, None)
                 local = cur if cur is not None else self.feed.empty()
                 n_total, more = ch.agree(local.counts, nxt is not None)
-                if not n_total.any():
-                    break  # the data holds no example at all
+                if not n_total.any():  # no shard holds an example (each was fine on its own)
+                    raise InvalidInputError(f"no valid example in --data {self.cfg.data.data}: every one "
+                                            f"of its {self.feed.n_shards} shards is empty")
                 if index >= self.start_index:
                     yield Work(epoch, b, index, local, n_total, last_in_epoch=not more)
                 index += 1
@@ -216,8 +228,11 @@ class Trainer:
             err.__cause__ = exc
             self.on_fatal(err)
 
-    def fit(self) -> dict:
+    def fit(self, warm_up: bool = True) -> dict:
+        """Train every batch (after the checkpoint, with ``resume``) -> :meth:`metrics`. With ``warm_up``
+        the kernels are compiled first (``_warmup``), outside the timed part."""
         tc = self.cfg.train
+        self.warmup_seconds = _warmup.warm_up(self, self.log) if warm_up else 0.0
         if tc.resume:
             self.resume()
         rows = self.feed.total_rows  # known for synthetic data; files stream
@@ -226,7 +241,8 @@ class Trainer:
         self.pipeline = Pipeline("read", self._source(), [Stage("prepare", self._prepare, gate=self._gate),
                                                            Stage("place", self._place),
                                                            Stage("train", self._train)],
-                                 depth=tc.queue_depth, on_error=self._stage_failed)
+                                 depth=tc.queue_depth, on_error=self._stage_failed,
+                                 stop_timeout_s=MPI_STOP_TIMEOUT_S if self.coll.size > 1 else STOP_TIMEOUT_S)
         t0 = time.perf_counter()
         examples = 0
 
@@ -255,18 +271,24 @@ class Trainer:
         self.examples = examples
         if self.hier is not None:
             self.hier.drop_all()
+        elif tc.resume:
+            self.log(f"nothing left to train: the checkpoint is past the last batch of --epochs {tc.epochs}")
         return self.metrics()
 
-    def evaluate(self) -> dict:
-        """AUC and logloss on the eval data (synthetic: its eval split), on rank 0; {} without eval data.
-        Every rank predicts its own shards of the eval data with rows pulled from their owners (main
-        channel); labels and probabilities are gathered on rank 0. Collective."""
-        if not (self.cfg.data.eval_data or self.feed.synthetic is not None):
-            return {}
+    def evaluate(self, batches=None) -> dict:
+        """AUC and logloss on ``batches`` (default: this rank's shards of the eval data; synthetic: its
+        eval split), on rank 0; {} without eval data. Every rank predicts its own batches with rows
+        pulled from their owners (main channel); labels and probabilities are gathered on rank 0.
+        Collective (ranks may hold different numbers of batches)."""
+        if batches is None:
+            if not self.feed.has_eval:
+                return {}
+            batches = self.feed.eval_batches()
+        batches = iter(batches)
+        # nothing trained in this run (resumed after the last batch): the rows are in the tiers
         self._ensure_hierarchy(1)
         ch, D = self.coll.main, self.emb_dim
         labels, probs = [], []
-        batches = self.feed.eval_batches()
         while True:
             batch = next(batches, None)
             if not ch.any(batch is not None):
@@ -279,9 +301,14 @@ class Trainer:
             probs.append(_host(self.model.predict(self.xp.asarray(rows[:, :D]), inv, batch)))
         lab = ch.gather(np.concatenate(labels) if labels else np.empty(0, np.float32))
         pr = ch.gather(np.concatenate(probs) if probs else np.empty(0, np.float32))
+        malformed = ch.allgather_obj(self.feed.eval_malformed())
         if self.coll.rank != 0:
             return {}
-        return {"auc": auc_score(lab, pr), "logloss": logloss_score(lab, pr), "eval_examples": int(lab.shape[0])}
+        out = {"auc": auc_score(lab, pr), "logloss": logloss_score(lab, pr), "eval_examples": int(lab.shape[0])}
+        if self.cfg.data.eval_data:
+            out.update(eval_malformed_lines=sum(n for n, _ in malformed),
+                       eval_malformed_first=[x for _, first in malformed for x in first])
+        return out
 
     def rank_metrics(self) -> dict:
         """This rank's share of the work: bytes parsed, peak resident rows, bytes sent by kind, CPU
@@ -294,7 +321,7 @@ class Trainer:
         st = self.store.stats()
         return {"bytes_parsed": self.feed.bytes_parsed, "resident_rows": self.peak_resident,
                 "bytes_sent": self.coll.bytes_sent(), "stage_cpu_seconds": cpu, "mpi_seconds": mpi,
-                "mpi_cpu_seconds": mpi_cpu,
+                "mpi_cpu_seconds": mpi_cpu, "malformed": self.feed.malformed(),
                 "ssd": {k: st[k] for k in ("bytes_read", "bytes_written", "disk_bytes", "files", "live_rows")}}
 
     def metrics(self) -> dict:
@@ -307,6 +334,7 @@ class Trainer:
         return {
             "examples": self.examples,
             "train_seconds": self.train_seconds,
+            "warmup_seconds": self.warmup_seconds,
             "examples_per_sec": self.examples / self.train_seconds if self.train_seconds else 0.0,
             "stage_seconds": times,
             "stage_wait_seconds": {n: t.wait_in + t.wait_out for n, t in self.pipeline.stage_times().items()},
@@ -319,6 +347,8 @@ class Trainer:
             "ssd_disk_bytes": ssd["disk_bytes"],
             "ssd_files": ssd["files"],
             "table_rows": ssd["live_rows"],
+            "sparse_parameters": ssd["live_rows"] * self.emb_dim,
+            "dense_parameters": sum(int(p.size) for p in self.model.params.values()),
             "ranks": self.coll.size,
             "data_shards": self.feed.n_shards,
             "sparse_sync": self.cfg.train.sparse_sync,
@@ -332,15 +362,31 @@ class Trainer:
             "mpi_seconds": [r["mpi_seconds"] for r in per],
             "mpi_cpu_seconds": [r["mpi_cpu_seconds"] for r in per],
             "loss_per_batch": self.history["loss"],
+            "malformed_lines": sum(r["malformed"][0] for r in per),
+            "malformed_first": [x for r in per for x in r["malformed"][1]],
         }
+
+    def describe_model(self) -> str:
+        """One line: the architecture, its dense parameter count and the layout of an embedding row."""
+        m = self.model
+        widths = "->".join(str(w) for w in (m.input_dim, *m.hidden, 1))
+        dense = sum(int(p.size) for p in m.params.values())
+        state = self.row_width - self.emb_dim
+        row = f"{self.emb_dim} embedding" + (f" + {state} {self.sparse_opt.name} state" if state else "")
+        return (f"model: {m.n_fields} fields x {self.emb_dim}-dim embeddings (sum-pooled) + {m.n_dense} dense "
+                f"-> MLP {widths} (ReLU) -> sigmoid; {dense:,} dense parameters ({self.dense_opt.name}); "
+                f"one row of {self.row_width} floats ({row}) per key, made on first use")
 
     def export(self, directory: str) -> None:
         _checkpoint.export(directory, self.coll.main, self.store, self.model, self.emb_dim)
 
     def close(self) -> None:
-        self.store.close()
+        """Release the SSD-PS and remove the temporary directory this trainer made, if any. Idempotent."""
+        if self.store is not None:
+            self.store.close()
         if self._tmp_ssd:
             shutil.rmtree(self._tmp_ssd, ignore_errors=True)
+            self._tmp_ssd = None
 
 
 _DEFAULT_BUDGET = 256 << 20
@@ -350,17 +396,16 @@ def _array_module(device: str):
     """NumPy for "cpu"; CuPy for "cuda", after checking a GPU is really usable (clear error if not)."""
     if device != "cuda":
         return np
-    from ..errors import DeviceUnavailableError
-
     try:
         import cupy
 
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            raise RuntimeError("no CUDA device")
+        n_gpus = cupy.cuda.runtime.getDeviceCount()
     except ImportError as e:
         raise DeviceUnavailableError("--device cuda needs CuPy: pip install 'hps[gpu]'") from e
     except Exception as e:  # CUDARuntimeError (no driver, no device) and the like
         raise DeviceUnavailableError(f"--device cuda: no usable CUDA GPU ({e}); use --device cpu") from None
+    if n_gpus < 1:
+        raise DeviceUnavailableError("--device cuda: no usable CUDA GPU (no CUDA device); use --device cpu")
     return cupy
 
 

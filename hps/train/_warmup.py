@@ -1,0 +1,86 @@
+"""Warm-up: compile (or load from Numba's cache) a run's kernels before its timed training.
+
+A fresh machine spends 15-30 s compiling the Numba kernels the first time they run; inside the
+training that would freeze the progress bar at 0 % and count into examples/s. Instead
+:func:`warm_up` runs a *scratch copy* of the job on a few tiny batches cut from the first real one —
+the same reader, data types, device, model shape and optimizers, a MEM-PS budget that spills, its own
+temporary SSD-PS — so the kernels a run uses are compiled (and cached on disk for later runs) before
+the clock starts (``tests/test_warmup.py`` checks that the timed part adds no specialisation). The
+scratch job runs in this process alone (its collectives are local; the kernels only ranks of an MPI
+job run are compiled by ``Collectives.warm_up``), shares nothing with the real one and is removed
+afterwards.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+
+import numpy as np
+
+#: Examples per warm-up batch, and batches (more than the residency window, so rows leave HBM-PS,
+#: spill from MEM-PS and come back from SSD-PS). Only the kernels' argument types matter, not sizes.
+WARMUP_EXAMPLES = 32
+WARMUP_BATCHES = 8
+#: Say "compiling kernels" once the warm-up has taken this long (loading cached kernels is faster).
+COMPILE_NOTICE_S = 2.0
+
+
+def warm_up(trainer, log) -> float:
+    """Compile ``trainer``'s kernels on a scratch copy of its job (see the module docstring);
+    ``log(line)`` gets the notices. Touches no state of ``trainer``. Blocking; local (no
+    communication), so ranks may call it at different times. Returns the seconds it took."""
+    t0 = time.perf_counter()
+    noticed = threading.Event()
+
+    def notice():
+        noticed.set()
+        log("hps: compiling kernels (first run only; cached for the next runs)...")
+
+    timer = threading.Timer(COMPILE_NOTICE_S, notice)
+    timer.daemon = True
+    timer.start()
+    try:
+        first = None
+        for reader in trainer.feed.readers:  # this rank's shards; the reader's kernels compile here
+            first = next(iter(reader.batches()), None)
+            if first is not None and len(first):
+                break
+        if first is not None and len(first):
+            _scratch_run(trainer, first)
+    finally:
+        timer.cancel()
+    seconds = time.perf_counter() - t0
+    if noticed.is_set():
+        log(f"hps: kernels ready after {seconds:.1f} s; training starts")
+    return seconds
+
+
+def _scratch_run(trainer, first) -> None:
+    """Train a scratch job of the same configuration on tiny slices of ``first`` (a Batch)."""
+    from ._collectives import Collectives
+    from ._feed import Feed
+
+    n = min(len(first), WARMUP_EXAMPLES * WARMUP_BATCHES)
+    parts = [first.slice(a, min(a + WARMUP_EXAMPLES, n)) for a in range(0, n, WARMUP_EXAMPLES)]
+    working_set = max(int(np.unique(p.keys).shape[0]) for p in parts)
+    cfg = trainer.cfg
+    scratch_cfg = replace(
+        cfg,
+        data=replace(cfg.data, eval_data=None),
+        # a budget of one batch's working set: later batches spill to SSD-PS and load back
+        tiers=replace(cfg.tiers, ssd_path=None, hbm_capacity=None,
+                      mem_budget=max(1, working_set) * trainer.row_width * 4),
+        train=replace(cfg.train, batch_size=WARMUP_EXAMPLES,
+                      minibatch_size=min(cfg.train.minibatch_size, WARMUP_EXAMPLES // 2), epochs=1,
+                      checkpoint_dir=None, checkpoint_every=0, resume=False, export=None, metrics_out=None,
+                      plots=None, progress=False))
+    feed = Feed.replay(parts, trainer.feed.n_fields, trainer.feed.n_dense, scratch_cfg.train.minibatch_size)
+    scratch = type(trainer)(scratch_cfg, Collectives(), log=lambda *a, **k: None, feed=feed)
+    try:
+        scratch.fit(warm_up=False)
+        scratch.evaluate(parts[:1])
+        trainer.coll.warm_up(parts[0].keys, trainer.emb_dim)  # all-reduces carry embedding gradients
+    finally:
+        scratch.close()

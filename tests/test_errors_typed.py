@@ -1,0 +1,62 @@
+"""Errors stay typed: every error hps raises on purpose is an HpsError, broken invariants included."""
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hps import HashTable, HpsError, InternalError
+from hps.mem import MemPS, RowInitializer
+from hps.train._collectives import Collectives
+from hps.train._hierarchy import ParameterHierarchy
+from tests.reference.store import DictStore
+
+PACKAGE = Path(__file__).resolve().parents[1] / "hps"
+BUILTIN_ERRORS = {name for name in dir(__builtins__ if isinstance(__builtins__, dict) else __builtins__)
+                  if name.endswith(("Error", "Exception"))} | {"Exception", "BaseException"}
+
+
+def _untyped_raises():
+    """(file:line, what) of every ``assert`` and every ``raise <builtin exception>(...)`` in hps/."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            where = f"{path.relative_to(PACKAGE.parent)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Assert):
+                found.append((where, "assert (gone under python -O)"))
+            elif isinstance(node, ast.Raise) and node.exc is not None:
+                exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                if isinstance(exc, ast.Name) and exc.id in BUILTIN_ERRORS and exc.id != "NotImplementedError":
+                    found.append((where, f"raise {exc.id}"))
+    return found
+
+
+def test_no_assert_and_no_bare_builtin_raise_in_the_package():
+    assert _untyped_raises() == []
+
+
+def _hierarchy():
+    store = DictStore(4)
+    mem = MemPS(store, 4, initializer=RowInitializer(2, 4, seed=0), capacity_rows=64)
+    return ParameterHierarchy(HashTable(64, 4), mem, window=3, owned_mask=Collectives().owned_mask)
+
+
+def test_a_resident_row_missing_from_hbm_is_an_internal_error():
+    hier = _hierarchy()
+    keys = np.arange(1, 9, dtype=np.uint64)
+    hier.place(hier.prepare(0, keys))
+    hier.hbm.erase(keys[:2])  # break the residency invariant behind the hierarchy's back
+    with pytest.raises(InternalError, match="missing from HBM-PS") as ei:
+        hier.drop_all()
+    assert isinstance(ei.value, HpsError) and isinstance(ei.value, RuntimeError)
+
+
+def test_memps_room_that_was_not_made_is_an_internal_error(monkeypatch):
+    store = DictStore(4)
+    mem = MemPS(store, 4, initializer=RowInitializer(2, 4, seed=0), capacity_rows=4)
+    mem.push(np.arange(1, 5, dtype=np.uint64), np.ones((4, 4), np.float32))  # the cache is full
+    cache = mem.cache
+    monkeypatch.setattr(cache, "make_room", lambda n: cache._empty_evicted(0))  # "made" no room
+    with pytest.raises(InternalError, match="evicted"):
+        mem.push(np.arange(5, 7, dtype=np.uint64), np.ones((2, 4), np.float32))

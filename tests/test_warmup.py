@@ -1,0 +1,91 @@
+"""The first run: kernels compile in a warm-up before the timed training, which then compiles nothing;
+the user is told while it happens."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from hps.config import Config
+from hps.train import Trainer, _warmup
+
+# In a fresh process (no kernel loaded yet): warm up, then count the Numba specialisations the timed
+# training and evaluation add — compiled or loaded from the cache, each would count into examples/s.
+SCRIPT = textwrap.dedent("""
+    import json, sys
+    from numba.core.dispatcher import Dispatcher
+    from hps.config import Config
+    from hps.train import Trainer, _warmup
+
+    def specialisations():
+        return {f"{name}.{k}": len(v.overloads) for name, mod in list(sys.modules.items())
+                if name.startswith("hps") and mod is not None
+                for k, v in vars(mod).items() if isinstance(v, Dispatcher)}
+
+    t = Trainer(Config.from_flat(json.loads(sys.argv[1])))
+    try:
+        _warmup.warm_up(t, print)
+        before = specialisations()
+        m = t.fit(warm_up=False)
+        t.evaluate()
+        after = specialisations()
+    finally:
+        t.close()
+    new = {k: [before.get(k, 0), n] for k, n in after.items() if n != before.get(k, 0)}
+    print(json.dumps({"new": new, "ssd_bytes_read": m["ssd_bytes_read"]}))
+""")
+
+SMALL = dict(rows=12000, fields=4, vocab_per_field=3000, batch_size=2048, minibatch_size=256, hidden=[16, 8],
+             embedding_dim=8, progress=False)
+
+
+def _libsvm(path, n=3000):
+    lines = [f"{i % 2} " + " ".join(f"{f * 1000 + (i * 7 + f) % 300}:1" for f in range(4)) for i in range(n)]
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("case", ["in-memory", "spilling-with-checkpoints"])
+def test_the_timed_training_compiles_nothing(tmp_path, case):
+    flat = dict(SMALL)
+    if case != "in-memory":  # rows leave MEM-PS for SSD-PS and come back; a file reader; checkpoints
+        flat.update(format="libsvm", data=_libsvm(tmp_path / "train.libfm"), eval_data=str(tmp_path / "train.libfm"),
+                    batch_size=128, minibatch_size=32, mem_budget=16 * 4 * 600, rows_per_file=64,
+                    checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=2)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(flat)], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["new"] == {}  # kernel -> [specialisations before, after], if any
+    assert (out["ssd_bytes_read"] > 0) == (case != "in-memory")
+
+
+def test_a_slow_warm_up_says_it_is_compiling(monkeypatch):
+    monkeypatch.setattr(_warmup, "COMPILE_NOTICE_S", 0.0)  # as if compiling took longer than the threshold
+    lines = []
+    t = Trainer(Config.from_flat(dict(SMALL, rows=600, batch_size=300, minibatch_size=100)))
+    try:
+        seconds = _warmup.warm_up(t, lines.append)
+    finally:
+        t.close()
+    assert seconds > 0
+    assert lines[0].startswith("hps: compiling kernels (first run only")
+    assert lines[1].startswith("hps: kernels ready after")
+
+
+def test_the_warm_up_leaves_the_job_untouched(tmp_path):
+    """The scratch job has its own tiers: the real one starts from nothing and ends as without it."""
+    flat = dict(SMALL, rows=4096, batch_size=1024, minibatch_size=256)
+    a = Trainer(Config.from_flat(flat))
+    b = Trainer(Config.from_flat(flat))
+    try:
+        ma = a.fit(warm_up=True)
+        assert ma["warmup_seconds"] > 0
+        mb = b.fit(warm_up=False)
+        assert ma["loss_per_batch"] == mb["loss_per_batch"] and ma["table_rows"] == mb["table_rows"]
+        assert a.evaluate() == b.evaluate()
+    finally:
+        a.close()
+        b.close()
