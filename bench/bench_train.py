@@ -86,7 +86,7 @@ def scale(a) -> None:
     args = ["--rows", str(a.rows), "--fields", str(a.fields), "--vocab-per-field", str(a.vocab_per_field),
             "--zipf", str(a.zipf), "--embedding-dim", str(a.embedding_dim), "--batch-size", "8192",
             "--minibatch-size", "4096", "--hidden", "64,32", "--mem-budget", a.mem_budget,
-            "--ssd-path", a.ssd_path, "--rows-per-file", str(a.rows_per_file)]
+            "--rows-per-file", str(a.rows_per_file)] + (["--ssd-path", a.ssd_path] if a.ssd_path else [])
     m = run_job(args)
     row_bytes = 4 * 2 * a.embedding_dim
     table_gb = m["table_rows"] * row_bytes / 1e9
@@ -109,7 +109,7 @@ def main(argv=None) -> int:
     p.add_argument("--embedding-dim", type=int, default=None, help="(scale 64; scaling 16)")
     p.add_argument("--mem-budget", default="8GB")
     p.add_argument("--rows-per-file", type=int, default=256)
-    p.add_argument("--ssd-path", default=tempfile.gettempdir())
+    p.add_argument("--ssd-path", help="SSD-PS root (default: a new temporary directory per run)")
     g = p.add_argument_group("scaling")
     g.add_argument("--ranks", default="1,2,4,8", help="scaling: rank counts")
     g.add_argument("--batch-size", type=int, default=16384, help="scaling: global batch (strong; weak: x N)")

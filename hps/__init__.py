@@ -25,6 +25,7 @@ from .errors import (
     PipelineError,
     StoreError,
     StoreFormatError,
+    StoreLockedError,
 )
 from .table import HashTable
 
@@ -59,6 +60,7 @@ __all__ = [
     "InvalidTypeError",
     "CacheBudgetError",
     "StoreError",
+    "StoreLockedError",
     "StoreFormatError",
     "CorruptionError",
     "DiskFullError",

@@ -81,9 +81,24 @@ class CpuTableImpl:
         self.tombstones += n
         return n
 
-    def export(self):
+    def export(self, n_live: int | None = None):
+        """(keys (m,) uint64, rows (m, dim)) of the live entries, in slot order (``n_live``: the CUDA
+        twin's argument, not needed here)."""
         slots = K.live_slots(self.tkeys, self.tstate)
         return self.tkeys[slots], self.tvals[slots]
+
+    def rebuild(self, n_slots: int, n_live: int | None = None) -> None:
+        """Re-lay the live entries into ``n_slots`` (>= the current count) slots, dropping every
+        tombstone; growing allocates the new arrays before anything changes."""
+        slots = K.live_slots(self.tkeys, self.tstate)
+        keys, rows = self.tkeys[slots], self.tvals[slots]
+        if n_slots != self.n_slots:
+            tkeys = np.empty(n_slots, dtype=np.uint64)
+            tstate = np.empty(n_slots, dtype=np.int32)
+            tvals = np.empty((n_slots, self.dim), dtype=self.dtype)
+            self.tkeys, self.tstate, self.tvals, self.n_slots = tkeys, tstate, tvals, n_slots
+        self.clear()
+        K.upsert(self.tkeys, self.tstate, self.tvals, keys, rows, False)
 
     def clear(self) -> None:
         self.tkeys.fill(EMPTY_KEY)

@@ -166,7 +166,8 @@ class ModelOptions:
 class TierConfig:
     device: str = "cpu"                 # where HBM-PS and the model live: cpu | cuda
     mem_budget: int | str | None = None  # MEM-PS DRAM budget: bytes or "512MiB"; None = 256 MiB
-    ssd_path: str | None = None         # SSD-PS directory; None = a temporary directory
+    ssd_path: str | None = None         # SSD-PS root (each rank claims rank{r}-of-{n}/ in it); None = a temp dir
+    keep_ssd: bool = False              # keep this job's SSD-PS at the end (it is removed otherwise)
     rows_per_file: int = 16_384         # SSD-PS rows per parameter file (the I/O unit)
     hbm_capacity: int | None = None     # HBM-PS keys; None = sized from the first batch
     n_parts: int = 1                    # HBM-PS parts (GPUs) per process
@@ -189,6 +190,7 @@ class TrainConfig:
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0           # batches between checkpoints; 0 = end of every epoch only
     resume: bool = False                # continue from checkpoint_dir
+    keep_checkpoints: int = 1           # complete checkpoints kept; --resume falls back to an older one
     export: str | None = None           # directory for the HDF5 export of the trained model
     metrics_out: str | None = None      # JSON metrics file
     plots: str | None = None            # directory for PNG figures (needs matplotlib)
@@ -199,7 +201,8 @@ class TrainConfig:
 
     def __post_init__(self):
         _check_types(self)
-        _positive(self, "batch_size", "minibatch_size", "epochs", "queue_depth", "ranks_per_node")
+        _positive(self, "batch_size", "minibatch_size", "epochs", "queue_depth", "ranks_per_node",
+                  "keep_checkpoints")
         _one_of("sparse-sync", self.sparse_sync, SPARSE_SYNCS)
         _one_of("mpi-wait", self.mpi_wait, MPI_WAITS)
         if not 0 <= self.seed <= MAX_SEED:

@@ -15,6 +15,7 @@ __all__ = [
     "CacheBudgetError",
     "StoreError",
     "StoreFormatError",
+    "StoreLockedError",
     "CorruptionError",
     "DiskFullError",
     "DeviceUnavailableError",
@@ -53,8 +54,12 @@ class StoreFormatError(StoreError):
     """A path is not a store, or the store's dim/dtype/version do not match what was asked for."""
 
 
+class StoreLockedError(StoreError):
+    """A store, or a job's SSD-PS directory, is held by another process (its lock is taken)."""
+
+
 class CorruptionError(StoreError):
-    """Bytes of an acknowledged parameter file do not match their checksum."""
+    """Bytes of an acknowledged parameter file, or of a checkpoint file, do not match their checksum."""
 
 
 class DiskFullError(StoreError, OSError):

@@ -17,6 +17,10 @@ Contract
   as it was: no key gains, loses or changes a value.
 - Duplicate keys in one ``insert``: the last occurrence wins (both backends). In ``accumulate`` every
   occurrence adds up (atomically on the GPU).
+- Erased keys leave tombstones; :meth:`HashTable.purge` (and any insert that needs their slots)
+  re-lays the live entries in place, on the table's device, without a round trip through the host.
+- :meth:`HashTable.reserve` grows the table to a larger ``capacity`` between calls, keeping every
+  entry; a table never shrinks.
 - Empty batches are no-ops. All calls block until the result is ready.
 - ``device="cuda"``: inputs may be NumPy arrays or ``__cuda_array_interface__`` arrays (CuPy, Numba);
   results are device arrays when the keys were on the device (zero-copy), host arrays otherwise.
@@ -26,7 +30,9 @@ Thread safety: a ``HashTable`` serialises its own calls with a lock, so it may b
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from typing import NamedTuple
 
 import numpy as np
 
@@ -41,6 +47,16 @@ def slots_for(capacity: int, max_load_factor: float) -> int:
     """Power-of-two slot count that keeps ``capacity`` keys at or below ``max_load_factor``."""
     need = max(2, int(np.ceil(capacity / max_load_factor)))
     return 1 << (need - 1).bit_length()
+
+
+class TableView(NamedTuple):
+    """Non-owning view of a table's slot arrays for kernels (device arrays on ``cuda``, NumPy on
+    ``cpu``); see :meth:`HashTable.device_view`. Layout: ``hps/_table_cpu_kernels.py``."""
+
+    keys: object        #: (S,) uint64, the key of each slot; all ones where empty
+    state: object       #: (S,) int32, 0 live, 1 tombstone
+    values: object      #: (S, dim) float, the row of each slot; zeros where not live
+    generation: int     #: HashTable.generation when the view was taken
 
 
 def _make_impl(device: str, n_slots: int, dim: int, dtype):
@@ -82,17 +98,22 @@ class HashTable:
             raise InvalidTypeError(f"dtype must be float32 or float64, got {dtype!r}") from e
         if dt not in _DTYPES:
             raise InvalidTypeError(f"dtype must be float32 or float64, got {dt}")
-        self._capacity = int(capacity)
         self._dim = int(dim)
         self._dtype = dt
         self._max_load_factor = float(max_load_factor)
-        n_slots = slots_for(self._capacity, self._max_load_factor)
-        #: live + tombstone slots may not pass this, so probing always ends at an empty slot
-        self._slot_budget = min(n_slots - 1, int(np.ceil(self._capacity / self._max_load_factor)))
-        self._impl = _make_impl(device, n_slots, self._dim, dt)
+        self._set_capacity(int(capacity))
+        self._impl = _make_impl(device, slots_for(self._capacity, self._max_load_factor), self._dim, dt)
         self._size = 0
         self._tombstones = 0
+        self._generation = 0
+        self._open_views = 0
         self._lock = threading.RLock()
+
+    def _set_capacity(self, capacity: int) -> None:
+        self._capacity = capacity
+        n_slots = slots_for(capacity, self._max_load_factor)
+        #: live + tombstone slots may not pass this, so probing always ends at an empty slot
+        self._slot_budget = min(n_slots - 1, int(np.ceil(capacity / self._max_load_factor)))
 
     # -- properties ---------------------------------------------------------------------------
     @property
@@ -114,6 +135,13 @@ class HashTable:
     @property
     def n_slots(self) -> int:
         return self._impl.n_slots
+
+    @property
+    def generation(self) -> int:
+        """Bumped by every call that moves entries between slots (:meth:`purge`, :meth:`reserve`,
+        :meth:`clear`, an insert that purges tombstones): a slot found in one generation holds the
+        same key until the key is erased or the generation changes."""
+        return self._generation
 
     @property
     def load_factor(self) -> float:
@@ -169,14 +197,76 @@ class HashTable:
     def export(self):
         """(keys (m,) uint64, values (m, dim)) of every live entry, in no particular order; host arrays."""
         with self._lock:
-            return self._impl.export()
+            return self._impl.export(self._size)
 
     def clear(self) -> None:
         """Remove every entry (keeps the memory)."""
         with self._lock:
+            self._check_no_view("clear")
             self._impl.clear()
             self._size = 0
             self._tombstones = 0
+            self._generation += 1
+
+    # -- growth and purge -----------------------------------------------------------------------------
+    def reserve(self, capacity: int) -> None:
+        """Make room for ``capacity`` live keys, keeping every entry (and dropping tombstones) when the
+        slot array grows. Never shrinks: a ``capacity`` at or below :attr:`capacity` does nothing.
+        The entries move on the table's device (no host round trip); the new slot array is allocated
+        before anything changes, so an allocation failure leaves the table as it was. Needs, for a
+        moment, the old and the new slot arrays plus ``len(self)`` rows of scratch. Blocking."""
+        if int(capacity) != capacity or capacity <= 0:
+            raise InvalidInputError(f"capacity must be a positive integer, got {capacity!r}")
+        with self._lock:
+            if capacity <= self._capacity:
+                return
+            self._check_no_view("reserve")
+            n_slots = slots_for(int(capacity), self._max_load_factor)
+            if n_slots != self._impl.n_slots:
+                self._rebuild(n_slots)
+            self._set_capacity(int(capacity))
+
+    def purge(self) -> None:
+        """Drop every tombstone by re-laying the live entries in place, on the table's device (the
+        CUDA table gathers live keys and rows into device scratch, clears, re-inserts; nothing but
+        counters crosses to the host). Inserts also do this by themselves when tombstones would
+        crowd out new keys. Blocking."""
+        with self._lock:
+            self._check_no_view("purge")
+            if self._tombstones:
+                self._rebuild(self._impl.n_slots)
+
+    def _rebuild(self, n_slots: int) -> None:
+        """REQUIRES: lock held, no view open."""
+        self._impl.rebuild(n_slots, self._size)
+        self._tombstones = 0
+        self._generation += 1
+
+    def _check_no_view(self, op: str) -> None:
+        if self._open_views:
+            raise InvalidInputError(f"HashTable.{op} would move entries while a device_view() is open; "
+                                    "leave the view's with-block first")
+
+    # -- kernel access ----------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def device_view(self):
+        """``with table.device_view() as v:`` the slot arrays (a :class:`TableView`) for kernels that
+        read entries and update the rows of live slots in place (``hps.gpu``'s training kernels).
+
+        The table's lock is held for the whole block, so no other thread inserts, erases, purges or
+        grows meanwhile. Inside it, :meth:`purge`, :meth:`reserve` and :meth:`clear` (which would move
+        entries) raise :class:`InvalidInputError`, and inserts do not purge tombstones.
+        REQUIRES of the kernels: they write only rows of live slots (never keys, states, or rows of
+        other slots). Kernels launched inside the block on a blocking CUDA stream are ordered before
+        the table's next call (its kernels run on the legacy default stream); keep slots across
+        blocks only while :attr:`generation` is unchanged and their keys are not erased.
+        """
+        with self._lock:
+            self._open_views += 1
+            try:
+                yield TableView(self._impl.tkeys, self._impl.tstate, self._impl.tvals, self._generation)
+            finally:
+                self._open_views -= 1
 
     # -- two-phase protocol (used by PartitionedHashTable to stay atomic across parts) -------------
     def _validate(self, keys, rows, name):
@@ -186,13 +276,9 @@ class HashTable:
 
     def _make_room(self, n: int) -> None:
         """REQUIRES: lock held. Drop tombstones if ``n`` more slots could pass the slot budget."""
-        if self._tombstones and self._size + self._tombstones + n > self._slot_budget:
-            keys, vals = self._impl.export()
-            self._impl.clear()
-            if keys.shape[0]:
-                k, _ = self._impl.keys_in(keys)
-                self._impl.upsert(k, self._impl.rows_in(vals, k.shape[0]), False)
-            self._tombstones = 0
+        crowded = self._size + self._tombstones + n > self._slot_budget
+        if self._tombstones and crowded and not self._open_views:
+            self._rebuild(self._impl.n_slots)
 
     def _claim(self, k):
         """REQUIRES: lock held. Claim slots for validated keys; returns a ticket for commit/rollback,

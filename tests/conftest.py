@@ -30,9 +30,11 @@ def pytest_collection_modifyitems(config, items):
     has_gpu = _gpu_available()
     sim = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
     for item in items:
-        if "gpu" in item.keywords and not has_gpu:
+        # markers, not ``item.keywords``: keywords also hold every parent directory's name, so a
+        # checkout in a directory named ``gpu`` would skip every test
+        if item.get_closest_marker("gpu") is not None and not has_gpu:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
-        if "cudasim" in item.keywords and not sim:
+        if item.get_closest_marker("cudasim") is not None and not sim:
             item.add_marker(pytest.mark.skip(reason="runs under NUMBA_ENABLE_CUDASIM=1 (tests/cudasim)"))
 
 

@@ -1,4 +1,5 @@
-"""Every CUDA kernel of the table compiles to PTX with the real Numba CUDA compiler (no GPU needed).
+"""Every CUDA kernel (the table's and GPU training's) compiles to PTX with the real Numba CUDA
+compiler (no GPU needed).
 
 The simulator runs kernels as Python and accepts code the real compiler rejects (e.g. uint64 mixed
 with signed literals silently becoming float64); this test is the CI gate for that. Kernels are
@@ -23,6 +24,9 @@ except ImportError:  # pragma: no cover - numba-cuda missing
 from numba import types  # noqa: E402
 
 from hps.gpu import _table_kernels as K  # noqa: E402
+from hps.gpu import _train_kernels as T  # noqa: E402
+
+MODULES = {"table": K, "train": T}
 
 _FLOATS = {np.dtype(np.float32): types.float32, np.dtype(np.float64): types.float64}
 
@@ -46,12 +50,32 @@ def _arg_types(ftype, rows_type=None):
         "is_new": types.int8[::1],
         "out": ftype[:, ::1],
         "found": types.boolean[::1],
+        "out_keys": types.uint64[::1],
+        # training kernels
+        "missing": types.float64[::1],
+        "inv": types.int64[::1],
+        "field": types.int32[::1],
+        "weights": ftype[::1],
+        "offsets": types.int64[::1],
+        "col0": types.int64,
+        "width": types.int64,
+        "grad_pooled": ftype[:, ::1],
+        "grads": ftype[:, ::1],
+        "lr": ftype,
+        "eps": ftype,
+        "state_col": types.int64,
+        "z": ftype[::1],
+        "labels": ftype[::1],
+        "denom": ftype,
+        "dz": ftype[::1],
+        "loss": types.float64[::1],
+        "cells": types.float64[::1],
     }
 
 
 def _kernels():
-    """name -> dispatcher of every kernel (not device function) in the kernel module."""
-    return {name: obj for name, obj in vars(K).items()
+    """"module.name" -> dispatcher of every kernel (not device function) of the kernel modules."""
+    return {f"{m}.{name}": obj for m, mod in MODULES.items() for name, obj in vars(mod).items()
             if isinstance(obj, CUDADispatcher) and not obj.targetoptions.get("device", False)}
 
 
@@ -61,11 +85,15 @@ def _uses_atomics(func, seen=()):
     if "atomic" in names:
         return True
     for n in names:
-        obj = getattr(K, n, None)
+        obj = func.__globals__.get(n)
         if isinstance(obj, CUDADispatcher) and n not in seen:
             if _uses_atomics(obj.py_func, seen + (n,)):
                 return True
     return False
+
+
+def _f64_params(func, argtys):
+    return [p for p in inspect.signature(func).parameters if "float64" in str(argtys[p])]
 
 
 def _compile(func, argtys):
@@ -99,8 +127,10 @@ def _device_functions_without_gpu(monkeypatch):
 
 def test_kernels_are_discovered():
     names = set(_kernels())
-    assert {"upsert_claim", "upsert_rows", "claim", "rollback", "write_rows", "get", "contains",
-            "erase", "clear"} <= names
+    assert {f"table.{k}" for k in ("upsert_claim", "upsert_rows", "claim", "rollback", "write_rows", "get",
+                                   "contains", "erase", "clear", "live_slots", "gather_keys")} <= names
+    assert {f"train.{k}" for k in ("find_slots", "pool_forward", "pool_backward", "sgd_rows", "adagrad_rows",
+                                   "bce_loss_grad", "zero_rows", "zero_cells")} <= names
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
@@ -108,14 +138,26 @@ def test_kernels_are_discovered():
 def test_kernel_compiles_to_ptx(name, dtype):
     func = _kernels()[name].py_func
     ftype = _FLOATS[np.dtype(dtype)]
-    ptx = _compile(func, _arg_types(ftype))
+    argtys = _arg_types(ftype)
+    ptx = _compile(func, argtys)
     assert ".entry" in ptx
     if _uses_atomics(func):
         assert "atom" in ptx, f"{name} uses cuda.atomic but its PTX has no atom instruction"
-    if dtype == np.float32:
+    if dtype == np.float32 and not _f64_params(func, argtys):
         # a float32 table has no float64 anywhere: an f64 here means a uint64 expression was
-        # promoted to float64 (uint64 mixed with a signed integer), i.e. a hashing/probing bug
+        # promoted to float64 (uint64 mixed with a signed integer), i.e. a hashing/probing bug,
+        # or a Python literal promoted float32 arithmetic
         assert ".f64" not in ptx, f"{name}: float64 arithmetic in a float32 kernel"
+
+
+def test_float32_training_kernels_compute_rows_in_float32():
+    """Kernels with a float64 accumulator (missing keys, loss) still compute rows and gradients in
+    float32: the sigmoid's and dz's divisions stay div.rn.f32 (a promoted literal would make them
+    f64; the one f64 division is log1p's, in the float64 loss)."""
+    ptx = _compile(T.bce_loss_grad.py_func, _arg_types(types.float32))
+    assert ptx.count("div.rn.f32") >= 2
+    for kernel in (T.adagrad_rows, T.pool_forward, T.pool_backward, T.sgd_rows):
+        assert ".f64" not in _compile(kernel.py_func, _arg_types(types.float32)), kernel.__name__
 
 
 @pytest.mark.parametrize("src", [np.int32, np.int64, np.uint64, np.bool_, np.float64])

@@ -27,7 +27,8 @@ def keys_of(idx):
 
 ops = st.lists(
     st.tuples(
-        st.sampled_from(["insert", "accumulate", "get", "contains", "erase", "export", "clear"]),
+        st.sampled_from(["insert", "accumulate", "get", "contains", "erase", "export", "clear", "reserve",
+                         "purge"]),
         st.lists(st.integers(0, len(UNIVERSE) - 1), max_size=24),
         st.integers(0, 2**31),
     ),
@@ -75,6 +76,14 @@ def test_random_sequences_match_dict(kind, dtype, seq, capacity):
         elif op == "clear":
             table.clear()
             model.clear()
+        elif op == "reserve":
+            new_capacity = seed % 48 + 1  # often below the capacity (a no-op), sometimes above
+            table.reserve(new_capacity)
+            model.reserve(new_capacity)
+            assert table.capacity == model.capacity
+        elif op == "purge":
+            table.purge()
+            model.purge()
         assert_same_state(table, model)
 
 
@@ -231,3 +240,100 @@ def test_get_into_a_caller_buffer():
         table.get(np.array([1], np.uint64), out=buf)
     with pytest.raises(InvalidTypeError):
         table.get(np.array([1], np.uint64), out=np.zeros((1, 2), np.float64))
+
+
+@pytest.mark.parametrize("kind", sorted(FACTORIES))
+def test_reserve_grows_a_full_table_and_keeps_every_entry(kind):
+    cap, dim = 50, 3
+    table = FACTORIES[kind](cap, dim, np.float32)
+    keys = np.arange(cap, dtype=np.uint64) * np.uint64(977)
+    rows = np.arange(cap * dim, dtype=np.float32).reshape(cap, dim)
+    table.insert(keys, rows)
+    table.erase(keys[:5])
+    table.insert(keys[:5], rows[:5])  # revived tombstones
+    more = np.arange(1, 31, dtype=np.uint64)
+    with pytest.raises(HashTableFullError):
+        table.insert(more, np.ones((30, dim)))
+    table.reserve(cap)  # not above the capacity: nothing to do
+    assert table.capacity == cap
+    table.reserve(cap + 30)
+    assert table.capacity == cap + 30
+    v, f = table.get(keys)
+    assert f.all()
+    np.testing.assert_array_equal(v, rows)
+    table.insert(more, np.ones((30, dim)))
+    assert len(table) == cap + 30
+    with pytest.raises(HashTableFullError):
+        table.insert(np.array([10**9], np.uint64), np.ones((1, dim)))
+    with pytest.raises(InvalidInputError):
+        table.reserve(0)
+
+
+def test_reserve_grows_the_slot_array_and_drops_tombstones():
+    table = HashTable(100, 2)
+    assert table.n_slots == 256
+    keys = np.arange(100, dtype=np.uint64)
+    table.insert(keys, np.ones((100, 2)))
+    table.erase(keys[:40])
+    g = table.generation
+    table.reserve(129)  # 129 / 0.5 > 256: the slot array doubles
+    assert table.n_slots == 512 and table.generation == g + 1
+    assert table._tombstones == 0 and table._impl.tombstones == 0
+    assert len(table) == 60 and table.contains(keys[40:]).all() and not table.contains(keys[:40]).any()
+    table.reserve(200)  # still 512 slots: capacity changes, entries do not move
+    assert table.n_slots == 512 and table.capacity == 200 and table.generation == g + 1
+
+
+def test_purge_and_insert_churn_never_export_the_table(monkeypatch):
+    """Tombstones are purged in place: neither an explicit purge nor the purge an insert triggers
+    goes through export (for the CUDA table, export is the host round trip)."""
+    table = HashTable(64, 2)
+
+    def no_export(*a):
+        raise AssertionError("export called by a purge")
+
+    monkeypatch.setattr(table._impl, "export", no_export)
+    keys = np.arange(64, dtype=np.uint64)
+    table.insert(keys, np.ones((64, 2)))
+    table.erase(keys[:60])
+    g = table.generation
+    table.purge()
+    assert table.generation == g + 1 and table._tombstones == 0
+    table.purge()  # no tombstones: nothing moves
+    assert table.generation == g + 1
+    for r in range(1, 20):  # churn: inserts must purge by themselves
+        new = np.arange(r * 1000, r * 1000 + 60, dtype=np.uint64)
+        table.insert(new, np.full((60, 2), r, np.float32))
+        table.erase(new)
+    assert table.generation > g + 1
+    v, f = table.get(keys[60:])
+    assert f.all() and (v == 1).all() and len(table) == 4
+
+
+def test_device_view_holds_the_lock_and_forbids_moves():
+    table = HashTable(8, 2)
+    table.insert(np.array([5], np.uint64), np.array([[1.0, 2.0]], np.float32))
+    with table.device_view() as v:
+        assert v.generation == table.generation
+        s = int(np.flatnonzero(v.keys == 5)[0])
+        assert v.state[s] == 0 and v.values[s].tolist() == [1.0, 2.0]
+        v.values[s] += 1  # a kernel updating a live row in place
+        for op in (table.purge, table.clear, lambda: table.reserve(100)):
+            with pytest.raises(InvalidInputError, match="device_view"):
+                op()
+    assert table.get(np.array([5], np.uint64))[0].tolist() == [[2.0, 3.0]]
+    table.reserve(100)  # allowed again once the view is closed
+
+
+def test_partitioned_reserve_and_purge():
+    parted = PartitionedHashTable(2, 20, 2)
+    keys = np.arange(20, dtype=np.uint64)
+    parted.insert(keys, np.ones((20, 2)))
+    parted.erase(keys[:10])
+    parted.purge()
+    assert all(p._tombstones == 0 for p in parted.parts)
+    parted.reserve(200)
+    assert parted.capacity == 200 and all(p.capacity >= 189 for p in parted.parts)
+    more = np.arange(100, 280, dtype=np.uint64)
+    parted.insert(more, np.ones((180, 2)))
+    assert len(parted) == 190 and parted.contains(more).all()

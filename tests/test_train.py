@@ -37,8 +37,10 @@ def assert_same_model(a, b, tol):
 def test_default_job_reports_everything(tmp_path, capsys):
     model, m = run_cli(tmp_path, "plain", "--epochs", "3")
     for key in ("auc", "logloss", "examples_per_sec", "stage_seconds", "cache_hit_rate", "ssd_bytes_read",
-                "ssd_bytes_written", "bayes_auc", "cache_hit_rate_per_batch", "bottleneck", "warmup_seconds"):
+                "ssd_bytes_written", "bayes_auc", "cache_hit_rate_per_batch", "bottleneck", "warmup_seconds",
+                "train_cpu_seconds"):
         assert key in m, key
+    assert 0 < m["train_cpu_seconds"] < 16 * m["train_seconds"] + 1  # the process's CPU time over training
     assert set(m["stage_seconds"]) >= {"read", "prepare", "place", "train"}
     assert m["examples"] == 3 * 12000
     assert 0.6 < m["auc"] <= m["bayes_auc"] + 0.01  # learned, and not above what the truth allows
@@ -195,3 +197,41 @@ def test_file_data_checkpoints_at_every_epoch_end(tmp_path):
                  "--epochs", "2", "--checkpoint-dir", str(ck), "--no-progress", "--hidden", "8"]) == 0
     meta = json.loads((ck / (ck / "LATEST").read_text().strip() / "meta.json").read_text())
     assert (meta["epoch"], meta["batch"], meta["index"]) == (1, 2, 5)  # 3 batches per epoch
+
+
+def test_a_missing_checkpoint_is_reported_before_the_warm_up(tmp_path, monkeypatch):
+    """--resume is checked first: a wrong --checkpoint-dir costs no kernel compile."""
+    from hps.errors import InvalidInputError
+    from hps.train import _warmup
+
+    calls = []
+    monkeypatch.setattr(_warmup, "warm_up", lambda *a, **k: calls.append(1) or 0.0)
+    from hps.train._cli import parse_config
+    from hps.train._trainer import Trainer
+
+    trainer = Trainer(parse_config([*SMALL, "--resume", "--checkpoint-dir", str(tmp_path / "none")]))
+    try:
+        with pytest.raises(InvalidInputError, match="no checkpoint"):
+            trainer.fit()
+    finally:
+        trainer.close()
+    assert calls == []
+
+
+def test_a_failing_evaluation_keeps_the_export(tmp_path, monkeypatch):
+    """The model is exported before the evaluation, so a bad eval file cannot cost the trained model."""
+    from hps.errors import InvalidInputError
+    from hps.train._trainer import Trainer
+
+    evaluate = Trainer.evaluate
+
+    def bad_eval(self, batches=None):
+        if batches is None:  # the job's evaluation (the warm-up passes its own batches)
+            raise InvalidInputError("eval data: too many malformed lines")
+        return evaluate(self, batches)
+
+    monkeypatch.setattr(Trainer, "evaluate", bad_eval)
+    out = tmp_path / "model"
+    assert main([*SMALL, "--export", str(out)]) == 2
+    keys, values, _ = load_export(out)
+    assert keys.shape[0] > 0 and values.shape == (keys.shape[0], 8)

@@ -16,11 +16,28 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 import traceback
 from contextlib import contextmanager
 
 #: Exit code passed to ``MPI_Abort`` when a rank fails.
 ABORT_CODE = 1
+
+
+#: Seconds a failing rank waits between writing its message and ``MPI_Abort``: the abort tears down
+#: mpiexec's output forwarding, and a loaded machine could lose the one line that says what failed.
+ABORT_GRACE_S = 0.5
+
+
+def abort(comm, code: int) -> None:
+    """Flush stdout/stderr, give mpiexec ``ABORT_GRACE_S`` to forward them, then ``comm.Abort(code)``."""
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except (OSError, ValueError):
+            pass
+    time.sleep(ABORT_GRACE_S)
+    comm.Abort(code)
 
 
 def failure_message(comm, exc: BaseException) -> str:
@@ -39,7 +56,7 @@ def abort_job(comm, exc: BaseException, code: int = ABORT_CODE, file=None) -> No
         file.write(f"{tb}{failure_message(comm, exc)}\n")
         file.flush()
     finally:
-        comm.Abort(code)
+        abort(comm, code)
 
 
 @contextmanager

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._keys import EMPTY_KEY, as_keys, check_rows
-from ..errors import DeviceUnavailableError, InvalidInputError, InvalidTypeError
+from ..errors import DeviceUnavailableError, InternalError, InvalidInputError, InvalidTypeError
 
 try:
     from numba import cuda
@@ -83,19 +83,26 @@ class CudaTableImpl:
 
     def __init__(self, n_slots: int, dim: int, dtype):
         _require_gpu()
-        self.n_slots = int(n_slots)
         self.dim = int(dim)
         self.dtype = np.dtype(dtype)
-        self.tkeys = cuda.device_array(self.n_slots, dtype=np.uint64)
-        self.tstate = cuda.device_array(self.n_slots, dtype=np.int32)
-        self.tvals = cuda.device_array((self.n_slots, self.dim), dtype=self.dtype)
-        self.owner = cuda.device_array(self.n_slots, dtype=np.int32)
+        self._set_slots(*self._alloc_slots(int(n_slots)))
         self.counts = cuda.device_array(3, dtype=np.int64)
         self.hit = cuda.device_array(1, dtype=np.int64)
         self._h_counts = cuda.pinned_array(3, dtype=np.int64)
         self._h_zeros = cuda.pinned_array(3, dtype=np.int64)
         self._h_zeros[:] = 0
         self.clear()
+
+    def _alloc_slots(self, n_slots: int):
+        """New (uninitialised) slot arrays: tkeys (S,) uint64, tstate (S,) int32, tvals (S, dim), owner
+        (S,) int32. Raises (CUDA out of memory) before anything of the table changed."""
+        return (cuda.device_array(n_slots, dtype=np.uint64), cuda.device_array(n_slots, dtype=np.int32),
+                cuda.device_array((n_slots, self.dim), dtype=self.dtype),
+                cuda.device_array(n_slots, dtype=np.int32))
+
+    def _set_slots(self, tkeys, tstate, tvals, owner) -> None:
+        self.tkeys, self.tstate, self.tvals, self.owner = tkeys, tstate, tvals, owner
+        self.n_slots = tkeys.shape[0]
 
     # -- launch shapes ------------------------------------------------------------------------
     def _grid1(self, n: int):
@@ -248,17 +255,41 @@ class CudaTableImpl:
         K.erase[self._grid1(n)](self.tkeys, self.tstate, self.tvals, keys, self.counts)
         return int(self._read_counts()[0])
 
-    def export(self):
-        """(keys (m,) uint64, values (m, dim)) host arrays of every live slot, in slot order."""
-        tk = self.tkeys.copy_to_host()
-        ts = self.tstate.copy_to_host()
-        slots = np.flatnonzero((tk != EMPTY_KEY) & (ts == 0)).astype(np.int64)
-        m = slots.shape[0]
-        if m == 0:
-            return tk[slots], np.zeros((0, self.dim), dtype=self.dtype)
-        vals = cuda.device_array((m, self.dim), dtype=self.dtype)
-        K.gather_rows[self._grid_rows(m)](self.tvals, cuda.to_device(slots), vals)
-        return tk[slots], vals.copy_to_host()
+    def _live(self, n_live: int):
+        """Device (live slots (m,) int64, their keys (m,) uint64, their rows (m, dim)), m = n_live,
+        the table's live-key count (kept by HashTable), checked against the kernel's count."""
+        slots = cuda.device_array(n_live, dtype=np.int64)
+        keys = cuda.device_array(n_live, dtype=np.uint64)
+        rows = cuda.device_array((n_live, self.dim), dtype=self.dtype)
+        self._zero_counts()
+        K.live_slots[self._grid1(self.n_slots)](self.tkeys, self.tstate, slots, self.counts)
+        found = int(self._read_counts()[0])
+        if found != n_live:
+            raise InternalError(f"CUDA table holds {found} live keys but its host counts {n_live} (a bug)")
+        if n_live:
+            K.gather_keys[self._grid1(n_live)](self.tkeys, slots, keys)
+            K.gather_rows[self._grid_rows(n_live)](self.tvals, slots, rows)
+        return slots, keys, rows
+
+    def export(self, n_live: int):
+        """(keys (m,) uint64, values (m, dim)) host arrays of the ``n_live`` live entries, in no
+        particular order. Only the live keys and rows cross to the host, not the slot arrays."""
+        _, keys, rows = self._live(n_live)
+        return keys.copy_to_host(), rows.copy_to_host()
+
+    def rebuild(self, n_slots: int, n_live: int) -> None:
+        """Re-lay the ``n_live`` live entries into ``n_slots`` (>= the current count) slots, dropping
+        every tombstone, on the device: live keys and rows are gathered into device buffers (m rows
+        of scratch), the slot arrays are cleared (or, to grow, new ones allocated first, so a failed
+        allocation changes nothing) and the entries re-inserted. Nothing crosses to the host but
+        counters. Blocking."""
+        _, keys, rows = self._live(n_live)
+        if n_slots != self.n_slots:
+            self._set_slots(*self._alloc_slots(int(n_slots)))
+        self.clear()
+        n_new, _ = self.upsert(keys, rows, False)
+        if n_new != n_live:
+            raise InternalError(f"CUDA table rebuild re-inserted {n_new} of {n_live} keys (a bug)")
 
     def clear(self) -> None:
         K.clear[self._grid_rows(self.n_slots)](self.tkeys, self.tstate, self.tvals, self.owner)

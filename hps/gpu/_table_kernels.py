@@ -300,3 +300,37 @@ def clear(tkeys, tstate, tvals, owner):
         owner[s] = np.int32(-1)
     for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
         tvals[s, j] = 0
+
+
+@cuda.jit
+def live_slots(tkeys, tstate, slots, counts):
+    """1-D over the S slots. Writes every live slot into slots (m,) int64, in no particular order:
+    a block counts its live slots in shared memory, takes its range with one ``atomic.add`` on
+    counts[0], and each thread writes at the block's base plus its own shared-memory ticket.
+    counts[0] ends at the number of live slots, which may exceed m (then only m are written).
+    REQUIRES: a 1-D block, and every thread of the block runs (no early return)."""
+    sh = cuda.shared.array(2, dtype=np.int64)
+    t = cuda.threadIdx.x
+    if t == 0:
+        sh[0] = 0
+    cuda.syncthreads()
+    s = cuda.grid(1)
+    p = np.int64(-1)
+    if s < tkeys.shape[0] and tkeys[s] != np.uint64(0xFFFFFFFFFFFFFFFF) and tstate[s] == 0:
+        p = cuda.atomic.add(sh, 0, np.int64(1))
+    cuda.syncthreads()
+    if t == 0 and sh[0] > 0:
+        sh[1] = cuda.atomic.add(counts, 0, sh[0])
+    cuda.syncthreads()
+    if p >= 0:
+        q = sh[1] + p
+        if q < slots.shape[0]:
+            slots[q] = np.int64(s)
+
+
+@cuda.jit
+def gather_keys(tkeys, slots, out_keys):
+    """1-D. out_keys (m,) uint64 = tkeys[slots] for slots (m,) int64."""
+    i = cuda.grid(1)
+    if i < slots.shape[0]:
+        out_keys[i] = tkeys[slots[i]]

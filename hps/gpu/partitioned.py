@@ -39,6 +39,10 @@ def _to_host(arr):
     return arr, False
 
 
+def _default_part_capacity(capacity: int, n_parts: int) -> int:
+    return min(capacity, math.ceil(1.25 * capacity / n_parts) + 64)
+
+
 def _part_devices(device: str, n_parts: int):
     """Context managers selecting the device of each part."""
     if device != "cuda":
@@ -61,7 +65,7 @@ class PartitionedHashTable:
         self.n_parts = int(n_parts)
         self._capacity = int(capacity)
         if part_capacity is None:
-            part_capacity = min(self._capacity, math.ceil(1.25 * capacity / n_parts) + 64)
+            part_capacity = _default_part_capacity(self._capacity, self.n_parts)
         self.part_capacity = int(part_capacity)
         self._ctx = _part_devices(device, self.n_parts)
         self.parts: list[HashTable] = []
@@ -207,6 +211,29 @@ class PartitionedHashTable:
                 outs.append(part.export())
         return (np.concatenate([o[0] for o in outs]),
                 np.concatenate([o[1] for o in outs]).reshape(-1, self.dim))
+
+    def reserve(self, capacity: int, part_capacity: int | None = None) -> None:
+        """Grow to ``capacity`` live keys, each part to ``part_capacity`` (default: the constructor's
+        rule for the new capacity), keeping every entry; never shrinks (see :meth:`HashTable.reserve`).
+        Parts grow one by one on their devices; if one fails (out of memory) the parts already grown
+        keep their entries and the logical capacities stay as they were."""
+        if int(capacity) != capacity or capacity <= 0:
+            raise InvalidInputError(f"capacity must be a positive integer, got {capacity!r}")
+        if part_capacity is None:
+            part_capacity = _default_part_capacity(int(capacity), self.n_parts)
+        pc = int(part_capacity)
+        with self._locked():
+            for p, part in enumerate(self.parts):
+                with self._ctx[p]():
+                    part.reserve(pc)
+            self._capacity = max(self._capacity, int(capacity))
+            self.part_capacity = max(self.part_capacity, pc)
+
+    def purge(self) -> None:
+        """Drop the tombstones of every part, in place on its device (see :meth:`HashTable.purge`)."""
+        for p, part in enumerate(self.parts):
+            with self._ctx[p]():
+                part.purge()
 
     def clear(self) -> None:
         for p, part in enumerate(self.parts):

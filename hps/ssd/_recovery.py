@@ -1,9 +1,10 @@
 """Creating and opening a store: the descriptor check and the index rebuild (crash recovery).
 
-Open = check ``STORE`` (dim, dtype, version) -> take the ``LOCK`` -> delete temp files (writes that
-were never renamed into place, hence never acknowledged) -> read every parameter file's header and
-keys section (checksummed; a damaged acknowledged file raises CorruptionError) in sequence order ->
-for each key keep the row with the highest (version, file seq, slot) -> per-file stale counters.
+Open = create the directory -> take the ``LOCK`` -> check ``STORE`` (dim, dtype, version), or write it
+when the store is new -> delete temp files (writes that were never renamed into place, hence never
+acknowledged) -> read every parameter file's header and keys section (checksummed; a damaged
+acknowledged file raises CorruptionError) in sequence order -> for each key keep the row with the
+highest (version, file seq, slot) -> per-file stale counters.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import logging
 
 import numpy as np
 
-from ..errors import StoreError, StoreFormatError, CorruptionError
+from ..errors import CorruptionError, StoreError, StoreFormatError, StoreLockedError
 from . import _format as F
 from ._store import _File
 
@@ -22,37 +23,50 @@ _STORE_TMP = F.STORE_FILE + ".tmp"
 
 
 def open_store(store) -> None:
+    """Create or open the store directory. The ``LOCK`` is taken before the descriptor is written or
+    trusted, so two processes creating one store cannot interleave: the loser gets StoreLockedError
+    (or StoreFormatError when the winner's store has another dim/dtype), never half a descriptor."""
     env, path = store._env, store.path
     if env.exists(path) and not env.isdir(path):
         raise StoreFormatError(f"{path!r} is not an hps SSD store (it is not a directory)")
-    if not env.exists(path):
-        env.mkdir(path)
-    names = set(env.listdir(path))
-    if F.STORE_FILE in names:
-        where = store._p(F.STORE_FILE)
-        code, dim = F.unpack_store(bytes(env.read(where)), where)
-        if dim != store.dim or code != store._code:
-            raise StoreFormatError(
-                f"store {path!r} holds dim={dim} dtype={F.DTYPE_CODES[code]}, but dim={store.dim} "
-                f"dtype={store.dtype} was asked for")
-    else:
-        if names - {F.LOCK_FILE, _STORE_TMP}:
-            raise StoreFormatError(f"{path!r} is not an hps SSD store (no {F.STORE_FILE} file, and "
-                                   "the directory is not empty)")
-        env.write_file(store._p(_STORE_TMP), F.pack_store(store._code, store.dim))
-        env.rename(store._p(_STORE_TMP), store._p(F.STORE_FILE))
-        env.fsync_dir(path)
-        names = set(env.listdir(path))
+    env.mkdir(path)
+    _check_descriptor(store, set(env.listdir(path)))  # refuse a foreign directory before adding LOCK to it
     try:
         store._lock_handle = env.lock(store._p(F.LOCK_FILE))
+    except BlockingIOError as e:
+        raise StoreLockedError(f"store {path!r} is open in another process ({e.strerror}); close it "
+                               "there or use another path") from e
     except OSError as e:
-        raise StoreError(f"store {path!r} is open in another process ({e})") from e
+        raise StoreError(f"cannot lock store {path!r}: {e.strerror or e}") from e
     try:
+        names = set(env.listdir(path))  # again, under the lock: a racing creator may have finished
+        if not _check_descriptor(store, names):
+            env.write_file(store._p(_STORE_TMP), F.pack_store(store._code, store.dim))
+            env.rename(store._p(_STORE_TMP), store._p(F.STORE_FILE))
+            env.fsync_dir(path)
+            names = set(env.listdir(path))
         _recover(store, names)
     except BaseException:
         env.unlock(store._lock_handle)
         store._lock_handle = None
         raise
+
+
+def _check_descriptor(store, names) -> bool:
+    """-> whether ``STORE`` exists (and matches dim/dtype); raises StoreFormatError when the directory
+    holds a store of another dim/dtype, or files that are not a store's."""
+    if F.STORE_FILE in names:
+        where = store._p(F.STORE_FILE)
+        code, dim = F.unpack_store(bytes(store._env.read(where)), where)
+        if dim != store.dim or code != store._code:
+            raise StoreFormatError(
+                f"store {store.path!r} holds dim={dim} dtype={F.DTYPE_CODES[code]}, but dim={store.dim} "
+                f"dtype={store.dtype} was asked for")
+        return True
+    if names - {F.LOCK_FILE, _STORE_TMP}:
+        raise StoreFormatError(f"{store.path!r} is not an hps SSD store (no {F.STORE_FILE} file, and "
+                               "the directory is not empty)")
+    return False
 
 
 def _recover(store, names) -> None:

@@ -4,13 +4,20 @@ Checkpoint layout under ``--checkpoint-dir`` (a directory every rank can reach):
 
     LATEST                          name of the newest complete checkpoint (switched atomically)
     ckpt-00000041/                  state after global batch 41
-        meta.json                   batch position, ranks, row width, CHECKPOINT_VERSION
+        meta.json                   batch position, ranks, row width, CHECKPOINT_VERSION, and the
+                                    size + CRC-32 of every file below; itself checksummed (_manifest)
         dense.h5                    params/<name> and optimizer/<slot>/<name>, attrs step and hypers
         sparse-rank{r}-of-{n}.h5    every row rank r owns: "keys" (m,) uint64, "rows" (m, row_width)
 
 A checkpoint is written into ``.tmp-ckpt-…``, fsynced, renamed into place, and only then named in
 ``LATEST`` (write temp, fsync, rename — the LevelDB manifest switch), so a crash at any moment leaves
-the previous checkpoint usable. Older checkpoints are removed after the switch.
+the previous checkpoint usable. Then all but the ``keep`` newest checkpoints are removed. A save that
+fails (e.g. ENOSPC: :class:`~hps.errors.DiskFullError`) removes what it wrote; the previous
+checkpoint stays as it was.
+
+``load`` checks every file it reads against meta.json before using it. When the newest checkpoint is
+damaged (:class:`~hps.errors.CorruptionError`) it falls back to the next older complete one, if one
+is kept, and says so; under MPI the ranks agree on the checkpoint (each checks its own shard).
 
 Export layout (``--export DIR``): ``sparse-rank{r}-of-{n}.h5`` (datasets "keys" (m,) uint64 and
 "values" (m, embedding_dim) float32, the keys rank r owns) and ``dense.h5`` (one dataset per dense
@@ -19,19 +26,24 @@ tensor); :func:`load_export` reads every shard back as one model.
 
 from __future__ import annotations
 
-import json
+import errno
 import os
 import re
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import HpsError, InvalidInputError, StoreFormatError
+from ..errors import CorruptionError, DiskFullError, HpsError, InvalidInputError, StoreFormatError
+from ._manifest import CHECKPOINT_VERSION, FILES_KEY, META_FILE, file_record, read_meta, verify_file, write_meta
 
-#: Version of the checkpoint layout, stored in meta.json. Written to disk: never renumber.
-CHECKPOINT_VERSION = 1
+__all__ = ["CHECKPOINT_VERSION", "save", "load", "latest", "last_checkpoint", "export", "load_export"]
+
 _LATEST = "LATEST"
+_DENSE = "dense.h5"
+_NAME = re.compile(r"ckpt-(\d+)")
+_SPACE_ERRNOS = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 
 
 def _fsync_path(path: Path, directory: bool = False) -> None:
@@ -40,6 +52,10 @@ def _fsync_path(path: Path, directory: bool = False) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _ckpt_name(index: int) -> str:
+    return f"ckpt-{index:08d}"
 
 
 def _sparse_name(rank: int, size: int) -> str:
@@ -79,77 +95,207 @@ def _read_dense(path: Path):
     return params, opt
 
 
-def save(root, coll, store, model, dense_opt, meta: dict) -> str:
-    """Write this rank's part of the checkpoint named by ``meta["index"]``; collective over ``coll``."""
+def _is_space_error(e: BaseException) -> bool:
+    """ENOSPC/EDQUOT, also as h5py reports it (an OSError whose errno it may or may not set)."""
+    return isinstance(e, OSError) and (e.errno in _SPACE_ERRNOS or os.strerror(errno.ENOSPC) in str(e))
+
+
+@contextmanager
+def _undo_on_error(root: Path, name: str, *paths: Path):
+    """On any error: remove ``paths`` (written by this save), and turn running out of space into a
+    one-line DiskFullError that says the previous checkpoint is intact."""
+    try:
+        yield
+    except BaseException as e:
+        for p in paths:
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+        if _is_space_error(e):
+            prev = _read_latest(root)
+            kept = f"the previous checkpoint {root / prev} is intact" if prev else "no earlier checkpoint exists"
+            raise DiskFullError(errno.ENOSPC, f"no space left on the device while writing checkpoint {name} "
+                                              f"in {root}; removed its partial files and {kept}") from e
+        raise
+
+
+def save(root, coll, store, model, dense_opt, meta: dict, keep: int = 1) -> str:
+    """Write this rank's part of the checkpoint named by ``meta["index"]``, then keep only the ``keep``
+    newest checkpoints. Collective over ``coll``. Blocks. Raises DiskFullError when the device is
+    full (after removing what this save wrote; the previous checkpoint is untouched)."""
     root = Path(root)
-    name = f"ckpt-{meta['index']:08d}"
+    name = _ckpt_name(meta["index"])
     tmp = root / f".tmp-{name}"
-    tmp.mkdir(parents=True, exist_ok=True)
-    sparse = tmp / _sparse_name(coll.rank, coll.size)
-    store.export_h5(str(sparse))
-    _fsync_path(sparse)
+    sparse = _sparse_name(coll.rank, coll.size)
+    with _undo_on_error(root, name, tmp):
+        tmp.mkdir(parents=True, exist_ok=True)
+        store.export_h5(str(tmp / sparse))
+        _fsync_path(tmp / sparse)
+        mine = file_record(tmp / sparse)
+    records = coll.gather(np.array([[mine["bytes"], mine["crc32"]]], dtype=np.int64))
     if coll.rank == 0:
-        _write_dense(tmp / "dense.h5", model, dense_opt)
-        full = dict(meta, ranks=coll.size, row_width=store.dim, version=CHECKPOINT_VERSION)
-        (tmp / "meta.json").write_text(json.dumps(full, indent=1))
-        _fsync_path(tmp / "meta.json")
+        with _undo_on_error(root, name, tmp):
+            _write_dense(tmp / _DENSE, model, dense_opt)
+            files = {_sparse_name(r, coll.size): {"bytes": int(b), "crc32": int(c)}
+                     for r, (b, c) in enumerate(records)}
+            files[_DENSE] = file_record(tmp / _DENSE)
+            write_meta(tmp / META_FILE, dict(meta, ranks=coll.size, row_width=store.dim,
+                                             version=CHECKPOINT_VERSION, **{FILES_KEY: files}))
     coll.barrier()
     if coll.rank == 0:
-        _fsync_path(tmp, directory=True)
-        final = root / name
-        if final.exists():
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-        latest_tmp = root / f".{_LATEST}.tmp"
-        latest_tmp.write_text(name + "\n")
-        _fsync_path(latest_tmp)
-        os.rename(latest_tmp, root / _LATEST)
-        _fsync_path(root, directory=True)
-        for old in root.glob("ckpt-*"):
-            if old.name != name:
-                shutil.rmtree(old, ignore_errors=True)
+        _commit(root, tmp, name)
+        _prune(root, name, keep)
     coll.barrier()
     return str(root / name)
 
 
-def latest(root) -> Path:
-    root = Path(root)
+def _commit(root: Path, tmp: Path, name: str) -> None:
+    """Rename ``tmp`` to ``name`` and switch LATEST to it (write temp, fsync, rename)."""
+    final, latest_tmp = root / name, root / f".{_LATEST}.tmp"
+    with _undo_on_error(root, name, tmp):
+        _fsync_path(tmp, directory=True)
+        if final.exists():
+            shutil.rmtree(final)  # the same batch, written by an earlier run into this directory
+        os.rename(tmp, final)
+    with _undo_on_error(root, name, final, latest_tmp):
+        latest_tmp.write_text(name + "\n")
+        _fsync_path(latest_tmp)
+        os.rename(latest_tmp, root / _LATEST)
+    _fsync_path(root, directory=True)
+
+
+def _prune(root: Path, name: str, keep: int) -> None:
+    """Keep ``name`` and the ``keep - 1`` newest checkpoints before it; remove every other
+    ``ckpt-*`` (later ones are from an earlier run into this directory) and every ``.tmp-ckpt-*``
+    (a save that was killed before it could remove its own: only a complete save reaches here)."""
+    current = _index(name)
+    older = _newest_first(root, below=current)[:keep - 1]
+    for d in _newest_first(root):
+        if d.name != name and d not in older:
+            shutil.rmtree(d, ignore_errors=True)
+    for d in root.iterdir():
+        if d.name.startswith(".tmp-") and _NAME.fullmatch(d.name[len(".tmp-"):]) and d.is_dir():
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _index(name: str) -> int:
+    return int(_NAME.fullmatch(name).group(1))
+
+
+def _newest_first(root: Path, below: int | None = None) -> list[Path]:
+    """The ``ckpt-*`` directories under ``root`` (those before batch ``below``), newest first."""
+    found = [p for p in (root.iterdir() if root.is_dir() else ()) if _NAME.fullmatch(p.name) and p.is_dir()]
+    return sorted((p for p in found if below is None or _index(p.name) < below),
+                  key=lambda p: _index(p.name), reverse=True)
+
+
+def _read_latest(root: Path) -> str | None:
+    """The checkpoint name in LATEST if it names an existing checkpoint directory, else None."""
     try:
         name = (root / _LATEST).read_text().strip()
-    except FileNotFoundError:
+    except (OSError, UnicodeDecodeError):
+        return None
+    return name if _NAME.fullmatch(name) and (root / name).is_dir() else None
+
+
+def latest(root) -> Path:
+    """The checkpoint directory named in ``root/LATEST``; InvalidInputError when there is none,
+    CorruptionError when LATEST is damaged."""
+    root = Path(root)
+    if not (root / _LATEST).exists():
         raise InvalidInputError(f"no checkpoint in {root} (no {_LATEST} file); run once with "
-                                "--checkpoint-dir before --resume") from None
-    if not re.fullmatch(r"ckpt-\d+", name) or not (root / name).is_dir():
-        raise StoreFormatError(f"{root / _LATEST} names {name!r}, which is not a checkpoint directory")
+                                "--checkpoint-dir before --resume")
+    name = _read_latest(root)
+    if name is None:
+        raise CorruptionError(f"{root / _LATEST} is damaged: it does not name a checkpoint directory")
     return root / name
 
 
 def last_checkpoint(root) -> Path | None:
-    """The newest complete checkpoint directory under ``root``, or None when there is none (yet)."""
+    """The checkpoint ``--resume`` would start from — the newest of LATEST's and the older ones kept
+    whose meta.json is intact (the data files are verified by :func:`load` only) — or None."""
     try:
-        return latest(root)
+        candidates = _candidates(Path(root), [])
     except HpsError:
         return None
+    for d in candidates:
+        try:
+            read_meta(d / META_FILE)
+            return d
+        except (HpsError, OSError):
+            continue
+    return None
 
 
-def load(root, coll, store, model, dense_opt) -> dict:
-    """Restore this rank's rows into ``store`` (an empty store) and the dense state -> meta."""
-    d = latest(root)
-    meta = json.loads((d / "meta.json").read_text())
-    if meta.get("version") != CHECKPOINT_VERSION:
-        raise StoreFormatError(f"{d} has checkpoint version {meta.get('version')}, expected {CHECKPOINT_VERSION}")
-    if meta["ranks"] != coll.size:
+def _candidates(root: Path, notes: list) -> list[Path]:
+    """Checkpoints to try, newest first: LATEST's, then the older ones kept (all of them, newest
+    first, when LATEST is missing or damaged; a note says so)."""
+    try:
+        first = latest(root)
+    except (CorruptionError, InvalidInputError) as e:
+        if not _newest_first(root):
+            raise
+        notes.append(str(e) if isinstance(e, CorruptionError) else f"{root / _LATEST} is missing")
+        return _newest_first(root)
+    return [first] + _newest_first(root, below=_index(first.name))
+
+
+def _check(d: Path, rank: int, size: int, dim: int) -> dict:
+    """meta.json of checkpoint ``d`` and the files this rank reads, verified -> meta. Raises
+    CorruptionError (damage) or InvalidInputError (a checkpoint of another job shape)."""
+    meta = read_meta(d / META_FILE)
+    if _index(d.name) != meta["index"]:
+        raise CorruptionError(f"{d / META_FILE} records batch {meta['index']}, not the batch of {d.name}")
+    if meta["ranks"] != size:
         raise InvalidInputError(f"checkpoint {d} was written by {meta['ranks']} ranks; resume with the same "
-                                f"number of ranks (got {coll.size})")
-    if meta["row_width"] != store.dim:
-        raise InvalidInputError(f"checkpoint rows have {meta['row_width']} columns, this run {store.dim}: "
+                                f"number of ranks (got {size})")
+    if meta["row_width"] != dim:
+        raise InvalidInputError(f"checkpoint rows have {meta['row_width']} columns, this run {dim}: "
                                 "resume with the same --embedding-dim and optimizer")
+    files = meta.get(FILES_KEY)
+    if files is not None:
+        for f in (_DENSE, _sparse_name(rank, size)):
+            if f not in files:
+                raise CorruptionError(f"{d / META_FILE} is damaged: it has no checksum of {f}")
+            verify_file(d / f, files[f])
+    return meta
+
+
+def _choose(root: Path, coll, dim: int, warn) -> tuple[Path, dict]:
+    """The newest checkpoint every rank verified -> (directory, meta). Collective over ``coll``."""
+    notes = []
+    for d in _candidates(root, notes):
+        problem, meta = None, None
+        try:
+            meta = _check(d, coll.rank, coll.size, dim)
+        except CorruptionError as e:
+            problem = str(e)
+        bad = coll.allgather(problem is not None)
+        if not any(bad):
+            if notes:
+                warn(f"{'; '.join(notes)}: resuming from {d} instead")
+            if meta.get(FILES_KEY) is None:
+                warn(f"{d} is a version-1 checkpoint, written without checksums: resuming unverified")
+            return d, meta
+        first = bad.index(True)
+        notes.append(problem if bad[coll.rank] else
+                     f"{d / _sparse_name(first, coll.size)} failed its check on rank {first}")
+    raise CorruptionError(f"{'; '.join(notes)}; no older intact checkpoint is kept in {root} "
+                          "(--keep-checkpoints K keeps the K newest)")
+
+
+def load(root, coll, store, model, dense_opt, warn=lambda msg: None) -> dict:
+    """Restore this rank's rows into ``store`` (an empty store) and the dense state from the newest
+    intact checkpoint -> its meta, with ``path``. ``warn(message)`` hears of every damaged checkpoint
+    skipped. Collective over ``coll``. Raises CorruptionError when no intact checkpoint is left."""
+    d, meta = _choose(Path(root), coll, store.dim, warn)
     store.import_h5(str(d / _sparse_name(coll.rank, coll.size)))
-    params, opt = _read_dense(d / "dense.h5")
+    params, opt = _read_dense(d / _DENSE)
     model.load_state_dict(params)
     if opt is not None and dense_opt is not None:
         dense_opt.load_state_dict(opt)
-    return meta
+    return dict(meta, path=str(d))
 
 
 def export(directory, coll, store, model, emb_dim: int) -> None:

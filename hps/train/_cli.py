@@ -62,7 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--device", choices=DEVICES, default=S, help="HBM-PS and model device (cpu)")
     g.add_argument("--mem-budget", default=S, help="MEM-PS DRAM budget in binary units: 512MiB = 512MB "
                    "= 512m = 512 * 2^20 bytes, or a byte count (256MiB)")
-    g.add_argument("--ssd-path", default=S, help="SSD-PS directory (a temporary one)")
+    g.add_argument("--ssd-path", default=S, help="SSD-PS root: each rank claims its own rank{r}-of-{n}/ in it, "
+                   "which must be missing or empty, and removes it at the end (a temporary directory)")
+    g.add_argument("--keep-ssd", action="store_true", default=S,
+                   help="keep this job's SSD-PS at the end instead of removing it")
     g.add_argument("--rows-per-file", type=int, default=S, help="SSD-PS rows per file (16384)")
     g.add_argument("--hbm-capacity", type=int, default=S, help="HBM-PS keys (sized from batch 1)")
     g.add_argument("--n-parts", type=int, default=S, help="HBM-PS parts / GPUs per process (1)")
@@ -75,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--checkpoint-dir", default=S, help="write checkpoints here")
     g.add_argument("--checkpoint-every", type=int, default=S, help="batches between checkpoints (0: per epoch)")
     g.add_argument("--resume", action="store_true", default=S, help="continue from --checkpoint-dir")
+    g.add_argument("--keep-checkpoints", type=int, default=S,
+                   help="complete checkpoints kept; --resume falls back to an older one if the newest "
+                        "is damaged (1)")
     g.add_argument("--export", default=S, help="write the trained model as HDF5 into this directory")
     g.add_argument("--metrics-out", default=S, help="write metrics as JSON to this file")
     g.add_argument("--plots", default=S, help="draw figures (PNG) into this directory (matplotlib)")
@@ -233,8 +239,10 @@ def _is_bad_input(e: BaseException) -> bool:
 
 def _fail(comm, e: BaseException, code: int) -> int:
     if comm is not None and comm.Get_size() > 1:
-        print(f"hps: rank {comm.Get_rank()} of {comm.Get_size()} failed: {e}", file=sys.stderr, flush=True)
-        comm.Abort(code)
+        from ..comm._failure import abort, failure_message
+
+        print(failure_message(comm, e), file=sys.stderr, flush=True)
+        abort(comm, code)
         return code
     print(f"hps: error: {e}", file=sys.stderr)
     return code

@@ -98,18 +98,20 @@ class Channel:
             self._call(self.comm.Barrier, self.comm.Ibarrier)
 
     def gather(self, arr: np.ndarray):
-        """Concatenation of every rank's 1-d ``arr`` in rank order on rank 0 (None elsewhere)."""
+        """Concatenation along axis 0 of every rank's ``arr`` (n_r, *row) in rank order, on rank 0
+        (None elsewhere). REQUIRES the same row shape and dtype on every rank."""
         if self.comm is None:
             return arr
         arr = np.ascontiguousarray(arr)
+        row = int(np.prod(arr.shape[1:], dtype=np.int64))
         counts = np.array(self.comm.allgather(arr.shape[0]), np.int64)
-        out = np.empty(int(counts.sum()), arr.dtype) if self.rank == 0 else None
-        recv = [out, (counts, None), _mpi_type(arr.dtype)] if self.rank == 0 else None
-        self._call(lambda: self.comm.Gatherv(arr, recv, root=0))
+        out = np.empty((int(counts.sum()),) + arr.shape[1:], arr.dtype) if self.rank == 0 else None
+        recv = [out, (counts * row, None), _mpi_type(arr.dtype)] if self.rank == 0 else None
+        self._call(lambda: self.comm.Gatherv([arr, _mpi_type(arr.dtype)], recv, root=0))
         return out
 
-    def allgather_obj(self, obj) -> list:
-        """Every rank's picklable ``obj``, in rank order (metrics at the end of a job)."""
+    def allgather(self, obj) -> list:
+        """Every rank's small picklable ``obj``, in rank order, on every rank."""
         return [obj] if self.comm is None else self.comm.allgather(obj)
 
     # -- sparse traffic ----------------------------------------------------------------------------

@@ -27,7 +27,7 @@ def check_same_options(ch, cfg) -> None:
         sub = getattr(cfg, part)
         for name in names or vars(sub):
             mine[name] = getattr(sub, name)
-    every = ch.allgather_obj(mine)
+    every = ch.allgather(mine)
     for name, value in mine.items():
         values = [r[name] for r in every]
         if any(v != values[0] for v in values):
@@ -52,13 +52,13 @@ def run(cfg, comm=None, log=print, on_fatal=None) -> dict:
             f"MEM-PS budget {trainer.memps.cache.budget_bytes / 2**20:.0f} MiB, SSD-PS {trainer.ssd_dir}")
         say(trainer.describe_model())
         metrics = trainer.fit()
+        if cfg.train.export:  # before evaluating: a bad eval file must not cost the trained model
+            trainer.export(cfg.train.export)
         metrics.update(trainer.evaluate())
         if bayes is not None:
             metrics["bayes_auc"] = bayes
         metrics["bytes_sent_per_example"] = {k: v / max(metrics["examples"], 1)
                                              for k, v in metrics["bytes_sent"].items()}
-        if cfg.train.export:
-            trainer.export(cfg.train.export)
         if coll.rank == 0:
             say(report(metrics))
             if cfg.train.metrics_out:

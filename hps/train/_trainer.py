@@ -20,16 +20,13 @@ Not thread-safe: one Trainer per process, driven by one caller.
 from __future__ import annotations
 
 import math
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from ..config import Config
-from ..errors import DeviceUnavailableError, HashTableFullError, InvalidInputError, NumericalError, PipelineError
+from ..errors import HashTableFullError, InvalidInputError, NumericalError, PipelineError
 from ..mem import MemPS, RowInitializer
 from ..metrics import auc as auc_score
 from ..metrics import logloss as logloss_score
@@ -41,6 +38,7 @@ from ._collectives import Collectives
 from ._feed import Feed, LocalBatch, empty_batch
 from ._hierarchy import ParameterHierarchy, _host, make_hbm
 from ._preflight import check_memory
+from ._ssd_dir import SSDDir
 from ._sync import make_sync, unique_inverse
 
 #: prepare(i) waits for train(i - WINDOW); keys unused for WINDOW batches leave HBM-PS.
@@ -91,13 +89,11 @@ class Trainer:
                                           state_value=state0)
         self.sync = make_sync(cfg.train.sparse_sync, self.coll, self.model, self.sparse_opt, self.emb_dim,
                               self.xp)
-        self._tmp_ssd = None
         self.store = None
-        root = Path(t.ssd_path) if t.ssd_path else Path(self._make_tmp())
+        # this job's own directory (never one another job or the user holds), removed by close()
+        self._ssd = SSDDir.claim(t.ssd_path, self.coll.rank, self.coll.size, keep=t.keep_ssd)
+        self.ssd_dir = self._ssd.store_path
         try:
-            self.ssd_dir = _check_writable(root) / f"rank{self.coll.rank}-of-{self.coll.size}"
-            if self.ssd_dir.exists():
-                shutil.rmtree(self.ssd_dir)  # SSD-PS is this run's scratch; durable state is the checkpoint
             # SSD-PS is this run's scratch space (durability comes from checkpoints): no fsync per dump
             self.store = SSDStore(str(self.ssd_dir), self.row_width, dtype=np.float32,
                                   rows_per_file=t.rows_per_file, env=ScratchEnv())
@@ -110,10 +106,6 @@ class Trainer:
         self.peak_resident = 0
         self.start_index = 0
         self.history = {"loss": []}
-
-    def _make_tmp(self):
-        self._tmp_ssd = tempfile.mkdtemp(prefix="hps-ssd-")
-        return self._tmp_ssd
 
     # -- stages ---------------------------------------------------------------------------------------------
     def _source(self):
@@ -212,14 +204,15 @@ class Trainer:
         """Write a checkpoint after batch ``index``. Collective over the train channel: call it from
         the train stage (or after training)."""
         self.hier.sync_to_store()
-        return _checkpoint.save(self.cfg.train.checkpoint_dir, self.coll.train, self.store, self.model,
-                                self.dense_opt, {"index": index, "epoch": epoch, "batch": batch})
+        tc = self.cfg.train
+        return _checkpoint.save(tc.checkpoint_dir, self.coll.train, self.store, self.model, self.dense_opt,
+                                {"index": index, "epoch": epoch, "batch": batch}, keep=tc.keep_checkpoints)
 
     def resume(self) -> None:
         meta = _checkpoint.load(self.cfg.train.checkpoint_dir, self.coll.main, self.store, self.model,
-                                self.dense_opt)
+                                self.dense_opt, warn=lambda msg: self.log(f"hps: warning: {msg}"))
         self.start_index = meta["index"] + 1
-        self.log(f"resumed from checkpoint after batch {meta['index']} (epoch {meta['epoch']})")
+        self.log(f"resumed from {meta['path']} (after batch {meta['index']}, epoch {meta['epoch']})")
 
     # -- run ----------------------------------------------------------------------------------------------
     def _stage_failed(self, stage: str, exc: BaseException) -> None:
@@ -232,9 +225,9 @@ class Trainer:
         """Train every batch (after the checkpoint, with ``resume``) -> :meth:`metrics`. With ``warm_up``
         the kernels are compiled first (``_warmup``), outside the timed part."""
         tc = self.cfg.train
-        self.warmup_seconds = _warmup.warm_up(self, self.log) if warm_up else 0.0
-        if tc.resume:
+        if tc.resume:  # first: a missing or damaged checkpoint is reported before the warm-up's compile
             self.resume()
+        self.warmup_seconds = _warmup.warm_up(self, self.log) if warm_up else 0.0
         rows = self.feed.total_rows  # known for synthetic data; files stream
         total = rows * tc.epochs if rows is not None else None
         bar = _progress(tc.progress and self.coll.rank == 0, total, self.start_index * tc.batch_size)
@@ -243,7 +236,7 @@ class Trainer:
                                                            Stage("train", self._train)],
                                  depth=tc.queue_depth, on_error=self._stage_failed,
                                  stop_timeout_s=MPI_STOP_TIMEOUT_S if self.coll.size > 1 else STOP_TIMEOUT_S)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         examples = 0
 
         last_bar = [0.0]
@@ -268,6 +261,7 @@ class Trainer:
             if bar is not None:
                 bar.close()
         self.train_seconds = time.perf_counter() - t0
+        self.train_cpu_seconds = time.process_time() - c0  # every thread of the process
         self.examples = examples
         if self.hier is not None:
             self.hier.drop_all()
@@ -301,7 +295,7 @@ class Trainer:
             probs.append(_host(self.model.predict(self.xp.asarray(rows[:, :D]), inv, batch)))
         lab = ch.gather(np.concatenate(labels) if labels else np.empty(0, np.float32))
         pr = ch.gather(np.concatenate(probs) if probs else np.empty(0, np.float32))
-        malformed = ch.allgather_obj(self.feed.eval_malformed())
+        malformed = ch.allgather(self.feed.eval_malformed())
         if self.coll.rank != 0:
             return {}
         out = {"auc": auc_score(lab, pr), "logloss": logloss_score(lab, pr), "eval_examples": int(lab.shape[0])}
@@ -327,13 +321,14 @@ class Trainer:
     def metrics(self) -> dict:
         """Job metrics. Per-rank figures are lists in rank order; SSD-PS figures and bytes sent are
         summed over ranks; cache figures and stage wall seconds are rank 0's. Collective."""
-        per = self.coll.main.allgather_obj(self.rank_metrics())
+        per = self.coll.main.allgather(self.rank_metrics())
         ssd = {k: sum(r["ssd"][k] for r in per) for k in per[0]["ssd"]}
         ms = self.memps.stats()
         times = {name: t.busy for name, t in self.pipeline.stage_times().items()}
         return {
             "examples": self.examples,
             "train_seconds": self.train_seconds,
+            "train_cpu_seconds": self.train_cpu_seconds,
             "warmup_seconds": self.warmup_seconds,
             "examples_per_sec": self.examples / self.train_seconds if self.train_seconds else 0.0,
             "stage_seconds": times,
@@ -381,42 +376,23 @@ class Trainer:
         _checkpoint.export(directory, self.coll.main, self.store, self.model, self.emb_dim)
 
     def close(self) -> None:
-        """Release the SSD-PS and remove the temporary directory this trainer made, if any. Idempotent."""
+        """Close the SSD-PS and remove it with the directories this job made (unless --keep-ssd).
+        Idempotent."""
         if self.store is not None:
             self.store.close()
-        if self._tmp_ssd:
-            shutil.rmtree(self._tmp_ssd, ignore_errors=True)
-            self._tmp_ssd = None
+        kept = self._ssd.release()
+        if kept is not None:
+            self.log(f"SSD-PS kept in {kept} (--keep-ssd)")
 
 
 _DEFAULT_BUDGET = 256 << 20
 
 
 def _array_module(device: str):
-    """NumPy for "cpu"; CuPy for "cuda", after checking a GPU is really usable (clear error if not)."""
-    if device != "cuda":
-        return np
-    try:
-        import cupy
+    """NumPy for "cpu"; for "cuda" CuPy, or NumPy under the CUDA simulator (``hps._xp.array_module``)."""
+    from .._xp import array_module  # imported here: this function is the trainer's only seam to it
 
-        n_gpus = cupy.cuda.runtime.getDeviceCount()
-    except ImportError as e:
-        raise DeviceUnavailableError("--device cuda needs CuPy: pip install 'hps[gpu]'") from e
-    except Exception as e:  # CUDARuntimeError (no driver, no device) and the like
-        raise DeviceUnavailableError(f"--device cuda: no usable CUDA GPU ({e}); use --device cpu") from None
-    if n_gpus < 1:
-        raise DeviceUnavailableError("--device cuda: no usable CUDA GPU (no CUDA device); use --device cpu")
-    return cupy
-
-
-def _check_writable(path: Path) -> Path:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=path, prefix=".hps-probe-")
-        probe.close()
-    except OSError as e:
-        raise InvalidInputError(f"--ssd-path {path} is not a writable directory: {e.strerror or e}") from e
-    return path
+    return array_module(device)
 
 
 def _progress(enabled: bool, total, initial):

@@ -29,7 +29,8 @@ COMPILE_NOTICE_S = 2.0
 
 def warm_up(trainer, log) -> float:
     """Compile ``trainer``'s kernels on a scratch copy of its job (see the module docstring);
-    ``log(line)`` gets the notices. Touches no state of ``trainer``. Blocking; local (no
+    ``log(line)`` gets the notices. Touches no state of ``trainer`` but its reader's pass counters
+    (reset by the next pass). Blocking; local (no
     communication), so ranks may call it at different times. Returns the seconds it took."""
     t0 = time.perf_counter()
     noticed = threading.Event()
@@ -44,7 +45,9 @@ def warm_up(trainer, log) -> float:
     try:
         first = None
         for reader in trainer.feed.readers:  # this rank's shards; the reader's kernels compile here
-            first = next(iter(reader.batches()), None)
+            batches = reader.batches()
+            first = next(iter(batches), None)
+            getattr(batches, "close", lambda: None)()  # a suspended reader would hold its file open
             if first is not None and len(first):
                 break
         if first is not None and len(first):
@@ -70,7 +73,7 @@ def _scratch_run(trainer, first) -> None:
         cfg,
         data=replace(cfg.data, eval_data=None),
         # a budget of one batch's working set: later batches spill to SSD-PS and load back
-        tiers=replace(cfg.tiers, ssd_path=None, hbm_capacity=None,
+        tiers=replace(cfg.tiers, ssd_path=None, keep_ssd=False, hbm_capacity=None,
                       mem_budget=max(1, working_set) * trainer.row_width * 4),
         train=replace(cfg.train, batch_size=WARMUP_EXAMPLES,
                       minibatch_size=min(cfg.train.minibatch_size, WARMUP_EXAMPLES // 2), epochs=1,

@@ -61,7 +61,8 @@ def assert_same_state(gpu, cpu, model):
 
 ops = st.lists(
     st.tuples(
-        st.sampled_from(["insert", "accumulate", "get", "contains", "erase", "export", "clear"]),
+        st.sampled_from(["insert", "accumulate", "get", "contains", "erase", "export", "clear", "reserve",
+                         "purge"]),
         st.lists(st.integers(0, len(UNIVERSE) - 1), max_size=20),
         st.integers(0, 2**31),
     ),
@@ -111,6 +112,10 @@ def test_random_sequences_match_cpu_and_dict(seq, capacity, dtype, partitioned):
         elif op == "clear":
             for t in (gpu, cpu, model):
                 t.clear()
+        elif op in ("reserve", "purge"):
+            args = (seed % 32 + 1,) if op == "reserve" else ()
+            for t in (gpu, cpu, model):
+                getattr(t, op)(*args)
         assert_same_state(gpu, cpu, model)
 
 
@@ -317,3 +322,45 @@ def test_get_into_caller_buffers():
     host = np.full((2, 3), 7, np.float32)
     vals, _ = t.get(np.array([6, 4], np.uint64), out=host)
     assert vals is host and host.tolist() == [[0, 0, 0], [1, 1, 1]]
+
+
+def test_purge_and_growth_stay_on_the_device(monkeypatch):
+    """A purge (explicit or inside an insert) and a reserve re-lay the entries with device kernels:
+    no export and no copy of the slot arrays to the host."""
+    table = HashTable(12, 2, device="cuda", max_load_factor=1.0)  # 16 slots, budget 12
+    impl = table._impl
+
+    def no_export(*a):
+        raise AssertionError("export called")
+
+    monkeypatch.setattr(impl, "export", no_export)
+    keys = np.arange(12, dtype=np.uint64) * np.uint64(7919)
+    rows = np.arange(24, dtype=np.float32).reshape(12, 2)
+    table.insert(keys, rows)
+    table.erase(keys[:8])
+    slot_arrays = (impl.tkeys, impl.tstate, impl.tvals)
+    for a in slot_arrays:
+        monkeypatch.setattr(a, "copy_to_host", no_export, raising=False)
+    new = np.arange(1, 9, dtype=np.uint64)
+    table.insert(new, np.ones((8, 2)))  # 4 live + 8 tombstones + 8 > 12: the insert purges first
+    assert table._tombstones == 0 and len(table) == 12
+    table.erase(new[:4])
+    table.purge()
+    assert table._tombstones == 0
+    table.reserve(40)  # 64 slots: new arrays, entries moved by kernels
+    assert table.n_slots == 64 and impl.tkeys is not slot_arrays[0]
+    table.insert(np.arange(100, 130, dtype=np.uint64), np.full((30, 2), 3.0))
+    monkeypatch.undo()
+    v, f = table.get(keys[8:])
+    assert f.all()
+    np.testing.assert_array_equal(v, rows[8:])
+    assert (table.get(new[4:])[0] == 1).all() and len(table) == 38
+
+
+def test_device_view_exposes_the_device_slot_arrays():
+    table = HashTable(8, 2, device="cuda")
+    table.insert(np.array([5, 6], np.uint64), np.ones((2, 2)))
+    with table.device_view() as v:
+        assert getattr(v.keys, "__cuda_ndarray__", False) and v.values.shape == (table.n_slots, 2)
+        with pytest.raises(InvalidInputError, match="device_view"):
+            table.purge()

@@ -50,3 +50,10 @@ class DictTable:
 
     def clear(self):
         self.d.clear()
+
+    def reserve(self, capacity):
+        """Grow (never shrink) the capacity; every entry stays."""
+        self.capacity = max(self.capacity, int(capacity))
+
+    def purge(self):
+        """Tombstones are a layout detail: nothing observable changes."""

@@ -1,0 +1,120 @@
+"""``TransferLedger``: the one helper every host <-> device copy of the training path goes through.
+
+It copies and counts: bytes by direction and purpose, plus how many mini-batches ran, so a run can
+show that no row, key or gradient crosses PCIe inside the mini-batch loop (issue 12, item 2).
+
+Purposes (``PURPOSES``; metrics keys, so never renamed):
+
+- ``plan``       a batch's inputs going up once, in the place stage (keys, inverse, offsets, labels, dense);
+- ``fetch``      rows entering the HBM-PS (from the MEM-PS / SSD-PS / other ranks);
+- ``writeback``  rows leaving the HBM-PS (evictions, checkpoints, eval lookups);
+- ``mpi``        host staging for MPI when it is not CUDA-aware (0 with CUDA-aware MPI);
+- ``minibatch``  everything else inside the mini-batch loop: scalars only (at most 16 bytes a mini-batch).
+
+Device arrays are those of the ledger's array module ``xp`` (``hps._xp.array_module``): CuPy on a GPU,
+NumPy under the CUDA simulator, where a NumPy array stands for a device array and a "copy" is a NumPy
+copy, counted exactly as the real one would be. :meth:`to_host` also takes Numba device arrays (the
+HBM-PS table's outputs, the simulator's arrays).
+
+Thread-safe: the place stage uploads while the train stage downloads; counters are guarded by a lock.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..errors import InvalidInputError, InvalidTypeError
+
+__all__ = ["TransferLedger", "PURPOSES"]
+
+#: Purposes of a copy, in the order metrics list them. Metrics keys: never rename.
+PURPOSES = ("plan", "fetch", "writeback", "mpi", "minibatch")
+
+
+def _is_cupy(a) -> bool:
+    return type(a).__module__.split(".")[0] == "cupy"
+
+
+class TransferLedger:
+    """Copies between host and device, counted by purpose.
+
+    Args:
+        xp: the device's array module (``hps._xp.array_module(device)``): ``cupy``, or ``numpy`` on a
+            simulated GPU (and for host-only runs, where every count stays 0 because nothing is copied).
+    """
+
+    def __init__(self, xp=np):
+        self.xp = xp
+        self._lock = threading.Lock()
+        self._h2d = dict.fromkeys(PURPOSES, 0)
+        self._d2h = dict.fromkeys(PURPOSES, 0)
+        self._minibatches = 0
+
+    @staticmethod
+    def _check(purpose: str) -> None:
+        if purpose not in PURPOSES:
+            raise InvalidInputError(f"transfer purpose must be one of {PURPOSES}, got {purpose!r}")
+
+    def _count(self, table: dict, purpose: str, nbytes: int) -> None:
+        with self._lock:
+            table[purpose] += int(nbytes)
+
+    # -- copies ----------------------------------------------------------------------------------------
+    def to_device(self, host, purpose: str, stream=None):
+        """Device copy (an ``xp`` array) of the host array ``host``; counts its bytes as h2d ``purpose``.
+
+        ``stream``: a CuPy stream to copy on (asynchronous w.r.t. the host when ``host`` is pinned);
+        default the current stream. On a simulated GPU the copy is a NumPy copy (synchronous)."""
+        self._check(purpose)
+        if hasattr(host, "__cuda_array_interface__") or getattr(host, "__cuda_ndarray__", False):
+            raise InvalidTypeError(f"to_device({purpose!r}) got a device array ({type(host).__name__}); "
+                                   "it takes host NumPy arrays")
+        a = np.ascontiguousarray(host)
+        self._count(self._h2d, purpose, a.nbytes)
+        if self.xp is np:
+            return a.copy()
+        if stream is None:
+            return self.xp.asarray(a)
+        with stream:
+            return self.xp.asarray(a)
+
+    def to_host(self, dev, purpose: str, out=None, stream=None) -> np.ndarray:
+        """Host copy of the device array ``dev`` (CuPy, Numba device array, or on a simulated GPU a
+        NumPy array); counts its bytes as d2h ``purpose``. ``out``: a host array of the same shape and
+        dtype to fill (pinned memory for an asynchronous copy). ``stream``: the stream to copy on
+        (CuPy or Numba, matching ``dev``); the copy is complete when this returns unless ``out`` is
+        pinned and a stream is given (then synchronise the stream before reading ``out``)."""
+        self._check(purpose)
+        if _is_cupy(dev):
+            host = dev.get(stream=stream, out=out)
+        elif getattr(dev, "__cuda_ndarray__", False) or hasattr(dev, "__cuda_array_interface__"):
+            if not getattr(dev, "__cuda_ndarray__", False):
+                from numba import cuda
+
+                dev = cuda.as_cuda_array(dev)
+            host = dev.copy_to_host(out, stream=0 if stream is None else stream)
+        elif isinstance(dev, np.ndarray) and self.xp is np:
+            if out is None:
+                host = dev.copy()
+            else:
+                np.copyto(out, dev)
+                host = out
+        else:
+            raise InvalidTypeError(f"to_host({purpose!r}) needs a device array, got {type(dev).__name__}")
+        self._count(self._d2h, purpose, host.nbytes)
+        return host
+
+    # -- mini-batches and metrics ------------------------------------------------------------------
+    def minibatch(self) -> None:
+        """Count one mini-batch (the train stage calls it once per mini-batch)."""
+        with self._lock:
+            self._minibatches += 1
+
+    def metrics(self) -> dict:
+        """``{"h2d_bytes": {purpose: int}, "d2h_bytes": {purpose: int}, "minibatches": int}``, every
+        purpose of ``PURPOSES`` present (0 when nothing of it crossed)."""
+        with self._lock:
+            return {"h2d_bytes": dict(self._h2d), "d2h_bytes": dict(self._d2h),
+                    "minibatches": self._minibatches}

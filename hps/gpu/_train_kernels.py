@@ -1,0 +1,172 @@
+"""CUDA kernels of GPU-resident training: rows stay in the HBM-PS table (issue 12).
+
+Kernels and device functions only (no state, no I/O; every constant is an argument or a literal).
+The table arrays come from :meth:`hps.HashTable.device_view` (layout in ``hps/_table_cpu_kernels.py``):
+``tkeys`` (S,) uint64, ``tstate`` (S,) int32, ``tvals`` (S, W) float. A row is laid out as
+``[parameters (P) | optimizer state (Q) | ...]`` (``hps/model/_optim.py``); kernels take the column
+ranges they touch as arguments (``col0``, ``width``, ``state_col``, the gradient's width P), never a
+fixed embedding width, so a first-order weight column or another state layout needs no new kernel.
+
+The plan of a mini-batch (built on the host, uploaded once per batch): ``keys`` (u,) uint64 unique
+keys, ``inv`` (nnz,) int64 the unique index of each key occurrence, ``field`` (nnz,) int32,
+``weights`` (nnz,) float, ``offsets`` (n + 1,) int64 CSR of the n examples (``hps.data.Batch``).
+
+CPU twins, which the tests hold these to: ``pool_forward`` / ``pool_backward`` = ``pool_fields`` /
+``pool_fields_backward`` (``hps/model/_kernels.py``); ``sgd_rows`` / ``adagrad_rows`` = ``SparseSGD`` /
+``SparseAdagrad`` (``hps/model/_optim.py``, the same formulas in the same order); ``bce_loss_grad``
+= the loss and logit gradient of ``CTRModel.forward_backward``.
+
+Launch shapes (as in ``_table_kernels``): "1-D" kernels take one thread per item; "row" kernels take
+a 2-D block ``(bx, by)``: ``threadIdx.y`` picks one of ``by`` items (examples or unique keys) of the
+block, ``threadIdx.x`` strides over columns, so a warp touches consecutive columns (coalesced).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda
+
+from ._table_kernels import _find
+
+
+@cuda.jit
+def find_slots(tkeys, tstate, keys, slots, missing):
+    """1-D. slots (u,) int64 = the slot of each live key of keys (u,) uint64, -1 where the key is
+    absent or a tombstone; missing (1,) float64 += the number of such keys."""
+    i = cuda.grid(1)
+    if i < keys.shape[0]:
+        s = _find(tkeys, keys[i])
+        if s >= 0 and tstate[s] == 0:
+            slots[i] = s
+        else:
+            slots[i] = np.int64(-1)
+            cuda.atomic.add(missing, 0, 1.0)
+
+
+@cuda.jit
+def pool_forward(tvals, slots, inv, field, weights, offsets, col0, width, out):
+    """Row kernel over the n examples: weighted sum-pooling per (example, field), straight from the
+    table rows. out (n, F * width) float, every element written::
+
+        out[e, f*width + j] = sum over k in e with field[k] == f of
+                              weights[k] * tvals[slots[inv[k]], col0 + j]
+
+    Occurrences add in CSR order (the order of ``pool_fields``); one x-thread owns a column of every
+    field, so no atomics. A key whose slot is -1 adds nothing (``find_slots`` counted it)."""
+    e = cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
+    if e >= out.shape[0]:
+        return
+    n_fields = out.shape[1] // width
+    for f in range(n_fields):
+        for j in range(cuda.threadIdx.x, width, cuda.blockDim.x):
+            out[e, f * width + j] = 0
+    for k in range(offsets[e], offsets[e + 1]):
+        s = slots[inv[k]]
+        if s < 0:
+            continue
+        base = field[k] * width
+        wk = weights[k]
+        for j in range(cuda.threadIdx.x, width, cuda.blockDim.x):
+            out[e, base + j] += wk * tvals[s, col0 + j]
+
+
+@cuda.jit
+def pool_backward(grad_pooled, inv, field, weights, offsets, grads):
+    """Row kernel over the n examples, the transpose of ``pool_forward`` fused with the reduction of
+    gradients into per-key sums: ``grads[inv[k], j] += weights[k] * grad_pooled[e, field[k]*P + j]``
+    for every occurrence k (example e), with ``cuda.atomic.add`` (the atomics of the table's
+    ``accumulate``) since occurrences of one key meet from many examples. grad_pooled (n, F * P);
+    grads (u, P), ZEROED by the caller. The order of the additions is not fixed (float sums may
+    differ from ``pool_fields_backward`` in the last bits)."""
+    e = cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
+    if e >= grad_pooled.shape[0]:
+        return
+    p = grads.shape[1]
+    for k in range(offsets[e], offsets[e + 1]):
+        r = inv[k]
+        base = field[k] * p
+        wk = weights[k]
+        for j in range(cuda.threadIdx.x, p, cuda.blockDim.x):
+            cuda.atomic.add(grads, (r, j), wk * grad_pooled[e, base + j])
+
+
+@cuda.jit
+def sgd_rows(tvals, slots, grads, lr):
+    """Row kernel over the u unique keys, in place on the table rows: ``tvals[s, j] -= lr * grads[i, j]``
+    for the P = grads.shape[1] parameter columns of slot s = slots[i]; slots of -1 are skipped.
+    REQUIRES: slots distinct (one update per key)."""
+    i = cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
+    if i >= slots.shape[0]:
+        return
+    s = slots[i]
+    if s < 0:
+        return
+    for j in range(cuda.threadIdx.x, grads.shape[1], cuda.blockDim.x):
+        tvals[s, j] -= lr * grads[i, j]
+
+
+@cuda.jit
+def adagrad_rows(tvals, slots, grads, lr, eps, state_col):
+    """Row kernel over the u unique keys, element-wise Adagrad in place on the table rows, with the
+    accumulator of parameter column j at column ``state_col + j``::
+
+        acc += g * g;   w -= lr * g / (sqrt(acc) + eps)
+
+    Slots of -1 are skipped. REQUIRES: slots distinct (one update per key)."""
+    i = cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
+    if i >= slots.shape[0]:
+        return
+    s = slots[i]
+    if s < 0:
+        return
+    for j in range(cuda.threadIdx.x, grads.shape[1], cuda.blockDim.x):
+        g = grads[i, j]
+        acc = tvals[s, state_col + j] + g * g
+        tvals[s, state_col + j] = acc
+        tvals[s, j] -= lr * g / (math.sqrt(acc) + eps)
+
+
+@cuda.jit
+def bce_loss_grad(z, labels, denom, dz, loss):
+    """1-D over the n examples. dz (n,) = (sigmoid(z) - labels) / denom in z's dtype (as ``_sigmoid``
+    computes it): the gradient of ``sum(bce) / denom`` w.r.t. the logits z (n,). loss (1,) float64 +=
+    the sum of the per-example binary cross-entropy ``max(z, 0) - y z + log1p(exp(-|z|))``, computed
+    in float64 and reduced per block in shared memory (one global atomic per block).
+    REQUIRES: a 1-D block, and every thread of the block runs (no early return)."""
+    sh = cuda.shared.array(1, dtype=np.float64)
+    t = cuda.threadIdx.x
+    if t == 0:
+        sh[0] = 0.0
+    cuda.syncthreads()
+    i = cuda.grid(1)
+    if i < z.shape[0]:
+        one = z.dtype.type(1)  # a literal 1 would promote float32 arithmetic to float64
+        zi = z[i]
+        yi = labels[i]
+        ez = math.exp(-abs(zi))
+        p = one / (one + ez) if zi >= 0 else ez / (one + ez)
+        dz[i] = (p - yi) / denom
+        zd = np.float64(zi)
+        cuda.atomic.add(sh, 0, max(zd, 0.0) - np.float64(yi) * zd + math.log1p(math.exp(-abs(zd))))
+    cuda.syncthreads()
+    if t == 0 and sh[0] != 0.0:
+        cuda.atomic.add(loss, 0, sh[0])
+
+
+@cuda.jit
+def zero_rows(out):
+    """Row kernel. out (m, c) = 0."""
+    i = cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
+    if i < out.shape[0]:
+        for j in range(cuda.threadIdx.x, out.shape[1], cuda.blockDim.x):
+            out[i, j] = 0
+
+
+@cuda.jit
+def zero_cells(cells):
+    """1-D. cells (m,) = 0."""
+    i = cuda.grid(1)
+    if i < cells.shape[0]:
+        cells[i] = 0

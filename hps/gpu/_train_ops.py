@@ -1,0 +1,350 @@
+"""GPU-resident training operations: validated public functions over ``_train_kernels``.
+
+Three layers per operation (STYLE.md): the ``@cuda.jit`` kernel (``_train_kernels``), a private
+launcher (``_launch_*``: launch shape and stream, nothing else), and the public function here, which
+checks the array contract and returns early on empty input.
+
+Every public function is **asynchronous**: it enqueues kernels on ``stream`` and returns at once; it
+never allocates, copies between host and device, or synchronises. Outputs are caller-owned device
+arrays (allocate them once, e.g. from CuPy's pool). Inputs and outputs are device arrays — CuPy,
+Numba, anything with ``__cuda_array_interface__`` (viewed zero-copy, without syncing its stream: order
+your streams yourself) — or, under the CUDA simulator, NumPy arrays standing in for them (the seam of
+``hps._xp``). A host array on a real GPU is refused rather than silently copied: upload through
+:class:`hps.gpu.TransferLedger`. ``stream``: 0 (the default stream), a Numba stream, or a CuPy stream.
+
+Table access is a :class:`hps.table.TableView` from ``with table.device_view() as view:``, which keeps
+the table's lock (no purge or growth) while the kernels are enqueued.
+
+One mini-batch, per the plan of issue 12 (``u`` unique keys, ``nnz`` occurrences, ``n`` examples,
+``F`` fields, ``P`` parameter columns)::
+
+    find_slots_async(view, keys, slots, scalars.missing)               # slots (u,) int64
+    pool_forward_async(view, slots, inv, field, weights, offsets, pooled, width=P)
+    ... dense forward/backward on CuPy; bce_loss_grad_async(z, labels, n_total, dz, scalars.loss) ...
+    pool_backward_async(grad_pooled, inv, field, weights, offsets, grads)    # per-key sums (u, P)
+    ... sparse all-reduce of (keys, grads) across ranks, if any ...
+    sparse_update_async(view, slots, grads, optimizer)                 # SGD / Adagrad in place
+    ... once per batch: scalars.read(ledger) -> {"loss": ..., "missing": ...} ...
+
+Not thread-safe per stream: one thread enqueues a mini-batch's work.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._xp import simulated
+from ..errors import DeviceUnavailableError, InvalidInputError, InvalidTypeError
+
+try:
+    from numba import cuda
+
+    from . import _train_kernels as K
+except Exception as e:  # numba-cuda missing or broken: reported when an operation is called
+    cuda = None
+    K = None
+    _IMPORT_ERROR: Exception | None = e
+else:
+    _IMPORT_ERROR = None
+
+__all__ = ["find_slots_async", "pool_forward_async", "pool_backward_async", "sgd_update_async",
+           "adagrad_update_async", "sparse_update_async", "bce_loss_grad_async", "BatchScalars"]
+
+#: Threads per block of every launch (tests patch it small so tiny inputs span several blocks).
+BLOCK_SIZE = 256
+
+
+# -- device arrays, streams, launch shapes ------------------------------------------------------------
+def _require_cuda() -> None:
+    if _IMPORT_ERROR is not None:
+        raise DeviceUnavailableError(f"GPU training kernels need numba-cuda, which failed to import "
+                                     f"({_IMPORT_ERROR!r}); pip install 'hps[gpu]'") from _IMPORT_ERROR
+
+
+def _dev(x, name: str, dtype=None, ndim: int | None = None):
+    """A device array the kernels take for ``x`` (zero-copy), after checking dtype and ndim."""
+    _require_cuda()
+    if getattr(x, "__cuda_ndarray__", False):  # Numba device array (or the simulator's)
+        d = x
+    elif hasattr(x, "__cuda_array_interface__"):
+        d = cuda.as_cuda_array(x, sync=False)
+    elif isinstance(x, np.ndarray) and simulated():
+        d = x
+    else:
+        raise InvalidTypeError(f"{name} must be a device array (CuPy or Numba; NumPy only under the CUDA "
+                               f"simulator), got {type(x).__name__}: upload it with TransferLedger.to_device")
+    if ndim is not None and d.ndim != ndim:
+        raise InvalidInputError(f"{name} must be {ndim}-D, got shape {tuple(d.shape)}")
+    if dtype is not None and d.dtype != np.dtype(dtype):
+        raise InvalidTypeError(f"{name} must be {np.dtype(dtype)}, got {d.dtype}")
+    return d
+
+
+def _stream(stream):
+    """A Numba stream for ``stream``: 0 (default stream), a Numba stream, or a CuPy stream (by pointer)."""
+    if stream is None or (isinstance(stream, int) and stream == 0):
+        return 0
+    if type(stream).__module__.split(".")[0] == "cupy":
+        return cuda.external_stream(stream.ptr)
+    return stream
+
+
+def _next_pow2(x: int) -> int:
+    return 1 << (max(1, x) - 1).bit_length()
+
+
+def _grid1(n: int):
+    return (n + BLOCK_SIZE - 1) // BLOCK_SIZE, BLOCK_SIZE
+
+
+def _grid_rows(n: int, width: int):
+    """(blocks, (bx, by)): bx threads stride ``width`` columns, by items per block."""
+    bx = min(32, _next_pow2(width), BLOCK_SIZE)
+    by = max(1, BLOCK_SIZE // bx)
+    return (n + by - 1) // by, (bx, by)
+
+
+def _view(view):
+    """(keys, state, values) of a :class:`~hps.table.TableView`, checked to be device arrays (a CPU
+    table's view is refused outside the simulator: its arrays would be copied at every launch)."""
+    keys = _dev(view.keys, "view.keys", np.uint64, 1)
+    state = _dev(view.state, "view.state", np.int32, 1)
+    values = _dev(view.values, "view.values", None, 2)
+    return keys, state, values
+
+
+def _check_len(a, n: int, name: str, what: str) -> None:
+    if a.shape[0] != n:
+        raise InvalidInputError(f"{name} must have {n} rows ({what}), got shape {tuple(a.shape)}")
+
+
+def _plan(inv, field, weights, offsets, dtype):
+    """Device views of a mini-batch's occurrence arrays, checked: inv (nnz,) int64, field (nnz,) int32,
+    weights (nnz,) ``dtype``, offsets (n + 1,) int64. Returns them and n."""
+    inv = _dev(inv, "inv", np.int64, 1)
+    field = _dev(field, "field", np.int32, 1)
+    weights = _dev(weights, "weights", dtype, 1)
+    offsets = _dev(offsets, "offsets", np.int64, 1)
+    nnz = inv.shape[0]
+    _check_len(field, nnz, "field", "one per key occurrence, like inv")
+    _check_len(weights, nnz, "weights", "one per key occurrence, like inv")
+    if offsets.shape[0] < 1:
+        raise InvalidInputError("offsets must have n + 1 >= 1 entries (CSR of the examples)")
+    return inv, field, weights, offsets, offsets.shape[0] - 1
+
+
+# -- private launchers (launch shape and stream only) ----------------------------------------------------
+def _launch_find_slots(tkeys, tstate, keys, slots, missing, stream):
+    K.find_slots[_grid1(keys.shape[0]) + (stream,)](tkeys, tstate, keys, slots, missing)
+
+
+def _launch_pool_forward(tvals, slots, inv, field, weights, offsets, col0, width, out, stream):
+    K.pool_forward[_grid_rows(out.shape[0], width) + (stream,)](tvals, slots, inv, field, weights, offsets,
+                                                               col0, width, out)
+
+
+def _launch_zero(a, stream):
+    if a.ndim == 1:
+        K.zero_cells[_grid1(a.shape[0]) + (stream,)](a)
+    else:
+        K.zero_rows[_grid_rows(a.shape[0], a.shape[1]) + (stream,)](a)
+
+
+def _launch_pool_backward(grad_pooled, inv, field, weights, offsets, grads, stream):
+    K.pool_backward[_grid_rows(grad_pooled.shape[0], grads.shape[1]) + (stream,)](
+        grad_pooled, inv, field, weights, offsets, grads)
+
+
+def _launch_sgd(tvals, slots, grads, lr, stream):
+    K.sgd_rows[_grid_rows(slots.shape[0], grads.shape[1]) + (stream,)](tvals, slots, grads, lr)
+
+
+def _launch_adagrad(tvals, slots, grads, lr, eps, state_col, stream):
+    K.adagrad_rows[_grid_rows(slots.shape[0], grads.shape[1]) + (stream,)](tvals, slots, grads, lr, eps,
+                                                                          state_col)
+
+
+def _launch_bce(z, labels, denom, dz, loss, stream):
+    K.bce_loss_grad[_grid1(z.shape[0]) + (stream,)](z, labels, denom, dz, loss)
+
+
+# -- public functions ----------------------------------------------------------------------------------
+def find_slots_async(view, keys, slots, missing, stream=0) -> None:
+    """Slots of a mini-batch's unique keys in the table. Asynchronous.
+
+    view: :class:`~hps.table.TableView` of a CUDA table. keys (u,) uint64 device; slots (u,) int64
+    device, out: the slot of each live key, -1 for a key that is absent or erased; missing (1,)
+    float64 device (``BatchScalars.missing``) += the number of -1s (read it once per batch: a
+    non-zero count is a residency bug)."""
+    tkeys, tstate, _ = _view(view)
+    keys = _dev(keys, "keys", np.uint64, 1)
+    slots = _dev(slots, "slots", np.int64, 1)
+    missing = _dev(missing, "missing", np.float64, 1)
+    _check_len(slots, keys.shape[0], "slots", "one per key")
+    if keys.shape[0]:
+        _launch_find_slots(tkeys, tstate, keys, slots, missing, _stream(stream))
+
+
+def pool_forward_async(view, slots, inv, field, weights, offsets, out, width: int, col0: int = 0,
+                       stream=0) -> None:
+    """Pooled embedding lookup from the table (the twin of ``pool_fields``). Asynchronous.
+
+    Columns ``col0 : col0 + width`` of each row are the pooled vector (``col0=0, width=emb_dim`` for
+    ``[embedding | state]`` rows; a first-order weight column is ``width=1`` at its column).
+    slots (u,) int64 from :func:`find_slots_async`; inv, field, weights (nnz,) and offsets (n + 1,)
+    the mini-batch plan (weights of the table dtype); out (n, F * width) of the table dtype, fully
+    written: ``out[e, f*width:(f+1)*width]`` sums ``weights[k] * row[col0:col0+width]`` over the
+    occurrences k of example e in field f, in CSR order. REQUIRES: 0 <= inv < u, 0 <= field < F."""
+    tvals = _view(view)[2]
+    dt = tvals.dtype
+    slots = _dev(slots, "slots", np.int64, 1)
+    inv, field, weights, offsets, n = _plan(inv, field, weights, offsets, dt)
+    out = _dev(out, "out", dt, 2)
+    width, col0 = int(width), int(col0)
+    if width <= 0 or col0 < 0 or col0 + width > tvals.shape[1]:
+        raise InvalidInputError(f"need width > 0 and 0 <= col0, col0 + width <= {tvals.shape[1]} (the row "
+                                f"width), got col0={col0}, width={width}")
+    if out.shape[0] != n or out.shape[1] % width:
+        raise InvalidInputError(f"out must be (n={n}, n_fields * {width}), got {tuple(out.shape)}")
+    if n and out.shape[1]:
+        _launch_pool_forward(tvals, slots, inv, field, weights, offsets, col0, width, out, _stream(stream))
+
+
+def pool_backward_async(grad_pooled, inv, field, weights, offsets, grads, stream=0) -> None:
+    """Gradients of the pooled vectors reduced into per-key sums (the twin of
+    ``pool_fields_backward``), one fused kernel: the transpose of pooling scatters each occurrence's
+    ``weights[k] * grad_pooled[e, field[k]*P:(field[k]+1)*P]`` into ``grads[inv[k]]`` with
+    ``cuda.atomic.add`` — the table's accumulate atomics, applied to a (u, P) buffer indexed by the
+    plan's unique index rather than to the table, because the sums must be all-reduced across ranks
+    before the (non-linear) optimizer step. Asynchronous.
+
+    grad_pooled (n, F * P) float; grads (u, P) of the same dtype, out: zeroed here, then the sums
+    (their float addition order is not fixed). REQUIRES: 0 <= inv < u, 0 <= field < F."""
+    grad_pooled = _dev(grad_pooled, "grad_pooled", None, 2)
+    dt = grad_pooled.dtype
+    grads = _dev(grads, "grads", dt, 2)
+    inv, field, weights, offsets, n = _plan(inv, field, weights, offsets, dt)
+    p = grads.shape[1]
+    if grad_pooled.shape[0] != n or p == 0 or grad_pooled.shape[1] % p:
+        raise InvalidInputError(f"grad_pooled must be (n={n}, n_fields * {p}) for grads of width {p}, got "
+                                f"{tuple(grad_pooled.shape)}")
+    s = _stream(stream)
+    if grads.shape[0]:
+        _launch_zero(grads, s)
+    if n and inv.shape[0]:
+        _launch_pool_backward(grad_pooled, inv, field, weights, offsets, grads, s)
+
+
+def _update_args(view, slots, grads, lr):
+    tvals = _view(view)[2]
+    slots = _dev(slots, "slots", np.int64, 1)
+    grads = _dev(grads, "grads", tvals.dtype, 2)
+    _check_len(grads, slots.shape[0], "grads", "one per slot")
+    if grads.shape[1] == 0 or grads.shape[1] > tvals.shape[1]:
+        raise InvalidInputError(f"grads must have 1..{tvals.shape[1]} columns (the parameter width), got "
+                                f"{grads.shape[1]}")
+    if not (np.isfinite(lr) and lr > 0):
+        raise InvalidInputError(f"learning rate must be a finite number > 0, got {lr!r}")
+    return tvals, slots, grads, tvals.dtype.type(lr)
+
+
+def sgd_update_async(view, slots, grads, lr: float, stream=0) -> None:
+    """``w -= lr * g`` in place on the table rows (``SparseSGD``): the first P = grads.shape[1]
+    columns of the row in each slot. slots (u,) int64, distinct (one update per key; -1 skipped);
+    grads (u, P) of the table dtype. Asynchronous."""
+    tvals, slots, grads, lr = _update_args(view, slots, grads, lr)
+    if slots.shape[0]:
+        _launch_sgd(tvals, slots, grads, lr, _stream(stream))
+
+
+def adagrad_update_async(view, slots, grads, lr: float, eps: float = 1e-10, state_col: int | None = None,
+                         stream=0) -> None:
+    """Element-wise Adagrad in place on the table rows (``SparseAdagrad``, torch's formula)::
+
+        acc += g * g;   w -= lr * g / (sqrt(acc) + eps)
+
+    on the first P = grads.shape[1] columns, with the accumulator of column j at ``state_col + j``
+    (default P: rows ``[parameters (P) | accumulator (P) | ...]``). A new row's accumulator is
+    whatever the row was born with (``SparseAdagrad.initial_accumulator``). slots (u,) int64,
+    distinct (-1 skipped); grads (u, P) of the table dtype. Asynchronous."""
+    tvals, slots, grads, lr = _update_args(view, slots, grads, lr)
+    p = grads.shape[1]
+    state_col = p if state_col is None else int(state_col)
+    if state_col < p or state_col + p > tvals.shape[1]:
+        raise InvalidInputError(f"the accumulator columns [{state_col}, {state_col + p}) must lie after the "
+                                f"{p} parameter columns and within the row width {tvals.shape[1]}")
+    if not (np.isfinite(eps) and eps >= 0):
+        raise InvalidInputError(f"eps must be a finite number >= 0, got {eps!r}")
+    if slots.shape[0]:
+        _launch_adagrad(tvals, slots, grads, lr, tvals.dtype.type(eps), state_col, _stream(stream))
+
+
+def sparse_update_async(view, slots, grads, optimizer, stream=0) -> None:
+    """One step of a sparse row optimizer of ``hps.model`` (``SparseSGD`` or ``SparseAdagrad``, its
+    hyperparameters and row layout ``[embedding | state]``) in place on the table rows; the device
+    twin of ``optimizer.apply``. Asynchronous."""
+    name = getattr(optimizer, "name", None)
+    if name == "sgd":
+        sgd_update_async(view, slots, grads, optimizer.lr, stream)
+    elif name == "adagrad":
+        adagrad_update_async(view, slots, grads, optimizer.lr, optimizer.eps, None, stream)
+    else:
+        raise InvalidInputError(f"no GPU kernel for sparse optimizer {optimizer!r}; GPU rows take 'sgd' or "
+                                "'adagrad'")
+
+
+def bce_loss_grad_async(z, labels, n_total: int, dz, loss, stream=0) -> None:
+    """Loss and logit gradient of a mini-batch share, on the device. z (n,) logits and labels (n,)
+    of one float dtype; dz (n,) out = (sigmoid(z) - labels) / n_total (the ``dh`` of
+    ``CTRModel.forward_backward``); loss (1,) float64 device (``BatchScalars.loss``) += the sum of
+    the share's per-example BCE, so ``loss / examples`` read once per batch is the batch's mean.
+    Asynchronous."""
+    z = _dev(z, "z", None, 1)
+    labels = _dev(labels, "labels", z.dtype, 1)
+    dz = _dev(dz, "dz", z.dtype, 1)
+    loss = _dev(loss, "loss", np.float64, 1)
+    _check_len(labels, z.shape[0], "labels", "one per logit")
+    _check_len(dz, z.shape[0], "dz", "one per logit")
+    if int(n_total) < max(1, z.shape[0]):
+        raise InvalidInputError(f"n_total must be >= the {z.shape[0]} examples and > 0, got {n_total}")
+    if z.shape[0]:
+        _launch_bce(z, labels, z.dtype.type(n_total), dz, loss, _stream(stream))
+
+
+class BatchScalars:
+    """Device-side accumulators of one batch, read once at its end (16 bytes through the ledger):
+    ``loss`` (float64 sum of per-example BCE, :func:`bce_loss_grad_async`) and ``missing`` (working-set
+    keys :func:`find_slots_async` did not find; exact below 2**53).
+
+    ``cells`` (2,) float64 is a Numba device array; :attr:`loss` and :attr:`missing` are (1,) views of
+    it to pass to the kernels. Not thread-safe: the train stage owns it.
+    """
+
+    NAMES = ("loss", "missing")
+
+    def __init__(self, stream=0):
+        _require_cuda()
+        self.cells = cuda.device_array(len(self.NAMES), dtype=np.float64)
+        self.zero(stream)
+
+    @property
+    def loss(self):
+        return self.cells[0:1]
+
+    @property
+    def missing(self):
+        return self.cells[1:2]
+
+    def zero(self, stream=0) -> None:
+        """Reset both accumulators on the device (a kernel, no copy). Asynchronous."""
+        _launch_zero(self.cells, _stream(stream))
+
+    def read(self, ledger, stream=0) -> dict:
+        """``{"loss": float, "missing": int}``: one 16-byte copy to the host, counted by ``ledger``
+        (a :class:`~hps.gpu.TransferLedger`) as ``minibatch`` bytes. Blocks until the values are
+        on the host (the copy waits for the work queued before it on ``stream``)."""
+        s = _stream(stream)
+        host = ledger.to_host(self.cells, "minibatch", stream=s)
+        if s != 0:
+            s.synchronize()
+        return {"loss": float(host[0]), "missing": int(host[1])}

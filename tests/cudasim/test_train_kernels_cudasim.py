@@ -1,0 +1,287 @@
+"""GPU-resident training kernels (hps/gpu/_train_kernels.py) under Numba's CUDA simulator, against
+their CPU twins: the pooling kernels of hps/model/_kernels.py, SparseSGD/SparseAdagrad.apply and the
+CTR model's loss and logit gradient.
+
+Run in its own process (``NUMBA_ENABLE_CUDASIM=1 pytest tests/cudasim``). NumPy arrays stand in for
+device arrays (the seam of hps._xp); the table lives on the simulated GPU. Launch blocks are patched
+to 16 threads, so a few examples already span several blocks.
+"""
+
+import numpy as np
+import pytest
+
+from hps import HashTable
+from hps._xp import array_module, simulated
+from hps.errors import InvalidInputError, InvalidTypeError
+from hps.gpu import TransferLedger
+from hps.gpu import _train_ops as ops
+from hps.model import SparseAdagrad, SparseSGD
+from hps.model import _kernels as cpu
+from hps.model._ctr import _sigmoid
+from tests.reference import model as ref
+
+pytestmark = pytest.mark.cudasim
+
+
+@pytest.fixture(scope="module", autouse=True)
+def small_blocks():
+    from hps.gpu import _table_cuda
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_table_cuda, "BLOCK_SIZE", 16)
+        mp.setattr(ops, "BLOCK_SIZE", 16)
+        yield
+
+
+def make_case(seed, n=12, n_fields=3, row_width=7, dtype=np.float32, weighted=True, extra_keys=5):
+    """A batch (duplicates inside and across examples, some examples empty), its plan, and a CUDA table
+    holding the rows of its unique keys plus a few other keys."""
+    rng = np.random.default_rng(seed)
+    b = ref.random_batch(rng, n, n_fields, max_keys=3, vocab=5, weighted=weighted)
+    keys, inv = np.unique(b.keys, return_inverse=True)
+    other = np.arange(1, extra_keys + 1, dtype=np.uint64)
+    table = HashTable(4 * (keys.shape[0] + extra_keys) + 4, row_width, device="cuda", dtype=dtype)
+    all_keys = np.concatenate([other, keys])
+    rows = rng.normal(size=(all_keys.shape[0], row_width)).astype(dtype)
+    table.insert(all_keys, rows)
+    plan = dict(inv=inv.astype(np.int64), field=b.field.astype(np.int32), weights=b.weights.astype(dtype),
+                offsets=b.offsets.astype(np.int64))
+    return rng, b, keys, plan, table
+
+
+def slots_of(table, keys, scalars=None):
+    scalars = scalars or ops.BatchScalars()
+    slots = np.empty(keys.shape[0], np.int64)
+    with table.device_view() as v:
+        ops.find_slots_async(v, keys, slots, scalars.missing)
+    return slots, scalars
+
+
+def rows_of(table, keys):
+    v, f = table.get(keys)
+    assert f.all()
+    return v
+
+
+def test_the_seam_is_numpy_under_the_simulator():
+    assert simulated() and array_module("cuda") is np
+
+
+def test_find_slots_live_absent_and_erased_keys():
+    table = HashTable(40, 2, device="cuda")
+    keys = np.arange(10, 30, dtype=np.uint64) * np.uint64(104729)
+    table.insert(keys, np.ones((20, 2)))
+    table.erase(keys[:3])
+    ask = np.concatenate([keys[::-1], np.array([7, 8], np.uint64)])  # 20 keys: 3 erased, 2 never there
+    slots, scalars = slots_of(table, ask)
+    with table.device_view() as v:
+        tk = v.keys.copy_to_host()
+    found = slots >= 0
+    assert found.tolist() == [True] * 17 + [False] * 5
+    np.testing.assert_array_equal(tk[slots[found]], ask[found])
+    assert len(set(slots[found].tolist())) == 17
+    assert scalars.read(TransferLedger(np)) == {"loss": 0.0, "missing": 5}
+    empty, _ = slots_of(table, np.empty(0, np.uint64))
+    assert empty.shape == (0,)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pool_forward_matches_pool_fields(seed, dtype):
+    rng, b, keys, plan, table = make_case(seed, dtype=dtype)
+    slots, scalars = slots_of(table, keys)
+    rows = rows_of(table, keys)
+    for col0, width in ((0, 3), (3, 1), (0, 7)):  # an embedding, a first-order column, the whole row
+        want = np.zeros((len(b), b.n_fields * width), dtype)
+        cpu.pool_fields(np.ascontiguousarray(rows[:, col0:col0 + width]), plan["inv"], plan["field"],
+                        plan["weights"], plan["offsets"], want)
+        got = np.full_like(want, np.nan)  # every element must be written
+        with table.device_view() as v:
+            ops.pool_forward_async(v, slots, out=got, width=width, col0=col0, **plan)
+        np.testing.assert_array_equal(got, want)
+    assert scalars.read(TransferLedger(np))["missing"] == 0
+
+
+def test_pool_forward_skips_a_missing_key_and_counts_it():
+    rng, b, keys, plan, table = make_case(2)
+    rows = rows_of(table, keys)
+    table.erase(keys[:1])
+    slots, scalars = slots_of(table, keys)
+    assert slots[0] == -1
+    rows[0] = 0  # the missing key adds nothing
+    want = np.zeros((len(b), b.n_fields * 3), np.float32)
+    cpu.pool_fields(np.ascontiguousarray(rows[:, :3]), plan["inv"], plan["field"], plan["weights"],
+                    plan["offsets"], want)
+    got = np.empty_like(want)
+    with table.device_view() as v:
+        ops.pool_forward_async(v, slots, out=got, width=3, **plan)
+    np.testing.assert_array_equal(got, want)
+    assert scalars.read(TransferLedger(np))["missing"] == 1
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_pool_backward_matches_pool_fields_backward(seed):
+    rng, b, keys, plan, _ = make_case(seed)
+    p = 4
+    g = rng.normal(size=(len(b), b.n_fields * p)).astype(np.float32)
+    want = np.zeros((keys.shape[0], p), np.float32)
+    cpu.pool_fields_backward(g, plan["inv"], plan["field"], plan["weights"], plan["offsets"], want)
+    got = np.full((keys.shape[0], p), np.nan, np.float32)  # zeroed by the call
+    ops.pool_backward_async(g, grads=got, **plan)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_pool_backward_duplicates_sum_exactly():
+    """Closed form: one key in every example, several times, with integer weights and gradients."""
+    from hps.data import Batch
+
+    n, reps, p = 20, 3, 2
+    offsets = np.arange(0, n * reps + 1, reps, dtype=np.int64)
+    b = Batch(np.zeros(n, np.float32), np.zeros((n, 0), np.float32), np.full(n * reps, 9, np.uint64),
+              np.zeros(n * reps, np.int32), np.full(n * reps, 2.0, np.float32), offsets, 1)
+    g = np.tile(np.arange(1, p + 1, dtype=np.float32), (n, 1))
+    grads = np.empty((1, p), np.float32)
+    ops.pool_backward_async(g, np.zeros(n * reps, np.int64), b.field, b.weights, b.offsets, grads)
+    np.testing.assert_array_equal(grads, [[2.0 * n * reps * (j + 1) for j in range(p)]])
+
+
+@pytest.mark.parametrize("opt", [SparseSGD(0.1), SparseAdagrad(0.05, initial_accumulator=0.1),
+                                 SparseAdagrad(0.3)], ids=["sgd", "adagrad-init0.1", "adagrad"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sparse_update_matches_the_cpu_optimizer(opt, dtype):
+    """Rows [embedding (3) | state | one extra column] born with opt.init_rows; the kernel's in-place
+    step equals opt.apply on the host, bit for bit; other keys and the extra column are untouched."""
+    rng = np.random.default_rng(5)
+    d, u = 3, 21
+    keys = rng.permutation(np.arange(100, 100 + 2 * u, dtype=np.uint64))[:u]
+    emb = rng.normal(size=(u, d)).astype(dtype)
+    rows = np.concatenate([opt.init_rows(emb), rng.normal(size=(u, 1)).astype(dtype)], axis=1)
+    table = HashTable(64, rows.shape[1], device="cuda", dtype=dtype)
+    table.insert(keys, rows)
+    bystander = np.array([5], np.uint64)
+    table.insert(bystander, np.ones((1, rows.shape[1])))
+    grads = rng.normal(size=(u, d)).astype(dtype)
+    want = rows
+    for _ in range(2):  # two steps: the accumulator carries over
+        slots, _ = slots_of(table, keys)
+        with table.device_view() as v:
+            ops.sparse_update_async(v, slots, grads, opt)
+        want = opt.apply(want, grads)
+    np.testing.assert_array_equal(rows_of(table, keys), want)
+    np.testing.assert_array_equal(rows_of(table, bystander), np.ones((1, rows.shape[1])))
+
+
+def test_updates_skip_missing_slots_and_refuse_bad_layouts():
+    table = HashTable(8, 4, device="cuda")
+    table.insert(np.array([1, 2], np.uint64), np.ones((2, 4)))
+    slots = np.array([-1, -1], np.int64)
+    g = np.ones((2, 2), np.float32)
+    with table.device_view() as v:
+        ops.sgd_update_async(v, slots, g, 0.5)
+        ops.adagrad_update_async(v, slots, g, 0.5)
+        with pytest.raises(InvalidInputError, match="accumulator columns"):
+            ops.adagrad_update_async(v, slots, g, 0.5, state_col=1)
+        with pytest.raises(InvalidInputError, match="accumulator columns"):
+            ops.adagrad_update_async(v, slots, np.ones((2, 3), np.float32), 0.5)
+        with pytest.raises(InvalidInputError, match="no GPU kernel"):
+            ops.sparse_update_async(v, slots, g, object())
+        with pytest.raises(InvalidInputError, match="learning rate"):
+            ops.sgd_update_async(v, slots, g, float("nan"))
+        with pytest.raises(InvalidTypeError, match="float32"):
+            ops.sgd_update_async(v, slots, g.astype(np.float64), 0.5)
+    assert (table.get(np.array([1, 2], np.uint64))[0] == 1).all()
+
+
+def test_bce_loss_grad_matches_the_model():
+    rng = np.random.default_rng(6)
+    n = 40  # 3 blocks of 16
+    z = np.concatenate([rng.normal(scale=3, size=n - 4), [-40, 40, 0, 1e-3]]).astype(np.float32)
+    y = rng.integers(0, 2, n).astype(np.float32)
+    scalars = ops.BatchScalars()
+    dz = np.empty(n, np.float32)
+    ops.bce_loss_grad_async(z, y, 64, dz, scalars.loss)
+    ops.bce_loss_grad_async(z[:5], y[:5], 64, dz[:5].copy(), scalars.loss)  # accumulates
+    # exp differs from NumPy's in the last bit (the simulator's math.exp is double; a GPU's expf
+    # is within 2 ulp), so equal to a few ulp, not bit for bit
+    np.testing.assert_allclose(dz, (_sigmoid(np, z) - y) / np.float32(64), rtol=1e-6, atol=1e-9)
+    z64 = z.astype(np.float64)
+    per = np.maximum(z64, 0) - y * z64 + np.log1p(np.exp(-np.abs(z64)))
+    led = TransferLedger(np)
+    got = scalars.read(led)
+    assert got["loss"] == pytest.approx(per.sum() + per[:5].sum(), rel=1e-12)
+    assert led.metrics()["d2h_bytes"]["minibatch"] == 16
+    scalars.zero()
+    assert scalars.read(led) == {"loss": 0.0, "missing": 0}
+    with pytest.raises(InvalidInputError, match="n_total"):
+        ops.bce_loss_grad_async(z, y, n - 1, dz, scalars.loss)
+
+
+@pytest.mark.parametrize("seed", [7, 8])
+def test_a_minibatch_step_matches_the_cpu_path(seed):
+    """find_slots -> pool_forward -> pool_backward -> Adagrad on the device, against the CPU trainer's
+    get -> pool_fields -> pool_fields_backward -> SparseAdagrad.apply -> insert."""
+    d = 3
+    opt = SparseAdagrad(0.1, initial_accumulator=0.01)
+    rng, b, keys, plan, table = make_case(seed, row_width=2 * d)
+    cpu_table = HashTable(table.capacity, 2 * d)
+    k0, r0 = table.export()
+    r0[:, d:] = np.abs(r0[:, d:])  # an accumulator is never negative
+    table.insert(k0, r0)
+    cpu_table.insert(k0, r0)
+    g_pooled = rng.normal(size=(len(b), b.n_fields * d)).astype(np.float32)
+    # CPU
+    rows = rows_of(cpu_table, keys)
+    pooled_cpu = np.zeros((len(b), b.n_fields * d), np.float32)
+    cpu.pool_fields(np.ascontiguousarray(rows[:, :d]), plan["inv"], plan["field"], plan["weights"],
+                    plan["offsets"], pooled_cpu)
+    g_cpu = np.zeros((keys.shape[0], d), np.float32)
+    cpu.pool_fields_backward(g_pooled, plan["inv"], plan["field"], plan["weights"], plan["offsets"], g_cpu)
+    cpu_table.insert(keys, opt.apply(rows, g_cpu))
+    # device
+    scalars = ops.BatchScalars()
+    slots = np.empty(keys.shape[0], np.int64)
+    pooled = np.empty_like(pooled_cpu)
+    grads = np.empty((keys.shape[0], d), np.float32)
+    with table.device_view() as v:
+        ops.find_slots_async(v, keys, slots, scalars.missing)
+        ops.pool_forward_async(v, slots, out=pooled, width=d, **plan)
+        ops.pool_backward_async(g_pooled, grads=grads, **plan)
+        ops.sparse_update_async(v, slots, grads, opt)
+    np.testing.assert_array_equal(pooled, pooled_cpu)
+    np.testing.assert_allclose(grads, g_cpu, rtol=1e-6, atol=1e-7)
+    kc, vc = cpu_table.export()
+    kg, vg = table.export()
+    np.testing.assert_array_equal(np.sort(kc), np.sort(kg))
+    np.testing.assert_allclose(vg[np.argsort(kg)], vc[np.argsort(kc)], rtol=1e-5, atol=1e-6)
+    assert scalars.read(TransferLedger(np))["missing"] == 0
+
+
+def test_empty_minibatch_is_a_noop():
+    from hps.data import Batch
+
+    table = HashTable(8, 4, device="cuda")
+    table.insert(np.array([3], np.uint64), np.ones((1, 4)))
+    e64, e32 = np.empty(0, np.int64), np.empty(0, np.int32)
+    b = Batch(np.empty(0, np.float32), np.empty((0, 0), np.float32), np.empty(0, np.uint64), e32,
+              np.empty(0, np.float32), np.zeros(1, np.int64), 2)
+    scalars = ops.BatchScalars()
+    slots = np.empty(0, np.int64)
+    with table.device_view() as v:
+        ops.find_slots_async(v, np.empty(0, np.uint64), slots, scalars.missing)
+        ops.pool_forward_async(v, slots, e64, e32, b.weights, b.offsets, np.empty((0, 4), np.float32), width=2)
+        ops.pool_backward_async(np.empty((0, 4), np.float32), e64, e32, b.weights, b.offsets,
+                                np.empty((0, 2), np.float32))
+        ops.sparse_update_async(v, slots, np.empty((0, 2), np.float32), SparseAdagrad(0.1))
+    ops.bce_loss_grad_async(np.empty(0, np.float32), np.empty(0, np.float32), 1, np.empty(0, np.float32),
+                            scalars.loss)
+    assert scalars.read(TransferLedger(np)) == {"loss": 0.0, "missing": 0}
+    assert (table.get(np.array([3], np.uint64))[0] == 1).all()
+
+
+def test_the_ledger_reads_simulated_device_arrays():
+    from numba import cuda
+
+    led = TransferLedger(np)
+    dev = cuda.to_device(np.arange(6, dtype=np.float32))
+    assert led.to_host(dev, "writeback").tolist() == list(range(6))
+    assert led.metrics()["d2h_bytes"]["writeback"] == 24
