@@ -47,16 +47,16 @@ def unique_inverse(keys):
 class Plan:
     """One local mini-batch, planned in the prepare stage.
 
-    Asking side: ``keys`` (u,) the unique keys of this rank's examples, ``inv`` (nnz,) their index per
-    key occurrence, ``order`` (u,) positions of ``keys`` grouped by owner and ``send`` (size,) keys
-    per owner. Owner side (owner mode): ``ukeys`` (v,) the owned keys anyone asked for in this global
-    mini-batch, ``uinv`` (m,) the index into ``ukeys`` of every key asked (grouped by asking rank) and
-    ``recv`` (size,) keys asked per rank. With one rank ``order``/``uinv`` are None (identity).
+    Asking side: ``keys`` (u,) the unique keys of this rank's examples — in owner mode grouped by
+    owner, ``send`` (size,) keys per owner, so rows arrive and gradients leave in this order with no
+    reshuffle — and ``inv`` (nnz,) their index per key occurrence. Owner side (owner mode): ``ukeys``
+    (v,) the owned keys anyone asked for in this global mini-batch, ``uinv`` (m,) the index into
+    ``ukeys`` of every key asked (grouped by asking rank) and ``recv`` (size,) keys asked per rank.
+    With one rank ``uinv`` is None (``ukeys`` is ``keys``).
     """
 
     keys: np.ndarray
     inv: np.ndarray
-    order: np.ndarray | None = None
     send: np.ndarray | None = None
     ukeys: np.ndarray | None = None
     uinv: np.ndarray | None = None
@@ -102,15 +102,15 @@ class OwnerSync(_Sync):
                 p.ukeys = p.keys
             allk = np.concatenate([p.keys for p in plans]) if plans else np.empty(0, np.uint64)
             return unique_inverse(allk)[0], plans
-        owners = []
-        for p in plans:
-            owner = self.coll.owner(p.keys)
-            p.order, offsets = group_by_owner(owner, size)
-            p.send = np.diff(offsets)
-            owners.append(owner[p.order])
+        ranks = np.arange(size, dtype=np.int32)
+        for p in plans:  # keys grouped by owner, inv pointing at the regrouped keys
+            order, offsets = group_by_owner(self.coll.owner(p.keys), size)
+            where = np.empty_like(order)
+            where[order] = np.arange(order.shape[0])
+            p.keys, p.inv, p.send = p.keys[order], where[p.inv], np.diff(offsets)
         # one message per owner: its keys of mini-batch 0, then of mini-batch 1, ...
-        flat_keys = np.concatenate([p.keys[p.order] for p in plans])
-        by_owner, offsets = group_by_owner(np.concatenate(owners), size)
+        flat_keys = np.concatenate([p.keys for p in plans])
+        by_owner, offsets = group_by_owner(np.concatenate([np.repeat(ranks, p.send) for p in plans]), size)
         counts = np.stack([p.send for p in plans], axis=1)                  # (size, P) keys per owner and mb
         ch = self.coll.prepare
         asked_counts = ch.alltoall_counts(counts)                            # (size, P) from each rank
@@ -132,15 +132,13 @@ class OwnerSync(_Sync):
         rows = self._rows(hbm, p.ukeys, index)                               # (v, row_width) owned rows
         if p.uinv is None:
             emb = rows[:, :D]
-        else:
-            got = ch.alltoallv(rows[p.uinv, :D], p.recv, p.send, SPARSE_ROWS)  # (u, D) grouped by owner
-            emb = np.empty_like(got)
-            emb[p.order] = got
+        else:  # (u, D) rows of p.keys: they arrive grouped by owner, the order of p.keys
+            emb = ch.alltoallv(rows[p.uinv, :D], p.recv, p.send, SPARSE_ROWS)
         loss, _, g_emb, g_dense = self.model.forward_backward(self.xp.asarray(emb), p.inv, share,
                                                               n_total=n_total)
         g = self._host(g_emb)
         if p.uinv is not None:
-            back = ch.alltoallv(g[p.order], p.send, p.recv, SPARSE_GRADS)    # aligned with p.uinv
+            back = ch.alltoallv(g, p.send, p.recv, SPARSE_GRADS)                # aligned with p.uinv
             g = segment_sum(back, p.uinv, p.ukeys.shape[0])                  # rank order: deterministic
         hbm.insert(p.ukeys, self._host(self.opt.apply(rows, g)))
         return loss, g_dense
