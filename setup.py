@@ -5,6 +5,7 @@ EXTRAS = {
     "mpi": ["mpi4py>=4.0", "mpich>=4.2"],
     "test": ["pytest>=8", "pytest-benchmark>=4", "hypothesis>=6.100"],
     "plots": ["matplotlib>=3.8"],
+    "bench": ["rocksdict>=0.3", "lmdb>=1.4"],       # the SSD-PS benchmark's peers
 }
 EXTRAS["all"] = sorted({dep for deps in EXTRAS.values() for dep in deps})
 

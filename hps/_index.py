@@ -54,6 +54,12 @@ class KeyIndex:
     def __len__(self) -> int:
         return self._size
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of DRAM the index's arrays hold."""
+        t = self._impl
+        return t.tkeys.nbytes + t.tstate.nbytes + t.tvals.nbytes
+
     def reserve(self, n: int) -> None:
         """Make room for ``n`` more keys (a rebuild, when needed, happens here)."""
         if self._size + self._impl.tombstones + n <= self.capacity:

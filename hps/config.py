@@ -32,6 +32,7 @@ DENSE_OPTIMIZERS = ("adam", "sgd")
 DEVICES = ("cpu", "cuda")
 SPARSE_SYNCS = ("owner", "allreduce")
 MPI_WAITS = ("auto", "spin", "yield")
+PAGE_CACHE_MODES = ("direct", "dontneed", "keep")   # hps.ssd.SSDOptions.page_cache
 #: Seeds are unsigned 64-bit integers (they are mixed into uint64 key hashes).
 MAX_SEED = (1 << 64) - 1
 #: Size suffixes, all binary: K = KB = KiB = 2**10 bytes, and so on (case-insensitive).
@@ -168,13 +169,15 @@ class TierConfig:
     mem_budget: int | str | None = None  # MEM-PS DRAM budget: bytes or "512MiB"; None = 256 MiB
     ssd_path: str | None = None         # SSD-PS root (each rank claims rank{r}-of-{n}/ in it); None = a temp dir
     keep_ssd: bool = False              # keep this job's SSD-PS at the end (it is removed otherwise)
-    rows_per_file: int = 16_384         # SSD-PS rows per parameter file (the I/O unit)
+    rows_per_file: int = 16_384         # SSD-PS rows per parameter file (the write unit; loads read 4 KiB blocks)
     hbm_capacity: int | None = None     # HBM-PS keys; None = sized from the first batch
     n_parts: int = 1                    # HBM-PS parts (GPUs) per process
+    ssd_page_cache: str = "direct"      # SSD-PS reads: direct (O_DIRECT) | dontneed | keep
 
     def __post_init__(self):
         _check_types(self)
         _one_of("device", self.device, DEVICES)
+        _one_of("ssd-page-cache", self.ssd_page_cache, PAGE_CACHE_MODES)
         if self.mem_budget is not None:
             self.mem_budget = parse_bytes(self.mem_budget)
         _positive(self, "mem_budget", "rows_per_file", "hbm_capacity", "n_parts")

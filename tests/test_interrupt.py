@@ -73,5 +73,5 @@ def test_a_failing_start_leaves_no_temporary_directory(tmp_path):
     env = dict(os.environ, TMPDIR=str(tmp_path))
     proc = subprocess.run([sys.executable, "-m", "hps.train", *ARGS, "--mem-budget", "8"], env=env,
                           capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and "holds no row" in proc.stderr
+    assert proc.returncode == 2 and "cannot hold one batch's working set" in proc.stderr
     assert list(tmp_path.iterdir()) == []

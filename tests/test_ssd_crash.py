@@ -29,6 +29,8 @@ from hps.ssd import SSDStore, SSDOptions
 path, gen0, compact = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 opts = SSDOptions(background=compact, compact_ratio=1.0, compact_interval_s=0.002)
 s = SSDStore(path, %(dim)d, dtype=np.float64, rows_per_file=64, options=opts)
+from hps._index import KeyIndex
+KeyIndex(width=2).stage(np.ones(1, np.uint64))   # load the compiled kernels now, not in the first dump
 print("OPEN", flush=True)
 gen = gen0
 while True:

@@ -88,7 +88,7 @@ def nth(n, exc):
 
 def crash_release(s):
     """After a simulated crash: drop the dead store's lock so the directory can be reopened."""
-    s._env.unlock(s._lock_handle)
+    s._io.env.unlock(s._lock_handle)
     s._lock_handle = None
 
 
@@ -101,13 +101,17 @@ def test_dump_is_durable_before_it_is_visible(tmp_path):
     env.calls.clear()
     s.dump(k, rows_for(k))
     ops = [c[0] for c in env.calls]
-    # each file: open, write..., fsync, rename; then one directory fsync; nothing visible before it
-    assert ops.count("fsync") == 2 and ops.count("rename") == 2 and ops[-1] == "fsync_dir"
+    # each file: open, write..., fsync, rename; a directory fsync; then the manifest: write its temp
+    # file, fsync, rename it over MANIFEST, fsync the directory; nothing visible before the last
+    assert ops.count("fsync") == 3 and ops.count("rename") == 3 and ops.count("fsync_dir") == 2
+    renames = [c for c in env.calls if c[0] == "rename"]
+    assert all(c[1].endswith(".param.tmp") and c[2].endswith(".param") for c in renames[:2])
+    assert renames[2][1].endswith("MANIFEST.tmp") and renames[2][2].endswith("MANIFEST")
+    assert ops.index("fsync_dir") < ops.index("rename", ops.index("fsync_dir")) and ops[-1] == "fsync_dir"
     for i, c in enumerate(env.calls):
         if c[0] == "rename":
-            assert c[1].endswith(".param.tmp") and c[2].endswith(".param")
             assert env.calls[i - 1][0] == "fsync"
-    assert seen == [False]
+    assert seen == [False, False]
     assert s.load(k)[1].all()
     s.close()
 
@@ -170,34 +174,72 @@ def _one_file_store(path):
     return path / params(path)[0], k
 
 
-@pytest.mark.parametrize("where", ["rows", "last_byte"])
-def test_flipped_byte_in_rows_raises_on_load(tmp_path, where):
-    f, k = _one_file_store(tmp_path / "s")
+def _regions(f):
+    """Byte positions in every region of a one-file store's file: header, keys, block crcs,
+    alignment padding, first/middle/last byte of each rows block (the last one's zero padding too)."""
+    from hps.ssd._format import Header
+    buf = f.read_bytes()
+    lay = Header(buf, str(f), len(buf)).layout
+    meta = {"header": [0, 9, 30, 59, 60, 63], "keys": [HEADER_SIZE, HEADER_SIZE + 77],
+            "crcs": [lay.crcs_offset, lay.crcs_offset + 4 * lay.n_blocks - 1],
+            "padding": [lay.crcs_offset + 4 * lay.n_blocks, lay.rows_offset - 1]}
+    rows = []
+    for b in range(lay.n_blocks):
+        start = lay.rows_offset + b * lay.block_bytes
+        rows += [start, start + lay.block_bytes // 2, start + lay.block_bytes - 1]
+    return meta, rows, lay
+
+
+def _flip(f, pos):
     buf = bytearray(f.read_bytes())
-    pos = len(buf) - 1 if where == "last_byte" else HEADER_SIZE + 8 * 20 + 5
     buf[pos] ^= 0x10
     f.write_bytes(bytes(buf))
-    with SSDStore(tmp_path / "s", DIM, options=NOBG) as s:       # keys section fine: opens
-        with pytest.raises(CorruptionError, match="rows section checksum"):
-            s.load(k[:1])
-        with pytest.raises(CorruptionError):
-            s.export_h5(tmp_path / "x.h5")
 
 
-@pytest.mark.parametrize("pos", [3, 20, HEADER_SIZE + 3])
-def test_flipped_byte_in_header_or_keys_raises_on_open(tmp_path, pos):
-    f, _ = _one_file_store(tmp_path / "s")
-    buf = bytearray(f.read_bytes())
-    buf[pos] ^= 0x01
-    f.write_bytes(bytes(buf))
-    with pytest.raises(CorruptionError):
-        SSDStore(tmp_path / "s", DIM, options=NOBG)
+def _one_big_file_store(path):
+    with SSDStore(path, DIM, rows_per_file=1000, options=NOBG) as s:
+        k = np.arange(700, dtype=np.uint64)          # 700 rows of 16 B: 3 blocks, the last one padded
+        s.dump(k, rows_for(k))
+    return path / params(path)[0], k
+
+
+def test_flipped_byte_in_any_block_raises_on_load(tmp_path):
+    """Every block is checked by its own crc: a flip in any byte of any block (its padding too) is
+    caught by a load that reads that block, and only by such a load."""
+    f, k = _one_big_file_store(tmp_path / "s")
+    _, rows, lay = _regions(f)
+    good = f.read_bytes()
+    per_block = lay.block_bytes // (DIM * 4)
+    for pos in rows:
+        _flip(f, pos)
+        blk = (pos - lay.rows_offset) // lay.block_bytes
+        with SSDStore(tmp_path / "s", DIM, options=NOBG) as s:        # the keys sections are fine: opens
+            with pytest.raises(CorruptionError, match="rows section checksum"):
+                s.load(k[blk * per_block:][:1])
+            other = k[((blk + 1) % lay.n_blocks) * per_block:][:1]
+            np.testing.assert_array_equal(s.load(other)[0], rows_for(other))
+            with pytest.raises(CorruptionError):
+                s.export_h5(tmp_path / "x.h5")
+        f.write_bytes(good)
+
+
+def test_flipped_byte_in_header_keys_crcs_or_padding_raises_on_open(tmp_path):
+    f, _ = _one_big_file_store(tmp_path / "s")
+    meta, _, _ = _regions(f)
+    good = f.read_bytes()
+    for region, positions in meta.items():
+        for pos in positions:
+            _flip(f, pos)
+            with pytest.raises(CorruptionError):
+                SSDStore(tmp_path / "s", DIM, options=NOBG)
+            f.write_bytes(good)
+    SSDStore(tmp_path / "s", DIM, options=NOBG).close()
 
 
 def test_truncated_acknowledged_file_raises(tmp_path):
     f, _ = _one_file_store(tmp_path / "s")
     f.write_bytes(f.read_bytes()[:-8])
-    with pytest.raises(CorruptionError, match="header says"):
+    with pytest.raises(CorruptionError, match="manifest says"):
         SSDStore(tmp_path / "s", DIM, options=NOBG)
 
 
@@ -293,8 +335,8 @@ def test_merged_copy_never_overrides_newer_dump_on_recovery(tmp_path):
     s.dump(k, rows_for(k, 1))                    # seq 1: version 1
     s.dump(k, rows_for(k, 2))                    # seq 2: version 2 (the newest)
     # what compaction would write for the snapshot of seq 1: seq 9, row version 1
-    s._write_file(9, k.astype("<u8"), np.array([1], "<u8"), rows_for(k, 1))
-    s._env.fsync_dir(s.path)
+    merged = s._io.write_param(9, k.astype("<u8"), np.array([1], "<u8"), rows_for(k, 1))
+    s._io.write_manifest(*s._cat.manifest(add=[merged]))     # the compaction's manifest switch
     crash_release(s)
     with SSDStore(path, DIM, rows_per_file=4, options=NOBG) as s2:
         np.testing.assert_array_equal(s2.load(k)[0], rows_for(k, 2))

@@ -1,6 +1,9 @@
 """SSDStore: API contract, errors, compaction bounds, HDF5, and model-based tests against DictStore."""
 
+import os
+import shutil
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -8,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hps.errors import InvalidInputError, InvalidTypeError, StoreError, StoreFormatError
-from hps.ssd import HEADER_SIZE, SSDOptions, SSDStore
+from hps.ssd import HEADER_SIZE, ROWS_ALIGN, SSDOptions, SSDStore
 from tests.reference.store import DictStore
 
 DIM = 4
@@ -31,16 +34,42 @@ def test_dump_load_roundtrip_and_missing(tmp_path):
         assert (rows[~found] == 0).all()
         st_ = s.stats()
         assert st_["files"] == 2 and st_["live_rows"] == 6 and st_["stale_rows"] == 0
-        assert st_["bytes_read"] == st_["disk_bytes"]      # both files read once, whole
+        assert st_["bytes_read"] == 2 * 4096      # the one 4 KiB block of each file holding asked rows
 
 
-def test_load_reads_each_file_once_per_call(tmp_path):
-    with SSDStore(tmp_path / "s", DIM, rows_per_file=4, options=NOBG) as s:
-        k = np.arange(16, dtype=np.uint64)
+@pytest.mark.parametrize("threads", [1, 4])
+def test_load_reads_only_the_blocks_of_asked_rows(tmp_path, threads):
+    """Rows of 16 B: 256 to a 4 KiB block. Asked rows in blocks 0, 1 (adjacent: one read) and 9 of
+    one 16-block file, and block 0 of another: 4 blocks read of 32, each row right."""
+    opts = SSDOptions(background=False, io_threads=threads)
+    with SSDStore(tmp_path / "s", DIM, rows_per_file=4096, options=opts) as s:
+        k = np.arange(8192, dtype=np.uint64)
         s.dump(k, rows_for(k))
-        one_file = s.stats()["disk_bytes"] // 4
-        s.load(np.array([0, 1, 2, 3, 0, 1], dtype=np.uint64))
-        assert s.stats()["bytes_read"] == one_file
+        assert s.stats()["disk_bytes"] > 32 * 4096
+        q = np.array([300, 5, 2400, 255, 256, 5, 4096, 4097], dtype=np.uint64)
+        got, found = s.load(q)
+        assert found.all()
+        np.testing.assert_array_equal(got, rows_for(q))
+        assert s.stats()["bytes_read"] == 4 * 4096
+
+
+def test_block_size_and_read_caps_are_options(tmp_path):
+    """8 KiB blocks, reads of at most 8 KiB, a 16 KiB read buffer: a load of every row takes many
+    rounds of reads and still returns every row."""
+    opts = SSDOptions(background=False, io_threads=3, block_bytes=8192, max_read_bytes=8192,
+                      read_buffer_bytes=16384)
+    with SSDStore(tmp_path / "s", 4, dtype=np.float64, rows_per_file=3000, options=opts) as s:
+        k = np.arange(7000, dtype=np.uint64)
+        r = np.random.default_rng(0).standard_normal((7000, 4))
+        s.dump(k, r)
+        got, found = s.load(k[::-1])
+        assert found.all()
+        np.testing.assert_array_equal(got, r[::-1])
+        assert s.stats()["bytes_read"] == (12 + 12 + 4) * 8192   # every block of rows once, no header
+    with pytest.raises(InvalidInputError, match="multiple of 4096"):
+        SSDOptions(block_bytes=1000)
+    with pytest.raises(InvalidInputError, match="page_cache"):
+        SSDOptions(page_cache="maybe")
 
 
 def test_duplicates_in_one_dump_last_wins(tmp_path):
@@ -119,12 +148,13 @@ def test_second_open_is_refused_and_closed_store_raises(tmp_path):
     SSDStore(tmp_path / "s", DIM, options=NOBG).close()
 
 
-def _check_bound(s):
+def _check_bound(s, dim=DIM):
     st_ = s.stats()
     rows_on_disk = st_["live_rows"] + st_["stale_rows"]
     assert rows_on_disk <= 2 * st_["live_rows"]
-    row_bytes = 8 + DIM * 4
-    assert st_["disk_bytes"] <= 2 * st_["live_rows"] * row_bytes + st_["files"] * HEADER_SIZE
+    row_bytes = 16 + dim * 4 + 4 * dim * 4 / 4096          # key, version, row, its share of a block crc
+    per_file = HEADER_SIZE + ROWS_ALIGN + 4096 + 4          # header, alignment of the rows, last block
+    assert st_["disk_bytes"] <= 2 * st_["live_rows"] * row_bytes + st_["files"] * per_file
 
 
 def test_compaction_bound_and_values(tmp_path):
@@ -231,17 +261,21 @@ OPS = st.lists(
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=OPS, rpf=st.sampled_from([1, 3, 8, 64]), background=st.booleans())
-def test_model_based(tmp_path_factory, ops, rpf, background):
+@given(ops=OPS, rpf=st.sampled_from([1, 3, 8, 64]), background=st.booleans(), wide=st.booleans())
+def test_model_based(tmp_path_factory, ops, rpf, background, wide):
+    """``wide``: rows of 1,200 B (most straddle two 4 KiB blocks), reads of at most 8 KiB and 8 KiB
+    per round (many rounds per load), merged files of a few rows (small compaction batches)."""
     path = tmp_path_factory.mktemp("m") / "s"
-    opts = SSDOptions(background=background, compact_interval_s=0.001, compact_ratio=1.0)
-    ref = DictStore(DIM)
-    s = SSDStore(path, DIM, rows_per_file=rpf, options=opts)
+    dim = 300 if wide else DIM
+    caps = dict(max_read_bytes=8192, read_buffer_bytes=8192, compact_batch_bytes=5000) if wide else {}
+    opts = SSDOptions(background=background, compact_interval_s=0.001, compact_ratio=1.0, **caps)
+    ref = DictStore(dim)
+    s = SSDStore(path, dim, rows_per_file=rpf, options=opts)
     try:
         for i, (op, arg) in enumerate(ops):
             if op == "dump":
                 k = np.array(arg, dtype=np.uint64)
-                r = rows_for(k, salt=i)
+                r = rows_for(k, salt=i, dim=dim)
                 s.dump(k, r)
                 ref.dump(k, r)
             elif op == "load":
@@ -253,10 +287,10 @@ def test_model_based(tmp_path_factory, ops, rpf, background):
             elif op == "compact":
                 s.compact()
                 if not background:
-                    _check_bound(s)
+                    _check_bound(s, dim)
             else:
                 s.close()
-                s = SSDStore(path, DIM, rows_per_file=rpf, options=opts)
+                s = SSDStore(path, dim, rows_per_file=rpf, options=opts)
                 assert s.stats()["recovered_rows"] == len(ref)
             assert s.stats()["live_rows"] == len(ref)
         allk, allr = ref.items()
@@ -267,15 +301,13 @@ def test_model_based(tmp_path_factory, ops, rpf, background):
 
 def test_read_handles_are_reused_and_bounded(tmp_path):
     """Loads keep at most ``cap`` idle file handles open; deleted files release theirs."""
-    import os
-
-    from hps.ssd import _store
+    from hps.ssd import _fileio
 
     def open_fds():
         return len(os.listdir("/proc/self/fd"))
 
     with SSDStore(tmp_path / "s", 4, rows_per_file=8) as s:
-        s._fds._cap = 3
+        s._io._fds._cap = 3
         keys = np.arange(200, dtype=np.uint64)
         s.dump(keys, np.tile(keys[:, None], (1, 4)).astype(np.float32))      # 25 files
         before = open_fds()
@@ -286,8 +318,8 @@ def test_read_handles_are_reused_and_bounded(tmp_path):
         s.dump(keys, np.zeros((200, 4), np.float32))                          # all old files stale
         s.compact()
         assert (s.load(keys)[0] == 0).all()
-        assert len(s._fds._open) <= 3
-    assert isinstance(s._fds, _store._FdCache) and len(s._fds._open) == 0   # closed with the store
+        assert len(s._io._fds._open) <= 3
+    assert isinstance(s._io._fds, _fileio._FdCache) and len(s._io._fds._open) == 0   # closed with the store
 
 
 def test_checksum_is_zlib_crc32():
@@ -301,3 +333,20 @@ def test_checksum_is_zlib_crc32():
     assert F.crc32(mv[13:4001]) == zlib.crc32(mv[13:4001])
     assert F.crc32(mv[5:], 0xDEADBEEF) == zlib.crc32(mv[5:], 0xDEADBEEF)
     assert F.crc32(b"") == 0
+
+
+@pytest.mark.parametrize("mode", ["direct", "dontneed", "keep"])
+def test_page_cache_modes_read_the_same_rows(tmp_path, mode):
+    """Every page-cache policy reads the same rows, also on tmpfs (/dev/shm), which refuses O_DIRECT
+    ("direct" then reads through the page cache)."""
+    roots = [tmp_path] + ([Path("/dev/shm")] if os.path.isdir("/dev/shm") else [])
+    for root in roots:
+        path = root / f"hps-test-{os.getpid()}-{mode}"
+        try:
+            with SSDStore(path, DIM, rows_per_file=300, options=SSDOptions(background=False, page_cache=mode)) as s:
+                k = np.arange(1000, dtype=np.uint64)
+                s.dump(k, rows_for(k))
+                q = np.array([999, 0, 301, 300, 299, 5], dtype=np.uint64)
+                np.testing.assert_array_equal(s.load(q)[0], rows_for(q))
+        finally:
+            shutil.rmtree(path, ignore_errors=True)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from hps.train import load_export, main
+from hps.train._budget import budget_for_rows
 from tests.conftest import _gpu_available
 
 SMALL = ["--rows", "12000", "--fields", "4", "--vocab-per-field", "3000", "--batch-size", "2048",
@@ -73,7 +74,7 @@ def test_spilling_to_ssd_is_lossless(tmp_path):
     shape = ["--rows", "24000", "--vocab-per-field", "20000", "--batch-size", "512", "--minibatch-size", "128"]
     ref, mref = run_cli(tmp_path, "mem", *shape)
     n_rows = ref[0].shape[0]
-    budget = int(0.1 * n_rows * 16 * 4)  # rows are 16 floats: embedding + Adagrad state
+    budget = budget_for_rows(n_rows // 10, 16)  # rows are 16 floats: embedding + Adagrad state
     spill, mspill = run_cli(tmp_path, "spill", *shape, "--mem-budget", str(budget), "--rows-per-file", "512")
     assert mspill["ssd_bytes_read"] > 0 and mspill["cache_hit_rate"] < mref["cache_hit_rate"]
     assert_same_model(ref, spill, 1e-6)
@@ -162,7 +163,7 @@ def test_frappe_matches_the_in_memory_reference(shared_data, tmp_path):
     train, test = frappe / "frappe.validation.libfm", frappe / "frappe.test.libfm"
     metrics = tmp_path / "frappe.json"
     code = main(["--format", "libsvm", "--data", str(train), "--eval-data", str(test), "--batch-size", "4096",
-                 "--minibatch-size", "512", "--embedding-dim", "10", "--hidden", "64,32", "--mem-budget", "320KB",
+                 "--minibatch-size", "512", "--embedding-dim", "10", "--hidden", "64,32", "--mem-budget", "1200KB",
                  "--no-progress", "--metrics-out", str(metrics)])
     assert code == 0
     m = json.loads(metrics.read_text())

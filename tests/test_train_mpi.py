@@ -92,7 +92,7 @@ def reference(tmp_path_factory, data_file):
 @pytest.mark.parametrize("data, n, k, extra", [
     ("synthetic", 2, 2, []),
     ("criteo", 2, 2, ["--mpi-wait", "spin"]),
-    ("criteo", 4, 4, ["--ranks-per-node", "2", "--mem-budget", "64KB", "--rows-per-file", "128"]),
+    ("criteo", 4, 4, ["--ranks-per-node", "2", "--mem-budget", "300KB", "--rows-per-file", "128"]),
     ("synthetic", 4, 4, ["--sparse-sync", "allreduce", "--ranks-per-node", "2"]),
     ("criteo", 2, 4, []),  # two shards per rank
 ])

@@ -140,7 +140,40 @@ class RowCache:
         self._batch_misses: list[int] = []
         self._visit_buf = None   # scratch arrays of visit_batch
 
+    @staticmethod
+    def bytes_for(capacity_rows: int, row_width: int, dtype=np.float32,
+                  ghost_factor: float = DEFAULT_GHOST_FACTOR) -> int:
+        """DRAM a cache of these settings allocates: rows, per-slot state, key map and ghost table
+        (what :attr:`nbytes` reports once it exists)."""
+        c = int(capacity_rows)
+        per_slot = (int(row_width) * np.dtype(dtype).itemsize + 8 + 1 + 4 + 8 + 1 + 8 + 4 + 4 + 4 + 4)
+        g = int(round(float(ghost_factor) * c))
+        g = _pow2_at_least(g) if g else 0
+        return (c * per_slot + 12 * _pow2_at_least(2 * c) + 16 * g + 8 * K.N_STATE
+                + 8 * (K.N_BUCKETS + 1))
+
+    @staticmethod
+    def rows_for_bytes(n_bytes: int, row_width: int, dtype=np.float32,
+                       ghost_factor: float = DEFAULT_GHOST_FACTOR) -> int:
+        """The largest capacity (rows) whose :meth:`bytes_for` fits in ``n_bytes`` (0 if none)."""
+        lo, hi = 0, max(1, int(n_bytes) // max(1, int(row_width) * np.dtype(dtype).itemsize))
+        while lo < hi:   # bytes_for grows with the capacity: binary search
+            mid = (lo + hi + 1) // 2
+            if RowCache.bytes_for(mid, row_width, dtype, ghost_factor) <= n_bytes:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
     # ------------------------------------------------------------------ introspection
+    @property
+    def nbytes(self) -> int:
+        """DRAM this cache's arrays hold (rows, state, key map, ghost table)."""
+        arrays = (self._st, self._skey, self._rows, self._dirty, self._pins, self._freq, self._where,
+                  self._stamp, self._prev, self._nxt, self._bkt, self._bhead, self._btail, self._free,
+                  self._mkeys, self._mvals, self._ghost)
+        return sum(a.nbytes for a in arrays)
+
     @property
     def budget_bytes(self) -> int:
         """Bytes of the cached rows (capacity_rows * row_width * itemsize); the ghost table is extra."""

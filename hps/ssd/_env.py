@@ -8,6 +8,7 @@ Thread-safe: methods hold no state beyond the OS's (a subclass that records call
 
 from __future__ import annotations
 
+import errno
 import os
 
 try:
@@ -78,9 +79,44 @@ class PosixEnv:
         return os.stat(path).st_size
 
     # -- reading ------------------------------------------------------------------------------
-    def open_read(self, path: str) -> int:
-        """Open ``path`` for reading -> handle (close it with :meth:`close`)."""
-        return os.open(path, os.O_RDONLY)
+    def open_read(self, path: str, direct: bool = False, random: bool = False) -> int:
+        """Open ``path`` for reading -> handle (close it with :meth:`close`). ``direct``: bypass the
+        page cache (``O_DIRECT``: offsets, sizes and buffers of reads must be 4096-aligned); where the
+        file system refuses it (EINVAL, e.g. tmpfs) the file is opened buffered. ``random``: no
+        readahead (``POSIX_FADV_RANDOM``)."""
+        if direct and hasattr(os, "O_DIRECT"):
+            try:
+                return os.open(path, os.O_RDONLY | os.O_DIRECT)
+            except OSError as e:
+                if e.errno != errno.EINVAL:
+                    raise
+        fd = os.open(path, os.O_RDONLY)
+        if random and hasattr(os, "posix_fadvise"):
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+            except OSError:
+                pass
+        return fd
+
+    def read_into(self, handle: int, offset: int, buf) -> int:
+        """Fill the writable buffer ``buf`` from ``offset`` of an open file -> bytes read (fewer at EOF)."""
+        mv = memoryview(buf).cast("B")
+        size, got = len(mv), 0
+        while got < size:
+            n = os.preadv(handle, [mv[got:]], offset + got)
+            if n == 0:
+                break
+            got += n
+        return got
+
+    def drop_cache(self, handle: int, offset: int = 0, size: int = 0) -> None:
+        """Ask the OS to drop cached pages of [offset, offset + size) (0: to the end) of an open file
+        (``posix_fadvise(DONTNEED)``; a hint, no error)."""
+        if hasattr(os, "posix_fadvise"):
+            try:
+                os.posix_fadvise(handle, offset, size, os.POSIX_FADV_DONTNEED)
+            except OSError:
+                pass
 
     def pread(self, handle: int, offset: int, size: int, into=None):
         """``size`` bytes at ``offset`` of an open file (fewer at EOF).

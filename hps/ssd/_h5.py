@@ -9,31 +9,25 @@ from ..errors import StoreFormatError
 
 
 def export_h5(store, path) -> int:
-    """Write every live row, grouped by parameter file (one read per file) -> number of rows."""
+    """Write every live row (``store.iter_rows``, file by file, in chunks) -> number of rows."""
     import h5py
 
-    with store._mu:
-        store._check_open()
-        keys, loc = store._index.items()
-        order = np.argsort(loc[:, 0], kind="stable")
-        keys, fseq, slots = keys[order], loc[order, 0], loc[order, 1]
-        useq, starts = np.unique(fseq, return_index=True)
-        files = [store._files[int(s)] for s in useq]
-        for f in files:
-            f.refs += 1
-    bounds = np.append(starts, keys.shape[0])
-    try:
-        with h5py.File(path, "w") as h:
-            h.attrs["dim"] = store.dim
-            h.attrs["dtype"] = str(store.dtype)
-            h.create_dataset("keys", data=keys.astype(np.uint64))
-            ds = h.create_dataset("rows", shape=(keys.shape[0], store.dim), dtype=store.dtype)
-            for i, f in enumerate(files):
-                rows = store._read_rows(f)
-                ds[bounds[i]:bounds[i + 1]] = rows[slots[bounds[i]:bounds[i + 1]]]
-    finally:
-        store._release(files, count_read=True)
-    return int(keys.shape[0])
+    chunks = store.iter_rows()
+    with h5py.File(path, "w") as h:
+        h.attrs["dim"] = store.dim
+        h.attrs["dtype"] = str(store.dtype)
+        ks = h.create_dataset("keys", shape=(0,), maxshape=(None,), dtype=np.uint64, chunks=(1 << 16,))
+        ds = h.create_dataset("rows", shape=(0, store.dim), maxshape=(None, store.dim), dtype=store.dtype,
+                              chunks=(max(1, (1 << 20) // max(1, store.dim * store.dtype.itemsize)), store.dim))
+        n = 0
+        for keys, rows in chunks:
+            m = keys.shape[0]
+            ks.resize((n + m,))
+            ds.resize((n + m, store.dim))
+            ks[n:n + m] = keys
+            ds[n:n + m] = rows
+            n += m
+    return n
 
 
 def import_h5(store, path) -> int:

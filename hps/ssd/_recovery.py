@@ -1,10 +1,12 @@
 """Creating and opening a store: the descriptor check and the index rebuild (crash recovery).
 
-Open = create the directory -> take the ``LOCK`` -> check ``STORE`` (dim, dtype, version), or write it
-when the store is new -> delete temp files (writes that were never renamed into place, hence never
-acknowledged) -> read every parameter file's header and keys section (checksummed; a damaged
-acknowledged file raises CorruptionError) in sequence order -> for each key keep the row with the
-highest (version, file seq, slot) -> per-file stale counters.
+Open = take the ``LOCK`` -> check ``STORE`` (dim, dtype, version; written when the store is new) ->
+read ``MANIFEST``: a listed file that is missing or of another size raises CorruptionError naming
+it -> delete temp files and ``.param`` files the manifest does not list (writes whose manifest switch
+never happened, hence never acknowledged) -> read every listed file's header and keys section
+(checksummed) -> for each key keep the row with the highest (version, file seq, slot) -> per-file
+stale counters. A format-1 store (no manifest) takes the files its directory holds, then gets a
+manifest and a format-2 descriptor.
 """
 
 from __future__ import annotations
@@ -13,94 +15,116 @@ import logging
 
 import numpy as np
 
+from .._index import KeyIndex
 from ..errors import CorruptionError, StoreError, StoreFormatError, StoreLockedError
 from . import _format as F
-from ._store import _File
+from ._catalog import Catalog, FileMeta
 
 log = logging.getLogger("hps.ssd")
 
-_STORE_TMP = F.STORE_FILE + ".tmp"
+#: What a directory may hold besides a STORE and still be taken as a new store (left by a crash
+#: while the store was being created).
+_NEW_STORE_LEFTOVERS = {F.LOCK_FILE, F.STORE_TMP, F.MANIFEST_FILE, F.MANIFEST_TMP}
 
 
-def open_store(store) -> None:
-    """Create or open the store directory. The ``LOCK`` is taken before the descriptor is written or
-    trusted, so two processes creating one store cannot interleave: the loser gets StoreLockedError
-    (or StoreFormatError when the winner's store has another dim/dtype), never half a descriptor."""
-    env, path = store._env, store.path
+def open_store(io):
+    """Open or create the store of ``io`` (a FileIO) -> (lock handle, Catalog). The ``LOCK`` is taken
+    before the descriptor is written or trusted, so two processes creating one store cannot
+    interleave: the loser gets StoreLockedError (or StoreFormatError when the winner's store has
+    another dim/dtype), never half a descriptor."""
+    env, path = io.env, io.path
     if env.exists(path) and not env.isdir(path):
         raise StoreFormatError(f"{path!r} is not an hps SSD store (it is not a directory)")
-    env.mkdir(path)
-    _check_descriptor(store, set(env.listdir(path)))  # refuse a foreign directory before adding LOCK to it
+    if not env.exists(path):
+        env.mkdir(path)
+    if F.STORE_FILE not in env.listdir(path):
+        _check_empty(env.listdir(path), path)     # before the LOCK: never a file in a foreign directory
     try:
-        store._lock_handle = env.lock(store._p(F.LOCK_FILE))
+        lock = env.lock(io.p(F.LOCK_FILE))
     except BlockingIOError as e:
         raise StoreLockedError(f"store {path!r} is open in another process ({e.strerror}); close it "
                                "there or use another path") from e
     except OSError as e:
         raise StoreError(f"cannot lock store {path!r}: {e.strerror or e}") from e
     try:
-        names = set(env.listdir(path))  # again, under the lock: a racing creator may have finished
-        if not _check_descriptor(store, names):
-            env.write_file(store._p(_STORE_TMP), F.pack_store(store._code, store.dim))
-            env.rename(store._p(_STORE_TMP), store._p(F.STORE_FILE))
-            env.fsync_dir(path)
-            names = set(env.listdir(path))
-        _recover(store, names)
+        return lock, _open_locked(io)
     except BaseException:
-        env.unlock(store._lock_handle)
-        store._lock_handle = None
+        env.unlock(lock)
         raise
 
 
-def _check_descriptor(store, names) -> bool:
-    """-> whether ``STORE`` exists (and matches dim/dtype); raises StoreFormatError when the directory
-    holds a store of another dim/dtype, or files that are not a store's."""
-    if F.STORE_FILE in names:
-        where = store._p(F.STORE_FILE)
-        code, dim = F.unpack_store(bytes(store._env.read(where)), where)
-        if dim != store.dim or code != store._code:
-            raise StoreFormatError(
-                f"store {store.path!r} holds dim={dim} dtype={F.DTYPE_CODES[code]}, but dim={store.dim} "
-                f"dtype={store.dtype} was asked for")
-        return True
-    if names - {F.LOCK_FILE, _STORE_TMP}:
-        raise StoreFormatError(f"{store.path!r} is not an hps SSD store (no {F.STORE_FILE} file, and "
-                               "the directory is not empty)")
-    return False
+def _check_empty(names, path) -> None:
+    if set(names) - _NEW_STORE_LEFTOVERS:
+        raise StoreFormatError(f"{path!r} is not an hps SSD store (no {F.STORE_FILE} file, and the "
+                               "directory is not empty)")
 
 
-def _recover(store, names) -> None:
-    env = store._env
-    params, discarded = [], 0
-    for name in names:
-        kind_seq = F.parse_name(name)
-        if kind_seq is None:
-            continue
-        kind, seq = kind_seq
-        if kind == "tmp":
-            env.remove(store._p(name))
-            discarded += 1
-        else:
-            params.append(seq)
-    if discarded:
-        env.fsync_dir(store.path)
-    params.sort()
-    keys, vers, fseq, slots, files = [], [], [], [], []
-    for seq in params:
-        where = store._p(F.param_name(seq))
-        size = env.size(where)
-        hdr = F.Header(env.read(where, 0, F.HEADER_SIZE), where, size)
-        if hdr.seq != seq:
-            raise CorruptionError(f"{where}: header sequence number {hdr.seq} does not match the name")
-        if hdr.dim != store.dim or hdr.code != store._code:
-            raise CorruptionError(f"{where}: dim/dtype code {hdr.dim}/{hdr.code} differ from the store's")
-        k, v = F.parse_keys(env.read(where, 0, hdr.rows_offset), hdr, where)
+def _open_locked(io) -> Catalog:
+    """REQUIRES: the LOCK held."""
+    env, path = io.env, io.path
+    names = set(env.listdir(path))
+    if F.STORE_FILE not in names:              # a new store: its manifest first, then its descriptor
+        _check_empty(names, path)
+        io.write_manifest(1, np.empty((0, 2), np.uint64))
+        _write_descriptor(io, F.FORMAT_VERSION)
+        names = set(env.listdir(path))
+    where = io.p(F.STORE_FILE)
+    version, code, dim = F.unpack_store(bytes(env.read(where)), where)
+    if dim != io.dim or code != io.code:
+        raise StoreFormatError(f"store {path!r} holds dim={dim} dtype={F.DTYPE_CODES[code]}, but "
+                               f"dim={io.dim} dtype={io.dtype} was asked for")
+    params = {kind_seq[1]: name for name in names if (kind_seq := F.parse_name(name)) and kind_seq[0] == "param"}
+    junk = [n for n in names if (F.parse_name(n) or ("",))[0] == "tmp" or n in (F.MANIFEST_TMP, F.STORE_TMP)]
+    if version == F.FORMAT_V1:
+        listed = {s: env.size(io.p(n)) for s, n in params.items()}
+        next_seq = max(listed, default=0) + 1
+    else:
+        if F.MANIFEST_FILE not in names:
+            raise CorruptionError(f"{io.p(F.MANIFEST_FILE)} is missing: the store cannot tell which "
+                                  "parameter files it should have; restore it from a backup or a checkpoint")
+        next_seq, entries = F.unpack_manifest(env.read(io.p(F.MANIFEST_FILE)), io.p(F.MANIFEST_FILE))
+        listed = dict(zip(entries[:, 0].tolist(), entries[:, 1].tolist()))
+        missing = sorted(set(listed) - set(params))
+        if missing:
+            shown = ", ".join(io.p(F.param_name(s)) for s in missing[:3])
+            raise CorruptionError(f"{len(missing)} parameter file(s) listed in the manifest are missing "
+                                  f"({shown}{', ...' if len(missing) > 3 else ''}): their rows are lost; "
+                                  "restore the store from a backup or a checkpoint")
+        junk += [n for s, n in params.items() if s not in listed]
+    for name in junk:
+        env.remove(io.p(name))
+    if junk:
+        env.fsync_dir(path)
+    cat = _rebuild(io, listed, next_seq, len(junk))
+    if version == F.FORMAT_V1:      # upgrade: a manifest of the files found, then the new descriptor
+        io.write_manifest(*cat.manifest())
+        _write_descriptor(io, F.FORMAT_VERSION)
+    return cat
+
+
+def _write_descriptor(io, version: int) -> None:
+    io.env.write_file(io.p(F.STORE_TMP), F.pack_store(io.code, io.dim, version))
+    io.env.rename(io.p(F.STORE_TMP), io.p(F.STORE_FILE))
+    io.env.fsync_dir(io.path)
+
+
+def _rebuild(io, listed: dict, next_seq: int, discarded: int) -> Catalog:
+    """Read the listed files ({seq: size}) -> the Catalog (index, file table, stale counters)."""
+    seqs = sorted(listed)
+    keys, vers, fseq, slots, files = [], [], [], [], {}
+    for seq in seqs:
+        where = io.p(F.param_name(seq))
+        size = io.env.size(where)
+        if size != listed[seq]:
+            raise CorruptionError(f"{where}: file is {size} bytes, the manifest says {listed[seq]}")
+        hdr, k, v, crcs = io.read_meta(seq, size)
         keys.append(k)
         vers.append(v)
         fseq.append(np.full(hdr.n_rows, seq, dtype=np.int64))
         slots.append(np.arange(hdr.n_rows, dtype=np.int64))
-        files.append(_File(seq, hdr.n_rows, size))
-    total = sum(f.n_rows for f in files)
+        files[seq] = FileMeta(seq, hdr.layout, crcs if hdr.version != F.FORMAT_V1 else None)
+    total = sum(f.n_rows for f in files.values())
+    index = KeyIndex(width=2)
     if total:
         keys, vers = np.concatenate(keys), np.concatenate(vers)
         fseq, slots = np.concatenate(fseq), np.concatenate(slots)
@@ -110,21 +134,16 @@ def _recover(store, names) -> None:
         loc = np.empty((win.shape[0], 2), dtype=np.int64)
         loc[:, 0] = fseq[win]
         loc[:, 1] = slots[win]
-        store._index = type(store._index)(width=2, capacity=2 * win.shape[0])
-        store._index.assign(keys[win], loc)
-        ordinal = np.searchsorted(np.asarray(params, dtype=np.int64), fseq[win])
-        live = np.bincount(ordinal, minlength=len(files))
-        for f, lv in zip(files, live.tolist()):
-            f.stale = f.n_rows - lv
-    for f in files:
-        store._files[f.seq] = f
-    store._total_rows = total
-    store._next_seq = (params[-1] + 1) if params else 1
-    st = store._stats
-    st["recovered_rows"] = len(store._index)
-    st["recovered_files"] = len(files)
-    st["discarded_files"] = discarded
+        index = KeyIndex(width=2, capacity=2 * win.shape[0])
+        index.assign(keys[win], loc)
+        ordinal = np.searchsorted(np.asarray(seqs, dtype=np.int64), fseq[win])
+        live = np.bincount(ordinal, minlength=len(seqs))
+        for seq, lv in zip(seqs, live.tolist()):
+            files[seq].stale = files[seq].n_rows - lv
+    next_seq = max(next_seq, (seqs[-1] + 1) if seqs else 1)
+    stats = dict(recovered_rows=len(index), recovered_files=len(files), discarded_files=discarded)
     if files or discarded:
         log.info("hps.ssd: opened %s: recovered %d live rows from %d files (%d stale rows); "
-                 "discarded %d unacknowledged temp files", store.path, len(store._index), len(files),
-                 total - len(store._index), discarded)
+                 "discarded %d unacknowledged files", io.path, len(index), len(files), total - len(index),
+                 discarded)
+    return Catalog(index, files, next_seq, stats)

@@ -1,16 +1,18 @@
 """``SSDStore``: the SSD parameter server (Section 6 and Appendix E of ``shared/seeds/004``).
 
-Rows live in append-only parameter files of whole rows (format: :mod:`hps.ssd._format`). An in-memory
-:class:`~hps._index.KeyIndex` maps key -> (file seq, slot); each file keeps a stale-row counter.
-``dump`` writes new files; ``load`` reads every file that holds a requested key once, whole;
-compaction (:mod:`hps.ssd._compaction`) merges files that are more than half stale.
+Rows live in append-only parameter files of whole rows (format: :mod:`hps.ssd._format`). The
+:class:`~hps.ssd._catalog.Catalog` owns the in-memory state (key -> (file seq, slot) index, file
+table with stale counters); :class:`~hps.ssd._fileio.FileIO` does the file I/O. ``dump`` writes new
+files and switches the manifest; ``load`` reads only the blocks holding asked rows, each checked
+against its crc; compaction (:mod:`hps.ssd._compaction`) merges files more than ``stale_fraction`` stale.
 
 Concurrency contract
 --------------------
-``SSDStore`` is thread-safe. ``_mu`` guards the index and the file table (held only for O(batch)
-in-memory work, never across file I/O). ``_dump_mu`` serialises dumps, so versions (sequence numbers)
-reach the index in order. ``_compact_mu`` serialises compactions. Lock order: ``_compact_mu`` /
-``_dump_mu`` before ``_mu``. A file is deleted only when no ``load`` holds a reference to it.
+``SSDStore`` is thread-safe. The catalog's lock is held only for O(batch) in-memory work, never
+across file I/O. ``_dump_mu`` serialises dumps, so versions (sequence numbers) reach the index in
+order; the catalog's ``changing()`` serialises manifest switches. Lock order: ``_dump_mu`` /
+compaction's lock before ``changing()`` before the catalog's lock. A file is deleted only when no
+``load`` holds a reference to it.
 """
 
 from __future__ import annotations
@@ -19,17 +21,15 @@ import errno
 import logging
 import os
 import threading
-from collections import OrderedDict
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
-from .._index import KeyIndex
 from .._keys import as_keys, check_rows
-from ..errors import CorruptionError, DiskFullError, InvalidInputError, StoreError
+from ..errors import DiskFullError, InvalidInputError
 from . import _format as F
 from ._env import DEFAULT_ENV
+from ._fileio import PAGE_CACHE_MODES
 
 log = logging.getLogger("hps.ssd")
 
@@ -45,7 +45,11 @@ class SSDOptions:
     background: bool = True           # run compaction in a background thread
     compact_interval_s: float = 0.5   # the background thread checks this often (dump also wakes it)
     compact_batch_bytes: int = 64 << 20  # rows merged per compaction step (bounds its memory)
-    io_threads: int = 4               # files written+fsynced by one dump / read by one load in parallel
+    io_threads: int = 32              # I/O pool: reads in flight per load; files written at once by a dump
+    block_bytes: int = 4096           # read/checksum unit of new files (a multiple of 4096)
+    max_read_bytes: int = 1 << 20     # adjacent asked blocks are read together, up to this many bytes
+    read_buffer_bytes: int = 16 << 20  # rows read per round of a load (per loading thread's buffer)
+    page_cache: str = "direct"        # direct: O_DIRECT | dontneed: drop pages once read, keep written ones | keep
 
     def __post_init__(self):
         if not self.compact_ratio >= 1.0:
@@ -56,92 +60,58 @@ class SSDOptions:
             raise InvalidInputError(f"compact_interval_s must be > 0, got {self.compact_interval_s}")
         if self.compact_batch_bytes < 1 or self.io_threads < 1:
             raise InvalidInputError("compact_batch_bytes and io_threads must be >= 1")
+        if self.block_bytes < F.ROWS_ALIGN or self.block_bytes % F.ROWS_ALIGN:
+            raise InvalidInputError(f"block_bytes must be a positive multiple of {F.ROWS_ALIGN}, "
+                                    f"got {self.block_bytes}")
+        if not self.block_bytes <= self.max_read_bytes <= self.read_buffer_bytes:
+            raise InvalidInputError("need block_bytes <= max_read_bytes <= read_buffer_bytes, got "
+                                    f"{self.block_bytes}, {self.max_read_bytes}, {self.read_buffer_bytes}")
+        if self.page_cache not in PAGE_CACHE_MODES:
+            raise InvalidInputError(f"page_cache must be one of {', '.join(PAGE_CACHE_MODES)}; "
+                                    f"got {self.page_cache!r}")
 
 
-class _FdCache:
-    """Open read handles of parameter files, keyed by path: the idle ones beyond ``cap`` are closed
-    (least recently used first); a handle in use is never closed. Saves an open/close per read.
-    Thread-safe (its own lock)."""
-
-    def __init__(self, env, cap: int = 256):
-        self._env, self._cap = env, cap
-        self._mu = threading.Lock()
-        self._open: OrderedDict = OrderedDict()  # path -> [handle, users]
-
-    @contextmanager
-    def use(self, path: str):
-        with self._mu:
-            entry = self._open.get(path)
-            if entry is None:
-                entry = self._open[path] = [self._env.open_read(path), 0]
-            entry[1] += 1
-            self._open.move_to_end(path)
+def switch_manifest(io, cat, add, remove, commit) -> None:
+    """Make the file set (with ``add`` entered, ``remove`` left out) the manifest's, then run
+    ``commit()`` (the in-memory change) under the catalog's ``changing()``. A failure before the
+    manifest's rename changes nothing; after it, ``commit()`` still runs (the manifest on disk may
+    list the new files already) and the error propagates."""
+    with cat.changing():
+        io.write_manifest(*cat.manifest(add, remove))
         try:
-            yield entry[0]
+            io.env.fsync_dir(io.path)
         finally:
-            with self._mu:
-                entry[1] -= 1
-                self._trim()
-
-    def _trim(self) -> None:
-        """REQUIRES: ``_mu`` held."""
-        while len(self._open) > self._cap:
-            idle = next((p for p, e in self._open.items() if e[1] == 0), None)
-            if idle is None:
-                return
-            self._env.close(self._open.pop(idle)[0])
-
-    def drop(self, path: str) -> None:
-        """Close the handle of a file about to be deleted (no reader holds it: refs are 0)."""
-        with self._mu:
-            entry = self._open.get(path)
-            if entry is not None and entry[1] == 0:
-                del self._open[path]
-                self._env.close(entry[0])
-
-    def close_all(self) -> None:
-        with self._mu:
-            for handle, _ in self._open.values():
-                self._env.close(handle)
-            self._open.clear()
-
-
-class _File:
-    """In-memory metadata of one parameter file. REQUIRES: ``SSDStore._mu`` held to change fields."""
-
-    __slots__ = ("seq", "n_rows", "size", "stale", "refs", "obsolete", "compacting")
-
-    def __init__(self, seq: int, n_rows: int, size: int, stale: int = 0):
-        self.seq, self.n_rows, self.size, self.stale = seq, n_rows, size, stale
-        self.refs = 0            # loads/compactions reading the file now
-        self.obsolete = False    # merged away: delete when refs drops to 0
-        self.compacting = False  # chosen by a running compaction
+            commit()
 
 
 def _space_error(e: OSError, what: str) -> OSError:
-    if isinstance(e, DiskFullError) or e.errno not in _SPACE_ERRNOS:
-        return e
-    return DiskFullError(e.errno, f"no space left on the device while {what}; everything acknowledged "
-                                  "before stays readable")
+    """Turn ENOSPC/EDQUOT into DiskFullError; leave other OSErrors as they are."""
+    if e.errno in _SPACE_ERRNOS:
+        err = DiskFullError(e.errno, f"no space left on the SSD-PS device while {what} "
+                                     f"({e.strerror or e}); nothing acknowledged was lost: free space "
+                                     "and retry, or point --ssd-path at a larger device")
+        err.filename = e.filename
+        return err
+    return e
 
 
 class SSDStore:
-    """SSD parameter server: batch ``dump``/``load`` of (n, dim) rows keyed by uint64 keys.
+    """The SSD-PS: ``(key uint64) -> row (dim,) of dtype`` in append-only parameter files.
 
-    ``SSDStore(path, dim, dtype=np.float32, rows_per_file=65536, *, options=None, env=None)``
-    creates the store directory ``path``, or opens an existing store and recovers its index from the
-    files (newest version of each key wins; ``stats()`` reports what was recovered). Raises
+    ``SSDStore(path, dim, dtype=float32, rows_per_file=65536, options=None, env=None)`` creates the
+    store (an empty or new directory) or opens an existing one and recovers its index; raises
     :class:`StoreFormatError` when ``path`` is not a store or its dim/dtype differ, and
-    :class:`CorruptionError` when an acknowledged file is damaged.
+    :class:`CorruptionError` when an acknowledged file is damaged or missing.
 
     - ``dump(keys (n,) uint64, rows (n, dim))``: blocks until the rows are durable (files fsynced,
-      renamed into place, directory fsynced; a ``ScratchEnv`` skips the fsyncs). Duplicate keys in
-      one call: the last wins.
+      renamed into place, manifest switched, directory fsynced; a ``ScratchEnv`` skips the fsyncs).
+      Duplicate keys in one call: the last wins.
     - ``load(keys (n,) uint64) -> (rows (n, dim) of dtype, found (n,) bool)``: newest rows, zeros
-      where missing. Reads each file holding a requested key once, whole, and checks its checksum.
-    - ``compact()``: merge every file more than ``stale_fraction`` stale; -> number of files removed.
-      Runs by itself in a background thread when rows on disk exceed ``compact_ratio`` x live rows.
-      After a quiescent ``compact()``: disk rows <= 2 x live rows (+ per-file headers).
+      where missing. Reads only the blocks holding asked rows and checks each block's crc.
+    - ``compact()``: merge every file more than ``stale_fraction`` stale (and rewrite format-1
+      files as format 2); -> number of files removed. Runs by itself in a background thread when
+      rows on disk exceed ``compact_ratio`` x live rows. After a quiescent ``compact()``: disk rows
+      <= 2 x live rows (+ per-file headers, keys and the last block's padding).
     - ``export_h5(path)`` / ``import_h5(path)``: the whole store as HDF5 ("keys", "rows").
 
     Thread-safe (see the module docstring for the locks). One process at a time (advisory lock).
@@ -154,34 +124,27 @@ class SSDStore:
         self.dtype = np.dtype(dtype)
         self.rows_per_file = int(rows_per_file)
         self.options = options if options is not None else SSDOptions()
-        self._env = env if env is not None else DEFAULT_ENV
         if self.dim < 1:
             raise InvalidInputError(f"dim must be >= 1, got {dim}")
         if self.rows_per_file < 1:
             raise InvalidInputError(f"rows_per_file must be >= 1, got {rows_per_file}")
         self._code = F.dtype_code(self.dtype)
         self._disk_dtype = F.DTYPE_CODES[self._code]
-        self._mu = threading.Lock()
         self._dump_mu = threading.Lock()
-        self._compact_mu = threading.Lock()
-        self._tls = threading.local()    # per-thread read buffers of load()
-        self._fds = _FdCache(self._env)
         self._wake = threading.Event()
-        self._closed = True
-        self._lock_handle = None
         self._thread = None
-        self._files: dict[int, _File] = {}
-        self._index = KeyIndex(width=2)
-        self._next_seq = 1
-        self._total_rows = 0
-        self._stats = dict(bytes_read=0, bytes_written=0, compactions=0, recovered_rows=0,
-                           recovered_files=0, discarded_files=0, compaction_errors=0)
-        self._pool = None
-        self._open()
-        self._closed = False
-        if self.options.io_threads > 1:
-            from concurrent.futures import ThreadPoolExecutor
-            self._pool = ThreadPoolExecutor(self.options.io_threads, thread_name_prefix="hps-ssd-io")
+        from ._compaction import Compactor
+        from ._fileio import FileIO
+        from ._recovery import open_store
+
+        self._io = FileIO(env if env is not None else DEFAULT_ENV, self.path, self.dim, self._code,
+                          self.options)
+        try:
+            self._lock_handle, self._cat = open_store(self._io)
+        except BaseException:
+            self._io.close()
+            raise
+        self._compactor = Compactor(self._cat, self._io, self.options, self.rows_per_file)
         if self.options.background:
             self._thread = threading.Thread(target=self._background, name="hps-ssd-compaction",
                                             daemon=True)
@@ -193,85 +156,80 @@ class SSDStore:
         k = as_keys(keys)
         r = check_rows(rows, k.shape[0], self.dim, self.dtype, "rows")
         if k.shape[0] == 0:
-            self._check_open()
+            self._cat.reserve(0, self.path)      # raises on a closed store
             return
         r = np.ascontiguousarray(r, dtype=self._disk_dtype)
         k = np.ascontiguousarray(k, dtype="<u8")
         m, rpf = k.shape[0], self.rows_per_file
         n_files = -(-m // rpf)
+        io, cat = self._io, self._cat
         with self._dump_mu:
-            with self._mu:
-                self._check_open()
-                seq0 = self._next_seq
-                self._next_seq += n_files
+            seq0 = cat.reserve(n_files, self.path)
             written: list = [None] * n_files
+            committed = []
 
             def write_one(i):
                 sl = slice(i * rpf, (i + 1) * rpf)
-                written[i] = self._write_file(seq0 + i, k[sl], None, r[sl])
+                written[i] = io.write_param(seq0 + i, k[sl], None, r[sl])
 
             try:
-                wait = self._start(write_one, n_files)  # fsyncs of several files overlap (group commit)
+                wait = io.start(write_one, n_files)  # fsyncs of several files overlap (group commit)
                 try:   # while the files are written: stage the keys in the index (invisible to loads)
-                    with self._mu:
-                        staged = self._index.stage(k)
+                    staged = cat.stage(k)
                     own = self._locations(staged.order, seq0)
                 finally:
                     wait()
-                self._env.fsync_dir(self.path)
+                io.env.fsync_dir(self.path)
+                switch_manifest(io, cat, written, (),
+                                lambda: committed.append(cat.commit_dump(staged, own, written)))
             except BaseException as e:   # nothing acknowledged: no file of this dump may survive
-                self._unlink_quietly([F.param_name(seq0 + i) for i in range(n_files)])
+                if not committed:        # (unless the manifest lists them already)
+                    io.unlink_quietly([F.param_name(seq0 + i) for i in range(n_files)])
                 if isinstance(e, OSError):
                     raise _space_error(e, f"dumping {m} rows") from e
                 raise
-            with self._mu:
-                self._commit_dump(staged, own, written)
-        if self._thread is not None and self._needs_compaction():
+        if self._thread is not None and cat.needs_compaction(self.options.compact_ratio):
             self._wake.set()
 
     def load(self, keys):
         """-> (rows (n, dim) of dtype, found (n,) bool): newest version of each key, zeros where missing."""
         k = as_keys(keys)
         n = k.shape[0]
-        out = np.zeros((n, self.dim), dtype=self.dtype)
-        with self._mu:
-            self._check_open()
-            if n == 0:
-                return out, np.zeros(0, dtype=np.bool_)
-            loc, found = self._index.lookup(k)
-            pos = np.flatnonzero(found)
-            fseq = loc[pos, 0]
-            order = np.argsort(fseq, kind="stable")
-            pos, fseq, slots = pos[order], fseq[order], loc[pos[order], 1]
-            useq, starts = np.unique(fseq, return_index=True)
-            files = [self._files[int(s)] for s in useq]
-            for f in files:
-                f.refs += 1
-        bounds = np.append(starts, pos.shape[0])
-
-        def read_one(i):
-            rows = self._read_rows(files[i], scratch=True)  # copied out below, before the next read
-            sl = slice(bounds[i], bounds[i + 1])
-            out[pos[sl]] = rows[slots[sl]]
-
+        out = np.zeros((n, self.dim), dtype=self._disk_dtype)
+        loc, found, files = self._cat.locate(k, self.path)
+        nread = 0
         try:
-            self._map(read_one, len(files))
+            pos = np.flatnonzero(found)
+            nread = self._io.read_rows(files, loc[pos, 0], loc[pos, 1], out, pos)
         finally:
-            self._release(files, count_read=True)
-        return out, found
+            self._unlink(self._cat.release(files.values(), nread))
+        return out.astype(self.dtype, copy=False), found
+
+    def iter_rows(self, chunk_rows: int = 1 << 16):
+        """Yield (keys (m,) uint64, rows (m, dim)) chunks of every live row, file by file: a snapshot
+        of the dumps acknowledged before the call (files stay readable until the generator ends)."""
+        keys, loc, files = self._cat.snapshot(self.path)
+        nread = 0
+        try:
+            order = np.lexsort((loc[:, 1], loc[:, 0]))
+            for a in range(0, keys.shape[0], chunk_rows):
+                sel = order[a:a + chunk_rows]
+                out = np.empty((sel.shape[0], self.dim), dtype=self._disk_dtype)
+                nread += self._io.read_rows(files, loc[sel, 0], loc[sel, 1], out,
+                                            np.arange(sel.shape[0], dtype=np.int64))
+                yield keys[sel], out.astype(self.dtype, copy=False)
+        finally:
+            self._unlink(self._cat.release(files.values(), nread))
 
     def compact(self) -> int:
         """Merge every file more than ``stale_fraction`` stale now -> number of files removed."""
-        from ._compaction import compact
-        return compact(self, force=True)
+        return self._compactor.run(force=True)
 
     def stats(self) -> dict:
         """Counters: files, disk_bytes, live_rows, stale_rows, bytes_read, bytes_written, compactions,
-        recovered_rows, recovered_files, discarded_files, compaction_errors."""
-        with self._mu:
-            live = len(self._index)
-            return dict(files=len(self._files), disk_bytes=sum(f.size for f in self._files.values()),
-                        live_rows=live, stale_rows=self._total_rows - live, **self._stats)
+        recovered_rows, recovered_files, discarded_files, compaction_errors, index_bytes (DRAM of
+        the key index and block crc tables)."""
+        return dict(self._cat.stats(), index_bytes=self._cat.index_bytes())
 
     def export_h5(self, path) -> int:
         """Write every live (key, row) to HDF5 datasets "keys" (n,) uint64 and "rows" (n, dim),
@@ -286,24 +244,19 @@ class SSDStore:
 
     def close(self) -> None:
         """Stop the background compaction and release the store. Idempotent."""
-        with self._mu:
-            if self._closed:
-                return
-            self._closed = True
+        if not self._cat.close():
+            return
         self._wake.set()
         if self._thread is not None:
             self._thread.join()
-        with self._compact_mu, self._dump_mu:
-            if self._pool is not None:
-                self._pool.shutdown()
-            self._fds.close_all()
+        with self._compactor.lock, self._dump_mu:
+            self._io.close()
             if self._lock_handle is not None:
-                self._env.unlock(self._lock_handle)
+                self._io.env.unlock(self._lock_handle)
                 self._lock_handle = None
 
     def __len__(self) -> int:
-        with self._mu:
-            return len(self._index)
+        return len(self._cat)
 
     def __enter__(self):
         return self
@@ -315,68 +268,9 @@ class SSDStore:
         return f"SSDStore({self.path!r}, dim={self.dim}, dtype={self.dtype}, rows_per_file={self.rows_per_file})"
 
     # -- internals ---------------------------------------------------------------------------------
-    def _check_open(self) -> None:
-        """REQUIRES: ``_mu`` held (or construction)."""
-        if self._closed:
-            raise StoreError(f"store {self.path!r} is closed")
-
-    def _p(self, name: str) -> str:
-        return os.path.join(self.path, name)
-
-    def _map(self, fn, n: int) -> None:
-        """Run fn(0..n-1), in the I/O pool when there is one; waits for all, then raises the first error."""
-        self._start(fn, n)()
-
-    def _start(self, fn, n: int):
-        """Start fn(0..n-1) in the I/O pool (inline when there is none or n < 2) -> ``wait()``, which
-        waits for all of them and then raises the first error."""
-        if self._pool is None or n < 2:
-            for i in range(n):
-                fn(i)
-            return lambda: None
-        futs = [self._pool.submit(fn, i) for i in range(n)]
-
-        def wait():
-            errs = [f.exception() for f in futs]
-            for e in errs:
-                if e is not None:
-                    raise e
-        return wait
-
-    def _write_file(self, seq: int, keys, versions, rows) -> _File:
-        """Write one parameter file: temp name, fsync, rename into place (directory not fsynced)."""
-        n = keys.shape[0]
-        kcrc = F.crc32(keys)
-        if versions is not None:
-            kcrc = F.crc32(versions, kcrc)
-        flags = F.FLAG_VERSIONS if versions is not None else 0
-        header = F.pack_header(self._code, self.dim, flags, seq, n, kcrc, F.crc32(rows))
-        tmp, final = self._p(F.tmp_name(seq)), self._p(F.param_name(seq))
-        size = F.layout(n, self.dim, self._disk_dtype.itemsize, versions is not None)[2]
-        try:
-            h = self._env.open_write(tmp)
-            try:
-                self._env.write(h, header)
-                self._env.write(h, keys)
-                if versions is not None:
-                    self._env.write(h, versions)
-                self._env.write(h, rows)
-                self._env.fsync(h)
-            finally:
-                self._env.close(h)
-            self._env.rename(tmp, final)
-        except BaseException:
-            self._unlink_quietly([F.tmp_name(seq)])
-            raise
-        return _File(seq, n, size)   # the caller counts bytes_written when it commits the file
-
-    def _unlink_quietly(self, names) -> None:
-        for name in names:
-            self._fds.drop(self._p(name))
-            try:
-                self._env.remove(self._p(name))
-            except OSError:
-                pass
+    def _unlink(self, seqs) -> None:
+        if seqs:
+            self._io.unlink_quietly([F.param_name(s) for s in seqs])
 
     def _locations(self, order, seq0: int):
         """(n, 2) int64 (file seq, slot) of rows ``order`` of a dump whose first file is ``seq0``."""
@@ -386,88 +280,14 @@ class SSDStore:
         np.remainder(order, self.rows_per_file, out=own[:, 1])
         return own
 
-    def _commit_dump(self, staged, own, written) -> None:
-        """Point the staged keys at the new files (``own``: their locations, in ``staged.order``).
-        REQUIRES: ``_mu`` held; files durable."""
-        self._add_files(written)
-        # every location a key leaves is stale now: its previous file, or, for a key repeated in
-        # this dump, the slot its earlier occurrence took here
-        _, old, had = self._index.publish(staged, own)
-        self._add_stale(old[had, 0])
-
-    def _add_files(self, written) -> None:
-        """Enter durable new files into the file table. REQUIRES: ``_mu`` held."""
-        for f in written:
-            self._files[f.seq] = f
-            self._total_rows += f.n_rows
-            self._stats["bytes_written"] += f.size
-
-    def _add_stale(self, fseqs) -> None:
-        """REQUIRES: ``_mu`` held."""
-        if fseqs.shape[0] == 0:
-            return
-        useq, counts = np.unique(fseqs, return_counts=True)
-        for s, c in zip(useq.tolist(), counts.tolist()):
-            self._files[s].stale += c
-
-    def _read_file(self, f: _File, with_keys: bool = False, scratch: bool = False):
-        """Read a whole file and check it -> (rows view, keys, versions) (keys None unless asked).
-        ``scratch``: read into this thread's reused buffer; the rows view is valid only until this
-        thread's next scratch read."""
-        where = self._p(F.param_name(f.seq))
-        with self._fds.use(where) as handle:
-            buf = self._env.pread(handle, 0, f.size, into=self._scratch if scratch else None)
-        hdr = F.Header(buf, where, len(buf))
-        if hdr.seq != f.seq or hdr.n_rows != f.n_rows or hdr.dim != self.dim or hdr.code != self._code:
-            raise CorruptionError(f"{where}: header does not match the store's index")
-        rows = F.parse_rows(buf, hdr, where)
-        keys = versions = None
-        if with_keys:
-            keys, versions = F.parse_keys(buf, hdr, where)
-        return rows, keys, versions
-
-    def _read_rows(self, f: _File, scratch: bool = False):
-        return self._read_file(f, scratch=scratch)[0]
-
-    def _scratch(self, n: int):
-        """This thread's read buffer, grown to at least ``n`` bytes (thread-local: no lock)."""
-        buf = getattr(self._tls, "buf", None)
-        if buf is None or buf.shape[0] < n:
-            buf = self._tls.buf = np.empty(max(n, 1 << 20), dtype=np.uint8)
-        return buf
-
-    def _release(self, files, count_read: bool = False) -> None:
-        """Drop references taken under ``_mu``; delete files merged away meanwhile."""
-        doomed = []
-        with self._mu:
-            for f in files:
-                f.refs -= 1
-                if count_read:
-                    self._stats["bytes_read"] += f.size
-                if f.obsolete and f.refs == 0:
-                    doomed.append(F.param_name(f.seq))
-        if doomed:
-            self._unlink_quietly(doomed)
-
-    def _needs_compaction(self) -> bool:
-        with self._mu:
-            return self._total_rows > self.options.compact_ratio * len(self._index)
-
     def _background(self) -> None:
-        from ._compaction import compact
         while True:
             self._wake.wait(self.options.compact_interval_s)
             self._wake.clear()
-            if self._closed:
+            if self._cat.closed:
                 return
             try:
-                compact(self, force=False)
+                self._compactor.run(force=False)
             except Exception as e:  # keep serving; the next round retries
-                with self._mu:
-                    self._stats["compaction_errors"] += 1
+                self._cat.count("compaction_errors")
                 log.warning("hps.ssd: background compaction of %s failed: %r", self.path, e)
-
-    # -- open / recovery ---------------------------------------------------------------------------
-    def _open(self) -> None:
-        from ._recovery import open_store
-        open_store(self)

@@ -16,8 +16,8 @@ import sys
 import threading
 import time
 
-from ..config import (DENSE_OPTIMIZERS, DEVICES, FORMATS, MPI_WAITS, SPARSE_OPTIMIZERS, SPARSE_SYNCS, Config,
-                      flatten_options)
+from ..config import (DENSE_OPTIMIZERS, DEVICES, FORMATS, MPI_WAITS, PAGE_CACHE_MODES, SPARSE_OPTIMIZERS,
+                      SPARSE_SYNCS, Config, flatten_options)
 from ..data import DEFAULT_MAX_MALFORMED
 from ..errors import HpsError, InvalidInputError, InvalidTypeError
 
@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--keep-ssd", action="store_true", default=S,
                    help="keep this job's SSD-PS at the end instead of removing it")
     g.add_argument("--rows-per-file", type=int, default=S, help="SSD-PS rows per file (16384)")
+    g.add_argument("--ssd-page-cache", choices=PAGE_CACHE_MODES, default=S,
+                   help="SSD-PS reads: O_DIRECT, or through the page cache dropping what was read, or plain (direct)")
     g.add_argument("--hbm-capacity", type=int, default=S, help="HBM-PS keys (sized from batch 1)")
     g.add_argument("--n-parts", type=int, default=S, help="HBM-PS parts / GPUs per process (1)")
     g = p.add_argument_group("training")

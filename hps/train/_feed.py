@@ -149,11 +149,15 @@ class Feed:
     def epoch(self) -> Iterator[LocalBatch]:
         """Local batches of one pass, until every shard of this rank has run out."""
         its = [r.batches() for r in self.readers]
-        while True:
-            parts = [next(it, None) for it in its]
-            if all(p is None for p in parts):
-                break
-            yield self._compose(parts)
+        try:
+            while True:
+                parts = [next(it, None) for it in its]
+                if all(p is None for p in parts):
+                    break
+                yield self._compose(parts)
+        finally:  # also when abandoned: a suspended reader would hold its file open
+            for it in its:
+                getattr(it, "close", lambda: None)()
         self._parsed += sum(r.stats.bytes for r in self.readers)
         for r in self.readers:
             r.stats.bytes = 0

@@ -49,7 +49,7 @@ def run(cfg, comm=None, log=print, on_fatal=None) -> dict:
         say(f"hps: training {cfg.data.format} data on {cfg.tiers.device}, {coll.size} rank(s) "
             f"({trainer.feed.n_shards} data shard(s), sparse sync {cfg.train.sparse_sync}, MPI wait "
             f"{coll.wait_mode}), batch {cfg.train.batch_size}, mini-batch {cfg.train.minibatch_size}, "
-            f"MEM-PS budget {trainer.memps.cache.budget_bytes / 2**20:.0f} MiB, SSD-PS {trainer.ssd_dir}")
+            f"MEM-PS cache {trainer.memps.cache.capacity_rows:,} rows, SSD-PS {trainer.ssd_dir}")
         say(trainer.describe_model())
         metrics = trainer.fit()
         if cfg.train.export:  # before evaluating: a bad eval file must not cost the trained model

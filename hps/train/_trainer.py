@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..comm import SPARSE_KEYS
 from ..config import Config
 from ..errors import HashTableFullError, InvalidInputError, NumericalError, PipelineError
 from ..mem import MemPS, RowInitializer
@@ -32,8 +33,9 @@ from ..metrics import auc as auc_score
 from ..metrics import logloss as logloss_score
 from ..model import CTRModel, make_dense_optimizer, make_sparse_optimizer
 from ..pipeline import STOP_TIMEOUT_S, Pipeline, Stage
-from ..ssd import ScratchEnv, SSDStore
+from ..ssd import ScratchEnv, SSDOptions, SSDStore
 from . import _checkpoint, _warmup
+from ._budget import plan_memory
 from ._collectives import Collectives
 from ._feed import Feed, LocalBatch, empty_batch
 from ._hierarchy import ParameterHierarchy, _host, make_hbm
@@ -94,10 +96,16 @@ class Trainer:
         self._ssd = SSDDir.claim(t.ssd_path, self.coll.rank, self.coll.size, keep=t.keep_ssd)
         self.ssd_dir = self._ssd.store_path
         try:
+            resident, owned = self._first_working_set()
+            self.plan = plan_memory(t.mem_budget or _DEFAULT_BUDGET, self.row_width, owned, resident,
+                                    window=WINDOW, device=t.device, n_parts=t.n_parts,
+                                    hbm_capacity=t.hbm_capacity, rows_per_file=t.rows_per_file)
+            self.log(f"hps: {self.plan.describe()}")
             # SSD-PS is this run's scratch space (durability comes from checkpoints): no fsync per dump
+            opts = SSDOptions(page_cache=t.ssd_page_cache, **self.plan.ssd_options())
             self.store = SSDStore(str(self.ssd_dir), self.row_width, dtype=np.float32,
-                                  rows_per_file=t.rows_per_file, env=ScratchEnv())
-            self.memps = MemPS(self.store, self.row_width, budget_bytes=t.mem_budget or _DEFAULT_BUDGET,
+                                  rows_per_file=t.rows_per_file, options=opts, env=ScratchEnv())
+            self.memps = MemPS(self.store, self.row_width, capacity_rows=self.plan.cache_rows,
                                initializer=self.initializer)
         except BaseException:  # a bad value or an interrupt: leave nothing behind
             self.close()
@@ -106,6 +114,22 @@ class Trainer:
         self.peak_resident = 0
         self.start_index = 0
         self.history = {"loss": []}
+
+    def _first_working_set(self) -> tuple[int, int]:
+        """(keys this rank will hold resident for the first batch, how many of them it owns): the
+        working set the memory plan is checked against before training starts. Each rank parses only
+        its own first local batch; the keys meet at their owners (``owner``) or are gathered by every
+        rank (``allreduce``). Collective over the main channel."""
+        batches = self.feed.epoch()
+        first = next(batches, None)
+        batches.close()  # a suspended reader would hold its file open
+        local = unique_inverse(first.data.keys)[0] if first is not None else np.empty(0, np.uint64)
+        if self.sync.replicated:
+            everyone = unique_inverse(self.coll.main.allgatherv(local, SPARSE_KEYS))[0]
+            return everyone.shape[0], int(self.coll.owned_mask(everyone).sum())
+        asked = self.coll.main.exchange_by_owner(local, SPARSE_KEYS)[0]
+        owned = unique_inverse(asked)[0].shape[0]
+        return owned, owned
 
     # -- stages ---------------------------------------------------------------------------------------------
     def _source(self):
@@ -133,12 +157,11 @@ class Trainer:
                     break
                 cur = nxt
 
-    def _ensure_hierarchy(self, working_set_size: int):
+    def _ensure_hierarchy(self):
         if self.hier is not None:
             return
         t = self.cfg.tiers
-        capacity = t.hbm_capacity or max(1024, 2 * (WINDOW + 1) * working_set_size)
-        hbm = make_hbm(capacity, self.row_width, t.device, t.n_parts)
+        hbm = make_hbm(self.plan.hbm_keys, self.row_width, t.device, t.n_parts)
         pull = self.coll.prepare.pull_rows if self.sync.replicated else None
         self.hier = ParameterHierarchy(hbm, self.memps, WINDOW, self.coll.owned_mask, pull)
 
@@ -148,7 +171,7 @@ class Trainer:
 
     def _prepare(self, w: Work) -> Work:
         resident, w.plans = self.sync.plan(w.local)
-        self._ensure_hierarchy(resident.shape[0])
+        self._ensure_hierarchy()
         w.prepared = self.hier.prepare(w.index, resident)
         self.peak_resident = max(self.peak_resident, self.hier.resident)
         return w
@@ -280,7 +303,7 @@ class Trainer:
             batches = self.feed.eval_batches()
         batches = iter(batches)
         # nothing trained in this run (resumed after the last batch): the rows are in the tiers
-        self._ensure_hierarchy(1)
+        self._ensure_hierarchy()
         ch, D = self.coll.main, self.emb_dim
         labels, probs = [], []
         while True:
@@ -316,6 +339,7 @@ class Trainer:
         return {"bytes_parsed": self.feed.bytes_parsed, "resident_rows": self.peak_resident,
                 "bytes_sent": self.coll.bytes_sent(), "stage_cpu_seconds": cpu, "mpi_seconds": mpi,
                 "mpi_cpu_seconds": mpi_cpu, "malformed": self.feed.malformed(),
+                "ssd_rows_loaded": self.memps.stats()["ssd_loads"],
                 "ssd": {k: st[k] for k in ("bytes_read", "bytes_written", "disk_bytes", "files", "live_rows")}}
 
     def metrics(self) -> dict:
@@ -342,6 +366,7 @@ class Trainer:
             "ssd_disk_bytes": ssd["disk_bytes"],
             "ssd_files": ssd["files"],
             "table_rows": ssd["live_rows"],
+            "ssd_rows_loaded": sum(r["ssd_rows_loaded"] for r in per),
             "sparse_parameters": ssd["live_rows"] * self.emb_dim,
             "dense_parameters": sum(int(p.size) for p in self.model.params.values()),
             "ranks": self.coll.size,

@@ -19,6 +19,8 @@ from dataclasses import replace
 
 import numpy as np
 
+from ._budget import budget_for_rows
+
 #: Examples per warm-up batch, and batches (more than the residency window, so rows leave HBM-PS,
 #: spill from MEM-PS and come back from SSD-PS). Only the kernels' argument types matter, not sizes.
 WARMUP_EXAMPLES = 32
@@ -74,7 +76,7 @@ def _scratch_run(trainer, first) -> None:
         data=replace(cfg.data, eval_data=None),
         # a budget of one batch's working set: later batches spill to SSD-PS and load back
         tiers=replace(cfg.tiers, ssd_path=None, keep_ssd=False, hbm_capacity=None,
-                      mem_budget=max(1, working_set) * trainer.row_width * 4),
+                      mem_budget=budget_for_rows(working_set, trainer.row_width, cfg.tiers.rows_per_file)),
         train=replace(cfg.train, batch_size=WARMUP_EXAMPLES,
                       minibatch_size=min(cfg.train.minibatch_size, WARMUP_EXAMPLES // 2), epochs=1,
                       checkpoint_dir=None, checkpoint_every=0, resume=False, export=None, metrics_out=None,
