@@ -145,8 +145,9 @@ def scaling(a) -> dict:
             m["job_cpu_s"] = sum(t["cpu"] for t in m["time_per_rank"])
             m["job_cpu_vs_1"] = m["job_cpu_s"] / base_cpu
             fixed = out["fixed_cpu_s"]
-            beyond = base_cpu - n0 * fixed
-            m["job_cpu_beyond_fixed_vs_1"] = (m["job_cpu_s"] - n * fixed) / beyond if beyond > 0 else None
+            beyond = base_cpu - n0 * fixed  # meaningless when the job is little more than its fixed cost
+            m["job_cpu_beyond_fixed_vs_1"] = ((m["job_cpu_s"] - n * fixed) / beyond
+                                              if beyond > 0.25 * base_cpu else None)
     print(report(out))
     return out
 
