@@ -1,4 +1,6 @@
-"""Hierarchical all-reduce against MPI's own ``Allreduce`` (dense) and an allgather reduction (sparse).
+"""Hierarchical all-reduce against MPI's own ``Allreduce`` (dense), and the sparse exchanges: the
+hierarchical sparse all-reduce (Appendix C.3), an allgather reduction, and the owner exchange of
+``--sparse-sync owner``.
 
 Run (osu-style: warm-up iterations, barrier, sweep of message sizes 1 KB ... 16 MB)::
 
@@ -13,7 +15,12 @@ Workloads (message size S = bytes of one rank's input):
 - dense: S / 4 float32; hierarchical ``dense_allreduce`` vs ``comm.Allreduce(MPI.SUM)``.
 - sparse: S / (8 + 4 * dim) rows of (uint64 key, dim float32) per rank, keys drawn without
   replacement from 2 x rows distinct keys (about half of any two ranks' keys are shared);
-  ``sparse_allreduce`` vs ``sparse_allreduce_allgather``.
+  ``sparse_allreduce`` (hier) vs ``sparse_allreduce_allgather`` (base) vs the owner exchange of one
+  mini-batch of the trainer's ``--sparse-sync owner`` (owner): each key's owner sends its row to the
+  rank holding the key (alltoallv) and gets that rank's gradient back (alltoallv) and sums the
+  contributions per key. The owner exchange leaves each sum at the key's owner only (which applies
+  the update there), the all-reduces leave every sum on every rank; its key routing is done once per
+  batch in the trainer's prepare stage and is not timed here.
 
 On the 2-core development machine 4 ranks are oversubscribed (two ranks per core): timings include
 time slicing, and every "node" is the same shared memory. Numbers are for comparing the schedules,
@@ -62,7 +69,11 @@ def run(comm, ranks_per_node, min_size, max_size, dim, seed=7):
     import numpy as np
     from mpi4py import MPI
 
-    from hps.comm import CommStats, Topology, dense_allreduce, sparse_allreduce, sparse_allreduce_allgather
+    from hps.comm import (SPARSE_GRADS, SPARSE_KEYS, SPARSE_ROWS, CommStats, Topology, dense_allreduce,
+                          sparse_allreduce, sparse_allreduce_allgather)
+    from hps.comm._kernels import segment_sum
+    from hps.train._collectives import Channel
+    from hps.train._sync import unique_inverse
 
     rank, size = comm.Get_rank(), comm.Get_size()
     topo = Topology(comm, ranks_per_node=ranks_per_node)
@@ -94,8 +105,25 @@ def run(comm, ranks_per_node, min_size, max_size, dim, seed=7):
                     iters, warmup)
         assert np.array_equal(res["h"][0], res["b"][0]) and np.allclose(res["h"][1], res["b"][1], atol=1e-4)
         per_call = lambda stt: comm.allreduce(stt.bytes_sent["sparse_allreduce"] / stt.calls["sparse_allreduce"]) / size  # noqa: E731
+        # owner exchange: route the keys once (the trainer's prepare stage), then time rows out + grads back
+        so = CommStats()
+        ch = Channel("bench", comm, so)
+        asked, recv, order, send = ch.exchange_by_owner(keys, SPARSE_KEYS)
+        owned, uinv = unique_inverse(asked)
+        table = np.random.default_rng(seed + 7 * rank).standard_normal((owned.size, dim)).astype(np.float32)
+        so.reset()
+
+        def owner_step():
+            ch.alltoallv(table[uinv], recv, send, SPARSE_ROWS)
+            res["o"] = segment_sum(ch.alltoallv(vals[order], send, recv, SPARSE_GRADS), uinv, owned.size)
+
+        t_o = _time(comm, owner_step, iters, warmup)
+        sums = dict(zip(res["h"][0].tolist(), range(len(res["h"][0]))))
+        assert np.allclose(res["o"], res["h"][1][[sums[k] for k in owned.tolist()]], atol=1e-4), "owner sums differ"
+        o_bytes = comm.allreduce((so.bytes_sent[SPARSE_ROWS] + so.bytes_sent[SPARSE_GRADS]) / so.calls[SPARSE_GRADS]) / size
         rows_out.append(dict(op="sparse", size=s, iters=iters, hier_us=t_h * 1e6, base_us=t_b * 1e6,
-                             hier_bytes=per_call(sh), base_bytes=per_call(sb), rows=n, result_rows=len(res["h"][0])))
+                             hier_bytes=per_call(sh), base_bytes=per_call(sb), owner_us=t_o * 1e6,
+                             owner_bytes=o_bytes, rows=n, result_rows=len(res["h"][0])))
     meta = dict(ranks=size, n_nodes=topo.n_nodes, node_sizes=list(topo.node_sizes), ranks_per_node=ranks_per_node,
                 dim=dim, host=platform.node(), cpus=os.cpu_count(), oversubscribed=size > (os.cpu_count() or 1),
                 mpi=MPI.Get_library_version().splitlines()[0].strip(), baseline_dense="MPI Allreduce",
@@ -127,12 +155,15 @@ def main(argv=None):
         return 0
     print(f"# hps.comm all-reduce: {meta['ranks']} ranks, nodes {meta['node_sizes']}, {meta['cpus']} cpus"
           f"{' (OVERSUBSCRIBED)' if meta['oversubscribed'] else ''}; {meta['mpi']}")
-    print(f"{'op':<7}{'size':>8}{'iters':>7}{'hier us':>12}{'base us':>12}{'ratio':>8}{'hier MB/rank':>14}{'base MB/rank':>14}")
+    print(f"{'op':<7}{'size':>8}{'iters':>7}{'hier us':>12}{'base us':>12}{'ratio':>8}{'hier MB/rank':>14}"
+          f"{'base MB/rank':>14}{'owner us':>12}{'owner MB/rank':>15}")
     for r in rows:
+        owner = (f"{r['owner_us']:>12.1f}{r['owner_bytes'] / 1e6:>15.3f}" if "owner_us" in r else f"{'-':>12}{'-':>15}")
         print(f"{r['op']:<7}{_fmt_size(r['size']):>8}{r['iters']:>7}{r['hier_us']:>12.1f}{r['base_us']:>12.1f}"
-              f"{r['hier_us'] / r['base_us']:>8.2f}{r['hier_bytes'] / 1e6:>14.3f}{r['base_bytes'] / 1e6:>14.3f}")
+              f"{r['hier_us'] / r['base_us']:>8.2f}{r['hier_bytes'] / 1e6:>14.3f}{r['base_bytes'] / 1e6:>14.3f}{owner}")
     print("# base: dense = MPI Allreduce (base bytes = 2(p-1)/p S, the bandwidth-optimal count);"
-          " sparse = allgather + merge. ratio = hier / base (< 1: hierarchical faster)")
+          " sparse = allgather + merge. ratio = hier / base (< 1: hierarchical faster);"
+          " owner = the --sparse-sync owner exchange of one mini-batch (rows out, gradients back)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "results": rows}, f, indent=1)

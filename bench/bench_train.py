@@ -1,7 +1,7 @@
 """End-to-end training benchmarks of ``python -m hps.train`` (each writes JSON under bench/results/).
 
     python -m bench.bench_train outofcore   # --mem-budget at 10 % of the table vs everything in memory
-    python -m bench.bench_train scaling     # examples/s at 1, 2 and 4 MPI ranks (mpiexec)
+    python -m bench.bench_train scaling     # per-rank work at 1, 2, 4, 8 MPI ranks (bench/train_scaling.py)
     python -m bench.bench_train scale --rows 1800000 --embedding-dim 192
                                             # a table larger than free DRAM; peak RSS and examples/s
 
@@ -79,16 +79,9 @@ def outofcore(a) -> None:
 
 
 def scaling(a) -> None:
-    base = ["--rows", str(a.rows), "--batch-size", "16384", "--minibatch-size", "2048"]
-    runs = {n: run_job(base + (["--ranks-per-node", "2"] if n == 4 else []), ranks=n) for n in (1, 2, 4)}
-    one = runs[1]["examples_per_sec"]
-    for n, m in runs.items():
-        comm = m["comm_seconds"] / max(m["train_seconds"], 1e-9)
-        per_ex = {k: v / max(m["examples"], 1) for k, v in m["bytes_sent"].items()}
-        print(f"{n} rank(s): {m['examples_per_sec']:,.0f} examples/s ({m['examples_per_sec'] / one:.2f}x), "
-              f"AUC {m['auc']:.4f}, comm share {comm:.0%}, bytes/example {per_ex}")
-    print("note: this machine has 2 cores, so 4 ranks are oversubscribed (the paper: 3.57x at 4 nodes)")
-    print("saved", save("scaling", {str(n): m for n, m in runs.items()}))
+    from .train_scaling import scaling as sweep
+
+    print("saved", save("scaling", sweep(a)))  # the table is printed; bench/run_all.sh tees it to .txt
 
 
 def scale(a) -> None:
@@ -115,16 +108,29 @@ def scale(a) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.bench_train", description=__doc__.split("\n\n")[0])
     p.add_argument("which", choices=["outofcore", "scaling", "scale"])
-    p.add_argument("--rows", type=int, default=400_000)
+    p.add_argument("--rows", type=int, default=None, help="examples (scaling: lines per part) "
+                   "(400000; scaling 200000)")
     p.add_argument("--fields", type=int, default=16)
     p.add_argument("--vocab-per-field", type=int, default=50_000_000)
     p.add_argument("--zipf", type=float, default=0.9)
-    p.add_argument("--embedding-dim", type=int, default=64)
+    p.add_argument("--embedding-dim", type=int, default=None, help="(scale 64; scaling 16)")
     p.add_argument("--mem-budget", default="8GB")
     p.add_argument("--rows-per-file", type=int, default=65_536)
     p.add_argument("--ssd-path", help="SSD-PS root (default: a new temporary directory per run)")
+    g = p.add_argument_group("scaling")
+    g.add_argument("--ranks", default="1,2,4,8", help="scaling: rank counts")
+    g.add_argument("--batch-size", type=int, default=16384, help="scaling: global batch (strong; weak: x N)")
+    g.add_argument("--minibatch-size", type=int, default=2048, help="scaling: global mini-batch")
+    g.add_argument("--hidden", default="128,64", help="scaling: MLP hidden sizes")
+    g.add_argument("--sparse-sync", default="owner", help="scaling: owner or allreduce")
+    g.add_argument("--no-weak", dest="weak", action="store_false", help="scaling: strong scaling only")
+    g.add_argument("--work-dir", default=None, help="scaling: where the generated data goes (a temp dir)")
     p.add_argument("--ssd-page-cache", default="direct", choices=["direct", "dontneed", "keep"])
     a = p.parse_args(argv)
+    if a.rows is None:
+        a.rows = 200_000 if a.which == "scaling" else 400_000
+    if a.embedding_dim is None:
+        a.embedding_dim = 16 if a.which == "scaling" else 64
     {"outofcore": outofcore, "scaling": scaling, "scale": scale}[a.which](a)
     return 0
 

@@ -7,7 +7,8 @@ optimizers (through ``hps.model.ModelConfig.from_options``, once the data's fiel
 that library, not the job).
 
 Only ``hps.train``'s CLI parses arguments; everything else takes these objects. Sizes are global
-(``batch_size``/``minibatch_size`` describe the whole job; under ``mpirun -np N`` each rank takes 1/N).
+(``batch_size``/``minibatch_size`` describe the whole job; under ``mpirun -np N`` each rank reads its
+own shards of the data and contributes 1/N of every mini-batch).
 
 Every field's value is checked against its annotation on construction (an integer, a number, true or
 false, a string; ``| None`` = may be unset), so a TOML value of the wrong type is one clear
@@ -33,6 +34,8 @@ DENSE_OPTIMIZERS = ("adam", "adagrad", "sgd")
 DEFAULT_CROSS_LAYERS = 3            # dcn: cross layers when --cross-layers is not given
 DEFAULT_BOTTOM_HIDDEN = 64          # dlrm: bottom MLP (64, embedding_dim) when --bottom-mlp is not given
 DEVICES = ("cpu", "cuda")
+SPARSE_SYNCS = ("owner", "allreduce")
+MPI_WAITS = ("auto", "spin", "yield")
 PAGE_CACHE_MODES = ("direct", "dontneed", "keep")   # hps.ssd.SSDOptions.page_cache
 #: Seeds are unsigned 64-bit integers (they are mixed into uint64 key hashes).
 MAX_SEED = (1 << 64) - 1
@@ -121,11 +124,12 @@ class DataConfig:
     libsvm_fields: int | None = None    # libsvm: positional fields (default: features on line 1)
     strict: bool = False                # first malformed line is an error instead of skipped
     max_malformed: float = DEFAULT_MAX_MALFORMED  # fraction of malformed lines a pass may skip
+    data_shards: int | None = None      # shards the data is cut into (None = one per rank)
 
     def __post_init__(self):
         _check_types(self)
         _one_of("format", self.format, FORMATS)
-        _positive(self, "rows", "fields", "vocab_per_field", "zipf", "libsvm_fields")
+        _positive(self, "rows", "fields", "vocab_per_field", "zipf", "libsvm_fields", "data_shards")
         for name in ("fields", "libsvm_fields"):
             if getattr(self, name) is not None:
                 check_n_fields(getattr(self, name), name.replace("_", "-"))
@@ -235,12 +239,16 @@ class TrainConfig:
     metrics_out: str | None = None      # JSON metrics file
     plots: str | None = None            # directory for PNG figures (needs matplotlib)
     ranks_per_node: int | None = None   # MPI: override node grouping (tests: 4 ranks = 2 x 2)
+    sparse_sync: str = "owner"          # MPI: owner (rows live at their owner) | allreduce (App. C.3)
+    mpi_wait: str = "auto"              # MPI: spin | yield (poll with sleeps) | auto (yield if oversubscribed)
     progress: bool = True               # tqdm progress bar
 
     def __post_init__(self):
         _check_types(self)
         _positive(self, "batch_size", "minibatch_size", "epochs", "queue_depth", "ranks_per_node",
                   "keep_checkpoints")
+        _one_of("sparse-sync", self.sparse_sync, SPARSE_SYNCS)
+        _one_of("mpi-wait", self.mpi_wait, MPI_WAITS)
         if not 0 <= self.seed <= MAX_SEED:
             raise InvalidInputError(f"seed must be an integer in [0, 2**64 - 1], got {self.seed}")
         if self.checkpoint_every < 0:

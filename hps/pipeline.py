@@ -5,12 +5,15 @@ it blocks when that queue is full (the next stage already has ``depth`` unproces
 the trainer's four stages (read, prepare, place, train) batch *i* trains while *i+1* is placed,
 *i+2* prepared and *i+3* read.
 
-Every stage records its busy time (inside its function) and its waiting time (blocked on the input
-queue or on a full output queue); :meth:`Pipeline.report` names the bottleneck stage (most busy).
+Every stage records its busy time (inside its function), the CPU time its thread used meanwhile
+(``time.thread_time``) and its waiting time (blocked on the input queue or on a full output queue);
+:meth:`Pipeline.report` names the bottleneck stage (most busy).
 
 Failure: the first exception in any stage stops the whole pipeline (other stages are woken and exit)
 and is re-raised from :meth:`Pipeline.run` as :class:`hps.errors.PipelineError` naming the stage, with
-the original exception (and its traceback) as ``__cause__``.
+the original exception (and its traceback) as ``__cause__``. ``on_error(stage, exc)``, if given, is
+called first, in the failing thread (e.g. to abort an MPI job at once: a peer may be waiting in a
+collective this process will never join).
 
 Interrupt: a ``KeyboardInterrupt`` (or subclass) raised in the caller's thread while it drives the
 pipeline — Ctrl-C, or any signal handler that raises one — stops every stage the same way and is
@@ -43,6 +46,7 @@ STOP_TIMEOUT_S = 60.0
 @dataclass
 class StageTimes:
     busy: float = 0.0
+    cpu: float = 0.0
     wait_in: float = 0.0
     wait_out: float = 0.0
     items: int = 0
@@ -62,11 +66,12 @@ class Stage:
 
 
 class Pipeline:
-    """``Pipeline(source_name, source_iterable, [Stage, ...], depth=1, stop_timeout_s=60)``;
-    ``run(sink)`` drives it."""
+    """``Pipeline(source_name, source_iterable, [Stage, ...], depth=1, stop_timeout_s=60,
+    on_error=None)``; ``run(sink)`` drives it."""
 
     def __init__(self, source_name: str, source: Iterable, stages: list[Stage], depth: int = 1,
-                 stop_timeout_s: float = STOP_TIMEOUT_S):
+                 stop_timeout_s: float = STOP_TIMEOUT_S, on_error: Callable | None = None):
+        self.on_error = on_error
         self.source = Stage(source_name, lambda x: x)
         self._source_iter = source
         self.stages = stages
@@ -105,6 +110,8 @@ class Pipeline:
         return _DONE
 
     def _fail(self, stage: str, exc: BaseException) -> None:
+        if self.on_error is not None:
+            self.on_error(stage, exc)
         with self._lock:
             if self._error is None:
                 self._error = (stage, exc)
@@ -116,12 +123,13 @@ class Pipeline:
         try:
             it = iter(self._source_iter)
             while not self._stop.is_set():
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.thread_time()
                 try:
                     item = next(it)
                 except StopIteration:
                     break
                 times.busy += time.perf_counter() - t
+                times.cpu += time.thread_time() - c
                 times.items += 1
                 if not self._put(out, item, times):
                     return
@@ -141,9 +149,10 @@ class Pipeline:
                     t = time.perf_counter()
                     stage.gate(item)
                     times.wait_in += time.perf_counter() - t
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.thread_time()
                 result = stage.fn(item)
                 times.busy += time.perf_counter() - t
+                times.cpu += time.thread_time() - c
                 times.items += 1
                 if not self._put(out, result, times):
                     return

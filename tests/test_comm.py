@@ -152,6 +152,31 @@ def test_exchange_pull_push_self():
         C.exchange(comm, [keys], kind="bogus")
 
 
+def test_segment_sum_adds_in_input_order():
+    rng = np.random.default_rng(3)
+    idx = rng.integers(0, 5, size=40)
+    vals = rng.standard_normal((40, 3)).astype(np.float32)
+    out = K.segment_sum(vals, idx, 6)
+    ref = np.zeros((6, 3), np.float32)
+    for i, j in enumerate(idx):  # the same order of float32 additions
+        ref[j] += vals[i]
+    assert out.dtype == np.float32 and out.tobytes() == ref.tobytes()
+    assert not out[5].any()
+
+
+def test_trainer_channels_in_one_process():
+    from hps.train._collectives import Collectives
+
+    coll = Collectives()
+    assert (coll.rank, coll.size, coll.wait_mode) == (0, 1, "local")
+    keys = np.array([5, 9], np.uint64)
+    for ch in coll.channels().values():
+        assert ch.agree(np.array([3, 4]), True)[0].tolist() == [3, 4]
+        assert ch.pull_owned(keys, lambda k: row_of(k, 2)).tolist() == row_of(keys, 2).tolist()
+        assert ch.alltoallv(keys, np.array([2]), np.array([2]), C.SPARSE_KEYS) is keys
+    assert coll.owned_mask(keys).all() and coll.bytes_sent()[C.SPARSE_ROWS] == 0
+
+
 def test_comm_stats():
     s = C.CommStats()
     s.add("dense_allreduce", 100, 0.5, calls=1)
@@ -250,3 +275,18 @@ def test_rank_that_raises_ends_the_job(mpiexec):
 def test_killed_rank_ends_the_job(mpiexec):
     proc, secs = _run(mpiexec, 2, "fail_kill.py", timeout=60)
     assert proc.returncode != 0 and secs < 60
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n", [2, 3])
+def test_trainer_channels_under_mpiexec(mpiexec, n):
+    proc, _ = _run(mpiexec, n, "check_channels.py", timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"check_channels: OK on {n} ranks" in proc.stdout
+
+
+@pytest.mark.mpi
+def test_trainer_collectives_need_thread_multiple(mpiexec):
+    proc, _ = _run(mpiexec, 2, "thread_level.py", timeout=60)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "refused: MPI provides MPI_THREAD_SERIALIZED" in proc.stdout and "MPI_THREAD_MULTIPLE" in proc.stdout

@@ -9,7 +9,7 @@ import pytest
 
 from hps import HashTable, HpsError, InternalError
 from hps.mem import MemPS, RowInitializer
-from hps.train._collectives import LocalCollectives
+from hps.train._collectives import Collectives
 from hps.train._hierarchy import ParameterHierarchy
 from tests.reference.store import DictStore
 
@@ -52,7 +52,7 @@ def test_the_scan_sees_builtin_raises_and_asserts(tmp_path):
 def _hierarchy():
     store = DictStore(4)
     mem = MemPS(store, 4, initializer=RowInitializer(2, 4, seed=0), capacity_rows=64)
-    return ParameterHierarchy(HashTable(64, 4), mem, LocalCollectives(), window=3)
+    return ParameterHierarchy(HashTable(64, 4), mem, window=3, owned_mask=Collectives().owned_mask)
 
 
 def test_a_resident_row_missing_from_hbm_is_an_internal_error():

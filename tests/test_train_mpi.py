@@ -1,4 +1,6 @@
-"""Multi-process training under mpiexec: lossless against one process, and fail-fast."""
+"""Multi-process training under mpiexec: each rank reads its own shards, the job ends with exactly the
+model of one process reading the same shards (``--data-shards N``), per-rank work falls with N, and
+a bad or dying rank ends the job instead of hanging it."""
 
 import json
 import os
@@ -9,12 +11,46 @@ import time
 import numpy as np
 import pytest
 
+from hps.comm._wait import node_cores
+from hps.data import CriteoReader
+from hps.mem import owner_of
 from hps.train import load_export, main
 
 pytestmark = pytest.mark.mpi
 
 SMALL = ["--rows", "12000", "--fields", "4", "--vocab-per-field", "3000", "--batch-size", "2048",
          "--minibatch-size", "256", "--hidden", "16,8", "--embedding-dim", "8", "--no-progress"]
+
+
+def criteo_file(path, n=12000, seed=0):
+    """A Criteo TSV file with a planted signal in fields 0-3 and uneven lines: the first half has
+    its counts and most categoricals missing (short lines), the second half is full (long lines), so
+    equal byte ranges hold very different numbers of examples."""
+    rng = np.random.default_rng(seed)
+    vals = np.minimum(rng.zipf(1.3, size=(n, 4)) - 1, 2999)
+    weight = np.random.default_rng(seed + 1).standard_normal((4, 3000))
+    p = 1 / (1 + np.exp(-(weight[np.arange(4), vals].sum(axis=1) - 0.5)))
+    labels = (rng.random(n) < p).astype(int)
+    rest = rng.integers(0, 40, size=(n, 22))
+    ints = rng.integers(0, 10**6, size=(n, 13))
+    lines = []
+    for i in range(n):
+        cats = [f"{v:08x}" for v in vals[i]]
+        if i < n // 2:
+            cats += [""] * 22
+            counts = [""] * 13
+        else:
+            cats += [f"{v:08x}" for v in rest[i]]
+            counts = [str(x) for x in ints[i]]
+        lines.append("\t".join([str(labels[i]), *counts, *cats]))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def criteo_args(path, eval_data=True):
+    return ["--format", "criteo", "--data", str(path), *(["--eval-data", str(path)] if eval_data else []),
+            "--batch-size", "2048", "--minibatch-size", "256", "--hidden", "16,8", "--embedding-dim", "8",
+            "--no-progress"]
 
 
 def mpirun(mpiexec, n, args, timeout=300):
@@ -35,43 +71,81 @@ def compare(a, b, tol):
 
 
 @pytest.fixture(scope="module")
-def single(tmp_path_factory):
-    """The single-process run of ``SMALL`` + model flags (export with first-order weights, metrics)."""
-    done = {}
+def data_file(tmp_path_factory):
+    return criteo_file(tmp_path_factory.mktemp("data") / "train.txt")
 
-    def get(model_args):
-        key = tuple(model_args)
-        if key not in done:
-            d = tmp_path_factory.mktemp("single")
-            assert main([*SMALL, *model_args, "--export", str(d / "model"), "--metrics-out", str(d / "m.json")]) == 0
-            done[key] = load_export(d / "model", first_order=True), json.loads((d / "m.json").read_text())
-        return done[key]
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, data_file):
+    """One process reading K shards: (export with first-order weights, metrics) by (data, K, model
+    flags), run once each."""
+    runs = {}
+
+    def get(data, k, model=()):
+        key = (data, k, tuple(model))
+        if key not in runs:
+            d = tmp_path_factory.mktemp(f"single-{data}-{k}")
+            args = SMALL if data == "synthetic" else criteo_args(data_file)
+            assert main([*args, *model, "--data-shards", str(k), "--export", str(d / "model"),
+                         "--metrics-out", str(d / "m.json")]) == 0
+            runs[key] = load_export(d / "model", first_order=True), json.loads((d / "m.json").read_text())
+        return runs[key]
 
     return get
 
 
-SPILL = ["--ranks-per-node", "2", "--mem-budget", "280KB", "--rows-per-file", "256"]
+SPILL = ["--ranks-per-node", "2", "--mem-budget", "300KB", "--rows-per-file", "128"]
 
 
-@pytest.mark.parametrize("n, model, extra", [
-    (2, [], []),
-    (4, [], SPILL),
-    (4, ["--model", "wdl"], SPILL),      # first-order weights in the rows, over ranks and SSD
-    (2, ["--model", "dlrm"], []),
+@pytest.mark.parametrize("data, n, k, model, extra", [
+    ("synthetic", 2, 2, [], []),
+    ("criteo", 2, 2, [], ["--mpi-wait", "spin"]),
+    ("criteo", 4, 4, [], SPILL),
+    ("criteo", 4, 4, ["--model", "wdl"], SPILL),  # first-order weights in the rows, over ranks and SSD
+    ("synthetic", 2, 2, ["--model", "dlrm"], []),
+    ("synthetic", 4, 4, [], ["--sparse-sync", "allreduce", "--ranks-per-node", "2"]),
+    ("criteo", 2, 4, [], []),  # two shards per rank
 ])
-def test_ranks_end_with_the_single_process_model(mpiexec, single, tmp_path, n, model, extra):
-    ref, mref = single(model)
-    proc = mpirun(mpiexec, n, [*SMALL, *model, *extra, "--export", str(tmp_path / "model"),
-                               "--metrics-out", str(tmp_path / "m.json")])
+def test_ranks_end_with_the_model_of_one_process_reading_the_same_shards(mpiexec, reference, data_file,
+                                                                          tmp_path, data, n, k, model, extra):
+    ref, mref = reference(data, k, model)
+    args = SMALL if data == "synthetic" else criteo_args(data_file)
+    proc = mpirun(mpiexec, n, [*args, *model, *extra, *(["--data-shards", str(k)] if k != n else []),
+                               "--export", str(tmp_path / "model"), "--metrics-out", str(tmp_path / "m.json")])
     assert proc.returncode == 0, proc.stderr[-3000:]
     compare(ref, load_export(tmp_path / "model", first_order=True), 1e-5)
     m = json.loads((tmp_path / "m.json").read_text())
     assert round(m["auc"], 4) == round(mref["auc"], 4)
-    assert m["ranks"] == n and m["bytes_sent"]["sparse_allreduce"] > 0
-    assert m["bytes_sent_per_example"]["sparse_pull"] > 0 and m["bytes_sent"]["owner_writeback"] == 0
-    assert len(list((tmp_path / "model").glob("sparse-rank*-of-%d.h5" % n))) == n
-    if extra:
-        assert m["ssd_bytes_read"] > 0  # rank 0 spilled to SSD and read back
+    assert m["ranks"] == n and m["data_shards"] == k and m["examples"] == mref["examples"]
+    # --mpi-wait auto yields when the ranks outnumber the cores (this 2-core machine at 4 ranks)
+    assert m["mpi_wait"] == ("spin" if "spin" in extra else "yield" if n > node_cores() else "spin")
+    assert len(m["loss_per_batch"]) == len(mref["loss_per_batch"])
+    # every row lives at its owner: rank r's export holds exactly the keys rank r owns
+    for r in range(n):
+        keys = load_export_shard(tmp_path / "model", r, n)
+        assert keys.size and (owner_of(keys, n) == r).all()
+    sent = m["bytes_sent"]
+    if "--sparse-sync" in extra:  # Appendix C.3: everyone holds the global working set
+        assert sent["sparse_allreduce"] > 0 and sent["sparse_rows"] == 0
+        assert m["resident_rows"] == [mref["resident_rows"][0]] * n
+    else:  # owners serve rows and take gradients with the same layout: as many bytes each way
+        assert sent["sparse_rows"] == sent["sparse_grads"] > 0 and sent["sparse_allreduce"] == 0
+        assert sent["sparse_keys"] > 0
+        assert max(m["resident_rows"]) < 1.5 * mref["resident_rows"][0] / n
+        assert sum(m["resident_rows"]) < 1.2 * mref["resident_rows"][0]
+    if data == "criteo":  # every byte parsed once, each rank about its 1/n of the file
+        size = data_file.stat().st_size
+        assert sum(m["bytes_parsed"]) == mref["bytes_parsed"][0] == size
+        assert max(m["bytes_parsed"]) < size / n + 1000
+    if "--mem-budget" in extra:
+        assert min(m["ssd_bytes_read_per_rank"]) > 0  # every rank spilled to SSD and read back
+
+
+def load_export_shard(directory, r, n):
+    import h5py
+
+    with h5py.File(directory / f"sparse-rank{r}-of-{n}.h5", "r") as h:
+        return h["keys"][()]
 
 
 def test_resume_with_the_same_ranks_reproduces_an_uninterrupted_run(mpiexec, tmp_path):
@@ -87,6 +161,67 @@ def test_resume_with_the_same_ranks_reproduces_an_uninterrupted_run(mpiexec, tmp
     wrong = subprocess.run([sys.executable, "-m", "hps.train", *SMALL, "--epochs", "2", "--checkpoint-dir", ck,
                             "--resume"], capture_output=True, text=True, timeout=300)
     assert wrong.returncode != 0 and "same number of ranks" in wrong.stderr
+
+
+def test_a_shorter_shard_adds_empty_batches_instead_of_breaking_the_job(mpiexec, data_file, tmp_path):
+    """Rank 1 reads a shorter copy of the data: it runs out first, the others carry on (no
+    'Message truncated'), and the job trains exactly the examples the two shards hold."""
+    lines = data_file.read_text().splitlines(keepends=True)
+    short = tmp_path / "short.txt"
+    short.write_text("".join(lines[: len(lines) // 3]))
+    mine = [*criteo_args(data_file, eval_data=False), "--metrics-out", str(tmp_path / "m.json")]
+    theirs = criteo_args(short, eval_data=False)
+    proc = subprocess.run([mpiexec, "-n", "1", sys.executable, "-m", "hps.train", *mine, ":",
+                           "-n", "1", sys.executable, "-m", "hps.train", *theirs],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "truncated" not in proc.stderr
+    m = json.loads((tmp_path / "m.json").read_text())
+    want = sum(len(b) for b in CriteoReader(data_file, 1024, shard=(0, 2)).batches()) + \
+        sum(len(b) for b in CriteoReader(short, 1024, shard=(1, 2)).batches())
+    assert m["examples"] == want
+
+
+def _mpmd(mpiexec, groups, timeout=120):
+    """``mpiexec -n a python -m hps.train ARGS : -n b …``; returns (process, seconds)."""
+    cmd = [mpiexec]
+    for count, args in groups:
+        cmd += (["-n", str(count), sys.executable, "-m", "hps.train", *args] + [":"])
+    t = time.time()
+    proc = subprocess.run(cmd[:-1], capture_output=True, text=True, timeout=timeout)
+    return proc, time.time() - t
+
+
+@pytest.mark.parametrize("case", ["random bytes", "garbage after good data", "strict"])
+def test_a_rank_reading_garbage_ends_the_job_naming_itself(mpiexec, tmp_path, case):
+    """Rank 3 of 4 is given bad data: 1 MB of random bytes (found before training starts), or good
+    lines followed by 1 MB of garbage in its shard (found by its read stage in the middle of the run:
+    too many malformed lines at the end of its pass; with --strict the first one, already in the
+    chunk the warm-up parses). Either way the job ends within a minute, every rank non-zero, naming
+    rank 3; no rank hangs in a collective."""
+    good_data = criteo_file(tmp_path / "good.txt", n=4000)
+    noise = np.random.default_rng(0).integers(0, 256, size=1 << 20, dtype=np.uint8).tobytes()
+    bad = tmp_path / "bad.bin"
+    if case == "random bytes":
+        bad.write_bytes(noise)
+    else:  # rank 3 reads the last quarter: ~1.5 MB of good lines (more than the probe's first MiB), then noise
+        good = criteo_file(tmp_path / "long.txt", n=34000, seed=3).read_bytes()
+        bad.write_bytes(good + noise)
+    strict = ["--strict"] if case == "strict" else []
+    ok = [*criteo_args(good_data, eval_data=False), *strict]
+    proc, secs = _mpmd(mpiexec, [(3, ok), (1, [a if a != str(good_data) else str(bad) for a in ok])])
+    assert proc.returncode != 0 and secs < 60, proc.stderr[-2000:]
+    assert "hps: rank 3 of 4 failed" in proc.stderr and "truncated" not in proc.stderr
+    assert "malformed" in proc.stderr or "no valid example" in proc.stderr
+    if case == "garbage after good data":  # found while training, at the end of rank 3's pass
+        assert "pipeline stage 'read' failed" in proc.stderr
+
+
+def test_ranks_given_different_options_stop_with_one_clear_line(mpiexec):
+    other = [a if a != "2048" else "4096" for a in SMALL]
+    proc, secs = _mpmd(mpiexec, [(1, SMALL), (1, other)])
+    assert proc.returncode != 0 and secs < 60
+    assert "ranks were given different --batch-size: [2048, 4096]" in proc.stderr
 
 
 def test_a_failing_rank_takes_the_job_down_with_its_name(mpiexec, tmp_path):

@@ -16,8 +16,10 @@ from ._dense import dense_allreduce
 from ._exchange import exchange, pull_remote, push_to_owners
 from ._failure import abort_job, abort_on_error, failure_message, install_excepthook, run_guarded
 from ._sparse import compile_kernels, sparse_allreduce, sparse_allreduce_allgather
-from ._stats import DENSE_ALLREDUCE, KINDS, OWNER_WRITEBACK, SPARSE_ALLREDUCE, SPARSE_PULL, CommStats
+from ._stats import (DENSE_ALLREDUCE, KINDS, OWNER_WRITEBACK, SPARSE_ALLREDUCE, SPARSE_GRADS, SPARSE_KEYS,
+                     SPARSE_PULL, SPARSE_ROWS, CommStats)
 from ._topology import Topology
+from ._wait import WAIT_MODES, poll, require_thread_multiple, resolve_wait_mode
 
 __all__ = [
     "Topology",
@@ -34,6 +36,13 @@ __all__ = [
     "SPARSE_ALLREDUCE",
     "DENSE_ALLREDUCE",
     "OWNER_WRITEBACK",
+    "SPARSE_KEYS",
+    "SPARSE_ROWS",
+    "SPARSE_GRADS",
+    "WAIT_MODES",
+    "poll",
+    "resolve_wait_mode",
+    "require_thread_multiple",
     "cuda_aware",
     "local_cuda_support",
     "ENV_FORCE",

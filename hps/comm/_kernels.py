@@ -1,4 +1,4 @@
-"""Numba kernels of the communication layer: reduce-by-key on sorted key arrays.
+"""Numba kernels of the communication layer: reduce-by-key on sorted key arrays, segment sums.
 
 Kernels only: no I/O, no config, no module globals. Every array is a C-contiguous host array.
 Summation order is fixed by the arguments alone (left operand first, then right; duplicates in
@@ -101,3 +101,19 @@ def merge_sum(ka, va, kb, vb):
         j += 1
         o += 1
     return out_k, out_v
+
+
+@njit(nogil=True, cache=True)
+def segment_sum(values, index, n):
+    """Rows of ``values`` summed by ``index``: out[index[i]] += values[i], in input order.
+
+    values (m, d) float32/float64; index (m,) int64 in [0, n). Returns (n, d) of values' dtype
+    (rows no index names are zero). The order of the additions is fixed by the arguments alone.
+    """
+    d = values.shape[1]
+    out = np.zeros((n, d), dtype=values.dtype)
+    for i in range(values.shape[0]):
+        j = index[i]
+        for c in range(d):
+            out[j, c] += values[i, c]
+    return out

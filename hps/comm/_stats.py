@@ -10,11 +10,15 @@ from dataclasses import dataclass, field
 from ..errors import InvalidInputError
 
 #: Kinds of traffic, as named in ``--metrics-out`` (``bytes_sent`` is split by these).
-SPARSE_PULL = "sparse_pull"
-SPARSE_ALLREDUCE = "sparse_allreduce"
-DENSE_ALLREDUCE = "dense_allreduce"
-OWNER_WRITEBACK = "owner_writeback"
-KINDS = (SPARSE_PULL, SPARSE_ALLREDUCE, DENSE_ALLREDUCE, OWNER_WRITEBACK)
+SPARSE_PULL = "sparse_pull"              # rows fetched from their owners (pull_remote, residency fetch)
+SPARSE_ALLREDUCE = "sparse_allreduce"    # gradient rows of the hierarchical sparse all-reduce
+DENSE_ALLREDUCE = "dense_allreduce"      # dense gradients
+OWNER_WRITEBACK = "owner_writeback"      # rows pushed to their owners (push_to_owners)
+SPARSE_KEYS = "sparse_keys"              # keys (and their counts) sent to owners / gathered
+SPARSE_ROWS = "sparse_rows"              # embedding rows an owner serves for a mini-batch
+SPARSE_GRADS = "sparse_grads"            # per-key gradient sums sent to their owners
+KINDS = (SPARSE_PULL, SPARSE_ALLREDUCE, DENSE_ALLREDUCE, OWNER_WRITEBACK, SPARSE_KEYS, SPARSE_ROWS,
+         SPARSE_GRADS)
 
 
 @dataclass

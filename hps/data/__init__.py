@@ -1,9 +1,11 @@
 """Data readers (Criteo TSV, libsvm/libFM, CSV) and the synthetic generator; all yield ``Batch``es.
 
-Entry point: ``open_dataset(path, fmt, batch_size, shard=(rank, n_ranks), strict=False,
+Entry point: ``open_dataset(path, fmt, batch_size, shard=(index, n_shards), strict=False,
 max_malformed=0.01, **options)``. Every dataset offers ``batches(start_batch=0)``, ``probe()``,
 ``stats``, ``n_fields`` and ``n_dense``; the text readers stream in constant memory and
-``SyntheticData`` adds ``eval_batches()`` and ``bayes_auc()``.
+``SyntheticData`` adds ``eval_batches()`` and ``bayes_auc()``. ``shard`` picks the part of the data a
+reader parses (``hps.data._shards``: line-aligned byte ranges or whole files; rows of the synthetic
+data); shards read one after the other give all of the data.
 """
 
 from ._batch import FIELD_SHIFT, MAX_FIELD, MAX_FIELDS, Batch, make_keys
@@ -13,6 +15,7 @@ from ._criteo import NEGATIVE_VALUE, CriteoReader
 from ._csv import CsvReader
 from ._libsvm import LibsvmReader
 from ._open import FORMATS, open_dataset
+from ._shards import share_bounds
 from ._synthetic import SyntheticData
 
 __all__ = [
@@ -33,4 +36,5 @@ __all__ = [
     "NEGATIVE_VALUE",
     "DEFAULT_CHUNK_BYTES",
     "DEFAULT_MAX_MALFORMED",
+    "share_bounds",
 ]

@@ -7,17 +7,20 @@ Every text reader works the same way (constant memory for any file size):
    makes the next block bigger.
 2. A Numba kernel (``_parse_kernels``) parses one chunk into arrays: no Python loop over lines.
 3. ``Rebatcher`` cuts the parsed examples into batches of exactly ``batch_size`` (the last may be
-   shorter), and ``TextReader.batches`` gives each rank its share of every global batch.
+   shorter).
 
-Sharding: every rank parses the whole file and slices its share of each global batch. Parsing cost
-is duplicated on every rank, but all ranks agree on the global batches by construction and a 1-rank
-run is the reference for an N-rank run.
+Sharding (``shard=(s, K)``, ``hps.data._shards``): a reader parses only shard ``s`` of its files —
+whole files when there are at least ``K``, else a byte range aligned to line starts — and its
+batches are that shard's examples in file order. Line numbers in malformed-line reports count from
+the start of the file when the shard starts there, else from the first line of the shard (the
+report names the byte offset it starts at).
 
 Not thread-safe: one ``batches()`` iteration per reader object at a time.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +30,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from ._batch import Batch, make_keys
+from ._shards import Segment, check_shard, plan_segments, seek_segment, share_bounds
 
 #: Default size of one read (bytes). 16 MiB keeps parsed arrays of one chunk around 30 MB.
 DEFAULT_CHUNK_BYTES = 16 << 20
@@ -85,8 +89,23 @@ class ReaderStats:
 
 
 def as_paths(path) -> list[Path]:
-    """One path or a sequence of paths -> list of existing files; a missing one raises."""
-    paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+    """Data files -> list of existing files, in order. ``path``: a file, a directory (its regular files
+    not starting with ``.``, sorted by name), a glob pattern (``*``, ``?``, ``[``; sorted matches), or a
+    sequence of files. A missing file or a pattern matching nothing raises."""
+    if isinstance(path, (str, os.PathLike)):
+        text = os.fspath(path)
+        if Path(text).is_dir():
+            paths = sorted(p for p in Path(text).iterdir() if p.is_file() and not p.name.startswith("."))
+            if not paths:
+                raise DataFileNotFoundError(f"data directory {text} holds no data file")
+        elif any(c in text for c in "*?[") and not Path(text).exists():
+            paths = [Path(x) for x in sorted(glob.glob(text)) if Path(x).is_file()]
+            if not paths:
+                raise DataFileNotFoundError(f"no data file matches {text}")
+        else:
+            paths = [text]
+    else:
+        paths = list(path)
     if not paths:
         raise InvalidInputError("no data file given")
     out = []
@@ -98,16 +117,33 @@ def as_paths(path) -> list[Path]:
     return out
 
 
-def iter_line_chunks(f, chunk_bytes: int, first_line: int = 1) -> Iterator[tuple[np.ndarray, int]]:
+def iter_line_chunks(f, chunk_bytes: int, first_line: int = 1,
+                     limit: int | None = None) -> Iterator[tuple[np.ndarray, int]]:
     """Blocks of whole lines of the binary file object ``f`` from its current position.
 
     Yields ``(buf, first_line)``: buf (m,) uint8 host, every line ending in ``\\n`` (one is added to an
-    unterminated last line); ``first_line`` the 1-based line number of buf's first line.
+    unterminated last line); ``first_line`` the 1-based line number of buf's first line. With
+    ``limit``, only the lines that start within the next ``limit`` bytes (the last one is read to its
+    end, past the limit).
     """
     carry = b""
     line = first_line
+    left = limit
     while True:
-        data = f.read(chunk_bytes)
+        if left is not None and left <= 0:
+            if carry:  # the line crossing the limit: read on to its newline
+                while True:
+                    data = f.read(chunk_bytes)
+                    cut = data.find(b"\n")
+                    if cut >= 0 or not data:
+                        carry += data[:cut + 1] if cut >= 0 else data + b"\n"
+                        break
+                    carry += data
+                yield np.frombuffer(carry, dtype=np.uint8), line
+            return
+        data = f.read(chunk_bytes if left is None else min(chunk_bytes, left))
+        if left is not None:
+            left -= len(data)
         if not data:
             if carry:
                 yield np.frombuffer(carry + b"\n", dtype=np.uint8), line
@@ -162,38 +198,26 @@ class Rebatcher:
 
 
 def check_common(batch_size: int, shard) -> tuple[int, int]:
-    """Validates ``batch_size`` and ``shard=(rank, n_ranks)``; returns the shard as ints."""
+    """Validates ``batch_size`` and ``shard=(index, n_shards)``; returns the shard as ints."""
     if int(batch_size) < 1:
         raise InvalidInputError(f"batch_size must be >= 1, got {batch_size}")
-    try:
-        rank, n_ranks = (int(x) for x in shard)
-    except (TypeError, ValueError):
-        raise InvalidInputError(f"shard must be (rank, n_ranks), got {shard!r}") from None
-    if n_ranks < 1 or not 0 <= rank < n_ranks:
-        raise InvalidInputError(f"shard must satisfy 0 <= rank < n_ranks, got {shard!r}")
-    return rank, n_ranks
-
-
-def shard_of(batch: Batch, rank: int, n_ranks: int) -> Batch:
-    """Rank's contiguous share of a global batch: examples [rank*n//n_ranks, (rank+1)*n//n_ranks)."""
-    if n_ranks == 1:
-        return batch
-    n = len(batch)
-    return batch.slice(rank * n // n_ranks, (rank + 1) * n // n_ranks)
+    return check_shard(shard)
 
 
 class TextReader:
     """Base of the text readers. Subclasses set ``n_fields``, ``n_dense`` and ``format_description``
     and implement ``_parse``; ``_open`` may skip a header.
 
-    ``batches(start_batch)`` yields this rank's share of global batches start_batch, start_batch+1, …
-    (earlier batches are parsed and dropped, so a resumed run sees exactly the same batches).
+    ``batches(start_batch)`` yields this shard's batches start_batch, start_batch+1, … (earlier
+    batches are parsed and dropped, so a resumed run sees exactly the same batches).
 
     Malformed lines are counted (in the parse kernels) and skipped. A pass raises
     ``InvalidInputError`` naming the first of them by file:line and the expected format when:
     ``strict`` and a line is malformed (at that line); more than ``max_malformed`` (a fraction of
     the non-blank lines) are malformed (checked after every chunk once ``MIN_LINES_FOR_FRACTION``
-    lines were read, and at the end of the pass); the pass found no valid example at all.
+    lines were read, and at the end of the pass); the pass found no valid example at all — except
+    that a shard of several with no data line is not an error (its rank contributes empty batches;
+    the trainer checks that the data as a whole holds examples).
     """
 
     n_fields: int
@@ -205,7 +229,7 @@ class TextReader:
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES, max_malformed: float = DEFAULT_MAX_MALFORMED):
         self.paths: Sequence[Path] = as_paths(path)
         self.batch_size = int(batch_size)
-        self.rank, self.n_ranks = check_common(batch_size, shard)
+        self.shard, self.n_shards = check_common(batch_size, shard)
         if int(chunk_bytes) < 1:
             raise InvalidInputError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
         if not 0.0 <= float(max_malformed) <= 1.0:
@@ -214,38 +238,50 @@ class TextReader:
         self.chunk_bytes = int(chunk_bytes)
         self.max_malformed = float(max_malformed)
         self.stats = ReaderStats()
+        self._starts: dict = {}
+        self._cut = False
+
+    def segments(self) -> list[Segment]:
+        """The byte ranges this shard reads (``hps.data._shards``)."""
+        if len(self.paths) >= self.n_shards:  # whole files: only our own files are looked at
+            own = [self.paths[i] for i in range(*share_bounds(len(self.paths), self.shard, self.n_shards))]
+            return [Segment(p, self._data_start(p)[0], p.stat().st_size, self._data_start(p)[0]) for p in own]
+        starts = [self._data_start(p)[0] for p in self.paths]
+        return plan_segments(self.paths, starts, [p.stat().st_size for p in self.paths], self.shard,
+                             self.n_shards)
 
     def batches(self, start_batch: int = 0) -> Iterator[Batch]:
-        """This rank's share of every global batch from ``start_batch`` on; resets ``stats``."""
+        """This shard's batches from ``start_batch`` on; resets ``stats``."""
         self.stats = ReaderStats()
         reb = Rebatcher(self.batch_size)
         gb = 0
-        for path in self.paths:
-            for part in self._parts(path, self.chunk_bytes):
+        for seg in self.segments():
+            for part in self._parts(seg, self.chunk_bytes):
                 for b in reb.push(part):
                     if gb >= start_batch:
-                        yield shard_of(b, self.rank, self.n_ranks)
+                        yield b
                     gb += 1
         self._check(self.stats, final=True)
         for b in reb.flush():
             if gb >= start_batch:
-                yield shard_of(b, self.rank, self.n_ranks)
+                yield b
             gb += 1
 
     def probe(self) -> ReaderStats:
-        """Parses the first ``PROBE_BYTES`` of every file and raises (as a pass would) when that
-        already shows the data is unusable: no valid example among lines that are all malformed (a
-        wrong format or label column), or with ``strict`` a malformed line. Files read to their end
-        get the whole end-of-pass check. Returns the probe's counters; ``stats`` is left alone."""
+        """Parses the first ``PROBE_BYTES`` of every segment of this shard and raises (as a pass
+        would) when that already shows the data is unusable: no valid example among lines that are
+        all malformed (a wrong format or label column), or with ``strict`` a malformed line. A shard
+        read to its end gets the whole end-of-pass check. Returns the probe's counters; ``stats`` is
+        left alone."""
         saved, self.stats = self.stats, ReaderStats()
+        self._cut = False
         try:
-            for path in self.paths:
-                for _ in self._parts(path, PROBE_BYTES, max_chunks=1):
+            for seg in self.segments():
+                for _ in self._parts(seg, PROBE_BYTES, max_chunks=1):
                     pass
             st = self.stats
-            complete = st.bytes >= sum(self._data_bytes(p) for p in self.paths)
             all_bad = st.examples == 0 and st.malformed > self.max_malformed * (st.lines - st.blank)
-            self._check(st, final=complete or all_bad)
+            self._check(st, final=not self._cut or all_bad)
             return st
         finally:
             self.stats = saved
@@ -254,24 +290,37 @@ class TextReader:
         """(binary file object positioned at the first data line, its 1-based line number)."""
         return open(path, "rb"), 1
 
-    def _data_bytes(self, path: Path) -> int:
-        """Bytes of ``path`` after what ``_open`` skips (a header)."""
-        f, _ = self._open(path)
-        with f:
-            return path.stat().st_size - f.tell()
+    def _data_start(self, path: Path) -> tuple[int, int]:
+        """(byte offset, 1-based line number) of the first data line of ``path`` (after what
+        ``_open`` skips: a header)."""
+        if path not in self._starts:
+            f, first = self._open(path)
+            with f:
+                self._starts[path] = (f.tell(), first)
+        return self._starts[path]
 
     def _parse(self, buf: np.ndarray, bad_line: np.ndarray, bad_code: np.ndarray):
         """Parse one chunk -> ((n_lines, n_ok, n_bad, n_blank), Batch of the n_ok valid lines)."""
         raise NotImplementedError
 
-    def _parts(self, path: Path, chunk_bytes: int, max_chunks: int | None = None) -> Iterator[Batch]:
-        """Parsed chunks of one file, counted into ``stats`` (and checked) one by one."""
+    def _parts(self, seg: Segment, chunk_bytes: int, max_chunks: int | None = None) -> Iterator[Batch]:
+        """Parsed chunks of the lines of one segment, counted into ``stats`` (and checked) one by
+        one. Malformed lines are named by file:line, or — when the segment starts inside a file —
+        by line counted from the segment's first byte."""
         bad_line = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int64)
         bad_code = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int32)
-        f, first = self._open(path)
-        with f:
-            for k, (buf, first_line) in enumerate(iter_line_chunks(f, chunk_bytes, first)):
+        with open(seg.path, "rb") as f:
+            begin = seek_segment(f, seg)
+            if begin >= seg.stop:
+                return
+            if begin == seg.data_start:
+                path, first = seg.path, self._data_start(seg.path)[1]
+            else:
+                path, first = f"{seg.path} (lines counted from byte {begin})", 1
+            for k, (buf, first_line) in enumerate(iter_line_chunks(f, chunk_bytes, first,
+                                                                   limit=seg.stop - begin)):
                 if max_chunks is not None and k >= max_chunks:
+                    self._cut = True
                     return
                 (n_lines, n_ok, n_bad, n_blank), part = self._parse(buf, bad_line, bad_code)
                 st = self.stats
@@ -295,7 +344,11 @@ class TextReader:
         """Raises when ``st`` has too many malformed lines or (``final``) no example at all."""
         n = st.lines - st.blank
         files, want = ", ".join(map(str, self.paths)), self.format_description
+        if self.n_shards > 1:
+            files += f" (shard {self.shard} of {self.n_shards})"
         first = f" (first: {'; '.join(st.first_malformed()[:3])})" if st.malformed else ""
+        if final and n == 0 and self.n_shards > 1:
+            return  # an empty shard: its rank contributes empty batches
         if final and st.examples == 0:
             what = f"all {n} lines are malformed{first}" if n else "no data lines"
             raise InvalidInputError(f"no valid example in {files}: {what}; expected {want}")

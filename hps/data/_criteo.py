@@ -32,7 +32,7 @@ class CriteoReader(TextReader):
     """Streams ``Batch``es from Criteo TSV file(s). Not thread-safe (one iteration at a time).
 
     path: a file or a list of files (read in order, batches run across file ends).
-    batch_size: examples per global batch; shard=(rank, n_ranks): this rank's contiguous share.
+    batch_size: examples per batch; shard=(index, n_shards): read only that shard of the files.
     strict: raise ``InvalidInputError`` (naming file:line and why) at the first malformed line,
     instead of counting and skipping it; max_malformed: the fraction of lines a pass may skip (see
     ``TextReader``). int_as_categorical: also bucketize I1..I13 into fields 26..38.

@@ -7,7 +7,8 @@ No quoting: a comma always separates columns (Avazu and similar click logs never
 - categorical fields: every other column not in ``ignore_columns``, in header order; field i's key is
   ``make_keys(i, fnv1a64(bytes of the value))``, an empty value gets ``MISSING_VALUE``.
 
-Every file must start with the same header.
+Every file must start with the same header; every shard's reader reads the header line of each file
+(it checks them and finds where each file's data begins).
 """
 
 from __future__ import annotations

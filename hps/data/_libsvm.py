@@ -39,7 +39,7 @@ def _parse_chunk(buf: np.ndarray, strict: bool, bad_line: np.ndarray, bad_code: 
 class LibsvmReader(TextReader):
     """Streams ``Batch``es from libsvm/libFM file(s). Not thread-safe (one iteration at a time).
 
-    path: a file or a list of files; batch_size: examples per global batch; shard=(rank, n_ranks);
+    path: a file or a list of files; batch_size: examples per batch; shard=(index, n_shards);
     strict: raise at the first malformed line; max_malformed: the fraction of lines a pass may skip
     (see ``TextReader``); n_fields: positional fields (default: features on the first valid line).
     """

@@ -15,9 +15,11 @@ Example generation (all vectorised, batch by batch):
   LOGIT_STD = 1.25 puts the Bayes AUC near 0.78.
 - label ~ Bernoulli(sigmoid(true logit)).
 
-Batch b of a stream uses the random generator seeded with (seed, stream, b): any batch can be made
-again on its own (resume: ``batches(start_batch=k)``). Training, eval and calibration examples come
-from different streams.
+Block b of a stream (``block_rows`` examples, by default the batch size) uses the random generator
+seeded with (seed, stream, b): any block can be made again on its own. Training, eval and
+calibration examples come from different streams. ``shard=(s, K)`` keeps only rows
+``share_bounds(rows, s, K)`` of each split (the blocks they overlap are generated whole), so the
+shards of a split, one after the other, are exactly its rows.
 
 Thread-safe for concurrent iterations (no mutable state besides the cached ``bayes_auc``).
 """
@@ -31,7 +33,8 @@ import numpy as np
 from ..errors import InvalidInputError
 from ..metrics import auc
 from ._batch import Batch, check_n_fields, make_keys
-from ._chunks import ReaderStats, check_common, shard_of
+from ._chunks import ReaderStats, Rebatcher, check_common
+from ._shards import share_bounds
 
 #: Ranks sampled exactly from a cumulative table (float64: 8 MiB); rarer ones from the continuous law.
 ZIPF_TABLE_MAX = 1 << 20
@@ -111,14 +114,18 @@ class SyntheticData:
 
     rows: training examples; fields: categorical fields (one key each); vocab_per_field: values per
     field; zipf: popularity exponent (>= 0); n_dense: dense features; seed; batch_size: examples per
-    global batch; shard=(rank, n_ranks): this rank's contiguous share of each batch;
-    eval_rows: examples of the eval split (default rows // 10, at least 1).
+    batch yielded; shard=(index, n_shards): keep only that contiguous share of the rows of each split;
+    eval_rows: examples of the eval split (default rows // 10, at least 1); block_rows: examples per
+    generated block (default batch_size; the data of a seed depends on it, not on the shards).
     """
 
     def __init__(self, rows: int = 200_000, fields: int = 8, vocab_per_field: int = 10_000,
                  zipf: float = 1.1, n_dense: int = 4, seed: int = 0, batch_size: int = 4096,
-                 shard=(0, 1), eval_rows: int | None = None):
-        self.rank, self.n_ranks = check_common(batch_size, shard)
+                 shard=(0, 1), eval_rows: int | None = None, block_rows: int | None = None):
+        self.shard, self.n_shards = check_common(batch_size, shard)
+        self.block_rows = int(batch_size if block_rows is None else block_rows)
+        if self.block_rows < 1:
+            raise InvalidInputError(f"block_rows must be >= 1, got {block_rows}")
         if rows < 0 or fields < 1 or vocab_per_field < 1 or n_dense < 0 or not zipf >= 0 \
                 or seed < 0:
             raise InvalidInputError(
@@ -178,22 +185,32 @@ class SyntheticData:
         self._bias = 0.5 * (lo + hi)
 
     def _stream(self, stream: int, rows: int, start_batch: int) -> Iterator[Batch]:
-        n_batches = -(-rows // self.batch_size)
-        for b in range(start_batch, n_batches):
-            n = min(self.batch_size, rows - b * self.batch_size)
-            batch, _ = self._generate(stream, b, n)
-            self.stats.lines += n
-            self.stats.examples += n
-            yield shard_of(batch, self.rank, self.n_ranks)
+        """This shard's rows of a split, in batches of ``batch_size``, from ``start_batch`` on."""
+        a, b = share_bounds(rows, self.shard, self.n_shards)
+        blk = self.block_rows
+        reb = Rebatcher(self.batch_size)
+        first = a + start_batch * self.batch_size  # earlier batches are not generated at all
+        for k in range(first // blk, -(-b // blk)):
+            lo, hi = k * blk, min(rows, (k + 1) * blk)
+            if max(first, lo) >= min(b, hi):
+                continue
+            batch, _ = self._generate(stream, k, hi - lo)
+            part = batch.slice(max(first, lo) - lo, min(b, hi) - lo)
+            if stream == _TRAIN:
+                self.stats.lines += len(part)
+                self.stats.examples += len(part)
+            yield from reb.push(part)
+        yield from reb.flush()
 
     # --- public -------------------------------------------------------------------------------
     @property
     def n_batches(self) -> int:
-        """Global training batches of one pass."""
-        return -(-self.rows // self.batch_size)
+        """Training batches of one pass over this shard."""
+        a, b = share_bounds(self.rows, self.shard, self.n_shards)
+        return -(-(b - a) // self.batch_size)
 
     def batches(self, start_batch: int = 0) -> Iterator[Batch]:
-        """This rank's share of training batches start_batch, start_batch + 1, …; resets ``stats``."""
+        """This shard's training batches start_batch, start_batch + 1, …; resets ``stats``."""
         self.stats = ReaderStats()
         return self._stream(_TRAIN, self.rows, start_batch)
 
@@ -202,26 +219,23 @@ class SyntheticData:
         return ReaderStats()
 
     def eval_batches(self) -> Iterator[Batch]:
-        """This rank's share of the eval split (``eval_rows`` examples, its own random stream)."""
-        n_batches = -(-self.eval_rows // self.batch_size)
-        for b in range(n_batches):
-            n = min(self.batch_size, self.eval_rows - b * self.batch_size)
-            yield shard_of(self._generate(_EVAL, b, n)[0], self.rank, self.n_ranks)
+        """This shard's batches of the eval split (``eval_rows`` examples, its own random stream)."""
+        return self._stream(_EVAL, self.eval_rows, 0)
 
-    def true_probs(self, batch_index: int, eval: bool = False) -> np.ndarray:
-        """True click probabilities (n,) float64 of a whole global batch (train or eval split)."""
+    def true_probs(self, block: int, eval: bool = False) -> np.ndarray:
+        """True click probabilities (n,) float64 of a whole generated block (train or eval split)."""
         rows = self.eval_rows if eval else self.rows
-        n = min(self.batch_size, rows - batch_index * self.batch_size)
+        n = min(self.block_rows, rows - block * self.block_rows)
         if n <= 0:
-            raise InvalidInputError(f"batch {batch_index} is past the end of the split")
-        return self._generate(_EVAL if eval else _TRAIN, batch_index, n)[1]
+            raise InvalidInputError(f"block {block} is past the end of the split")
+        return self._generate(_EVAL if eval else _TRAIN, block, n)[1]
 
     def bayes_auc(self) -> float:
         """AUC of the true probabilities on the whole eval split: the best any model can reach."""
         if self._bayes_auc is None:
             labels, probs = [], []
-            for b in range(-(-self.eval_rows // self.batch_size)):
-                n = min(self.batch_size, self.eval_rows - b * self.batch_size)
+            for b in range(-(-self.eval_rows // self.block_rows)):
+                n = min(self.block_rows, self.eval_rows - b * self.block_rows)
                 batch, p = self._generate(_EVAL, b, n)
                 labels.append(batch.labels)
                 probs.append(p)

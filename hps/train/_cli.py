@@ -16,8 +16,8 @@ import sys
 import threading
 import time
 
-from ..config import (DENSE_OPTIMIZERS, DEVICES, FORMATS, MODELS, PAGE_CACHE_MODES, SPARSE_OPTIMIZERS, Config,
-                      flatten_options)
+from ..config import (DENSE_OPTIMIZERS, DEVICES, FORMATS, MODELS, MPI_WAITS, PAGE_CACHE_MODES,
+                      SPARSE_OPTIMIZERS, SPARSE_SYNCS, Config, flatten_options)
 from ..data import DEFAULT_MAX_MALFORMED
 from ..errors import HpsError, InvalidInputError, InvalidTypeError
 
@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--label-column", default=S, help="csv: label column (click)")
     g.add_argument("--libsvm-fields", type=int, default=S, help="libsvm: positional fields")
     g.add_argument("--strict", action="store_true", default=S, help="stop at the first malformed line")
+    g.add_argument("--data-shards", type=int, default=S,
+                   help="shards the data is cut into, read K/N per rank; one process with K shards "
+                        "trains exactly like K ranks (default: the number of ranks)")
     g.add_argument("--max-malformed", type=float, default=S, metavar="FRACTION",
                    help="stop when more than this fraction of the data lines are malformed "
                         f"({DEFAULT_MAX_MALFORMED}); malformed lines below it are skipped and reported")
@@ -91,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--metrics-out", default=S, help="write metrics as JSON to this file")
     g.add_argument("--plots", default=S, help="draw figures (PNG) into this directory (matplotlib)")
     g.add_argument("--ranks-per-node", type=int, default=S, help="MPI: ranks per node (auto)")
+    g.add_argument("--sparse-sync", choices=SPARSE_SYNCS, default=S,
+                   help="MPI: owner = each row lives at its owner rank, which serves it and applies its "
+                        "summed gradient; allreduce = every rank holds the batch's rows (Appendix C.3) (owner)")
+    g.add_argument("--mpi-wait", choices=MPI_WAITS, default=S,
+                   help="MPI: how a rank waits in a collective: spin, yield (poll with sleeps), or auto = "
+                        "yield when the ranks on a node outnumber its cores (auto)")
     g.add_argument("--no-progress", dest="progress", action="store_false", default=S,
                    help="no progress bar")
     return p
@@ -159,7 +168,7 @@ def main(argv=None) -> int:
             comm = MPI.COMM_WORLD
         from ._run import run
 
-        run(cfg, comm=comm)
+        run(cfg, comm=comm, on_fatal=(lambda e: _abort(comm, e)) if comm is not None else None)
         return 0
     except KeyboardInterrupt as e:
         return _interrupted(comm, cfg, signal.SIGTERM if isinstance(e, _Terminated) else signal.SIGINT)
@@ -167,9 +176,7 @@ def main(argv=None) -> int:
         return _fail(comm, e, EXIT_BAD_INPUT if _is_bad_input(e) else EXIT_FAILED)
     except Exception as e:
         if comm is not None and comm.Get_size() > 1:
-            from ..comm import abort_job
-
-            abort_job(comm, e, EXIT_FAILED)  # with the traceback: this is a bug, not bad input
+            _abort(comm, e)
         raise
     finally:
         if in_main:
@@ -219,6 +226,20 @@ def _leave_together(comm, code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _abort(comm, e: BaseException) -> None:
+    """End the whole MPI job for ``e``, naming this rank: one line for hps errors, the traceback for
+    anything else (a bug). Also called from a failing pipeline thread (``Trainer(on_fatal=...)``)."""
+    if comm.Get_size() < 2:
+        return
+    cause = e.__cause__ if getattr(e, "stage", None) else e
+    if isinstance(cause, (HpsError, OSError)):
+        _fail(comm, e, EXIT_BAD_INPUT if _is_bad_input(e) else EXIT_FAILED)
+    else:
+        from ..comm import abort_job
+
+        abort_job(comm, e, EXIT_FAILED)
 
 
 def _is_bad_input(e: BaseException) -> bool:

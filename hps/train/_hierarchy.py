@@ -5,20 +5,22 @@ Rows (embedding | optimizer state) are authoritative in exactly one place at a t
 - a key of an in-flight batch is **resident** in the HBM-PS table and only the train stage changes it;
 - every other key lives in the MEM-PS cache of its owner rank or, evicted from there, in its SSD-PS.
 
-Residency is decided in batch order by the prepare stage, deterministically (the same on every rank,
-whatever the timing): batch ``i`` marks its working set resident with ``last_use = i``; keys whose
-``last_use <= i - window`` are evicted (owners write them back to MEM-PS, everyone erases them from
-HBM). ``prepare(i)`` runs only once ``train(i - window)`` has finished (:meth:`wait_ready`, the
-prepare stage's gate), so an evicted key is final and a key fetched from MEM-PS/SSD-PS is fresh: it
-was not resident, so nobody holds a newer copy.
+Residency is decided in batch order by the prepare stage, deterministically (whatever the timing):
+batch ``i`` marks the keys it needs resident with ``last_use = i``; keys whose ``last_use <= i -
+window`` are evicted (owners write them back to MEM-PS, every holder erases them from HBM).
+``prepare(i)`` runs only once ``train(i - window)`` has finished (:meth:`wait_ready`, the prepare
+stage's gate), so an evicted key is final and a key fetched from MEM-PS/SSD-PS is fresh: it was not
+resident, so nobody holds a newer copy.
 
-Under MPI every rank keeps the working set of the whole **global** batch resident (it reads the
-global batch to find it) and applies every all-reduced update, so all replicas of a key stay
-bit-identical and the owner already holds the final row: no write-back traffic is needed.
+Which keys a rank holds is the sparse-sync strategy's choice (``_sync``): with ``owner`` a rank
+holds only keys it owns (the union of what any rank's batch asks of it), so every resident row is
+fetched from the local MEM-PS and written back there; with ``allreduce`` every rank holds the whole
+global batch's working set and applies every update, so replicas stay bit-identical and the owner
+already holds the final row. Either way no rows travel back to owners.
 
 Thread safety: ``prepare`` is called by one thread, ``place`` by one thread, the train thread uses
 ``hbm`` and calls ``mark_trained``; ``sync_to_store`` (checkpoints, from the train thread),
-``drop_all`` and ``lookup`` hold the residency lock, which ``prepare`` holds for its whole call.
+``drop_all`` and ``read_owned`` hold the residency lock, which ``prepare`` holds for its whole call.
 """
 
 from __future__ import annotations
@@ -44,12 +46,15 @@ class Prepared:
 
 class ParameterHierarchy:
     """One process's view of the three tiers. ``hbm``: HashTable-like; ``memps``: hps.mem.MemPS of the
-    keys this rank owns; ``coll``: collectives (``LocalCollectives`` or the MPI ones)."""
+    keys this rank owns; ``owned_mask(keys) -> (n,) bool``: which keys this rank owns;
+    ``pull(keys, serve) -> rows``: rows of resident-to-be keys that may belong to other ranks, each
+    owner serving its own with ``serve`` (collective; None when every key a rank holds is its own)."""
 
-    def __init__(self, hbm, memps, coll, window: int):
+    def __init__(self, hbm, memps, window: int, owned_mask, pull=None):
         self.hbm = hbm
         self.memps = memps
-        self.coll = coll
+        self.owned_mask = owned_mask
+        self.pull = pull
         self.window = int(window)
         self._last_use = KeyIndex(width=1)
         self._working_sets: dict[int, np.ndarray] = {}  # batch index -> its working set, while in window
@@ -80,10 +85,10 @@ class ParameterHierarchy:
 
     # -- prepare stage -------------------------------------------------------------------------------
     def prepare(self, index: int, working_set: np.ndarray) -> Prepared:
-        """Make batch ``index``'s working set (unique uint64 keys of the global batch) resident:
-        evict what fell out of the window, then fetch the keys that are not resident.
+        """Make the keys batch ``index`` needs on this rank (unique uint64) resident: evict what fell
+        out of the window, then fetch the keys that are not resident.
         REQUIRES: ``wait_ready(index)`` returned (the pipeline's gate of the prepare stage)."""
-        owned = int(self.coll.owned_mask(working_set).sum())
+        owned = int(self.owned_mask(working_set).sum())
         if owned > self.memps.cache.capacity_rows:
             raise CacheBudgetError(
                 f"batch {index} has a working set of {owned} rows on this rank "
@@ -102,17 +107,16 @@ class ParameterHierarchy:
     def _fetch(self, keys: np.ndarray) -> np.ndarray:
         """Rows of non-resident keys: own keys from MEM-PS (pin dropped at once: HBM is the holder
         now), the others from their owners. REQUIRES: lock held."""
+        return self._serve(keys) if self.pull is None else self.pull(keys, self._serve)
 
+    def _serve(self, keys: np.ndarray) -> np.ndarray:
+        """Rows of owned, non-resident ``keys`` from MEM-PS (SSD-PS, initializer), unpinned."""
         chunk = max(1, self.memps.cache.capacity_rows // 2)
-
-        def serve(k):
-            out = np.empty((k.shape[0], self.memps.row_width), self.memps.dtype)
-            for a in range(0, k.shape[0], chunk):  # O(keys / budget) calls, never one per key
-                out[a:a + chunk] = self.memps.pull(k[a:a + chunk])
-                self.memps.unpin(k[a:a + chunk])
-            return out
-
-        return self.coll.pull_rows(keys, serve)
+        out = np.empty((keys.shape[0], self.memps.row_width), self.memps.dtype)
+        for a in range(0, keys.shape[0], chunk):  # O(keys / budget) calls, never one per key
+            out[a:a + chunk] = self.memps.pull(keys[a:a + chunk])
+            self.memps.unpin(keys[a:a + chunk])
+        return out
 
     def _evict_older_than(self, limit: int) -> None:
         """Write back and drop resident keys with ``last_use <= limit``. Earlier calls evicted up to
@@ -132,7 +136,7 @@ class ParameterHierarchy:
         """Push the HBM rows of the keys this rank owns into its MEM-PS. With ``placed_only``, skip
         keys of batches prepared but not placed yet (their MEM-PS row is still the current one).
         REQUIRES: lock held."""
-        mine = keys[self.coll.owned_mask(keys)]
+        mine = keys[self.owned_mask(keys)]
         if mine.shape[0]:
             rows, found = self.hbm.get(mine)
             rows = _host(rows)
@@ -171,14 +175,15 @@ class ParameterHierarchy:
             self._working_sets.clear()
             self.memps.flush()
 
-    def lookup(self, keys: np.ndarray) -> np.ndarray:
-        """Read-only rows of unique ``keys`` (eval): resident ones from HBM, the rest from owners."""
+    def read_owned(self, keys: np.ndarray) -> np.ndarray:
+        """Current rows of owned ``keys`` (n,) -> (n, row_width): resident ones from HBM, the others
+        from MEM-PS. Read-only (evaluation). Holds the residency lock."""
         with self._lock:
             rows = np.empty((keys.shape[0], self.memps.row_width), self.memps.dtype)
             res = self._last_use.contains(keys)
             if res.any():
                 rows[res] = _host(self.hbm.get(keys[res])[0])
-            rows[~res] = self._fetch(keys[~res])
+            rows[~res] = self._serve(keys[~res])
             return rows
 
     @property

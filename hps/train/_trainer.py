@@ -1,15 +1,18 @@
 """``Trainer``: wires data, tiers, model and collectives into the 4-stage pipeline (Algorithm 1).
 
-Stages (threads joined by bounded queues, ``hps.pipeline``):
+Stages (threads joined by bounded queues, ``hps.pipeline``); under MPI every stage that communicates
+has its own duplicate of the job's communicator (``_collectives``):
 
-1. ``read``    parse the next global batch (every rank reads the whole global batch: sizes are global);
-2. ``prepare`` working set = unique keys of the global batch; evict what left the residency window
-               and fetch the rest from MEM-PS/SSD-PS (own keys) or from their owner ranks; plan the
-               mini-batches (this rank's share of each global mini-batch, unique keys, inverse);
+1. ``read``    parse this rank's next local batch — its shards of the data only (``_feed``) — and
+               agree with the other ranks on the size of every global mini-batch and on where the
+               epoch ends (one small all-reduce per batch);
+2. ``prepare`` plan the mini-batches and find the keys this rank holds resident for the batch
+               (``_sync``: keys sent to their owners, or gathered from every rank); evict what left
+               the residency window and fetch the rest from MEM-PS/SSD-PS;
 3. ``place``   insert the fetched rows into HBM-PS;
-4. ``train``   per mini-batch: rows from HBM-PS -> forward/backward -> sparse + dense all-reduce ->
-               one optimizer step per key -> rows back into HBM-PS. Checkpoints happen here, at batch
-               boundaries.
+4. ``train``   per global mini-batch: rows -> forward/backward on this rank's examples -> summed
+               gradient of every key -> one optimizer step per key -> dense all-reduce and step.
+               Checkpoints happen here, at batch boundaries.
 
 Not thread-safe: one Trainer per process, driven by one caller.
 """
@@ -22,10 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..comm import SPARSE_KEYS
 from ..config import Config
-from ..data import open_dataset
-from ..errors import HashTableFullError, InternalError, InvalidInputError, NumericalError
-from ..mem import MemPS, RowInitializer, unique_counts
+from ..errors import HashTableFullError, InvalidInputError, NumericalError, PipelineError
+from ..mem import MemPS, RowInitializer
 from ..metrics import auc as auc_score
 from ..metrics import logloss as logloss_score
 from ..model import ModelConfig, make_model, make_optimizers
@@ -33,24 +36,20 @@ from ..pipeline import STOP_TIMEOUT_S, Pipeline, Stage
 from ..ssd import ScratchEnv, SSDOptions, SSDStore
 from . import _checkpoint, _warmup
 from ._budget import plan_memory
-from ._collectives import LocalCollectives
+from ._collectives import Collectives
+from ._feed import Feed, LocalBatch, empty_batch
 from ._hierarchy import ParameterHierarchy, _host, make_hbm
 from ._preflight import check_memory
 from ._ssd_dir import SSDDir
+from ._sync import make_sync, unique_inverse
 
 #: prepare(i) waits for train(i - WINDOW); keys unused for WINDOW batches leave HBM-PS.
 WINDOW = 3
 #: Under MPI, how long a stopping pipeline waits for its stages: one may be blocked for good in a
 #: collective that its peers, stopped by the same signal a batch earlier, never join.
 MPI_STOP_TIMEOUT_S = 10.0
-
-
-@dataclass
-class MiniBatch:
-    share: object          # this rank's Batch share of the global mini-batch
-    keys: np.ndarray       # (u,) distinct keys of the share, in first-occurrence order
-    inv: np.ndarray        # (nnz,) index into keys of each key occurrence
-    n_total: int           # examples in the global mini-batch
+#: Pipeline stages and the channel whose MPI time each one's thread spends.
+STAGE_CHANNELS = {"read": "read", "prepare": "prepare", "place": None, "train": "train"}
 
 
 @dataclass
@@ -58,65 +57,46 @@ class Work:
     epoch: int
     batch: int             # index within the epoch
     index: int             # global batch counter (resume-stable)
-    data: object           # the global Batch
+    local: LocalBatch      # this rank's examples of the global batch
+    n_total: np.ndarray    # (P,) int64 examples of each global mini-batch (all ranks)
     last_in_epoch: bool = False
-    minibatches: list | None = None
+    plans: list | None = None
     prepared: object | None = None
 
 
-def share_bounds(n: int, rank: int, size: int) -> tuple[int, int]:
-    """Contiguous share ``rank`` of ``n`` items split ``size`` ways (first shares one longer)."""
-    q, r = divmod(n, size)
-    start = rank * q + min(rank, r)
-    return start, start + q + (1 if rank < r else 0)
-
-
-def _unique_inverse(keys):
-    """(distinct keys in first-occurrence order, inverse) — hashing, not sorting (3-4x np.unique)."""
-    u, _, inv = unique_counts(keys)
-    return u, inv
-
-
 class Trainer:
-    """Train a CTR model over the three tiers. ``coll``: LocalCollectives (default) or MpiCollectives."""
+    """Train a CTR model over the three tiers. ``coll``: :class:`Collectives` (default: one process).
+    ``on_fatal(error)``: called at once, from the failing thread, when a pipeline stage fails in an
+    MPI job (the CLI aborts the job there, so no peer waits for this rank in a collective).
+    ``feed``: the data (default: this rank's shards of ``cfg``'s data, :class:`Feed`)."""
 
-    def __init__(self, cfg: Config, coll=None, log=print):
+    def __init__(self, cfg: Config, coll=None, log=print, on_fatal=None, feed=None):
         self.cfg = cfg
-        self.coll = coll or LocalCollectives()
+        self.coll = coll or Collectives()
         self.log = log if self.coll.rank == 0 else (lambda *a, **k: None)
-        d, m, t = cfg.data, cfg.model, cfg.tiers
+        self.on_fatal = on_fatal
+        m, t = cfg.model, cfg.tiers
         self.xp = _array_module(t.device)
-        opts = _format_options(d, cfg.train.seed)
-        read = {"strict": d.strict, "max_malformed": d.max_malformed}
-        self.dataset = open_dataset(d.data, d.format, cfg.train.batch_size, **read, **opts)
-        self.eval_dataset = None
-        if d.eval_data:
-            eval_opts = {k: v for k, v in opts.items() if k != "seed"}
-            if d.format == "libsvm":  # positional fields: the eval data has the training data's
-                eval_opts["n_fields"] = self.dataset.n_fields
-            self.eval_dataset = open_dataset(d.eval_data, d.format, cfg.train.batch_size, **read,
-                                             **eval_opts)
-            _check_same_layout(self.dataset, self.eval_dataset, d.data, d.eval_data)
-        for ds in (self.dataset, self.eval_dataset):  # unusable data fails now, not after training
-            if ds is not None:
-                ds.probe()
-        check_memory(self.dataset.n_fields, self.dataset.n_dense, cfg, self.coll.size)
-        mcfg = ModelConfig.from_options(m, self.dataset.n_fields, self.dataset.n_dense, cfg.train.seed)
+        self.feed = feed or Feed(cfg, self.coll.rank, self.coll.size)
+        check_memory(self.feed.n_fields, self.feed.n_dense, cfg, self.coll.size)
+        mcfg = ModelConfig.from_options(m, self.feed.n_fields, self.feed.n_dense, cfg.train.seed)
         self.model = make_model(mcfg, xp=self.xp)
         self.sparse_opt, self.dense_opt = make_optimizers(mcfg)
         self.row_params = self.model.row_params  # leading row columns the model trains; state follows
         self.row_width = self.sparse_opt.row_width(self.row_params)
         self.initializer = RowInitializer(self.row_params, self.row_width, cfg.train.seed, m.init_scale,
                                           state_value=self.sparse_opt.initial_state_value)
+        self.sync = make_sync(cfg.train.sparse_sync, self.coll, self.model, self.sparse_opt, self.row_params,
+                              self.xp)
         self.store = None
         # this job's own directory (never one another job or the user holds), removed by close()
         self._ssd = SSDDir.claim(t.ssd_path, self.coll.rank, self.coll.size, keep=t.keep_ssd)
         self.ssd_dir = self._ssd.store_path
         try:
-            ws, owned = self._first_working_set()
-            self.plan = plan_memory(t.mem_budget or _DEFAULT_BUDGET, self.row_width, owned, ws, window=WINDOW,
-                                    device=t.device, n_parts=t.n_parts, hbm_capacity=t.hbm_capacity,
-                                    rows_per_file=t.rows_per_file)
+            resident, owned = self._first_working_set()
+            self.plan = plan_memory(t.mem_budget or _DEFAULT_BUDGET, self.row_width, owned, resident,
+                                    window=WINDOW, device=t.device, n_parts=t.n_parts,
+                                    hbm_capacity=t.hbm_capacity, rows_per_file=t.rows_per_file)
             self.log(f"hps: {self.plan.describe()}")
             # SSD-PS is this run's scratch space (durability comes from checkpoints): no fsync per dump
             opts = SSDOptions(page_cache=t.ssd_page_cache, **self.plan.ssd_options())
@@ -128,61 +108,70 @@ class Trainer:
             self.close()
             raise
         self.hier = None  # built on the first batch, when the working-set size is known
+        self.peak_resident = 0
         self.start_index = 0
         self.history = {"loss": []}
 
     def _first_working_set(self) -> tuple[int, int]:
-        """Distinct keys of the first global batch, and how many of them this rank owns (the
-        working set the memory plan is checked against before training starts)."""
-        first = next(iter(self.dataset.batches()), None)
-        if first is None:
-            return 0, 0
-        keys = _unique_inverse(first.keys)[0]
-        return keys.shape[0], int(self.coll.owned_mask(keys).sum())
+        """(keys this rank will hold resident for the first batch, how many of them it owns): the
+        working set the memory plan is checked against before training starts. Each rank parses only
+        its own first local batch; the keys meet at their owners (``owner``) or are gathered by every
+        rank (``allreduce``). Collective over the main channel."""
+        batches = self.feed.epoch()
+        first = next(batches, None)
+        batches.close()  # a suspended reader would hold its file open
+        local = unique_inverse(first.data.keys)[0] if first is not None else np.empty(0, np.uint64)
+        if self.sync.replicated:
+            everyone = unique_inverse(self.coll.main.allgatherv(local, SPARSE_KEYS))[0]
+            return everyone.shape[0], int(self.coll.owned_mask(everyone).sum())
+        asked = self.coll.main.exchange_by_owner(local, SPARSE_KEYS)[0]
+        owned = unique_inverse(asked)[0].shape[0]
+        return owned, owned
 
     # -- stages ---------------------------------------------------------------------------------------------
     def _source(self):
-        """Global batches in order, each knowing whether it ends its epoch (one batch of lookahead)."""
+        """This rank's local batches in global order. Per batch the ranks agree (read channel) on the
+        size of every global mini-batch and on whether any rank has another batch: a rank whose
+        shards ran out contributes empty batches until every rank has (one batch of lookahead)."""
         index = 0
+        ch = self.coll.read
         for epoch in range(self.cfg.train.epochs):
-            pending = None
-            for b, batch in enumerate(self.dataset.batches()):
-                if pending is not None:
-                    yield pending
-                pending = Work(epoch, b, index, batch) if index >= self.start_index else None
+            it = self.feed.epoch()
+            cur = next(it, None)
+            b = 0
+            while True:
+                nxt = next(it, None)
+                local = cur if cur is not None else self.feed.empty()
+                n_total, more = ch.agree(local.counts, nxt is not None)
+                if not n_total.any():  # no shard holds an example (each was fine on its own)
+                    raise InvalidInputError(f"no valid example in --data {self.cfg.data.data}: every one "
+                                            f"of its {self.feed.n_shards} shards is empty")
+                if index >= self.start_index:
+                    yield Work(epoch, b, index, local, n_total, last_in_epoch=not more)
                 index += 1
-            if pending is not None:
-                pending.last_in_epoch = True
-                yield pending
+                b += 1
+                if not more:
+                    break
+                cur = nxt
 
     def _ensure_hierarchy(self):
         if self.hier is not None:
             return
         t = self.cfg.tiers
         hbm = make_hbm(self.plan.hbm_keys, self.row_width, t.device, t.n_parts)
-        self.hier = ParameterHierarchy(hbm, self.memps, self.coll, WINDOW)
+        pull = self.coll.prepare.pull_rows if self.sync.replicated else None
+        self.hier = ParameterHierarchy(hbm, self.memps, WINDOW, self.coll.owned_mask, pull)
 
     def _gate(self, w: Work) -> None:
         if self.hier is not None:
             self.hier.wait_ready(w.index, self.pipeline.stop_event)
 
     def _prepare(self, w: Work) -> Work:
-        keys = _unique_inverse(w.data.keys)[0]
+        resident, w.plans = self.sync.plan(w.local)
         self._ensure_hierarchy()
-        w.prepared = self.hier.prepare(w.index, keys)
-        w.minibatches = self._plan(w.data)
+        w.prepared = self.hier.prepare(w.index, resident)
+        self.peak_resident = max(self.peak_resident, self.hier.resident)
         return w
-
-    def _plan(self, batch) -> list[MiniBatch]:
-        mbs = []
-        size = self.cfg.train.minibatch_size
-        for a in range(0, len(batch), size):
-            b = min(a + size, len(batch))
-            s0, s1 = share_bounds(b - a, self.coll.rank, self.coll.size)
-            share = batch.slice(a + s0, a + s1)
-            keys, inv = _unique_inverse(share.keys)
-            mbs.append(MiniBatch(share, keys, inv, b - a))
-        return mbs
 
     def _place(self, w: Work) -> Work:
         try:
@@ -193,24 +182,16 @@ class Trainer:
         return w
 
     def _train(self, w: Work) -> dict:
-        hbm, P = self.hier.hbm, self.row_params
-        loss_sum, n_ex = 0.0, 0
-        for mb in w.minibatches:
-            rows, found = hbm.get(mb.keys)
-            rows = _host(rows)
-            if not found.all():
-                raise InternalError(f"batch {w.index}: {int((~found).sum())} working-set keys missing from "
-                                    "HBM-PS (residency bug)")
-            loss, _, g_rows, g_dense = self.model.forward_backward(self.xp.asarray(rows[:, :P]), mb.inv,
-                                                                   mb.share, n_total=mb.n_total)
-            keys, grads = self.coll.sparse_allreduce(mb.keys, _host(g_rows))
-            if keys is not mb.keys:
-                rows = _host(hbm.get(keys)[0])
-            hbm.insert(keys, _host(self.sparse_opt.apply(rows, grads)))
+        loss_sum = 0.0
+        for j, plan in enumerate(w.plans):
+            n = int(w.n_total[j])
+            if n == 0:
+                continue  # every shard had run out
+            loss, g_dense = self.sync.step(self.hier.hbm, w.index, plan, w.local.minibatch(j), n)
             self._dense_step(g_dense)
-            loss_sum += loss * mb.n_total
-            n_ex += mb.n_total
-        loss_sum = self.coll.allsum(loss_sum)
+            loss_sum += loss * n
+        n_ex = int(w.n_total.sum())
+        loss_sum = self.coll.train.allsum(loss_sum)
         if not math.isfinite(loss_sum):
             raise NumericalError(f"training loss became {loss_sum} at epoch {w.epoch} batch {w.batch}; "
                                  "lower --lr/--dense-lr or check the data for inf/NaN features")
@@ -222,7 +203,7 @@ class Trainer:
         names = list(grads)
         if self.coll.size > 1:
             flat = np.concatenate([_host(grads[k]).ravel() for k in names])
-            flat = self.coll.dense_allreduce(flat)
+            flat = self.coll.train.dense_allreduce(flat)
             off = 0
             for k in names:
                 n = grads[k].size
@@ -240,18 +221,26 @@ class Trainer:
             self.save_checkpoint(w.index, w.epoch, w.batch)
 
     def save_checkpoint(self, index: int, epoch: int, batch: int) -> str:
+        """Write a checkpoint after batch ``index``. Collective over the train channel: call it from
+        the train stage (or after training)."""
         self.hier.sync_to_store()
         tc = self.cfg.train
-        return _checkpoint.save(tc.checkpoint_dir, self.coll, self.store, self.model, self.dense_opt,
+        return _checkpoint.save(tc.checkpoint_dir, self.coll.train, self.store, self.model, self.dense_opt,
                                 {"index": index, "epoch": epoch, "batch": batch}, keep=tc.keep_checkpoints)
 
     def resume(self) -> None:
-        meta = _checkpoint.load(self.cfg.train.checkpoint_dir, self.coll, self.store, self.model,
+        meta = _checkpoint.load(self.cfg.train.checkpoint_dir, self.coll.main, self.store, self.model,
                                 self.dense_opt, warn=lambda msg: self.log(f"hps: warning: {msg}"))
         self.start_index = meta["index"] + 1
         self.log(f"resumed from {meta['path']} (after batch {meta['index']}, epoch {meta['epoch']})")
 
     # -- run ----------------------------------------------------------------------------------------------
+    def _stage_failed(self, stage: str, exc: BaseException) -> None:
+        if self.on_fatal is not None and self.coll.size > 1:
+            err = PipelineError(stage, f"{type(exc).__name__}: {exc}")
+            err.__cause__ = exc
+            self.on_fatal(err)
+
     def fit(self, warm_up: bool = True) -> dict:
         """Train every batch (after the checkpoint, with ``resume``) -> :meth:`metrics`. With ``warm_up``
         the kernels are compiled first (``_warmup``), outside the timed part."""
@@ -259,14 +248,14 @@ class Trainer:
         if tc.resume:  # first: a missing or damaged checkpoint is reported before the warm-up's compile
             self.resume()
         self.warmup_seconds = _warmup.warm_up(self, self.log) if warm_up else 0.0
-        rows = getattr(self.dataset, "rows", None)  # known for synthetic data; files stream
-        total = rows * tc.epochs if isinstance(rows, int) else None
+        rows = self.feed.total_rows  # known for synthetic data; files stream
+        total = rows * tc.epochs if rows is not None else None
         bar = _progress(tc.progress and self.coll.rank == 0, total, self.start_index * tc.batch_size)
-        stop_timeout = MPI_STOP_TIMEOUT_S if self.coll.size > 1 else STOP_TIMEOUT_S
         self.pipeline = Pipeline("read", self._source(), [Stage("prepare", self._prepare, gate=self._gate),
                                                            Stage("place", self._place),
                                                            Stage("train", self._train)],
-                                 depth=tc.queue_depth, stop_timeout_s=stop_timeout)
+                                 depth=tc.queue_depth, on_error=self._stage_failed,
+                                 stop_timeout_s=MPI_STOP_TIMEOUT_S if self.coll.size > 1 else STOP_TIMEOUT_S)
         t0, c0 = time.perf_counter(), time.process_time()
         examples = 0
 
@@ -301,40 +290,60 @@ class Trainer:
         return self.metrics()
 
     def evaluate(self, batches=None) -> dict:
-        """AUC and logloss on ``batches`` (default: the eval data; synthetic: its eval split), on rank 0;
-        {} without eval data. Collective."""
+        """AUC and logloss on ``batches`` (default: this rank's shards of the eval data; synthetic: its
+        eval split), on rank 0; {} without eval data. Every rank predicts its own batches with rows
+        pulled from their owners (main channel); labels and probabilities are gathered on rank 0.
+        Collective (ranks may hold different numbers of batches)."""
         if batches is None:
-            batches = (self.dataset.eval_batches() if hasattr(self.dataset, "eval_batches") and not self.eval_dataset
-                       else (self.eval_dataset.batches() if self.eval_dataset else None))
-        if batches is None:
-            return {}
+            if not self.feed.has_eval:
+                return {}
+            batches = self.feed.eval_batches()
+        batches = iter(batches)
+        # nothing trained in this run (resumed after the last batch): the rows are in the tiers
+        self._ensure_hierarchy()
+        ch, P = self.coll.main, self.row_params
         labels, probs = [], []
-        for batch in batches:
-            keys, inv = _unique_inverse(batch.keys)
-            # nothing trained in this run (resumed after the last batch): the rows are in the tiers
-            self._ensure_hierarchy()
-            rows = self.hier.lookup(keys)
-            s0, s1 = share_bounds(len(batch), self.coll.rank, self.coll.size)
-            share = batch.slice(s0, s1)
-            idx = inv[batch.offsets[s0]:batch.offsets[s1]]
-            p = _host(self.model.predict(self.xp.asarray(rows[:, :self.row_params]), idx, share))
-            labels.append(share.labels)
-            probs.append(p)
-        lab = self.coll.gather(np.concatenate(labels))
-        pr = self.coll.gather(np.concatenate(probs))
+        while True:
+            batch = next(batches, None)
+            if not ch.any(batch is not None):
+                break
+            if batch is None:
+                batch = empty_batch(self.feed.n_fields, self.feed.n_dense)
+            keys, inv = unique_inverse(batch.keys)
+            rows = ch.pull_owned(keys, self.hier.read_owned)
+            labels.append(batch.labels)
+            probs.append(_host(self.model.predict(self.xp.asarray(rows[:, :P]), inv, batch)))
+        lab = ch.gather(np.concatenate(labels) if labels else np.empty(0, np.float32))
+        pr = ch.gather(np.concatenate(probs) if probs else np.empty(0, np.float32))
+        malformed = ch.allgather(self.feed.eval_malformed())
         if self.coll.rank != 0:
             return {}
-        out = {"auc": auc_score(lab, pr), "logloss": logloss_score(lab, pr),
-               "eval_examples": int(lab.shape[0])}
-        if self.eval_dataset is not None:
-            st = self.eval_dataset.stats
-            out.update(eval_malformed_lines=st.malformed, eval_malformed_first=st.first_malformed())
+        out = {"auc": auc_score(lab, pr), "logloss": logloss_score(lab, pr), "eval_examples": int(lab.shape[0])}
+        if self.cfg.data.eval_data:
+            out.update(eval_malformed_lines=sum(n for n, _ in malformed),
+                       eval_malformed_first=[x for _, first in malformed for x in first])
         return out
 
+    def rank_metrics(self) -> dict:
+        """This rank's share of the work: bytes parsed, peak resident rows, bytes sent by kind, CPU
+        seconds of each stage's thread outside MPI, wall and CPU seconds inside MPI, SSD-PS figures."""
+        chans = self.coll.channels()
+        times = self.pipeline.stage_times()
+        cpu = {s: times[s].cpu - (chans[c].mpi_cpu_seconds if c else 0.0) for s, c in STAGE_CHANNELS.items()}
+        mpi = {s: chans[c].mpi_seconds for s, c in STAGE_CHANNELS.items() if c}
+        mpi_cpu = {s: chans[c].mpi_cpu_seconds for s, c in STAGE_CHANNELS.items() if c}
+        st = self.store.stats()
+        return {"bytes_parsed": self.feed.bytes_parsed, "resident_rows": self.peak_resident,
+                "bytes_sent": self.coll.bytes_sent(), "stage_cpu_seconds": cpu, "mpi_seconds": mpi,
+                "mpi_cpu_seconds": mpi_cpu, "malformed": self.feed.malformed(),
+                "ssd_rows_loaded": self.memps.stats()["ssd_loads"],
+                "ssd": {k: st[k] for k in ("bytes_read", "bytes_written", "disk_bytes", "files", "live_rows")}}
+
     def metrics(self) -> dict:
-        """Job metrics; SSD-PS figures are summed over ranks, cache figures are this rank's. Collective."""
-        st = {k: int(self.coll.allsum(v)) for k, v in self.store.stats().items()
-              if k in ("bytes_read", "bytes_written", "disk_bytes", "files", "live_rows")}
+        """Job metrics. Per-rank figures are lists in rank order; SSD-PS figures and bytes sent are
+        summed over ranks; cache figures and stage wall seconds are rank 0's. Collective."""
+        per = self.coll.main.allgather(self.rank_metrics())
+        ssd = {k: sum(r["ssd"][k] for r in per) for k in per[0]["ssd"]}
         ms = self.memps.stats()
         times = {name: t.busy for name, t in self.pipeline.stage_times().items()}
         return {
@@ -348,19 +357,30 @@ class Trainer:
             "bottleneck": self.pipeline.bottleneck(),
             "cache_hit_rate": ms["hit_rate"],
             "cache_hit_rate_per_batch": [float(x) for x in ms["per_batch_hit_rate"]],
-            "ssd_bytes_read": st["bytes_read"],
-            "ssd_bytes_written": st["bytes_written"],
-            "ssd_disk_bytes": st["disk_bytes"],
-            "ssd_files": st["files"],
-            "table_rows": st["live_rows"],
-            "ssd_rows_loaded": int(self.coll.allsum(ms["ssd_loads"])),
-            "sparse_parameters": st["live_rows"] * self.row_params,
+            "ssd_bytes_read": ssd["bytes_read"],
+            "ssd_bytes_read_per_rank": [r["ssd"]["bytes_read"] for r in per],
+            "ssd_bytes_written": ssd["bytes_written"],
+            "ssd_disk_bytes": ssd["disk_bytes"],
+            "ssd_files": ssd["files"],
+            "table_rows": ssd["live_rows"],
+            "ssd_rows_loaded": sum(r["ssd_rows_loaded"] for r in per),
+            "sparse_parameters": ssd["live_rows"] * self.row_params,
             "dense_parameters": sum(int(p.size) for p in self.model.params.values()),
             "ranks": self.coll.size,
-            "comm_seconds": self.coll.seconds,
+            "data_shards": self.feed.n_shards,
+            "sparse_sync": self.cfg.train.sparse_sync,
+            "mpi_wait": self.coll.wait_mode,
+            "comm_seconds": self.coll.mpi_seconds(),
+            "bytes_parsed": [r["bytes_parsed"] for r in per],
+            "resident_rows": [r["resident_rows"] for r in per],
+            "bytes_sent": {k: sum(r["bytes_sent"][k] for r in per) for k in per[0]["bytes_sent"]},
+            "bytes_sent_per_rank": [r["bytes_sent"] for r in per],
+            "stage_cpu_seconds": [r["stage_cpu_seconds"] for r in per],
+            "mpi_seconds": [r["mpi_seconds"] for r in per],
+            "mpi_cpu_seconds": [r["mpi_cpu_seconds"] for r in per],
             "loss_per_batch": self.history["loss"],
-            "malformed_lines": self.dataset.stats.malformed,
-            "malformed_first": self.dataset.stats.first_malformed(),
+            "malformed_lines": sum(r["malformed"][0] for r in per),
+            "malformed_first": [x for r in per for x in r["malformed"][1]],
         }
 
     def describe_model(self) -> str:
@@ -374,7 +394,7 @@ class Trainer:
                 f"one row of {self.row_width} floats ({row}) per key, made on first use")
 
     def export(self, directory: str) -> None:
-        _checkpoint.export(directory, self.coll, self.store, self.model)
+        _checkpoint.export(directory, self.coll.main, self.store, self.model)
 
     def close(self) -> None:
         """Close the SSD-PS and remove it with the directories this job made (unless --keep-ssd).
@@ -394,23 +414,6 @@ def _array_module(device: str):
     from .._xp import array_module  # imported here: this function is the trainer's only seam to it
 
     return array_module(device)
-
-
-def _format_options(d, seed: int) -> dict:
-    if d.format == "synthetic":
-        return {"rows": d.rows, "fields": d.fields, "vocab_per_field": d.vocab_per_field, "zipf": d.zipf,
-                "n_dense": d.n_dense, "seed": seed}
-    if d.format == "libsvm" and d.libsvm_fields:
-        return {"n_fields": d.libsvm_fields}
-    if d.format == "csv":
-        return {"label": d.label_column}
-    return {}
-
-
-def _check_same_layout(train, ev, train_path, eval_path) -> None:
-    if (ev.n_fields, ev.n_dense) != (train.n_fields, train.n_dense):
-        raise InvalidInputError(f"--eval-data {eval_path} has {ev.n_fields} fields and {ev.n_dense} dense "
-                                f"features, --data {train_path} has {train.n_fields} and {train.n_dense}")
 
 
 def _progress(enabled: bool, total, initial):

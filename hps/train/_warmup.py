@@ -6,7 +6,9 @@ training that would freeze the progress bar at 0 % and count into examples/s. In
 the same reader, data types, device, model shape and optimizers, a MEM-PS budget that spills, its own
 temporary SSD-PS — so the kernels a run uses are compiled (and cached on disk for later runs) before
 the clock starts (``tests/test_warmup.py`` checks that the timed part adds no specialisation). The
-scratch job shares nothing with the real one and is removed afterwards.
+scratch job runs in this process alone (its collectives are local; the kernels only ranks of an MPI
+job run are compiled by ``Collectives.warm_up``), shares nothing with the real one and is removed
+afterwards.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..data import ReaderStats
 from ._budget import budget_for_rows
 
 #: Examples per warm-up batch, and batches (more than the residency window, so rows leave HBM-PS,
@@ -26,17 +27,6 @@ WARMUP_EXAMPLES = 32
 WARMUP_BATCHES = 8
 #: Say "compiling kernels" once the warm-up has taken this long (loading cached kernels is faster).
 COMPILE_NOTICE_S = 2.0
-
-
-class _Batches:
-    """A dataset that replays a list of batches (the scratch job's data)."""
-
-    def __init__(self, batches, n_fields: int, n_dense: int):
-        self._batches, self.n_fields, self.n_dense = batches, n_fields, n_dense
-        self.stats = ReaderStats()  # the trainer's metrics read it; nothing is parsed here
-
-    def batches(self, start_batch: int = 0):
-        return iter(self._batches[start_batch:])
 
 
 def warm_up(trainer, log) -> float:
@@ -55,9 +45,13 @@ def warm_up(trainer, log) -> float:
     timer.daemon = True
     timer.start()
     try:
-        batches = trainer.dataset.batches()
-        first = next(iter(batches), None)  # the reader's kernels compile here
-        getattr(batches, "close", lambda: None)()  # a suspended reader would hold its file open
+        first = None
+        for reader in trainer.feed.readers:  # this rank's shards; the reader's kernels compile here
+            batches = reader.batches()
+            first = next(iter(batches), None)
+            getattr(batches, "close", lambda: None)()  # a suspended reader would hold its file open
+            if first is not None and len(first):
+                break
         if first is not None and len(first):
             _scratch_run(trainer, first)
     finally:
@@ -70,7 +64,8 @@ def warm_up(trainer, log) -> float:
 
 def _scratch_run(trainer, first) -> None:
     """Train a scratch job of the same configuration on tiny slices of ``first`` (a Batch)."""
-    from ._collectives import LocalCollectives
+    from ._collectives import Collectives
+    from ._feed import Feed
 
     n = min(len(first), WARMUP_EXAMPLES * WARMUP_BATCHES)
     parts = [first.slice(a, min(a + WARMUP_EXAMPLES, n)) for a in range(0, n, WARMUP_EXAMPLES)]
@@ -86,9 +81,9 @@ def _scratch_run(trainer, first) -> None:
                       minibatch_size=min(cfg.train.minibatch_size, WARMUP_EXAMPLES // 2), epochs=1,
                       checkpoint_dir=None, checkpoint_every=0, resume=False, export=None, metrics_out=None,
                       plots=None, progress=False))
-    scratch = type(trainer)(scratch_cfg, LocalCollectives(), log=lambda *a, **k: None)
+    feed = Feed.replay(parts, trainer.feed.n_fields, trainer.feed.n_dense, scratch_cfg.train.minibatch_size)
+    scratch = type(trainer)(scratch_cfg, Collectives(), log=lambda *a, **k: None, feed=feed)
     try:
-        scratch.dataset = _Batches(parts, trainer.dataset.n_fields, trainer.dataset.n_dense)
         scratch.fit(warm_up=False)
         scratch.evaluate(parts[:1])
         trainer.coll.warm_up(parts[0].keys, trainer.row_params)  # all-reduces carry row gradients

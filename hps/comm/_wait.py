@@ -1,0 +1,70 @@
+"""How a rank waits inside MPI: spin (MPI's blocking calls) or yield the core (poll a non-blocking
+call, sleeping between polls), and the thread level several communicating threads need.
+
+MPICH and Open MPI busy-poll inside a blocking call: a rank blocked 3 s in a collective burns 3 s
+of a core. That costs nothing while every rank has a core of its own, and everything when ranks
+(and their pipeline threads) outnumber the cores: the spinning rank takes the core from the rank it
+is waiting for. In ``"yield"`` mode a call is started non-blocking and its request is tested with
+sleeps in between (20 µs, doubling up to 1 ms), so a waiting rank gives its core away; each test
+also drives MPI's progress engine, which is all a non-blocking collective needs to advance.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from mpi4py import MPI
+
+from ..errors import CommError, InvalidInputError
+
+#: ``--mpi-wait`` values: ``auto`` picks ``yield`` when the ranks on a node outnumber its cores.
+WAIT_MODES = ("auto", "spin", "yield")
+#: First and longest sleep between two tests of a pending request (seconds).
+POLL_FIRST_S = 2e-5
+POLL_MAX_S = 1e-3
+
+
+def poll(request) -> None:
+    """Wait for an mpi4py ``Request`` by testing it with growing sleeps in between (yields the core)."""
+    delay = POLL_FIRST_S
+    while not request.Test():
+        time.sleep(delay)
+        delay = min(2 * delay, POLL_MAX_S)
+
+
+def node_cores() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def resolve_wait_mode(comm, mode: str) -> str:
+    """``"spin"`` or ``"yield"`` for ``mode`` (one of :data:`WAIT_MODES`); ``auto`` yields when the
+    ranks of ``comm`` sharing this node outnumber its cores. Collective over ``comm`` (the answer is
+    the same on every rank of a node)."""
+    if mode not in WAIT_MODES:
+        raise InvalidInputError(f"mpi-wait must be one of {', '.join(WAIT_MODES)}; got {mode!r}")
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    try:
+        local = node.Get_size()
+        cores = node.allreduce(node_cores(), op=MPI.MIN)
+    finally:
+        node.Free()
+    if mode != "auto":
+        return mode
+    return "yield" if local > cores else "spin"
+
+
+def require_thread_multiple() -> None:
+    """Raise CommError unless MPI was initialised with ``MPI_THREAD_MULTIPLE`` (hps's pipeline threads
+    issue collectives concurrently, each on its own communicator)."""
+    level = MPI.Query_thread()
+    if level < MPI.THREAD_MULTIPLE:
+        names = {MPI.THREAD_SINGLE: "MPI_THREAD_SINGLE", MPI.THREAD_FUNNELED: "MPI_THREAD_FUNNELED",
+                 MPI.THREAD_SERIALIZED: "MPI_THREAD_SERIALIZED"}
+        raise CommError(f"MPI provides {names.get(level, level)}, but hps's pipeline threads call MPI "
+                        "concurrently and need MPI_THREAD_MULTIPLE: use an MPI built with thread support "
+                        "(MPICH, Open MPI) and leave mpi4py.rc.thread_level at 'multiple'")

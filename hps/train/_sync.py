@@ -1,0 +1,175 @@
+"""How the ranks keep the embedding rows of a batch in step (``--sparse-sync``).
+
+Both strategies split their work between the prepare stage (:meth:`plan`: who needs which keys,
+which keys this rank must hold resident) and the train stage (:meth:`step`: one mini-batch), and
+apply one optimizer step per key per global mini-batch to the summed gradient of the key.
+
+``owner`` (:class:`OwnerSync`, the default): row-wise sharding, owner computes. Only a key's owner
+(``hps.mem.owner_of``) holds its row. In the prepare stage every rank sends the unique keys of each
+of its local mini-batches to their owners (one alltoallv per batch); an owner makes the union of the
+keys asked of it resident. Per mini-batch, owners send the embedding part of the asked rows to the
+ranks that asked (alltoallv), every rank runs forward/backward on its own examples, sends the
+per-key gradient sums back to the owners (alltoallv, the same layout), and each owner sums the
+contributions of each key in rank order and applies the optimizer once. Rows never have replicas,
+so they cannot diverge, and the owner ends with the final row.
+
+``allreduce`` (:class:`ReplicaSync`, Appendix C.3): every rank holds the working set of the whole
+global batch resident (found by gathering every rank's unique keys, not by parsing), sums the
+gradients with the hierarchical sparse all-reduce and applies every update to its replica, so all
+replicas stay bit-identical. Per-rank memory and update work do not fall with the number of ranks.
+
+Thread safety: :meth:`plan` runs in the prepare thread, :meth:`step` in the train thread; each uses
+only its own channel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._hashing import group_by_owner
+from ..comm import SPARSE_GRADS, SPARSE_KEYS, SPARSE_ROWS
+from ..comm._kernels import segment_sum
+from ..errors import InternalError
+from ..mem import unique_counts
+
+SPARSE_SYNCS = ("owner", "allreduce")
+
+
+def unique_inverse(keys):
+    """(distinct keys in first-occurrence order, inverse (n,) int64) — hashing, not sorting."""
+    u, _, inv = unique_counts(keys)
+    return u, inv
+
+
+@dataclass
+class Plan:
+    """One local mini-batch, planned in the prepare stage.
+
+    Asking side: ``keys`` (u,) the unique keys of this rank's examples — in owner mode grouped by
+    owner, ``send`` (size,) keys per owner, so rows arrive and gradients leave in this order with no
+    reshuffle — and ``inv`` (nnz,) their index per key occurrence. Owner side (owner mode): ``ukeys``
+    (v,) the owned keys anyone asked for in this global mini-batch, ``uinv`` (m,) the index into
+    ``ukeys`` of every key asked (grouped by asking rank) and ``recv`` (size,) keys asked per rank.
+    With one rank ``uinv`` is None (``ukeys`` is ``keys``).
+    """
+
+    keys: np.ndarray
+    inv: np.ndarray
+    send: np.ndarray | None = None
+    ukeys: np.ndarray | None = None
+    uinv: np.ndarray | None = None
+    recv: np.ndarray | None = None
+
+
+class _Sync:
+    def __init__(self, coll, model, sparse_opt, row_params: int, xp):
+        self.coll = coll
+        self.model = model
+        self.opt = sparse_opt
+        self.row_params = row_params
+        self.xp = xp
+
+    def _host(self, a):
+        from ._hierarchy import _host
+
+        return _host(a)
+
+    def _rows(self, hbm, keys, index: int):
+        rows, found = hbm.get(keys)
+        if not found.all():
+            raise InternalError(f"batch {index}: {int((~found).sum())} working-set keys are missing from "
+                                "HBM-PS (residency bug)")
+        return self._host(rows)
+
+
+class OwnerSync(_Sync):
+    """``--sparse-sync owner``: see the module docstring."""
+
+    replicated = False
+
+    def plan(self, local) -> tuple[np.ndarray, list[Plan]]:
+        """(keys this rank must hold resident for the batch, one Plan per local mini-batch) for the
+        LocalBatch ``local``. Collective over the prepare channel (one alltoall, one alltoallv)."""
+        P, size = len(local.bounds) - 1, self.coll.size
+        plans = []
+        for j in range(P):
+            keys, inv = unique_inverse(local.minibatch(j).keys)
+            plans.append(Plan(keys, inv))
+        if size == 1:
+            for p in plans:
+                p.ukeys = p.keys
+            allk = np.concatenate([p.keys for p in plans]) if plans else np.empty(0, np.uint64)
+            return unique_inverse(allk)[0], plans
+        ranks = np.arange(size, dtype=np.int32)
+        for p in plans:  # keys grouped by owner, inv pointing at the regrouped keys
+            order, offsets = group_by_owner(self.coll.owner(p.keys), size)
+            where = np.empty_like(order)
+            where[order] = np.arange(order.shape[0])
+            p.keys, p.inv, p.send = p.keys[order], where[p.inv], np.diff(offsets)
+        # one message per owner: its keys of mini-batch 0, then of mini-batch 1, ...
+        flat_keys = np.concatenate([p.keys for p in plans])
+        by_owner, offsets = group_by_owner(np.concatenate([np.repeat(ranks, p.send) for p in plans]), size)
+        counts = np.stack([p.send for p in plans], axis=1)                  # (size, P) keys per owner and mb
+        ch = self.coll.prepare
+        asked_counts = ch.alltoall_counts(counts)                            # (size, P) from each rank
+        asked = ch.alltoallv(flat_keys[by_owner], np.diff(offsets), asked_counts.sum(axis=1), SPARSE_KEYS)
+        # regroup what was asked by mini-batch (asking ranks in rank order inside each)
+        block = np.repeat(np.tile(np.arange(P, dtype=np.int32), size), asked_counts.ravel())
+        by_mb, mb_offsets = group_by_owner(block, P)
+        asked = asked[by_mb]
+        for j, p in enumerate(plans):
+            p.ukeys, p.uinv = unique_inverse(asked[mb_offsets[j]:mb_offsets[j + 1]])
+            p.recv = asked_counts[:, j].copy()
+        return unique_inverse(asked)[0], plans
+
+    def step(self, hbm, index: int, p: Plan, share, n_total: int):
+        """One mini-batch: serve the asked rows, forward/backward on ``share``, send the gradients to
+        their owners, apply the owned updates. Returns (loss term, dense gradients). Collective over
+        the train channel (two alltoallv)."""
+        P, ch = self.row_params, self.coll.train
+        rows = self._rows(hbm, p.ukeys, index)                               # (v, row_width) owned rows
+        if p.uinv is None:
+            params = rows[:, :P]
+        else:  # (u, P) rows of p.keys: they arrive grouped by owner, the order of p.keys
+            params = ch.alltoallv(rows[p.uinv, :P], p.recv, p.send, SPARSE_ROWS)
+        loss, _, g_rows, g_dense = self.model.forward_backward(self.xp.asarray(params), p.inv, share,
+                                                              n_total=n_total)
+        g = self._host(g_rows)
+        if p.uinv is not None:
+            back = ch.alltoallv(g, p.send, p.recv, SPARSE_GRADS)                # aligned with p.uinv
+            g = segment_sum(back, p.uinv, p.ukeys.shape[0])                  # rank order: deterministic
+        hbm.insert(p.ukeys, self._host(self.opt.apply(rows, g)))
+        return loss, g_dense
+
+
+class ReplicaSync(_Sync):
+    """``--sparse-sync allreduce``: see the module docstring."""
+
+    replicated = True
+
+    def plan(self, local) -> tuple[np.ndarray, list[Plan]]:
+        """(the global batch's working set, one Plan per local mini-batch). Collective over the
+        prepare channel (one allgatherv of every rank's unique keys)."""
+        plans = []
+        for j in range(len(local.bounds) - 1):
+            keys, inv = unique_inverse(local.minibatch(j).keys)
+            plans.append(Plan(keys, inv))
+        mine = unique_inverse(local.data.keys)[0]
+        return unique_inverse(self.coll.prepare.allgatherv(mine, SPARSE_KEYS))[0], plans
+
+    def step(self, hbm, index: int, p: Plan, share, n_total: int):
+        P = self.row_params
+        rows = self._rows(hbm, p.keys, index)
+        loss, _, g_rows, g_dense = self.model.forward_backward(self.xp.asarray(rows[:, :P]), p.inv, share,
+                                                              n_total=n_total)
+        keys, grads = self.coll.train.sparse_allreduce(p.keys, self._host(g_rows))
+        if keys is not p.keys:
+            rows = self._rows(hbm, keys, index)
+        hbm.insert(keys, self._host(self.opt.apply(rows, grads)))
+        return loss, g_dense
+
+
+def make_sync(mode: str, *args):
+    return {"owner": OwnerSync, "allreduce": ReplicaSync}[mode](*args)

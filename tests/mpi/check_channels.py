@@ -1,0 +1,109 @@
+"""Per-rank checks of hps.train._collectives; run as ``mpiexec -n N python tests/mpi/check_channels.py``.
+
+Every failure aborts the whole job (exit code != 0) with ``hps: rank R of N failed: ...`` on stderr.
+"""
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from mpi4py import MPI
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.reference.comm import row_of, serial_sparse_allreduce  # noqa: E402
+
+import hps.comm as C  # noqa: E402
+from hps.mem import owner_of  # noqa: E402  the trainer's key -> rank policy
+from hps.train._collectives import Collectives  # noqa: E402
+
+D = 3
+
+
+def keys_of(rank, seed=0):
+    rng = np.random.default_rng(100 * seed + rank)
+    return np.unique(rng.integers(0, 500, size=5 + 9 * rank).astype(np.uint64))
+
+
+def check(coll, comm):
+    size, rank = comm.Get_size(), comm.Get_rank()
+    ch = coll.prepare
+    # agree: per mini-batch totals and "anyone has more"
+    totals, more = ch.agree(np.array([rank, 1, 0], np.int64), rank == size - 1)
+    assert totals.tolist() == [size * (size - 1) // 2, size, 0] and more
+    assert ch.agree(np.zeros(3, np.int64), False)[1] is False
+    assert ch.any(rank == 0) and not ch.any(False)
+    # alltoallv through the owners: every owner gets exactly the keys it owns, in rank order
+    keys = keys_of(rank)
+    asked, recv, order, send = ch.exchange_by_owner(keys, C.SPARSE_KEYS)
+    every = [keys_of(r) for r in range(size)]
+    want = np.concatenate([k[owner_of(k, size) == rank] for k in every])
+    assert sorted(asked.tolist()) == sorted(want.tolist())
+    assert recv.tolist() == [int((owner_of(k, size) == rank).sum()) for k in every]
+    assert np.array_equal(owner_of(keys[order], size), np.repeat(np.arange(size), send))
+    # pull_owned: rows from their owners, aligned with the asker's keys; each owner serves its own only
+    served = []
+
+    def serve(k):
+        assert np.all(owner_of(k, size) == rank)
+        served.append(k.shape[0])
+        return row_of(k, D).astype(np.float32)
+
+    rows = ch.pull_owned(keys, serve)
+    assert np.array_equal(rows, row_of(keys, D).astype(np.float32)) and len(served) == 1
+    # pull_rows (every rank the same keys), allgatherv, gather
+    common = np.arange(40, dtype=np.uint64)
+    assert np.array_equal(ch.pull_rows(common, serve), row_of(common, D).astype(np.float32))
+    got = ch.allgatherv(keys, C.SPARSE_KEYS)
+    assert np.array_equal(got, np.concatenate(every))
+    g = ch.gather(keys.astype(np.float64))
+    assert (g is None) == (rank != 0)
+    if rank == 0:
+        assert np.array_equal(g, np.concatenate(every).astype(np.float64))
+    assert coll.stats.bytes_sent[C.SPARSE_KEYS] > 0 or size == 1
+    # dense: MPI's Allreduce on the prepare channel, the hierarchical one on train (it has a Topology)
+    for c in (coll.prepare, coll.train):
+        v = np.arange(7, dtype=np.float32) * (rank + 1)
+        out = c.dense_allreduce(v)
+        assert out is v and np.array_equal(v, np.arange(7, dtype=np.float32) * size * (size + 1) / 2)
+    # sparse all-reduce (Appendix C.3) on the train channel
+    vals = row_of(keys, D) * (rank + 1)
+    k, s = coll.train.sparse_allreduce(keys, vals)
+    rk, rs = serial_sparse_allreduce([(every[r], row_of(every[r], D) * (r + 1)) for r in range(size)], D, np.float64)
+    assert np.array_equal(k, rk) and np.array_equal(s, rs)
+
+
+def check_waiting_yields(comm):
+    """In yield mode a rank that waits 1.5 s for a late peer spends almost no CPU doing so."""
+    coll = Collectives(comm, mpi_wait="yield")
+    assert coll.wait_mode == "yield"
+    coll.main.barrier()
+    if comm.Get_rank() == 1:
+        time.sleep(1.5)
+    before_cpu, before_wall = coll.main.mpi_cpu_seconds, coll.main.mpi_seconds
+    coll.main.barrier()
+    cpu, wall = coll.main.mpi_cpu_seconds - before_cpu, coll.main.mpi_seconds - before_wall
+    if comm.Get_rank() == 0:
+        assert wall > 1.0, wall
+        assert cpu < 0.25 * wall, (cpu, wall)  # spinning would burn ~wall seconds of CPU
+
+
+def main():
+    world = MPI.COMM_WORLD
+    for mode in ("spin", "yield"):
+        coll = Collectives(world, mpi_wait=mode, hierarchical=True)
+        assert coll.size == world.Get_size() and coll.wait_mode == (mode if coll.size > 1 else "local")
+        check(coll, world)
+    if world.Get_size() > 1:
+        check_waiting_yields(world)
+        auto = Collectives(world, mpi_wait="auto").wait_mode
+        assert auto == ("yield" if world.Get_size() > C._wait.node_cores() else "spin"), auto
+    world.Barrier()
+    if world.Get_rank() == 0:
+        print(f"check_channels: OK on {world.Get_size()} ranks", flush=True)
+
+
+if __name__ == "__main__":
+    C.run_guarded(MPI.COMM_WORLD, main)
