@@ -238,7 +238,7 @@ def test_a_failing_rank_takes_the_job_down_with_its_name(mpiexec, tmp_path):
 def test_a_killed_rank_takes_the_job_down(mpiexec, tmp_path):
     marker = str(tmp_path / "ssd-kill")
     proc = subprocess.Popen([mpiexec, "-n", "2", sys.executable, "-m", "hps.train", *SMALL,
-                             "--rows", "400000", "--ssd-path", marker],
+                             "--rows", "5000000", "--ssd-path", marker],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     victim = None
     deadline = time.time() + 60
@@ -255,9 +255,9 @@ def test_a_killed_rank_takes_the_job_down(mpiexec, tmp_path):
             if marker.encode() in cmd and b"PMI_RANK=1" in env and b"hps.train" in cmd:
                 victim = int(pid)
     assert victim is not None, "rank 1 never started"
-    time.sleep(2)
+    time.sleep(1)
     t = time.time()
-    os.kill(victim, 9)
+    os.kill(victim, 9)  # mid-run: 5 M rows take far longer than this
     proc.wait(timeout=90)
     assert proc.returncode != 0
     assert time.time() - t < 60
