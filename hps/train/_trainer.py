@@ -68,7 +68,9 @@ class Trainer:
     """Train a CTR model over the three tiers. ``coll``: :class:`Collectives` (default: one process).
     ``on_fatal(error)``: called at once, from the failing thread, when a pipeline stage fails in an
     MPI job (the CLI aborts the job there, so no peer waits for this rank in a collective).
-    ``feed``: the data (default: this rank's shards of ``cfg``'s data, :class:`Feed`)."""
+    ``feed``: the data (default: this rank's shards of ``cfg``'s data, :class:`Feed`).
+    ``first_batch``: this rank's first local batch (a Batch, or None), parsed at construction for the
+    memory plan and kept for the kernel warm-up; :meth:`fit` drops it."""
 
     def __init__(self, cfg: Config, coll=None, log=print, on_fatal=None, feed=None):
         self.cfg = cfg
@@ -120,6 +122,8 @@ class Trainer:
         batches = self.feed.epoch()
         first = next(batches, None)
         batches.close()  # a suspended reader would hold its file open
+        # kept for the warm-up, which compiles on it instead of parsing the data again (fit drops it)
+        self.first_batch = first.data if first is not None else None
         local = unique_inverse(first.data.keys)[0] if first is not None else np.empty(0, np.uint64)
         if self.sync.replicated:
             everyone = unique_inverse(self.coll.main.allgatherv(local, SPARSE_KEYS))[0]
@@ -248,6 +252,7 @@ class Trainer:
         if tc.resume:  # first: a missing or damaged checkpoint is reported before the warm-up's compile
             self.resume()
         self.warmup_seconds = _warmup.warm_up(self, self.log) if warm_up else 0.0
+        self.first_batch = None
         rows = self.feed.total_rows  # known for synthetic data; files stream
         total = rows * tc.epochs if rows is not None else None
         bar = _progress(tc.progress and self.coll.rank == 0, total, self.start_index * tc.batch_size)

@@ -2,9 +2,10 @@
 
 A fresh machine spends 15-30 s compiling the Numba kernels the first time they run; inside the
 training that would freeze the progress bar at 0 % and count into examples/s. Instead
-:func:`warm_up` runs a *scratch copy* of the job on a few tiny batches cut from the first real one —
-the same reader, data types, device, model shape and optimizers, a MEM-PS budget that spills, its own
-temporary SSD-PS — so the kernels a run uses are compiled (and cached on disk for later runs) before
+:func:`warm_up` runs a *scratch copy* of the job on a few tiny batches cut from the first real one
+(``Trainer.first_batch``, which the trainer parsed for its memory plan, so the reader's kernels are
+already compiled) — the same data types, device, model shape and optimizers, a MEM-PS budget that
+spills, its own temporary SSD-PS — so the kernels a run uses are compiled (and cached on disk for later runs) before
 the clock starts (``tests/test_warmup.py`` checks that the timed part adds no specialisation). The
 scratch job runs in this process alone (its collectives are local; the kernels only ranks of an MPI
 job run are compiled by ``Collectives.warm_up``), shares nothing with the real one and is removed
@@ -31,9 +32,8 @@ COMPILE_NOTICE_S = 2.0
 
 def warm_up(trainer, log) -> float:
     """Compile ``trainer``'s kernels on a scratch copy of its job (see the module docstring);
-    ``log(line)`` gets the notices. Touches no state of ``trainer`` but its reader's pass counters
-    (reset by the next pass). Blocking; local (no
-    communication), so ranks may call it at different times. Returns the seconds it took."""
+    ``log(line)`` gets the notices. Reads ``trainer.first_batch`` and touches no state of ``trainer``.
+    Blocking; local (no communication), so ranks may call it at different times. Returns the seconds it took."""
     t0 = time.perf_counter()
     noticed = threading.Event()
 
@@ -45,13 +45,7 @@ def warm_up(trainer, log) -> float:
     timer.daemon = True
     timer.start()
     try:
-        first = None
-        for reader in trainer.feed.readers:  # this rank's shards; the reader's kernels compile here
-            batches = reader.batches()
-            first = next(iter(batches), None)
-            getattr(batches, "close", lambda: None)()  # a suspended reader would hold its file open
-            if first is not None and len(first):
-                break
+        first = trainer.first_batch  # this rank's first local batch, parsed for the memory plan
         if first is not None and len(first):
             _scratch_run(trainer, first)
     finally:
