@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, fields
 
 from .data import DEFAULT_MAX_MALFORMED
 from .data._batch import check_n_fields
+from ._xp import DEVICES
 from .errors import InvalidInputError, InvalidTypeError
 
 FORMATS = ("synthetic", "criteo", "libsvm", "csv")
@@ -33,7 +34,6 @@ SPARSE_OPTIMIZERS = ("adagrad", "rowwise-adagrad", "adam", "sgd")
 DENSE_OPTIMIZERS = ("adam", "adagrad", "sgd")
 DEFAULT_CROSS_LAYERS = 3            # dcn: cross layers when --cross-layers is not given
 DEFAULT_BOTTOM_HIDDEN = 64          # dlrm: bottom MLP (64, embedding_dim) when --bottom-mlp is not given
-DEVICES = ("cpu", "cuda")
 SPARSE_SYNCS = ("owner", "allreduce")
 MPI_WAITS = ("auto", "spin", "yield")
 PAGE_CACHE_MODES = ("direct", "dontneed", "keep")   # hps.ssd.SSDOptions.page_cache

@@ -57,19 +57,27 @@ def test_shares_with_n_total_sum_to_full_batch(shares):
     loss, _, g_emb, g_dense = m.forward_backward(emb, inv, b)
     cuts = np.linspace(0, len(b), shares + 1).astype(int)
     cuts[1] = 0 if shares == 4 else cuts[1]  # an empty share too
-    tot_loss, tot_emb = 0.0, np.zeros_like(g_emb)
+    assert_shares_sum_to_whole(m, b, uniq, emb, cuts, (loss, g_emb, g_dense))
+
+
+def assert_shares_sum_to_whole(m, b, uniq, rows, cuts, whole):
+    """Shares [cuts[r], cuts[r+1]) of batch ``b``, each with its own unique keys and n_total = len(b):
+    their losses, per-key row gradients and dense gradients sum to ``whole`` = (loss, row gradients of
+    ``uniq``, dense gradients) of the full batch."""
+    loss, g_rows, g_dense = whole
+    tot_loss, tot_rows = 0.0, np.zeros_like(g_rows)
     tot_dense = {k: np.zeros_like(v) for k, v in g_dense.items()}
-    for r in range(shares):
+    for r in range(len(cuts) - 1):
         part = b.slice(cuts[r], cuts[r + 1])
         pu, pinv = np.unique(part.keys, return_inverse=True)
-        rows = emb[np.searchsorted(uniq, pu)]
-        l, _, ge, gd = m.forward_backward(rows, pinv, part, n_total=len(b))
+        at = np.searchsorted(uniq, pu)
+        l, _, gr, gd = m.forward_backward(rows[at], pinv, part, n_total=len(b))
         tot_loss += l
-        np.add.at(tot_emb, np.searchsorted(uniq, pu), ge)
+        np.add.at(tot_rows, at, gr)
         for k in gd:
             tot_dense[k] += gd[k]
     assert tot_loss == pytest.approx(loss, rel=1e-12)
-    np.testing.assert_allclose(tot_emb, g_emb, rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(tot_rows, g_rows, rtol=1e-6, atol=1e-12)
     for k in g_dense:
         np.testing.assert_allclose(tot_dense[k], g_dense[k], rtol=1e-6, atol=1e-12, err_msg=k)
 

@@ -9,6 +9,7 @@ from hps import InvalidInputError
 from hps.data import Batch
 from hps.model import DCN, DLRM, MODELS, CTRModel, DeepFM, ModelConfig, WideDeep, make_model
 from tests.reference import model as ref
+from tests.test_model_grad import assert_shares_sum_to_whole
 
 F, D = 3, 4
 ARCH = {"dcn": {"cross_layers": 2}, "dlrm": {"bottom_mlp": (5, D)}}
@@ -75,20 +76,7 @@ def test_shares_with_n_total_sum_to_full_batch(name):
     m, b, uniq, inv, rows = _setup(name, seed=2, n=23)
     loss, _, g_rows, g_dense = m.forward_backward(rows, inv, b)
     cuts = [0, 0, 9, 23]  # an empty share too
-    tot_loss, tot_rows = 0.0, np.zeros_like(g_rows)
-    tot_dense = {k: np.zeros_like(v) for k, v in g_dense.items()}
-    for r in range(3):
-        part = b.slice(cuts[r], cuts[r + 1])
-        pu, pinv = np.unique(part.keys, return_inverse=True)
-        l, _, gr, gd = m.forward_backward(rows[np.searchsorted(uniq, pu)], pinv, part, n_total=len(b))
-        tot_loss += l
-        np.add.at(tot_rows, np.searchsorted(uniq, pu), gr)
-        for k in gd:
-            tot_dense[k] += gd[k]
-    assert tot_loss == pytest.approx(loss, rel=1e-12)
-    np.testing.assert_allclose(tot_rows, g_rows, rtol=1e-6, atol=1e-12)
-    for k in g_dense:
-        np.testing.assert_allclose(tot_dense[k], g_dense[k], rtol=1e-6, atol=1e-12, err_msg=k)
+    assert_shares_sum_to_whole(m, b, uniq, rows, cuts, (loss, g_rows, g_dense))
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))

@@ -33,6 +33,7 @@ from ..comm import SPARSE_GRADS, SPARSE_KEYS, SPARSE_ROWS
 from ..comm._kernels import segment_sum
 from ..errors import InternalError
 from ..mem import unique_counts
+from ._hierarchy import _host
 
 SPARSE_SYNCS = ("owner", "allreduce")
 
@@ -71,17 +72,12 @@ class _Sync:
         self.row_params = row_params
         self.xp = xp
 
-    def _host(self, a):
-        from ._hierarchy import _host
-
-        return _host(a)
-
     def _rows(self, hbm, keys, index: int):
         rows, found = hbm.get(keys)
         if not found.all():
             raise InternalError(f"batch {index}: {int((~found).sum())} working-set keys are missing from "
                                 "HBM-PS (residency bug)")
-        return self._host(rows)
+        return _host(rows)
 
 
 class OwnerSync(_Sync):
@@ -136,11 +132,11 @@ class OwnerSync(_Sync):
             params = ch.alltoallv(rows[p.uinv, :P], p.recv, p.send, SPARSE_ROWS)
         loss, _, g_rows, g_dense = self.model.forward_backward(self.xp.asarray(params), p.inv, share,
                                                               n_total=n_total)
-        g = self._host(g_rows)
+        g = _host(g_rows)
         if p.uinv is not None:
             back = ch.alltoallv(g, p.send, p.recv, SPARSE_GRADS)                # aligned with p.uinv
             g = segment_sum(back, p.uinv, p.ukeys.shape[0])                  # rank order: deterministic
-        hbm.insert(p.ukeys, self._host(self.opt.apply(rows, g)))
+        hbm.insert(p.ukeys, _host(self.opt.apply(rows, g)))
         return loss, g_dense
 
 
@@ -164,10 +160,10 @@ class ReplicaSync(_Sync):
         rows = self._rows(hbm, p.keys, index)
         loss, _, g_rows, g_dense = self.model.forward_backward(self.xp.asarray(rows[:, :P]), p.inv, share,
                                                               n_total=n_total)
-        keys, grads = self.coll.train.sparse_allreduce(p.keys, self._host(g_rows))
+        keys, grads = self.coll.train.sparse_allreduce(p.keys, _host(g_rows))
         if keys is not p.keys:
             rows = self._rows(hbm, keys, index)
-        hbm.insert(keys, self._host(self.opt.apply(rows, grads)))
+        hbm.insert(keys, _host(self.opt.apply(rows, grads)))
         return loss, g_dense
 
 
