@@ -1,4 +1,4 @@
-"""Data readers (Criteo TSV, libsvm/libFM, CSV) and the synthetic generator; all yield ``Batch``es.
+"""Data readers (Criteo TSV, libsvm/libFM, CSV, Parquet) and the synthetic generator; all yield ``Batch``es.
 
 Entry point: ``open_dataset(path, fmt, batch_size, shard=(index, n_shards), strict=False,
 max_malformed=0.01, **options)``. Every dataset offers ``batches(start_batch=0)``, ``probe()``,
@@ -9,13 +9,14 @@ data); shards read one after the other give all of the data.
 """
 
 from ._batch import FIELD_SHIFT, MAX_FIELD, MAX_FIELDS, Batch, make_keys
-from ._chunks import (DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MALFORMED, MISSING_VALUE, DataFileNotFoundError,
-                      ReaderStats)
+from ._chunks import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MALFORMED, MISSING_VALUE, ReaderStats
 from ._criteo import NEGATIVE_VALUE, CriteoReader
 from ._csv import CsvReader
 from ._libsvm import LibsvmReader
 from ._open import FORMATS, open_dataset
+from ._parquet import ParquetReader
 from ._shards import share_bounds
+from ._sources import DataFileNotFoundError, expand_paths
 from ._synthetic import SyntheticData
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "CriteoReader",
     "LibsvmReader",
     "CsvReader",
+    "ParquetReader",
     "SyntheticData",
     "ReaderStats",
     "DataFileNotFoundError",
@@ -37,4 +39,5 @@ __all__ = [
     "DEFAULT_CHUNK_BYTES",
     "DEFAULT_MAX_MALFORMED",
     "share_bounds",
+    "expand_paths",
 ]
