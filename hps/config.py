@@ -28,7 +28,7 @@ from .data._batch import check_n_fields
 from ._xp import DEVICES
 from .errors import InvalidInputError, InvalidTypeError
 
-FORMATS = ("synthetic", "criteo", "libsvm", "csv")
+FORMATS = ("synthetic", "criteo", "libsvm", "csv", "parquet")
 MODELS = ("ctr", "wdl", "deepfm", "dcn", "dlrm")
 SPARSE_OPTIMIZERS = ("adagrad", "rowwise-adagrad", "adam", "sgd")
 DENSE_OPTIMIZERS = ("adam", "adagrad", "sgd")
@@ -62,6 +62,7 @@ _TYPES = {
     "bool": (bool, "true or false"),
     "str": ((str, os.PathLike), "a string"),
     "tuple[int, ...]": ((list, tuple), "a list of integers"),
+    "tuple[str, ...]": ((list, tuple), "a list of strings"),
 }
 
 
@@ -74,6 +75,8 @@ def _type_ok(value, ann: str) -> bool:
         return math.isfinite(value)
     if ann == "tuple[int, ...]":
         return all(_type_ok(v, "int") for v in value)
+    if ann == "tuple[str, ...]":
+        return all(_type_ok(v, "str") for v in value)
     return True
 
 
@@ -112,15 +115,20 @@ def _one_of(name, value, allowed):
 
 @dataclass
 class DataConfig:
-    format: str = "synthetic"           # synthetic | criteo | libsvm | csv
-    data: str | None = None             # training file (not used by synthetic)
-    eval_data: str | None = None        # evaluation file; synthetic has its own eval split
+    format: str = "synthetic"           # synthetic | criteo | libsvm | csv | parquet
+    data: str | tuple[str, ...] | None = None       # training files, directories or globs, plain,
+                                                    # .gz or .zst (not used by synthetic)
+    eval_data: str | tuple[str, ...] | None = None  # evaluation data, the same; synthetic has its own split
     rows: int = 200_000                 # synthetic: training examples
     fields: int = 8                     # synthetic: categorical fields
     vocab_per_field: int = 20_000       # synthetic: distinct values per field
     zipf: float = 1.1                   # synthetic: Zipf exponent of value popularity
     n_dense: int = 4                    # synthetic: dense features
-    label_column: str = "click"         # csv: the label column
+    label_column: str = "click"         # csv, parquet: the label column
+    ignore_columns: tuple[str, ...] = ()    # csv, parquet: columns dropped (e.g. a row id)
+    dense_columns: tuple[str, ...] = ()     # csv, parquet: numeric columns, the dense features in order
+    categorical_columns: tuple[str, ...] | None = None  # csv, parquet: the fields in order (None = all others)
+    int_as_categorical: bool = False    # criteo: also bucketize I1..I13 into fields 26..38
     libsvm_fields: int | None = None    # libsvm: positional fields (default: features on line 1)
     strict: bool = False                # first malformed line is an error instead of skipped
     max_malformed: float = DEFAULT_MAX_MALFORMED  # fraction of malformed lines a pass may skip
@@ -137,6 +145,23 @@ class DataConfig:
             raise InvalidInputError(f"max-malformed must be a fraction in [0, 1], got {self.max_malformed}")
         if self.format != "synthetic" and not self.data:
             raise InvalidInputError(f"--format {self.format} needs --data FILE")
+        self._check_format_options()
+
+    def _check_format_options(self):
+        """Lists as tuples; a format option given to another format is an error."""
+        for name in ("data", "eval_data"):
+            if isinstance(getattr(self, name), list):
+                setattr(self, name, tuple(getattr(self, name)))
+        for name in ("ignore_columns", "dense_columns", "categorical_columns"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, tuple(value))
+            if value and self.format not in ("csv", "parquet"):
+                raise InvalidInputError(f"--{name.replace('_', '-')} is an option of --format csv and "
+                                        f"parquet, not of --format {self.format}")
+        if self.int_as_categorical and self.format != "criteo":
+            raise InvalidInputError(f"--int-as-categorical is an option of --format criteo, not of "
+                                    f"--format {self.format}")
 
 
 def check_architecture(model: str, embedding_dim: int, hidden, cross_layers, bottom_mlp) -> None:

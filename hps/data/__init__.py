@@ -13,7 +13,7 @@ from ._chunks import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MALFORMED, MISSING_VALUE, 
 from ._criteo import NEGATIVE_VALUE, CriteoReader
 from ._csv import CsvReader
 from ._libsvm import LibsvmReader
-from ._open import FORMATS, open_dataset
+from ._open import FORMATS, column_names, open_dataset
 from ._parquet import ParquetReader
 from ._shards import share_bounds
 from ._sources import DataFileNotFoundError, expand_paths
@@ -26,6 +26,7 @@ __all__ = [
     "MAX_FIELD",
     "MAX_FIELDS",
     "open_dataset",
+    "column_names",
     "FORMATS",
     "CriteoReader",
     "LibsvmReader",

@@ -51,3 +51,18 @@ def open_dataset(path, fmt: str, batch_size: int, shard=(0, 1), strict: bool = F
         if "unexpected keyword argument" in str(e):
             raise InvalidInputError(f"format {fmt!r}: {e}") from None
         raise
+
+
+def column_names(path, fmt: str) -> list[str] | None:
+    """The column names of the first file of ``path`` for "csv" (its header) and "parquet" (its
+    schema); None for the formats without named columns."""
+    from ._sources import expand_paths
+
+    first = expand_paths(path)[0]
+    if fmt == "csv":
+        from ._csv import _read_header
+
+        return _read_header(first)
+    if fmt == "parquet":
+        return list(ParquetReader._meta(first).schema.to_arrow_schema().names)
+    return None

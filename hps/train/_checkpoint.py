@@ -23,7 +23,8 @@ is kept, and says so; under MPI the ranks agree on the checkpoint (each checks i
 Export layout (``--export DIR``): ``sparse-rank{r}-of-{n}.h5`` (datasets "keys" (m,) uint64,
 "values" (m, embedding_dim) float32 and, for models with first-order weights (wdl, deepfm),
 "first_order" (m,) float32, the keys rank r owns; attrs "embedding_dim" and "model") and ``dense.h5``
-(one dataset per dense tensor, attr "model"); :func:`load_export` reads every shard back as one model.
+(one dataset per dense tensor, attr "model") and ``model.json`` (the model's configuration and its
+input format, ``_records``); :func:`load_export` reads every shard back as one model.
 """
 
 from __future__ import annotations
@@ -304,8 +305,9 @@ def load(root, coll, store, model, dense_opt, warn=lambda msg: None) -> dict:
     return dict(meta, path=str(d))
 
 
-def export(directory, coll, store, model) -> None:
-    """Write the trained ``model`` (see the module docstring). Collective over ``coll``."""
+def export(directory, coll, store, model, meta: dict | None = None) -> None:
+    """Write the trained ``model`` (see the module docstring), and ``meta`` as ``model.json``
+    (``_records.EXPORT_META``: what ``hps.Predictor`` needs). Collective over ``coll``."""
     import h5py
 
     d = Path(directory)
@@ -333,6 +335,12 @@ def export(directory, coll, store, model) -> None:
             for k, v in model.state_dict().items():
                 h.create_dataset(k, data=v)
             h.attrs["model"] = model.name
+        if meta is not None:
+            import json
+
+            from ._records import EXPORT_META
+
+            (d / EXPORT_META).write_text(json.dumps(meta, indent=1))
     coll.barrier()
 
 

@@ -34,14 +34,24 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("data")
     g.add_argument("--config", help="TOML file with any of these options as keys")
     g.add_argument("--format", choices=FORMATS, default=S, help="data format (default synthetic)")
-    g.add_argument("--data", default=S, help="training data file")
-    g.add_argument("--eval-data", default=S, help="evaluation data file (synthetic: built-in split)")
+    g.add_argument("--data", nargs="+", default=S,
+                   help="training data: files, directories or globs (quoted), plain, .gz or .zst")
+    g.add_argument("--eval-data", nargs="+", default=S,
+                   help="evaluation data, the same (synthetic: built-in split)")
     g.add_argument("--rows", type=int, default=S, help="synthetic: training examples (200000)")
     g.add_argument("--fields", type=int, default=S, help="synthetic: categorical fields (8)")
     g.add_argument("--vocab-per-field", type=int, default=S, help="synthetic: values per field (20000)")
     g.add_argument("--zipf", type=float, default=S, help="synthetic: Zipf exponent (1.1)")
     g.add_argument("--n-dense", type=int, default=S, help="synthetic: dense features (4)")
-    g.add_argument("--label-column", default=S, help="csv: label column (click)")
+    g.add_argument("--label-column", default=S, help="csv, parquet: label column (click)")
+    g.add_argument("--ignore-columns", default=S, help="csv, parquet: columns to drop, comma separated")
+    g.add_argument("--dense-columns", default=S,
+                   help="csv, parquet: numeric columns, the dense features, comma separated")
+    g.add_argument("--categorical-columns", default=S,
+                   help="csv, parquet: the categorical fields in field-id order, comma separated "
+                        "(default: every column not given another part, in table order)")
+    g.add_argument("--int-as-categorical", action="store_true", default=S,
+                   help="criteo: also bucketize the 13 integer columns into fields 26..38")
     g.add_argument("--libsvm-fields", type=int, default=S, help="libsvm: positional fields")
     g.add_argument("--strict", action="store_true", default=S, help="stop at the first malformed line")
     g.add_argument("--data-shards", type=int, default=S,
@@ -128,6 +138,12 @@ def parse_config(argv=None) -> Config:
     values = flatten_options(load_toml(args.pop("config"))) if args.get("config") else {}
     args.pop("config", None)
     values.update(args)
+    for key in ("data", "eval_data"):  # one path stays a string; several are a tuple
+        if isinstance(values.get(key), (list, tuple)):
+            values[key] = values[key][0] if len(values[key]) == 1 else tuple(values[key])
+    for key in ("ignore_columns", "dense_columns", "categorical_columns"):
+        if isinstance(values.get(key), str):
+            values[key] = tuple(c.strip() for c in values[key].split(",") if c.strip())
     for key in ("hidden", "bottom_mlp", "top_mlp"):
         if isinstance(values.get(key), str):
             try:
@@ -257,3 +273,46 @@ def _fail(comm, e: BaseException, code: int) -> int:
         return code
     print(f"hps: error: {e}", file=sys.stderr)
     return code
+
+
+# -- python -m hps.predict ---------------------------------------------------------------------------------
+
+
+def build_predict_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m hps.predict",
+        description="Score raw data with a model exported by python -m hps.train --export DIR: one "
+                    "probability per valid example, in input order.")
+    p.add_argument("--model-dir", required=True, help="the export directory (--export of the training job)")
+    p.add_argument("--data", nargs="+", required=True,
+                   help="data in the training format: files, directories or globs, plain, .gz or .zst")
+    p.add_argument("--out", required=True, help="CSV file to write: label,probability (probability only "
+                   "for CSV/Parquet data without the label column)")
+    p.add_argument("--unknown", choices=("init", "zero"), default="init",
+                   help="row of a key the export lacks: the row training would have created for it "
+                        "(init, what the training job's evaluation used) or zeros (init)")
+    p.add_argument("--batch-size", type=int, default=65_536, help="examples scored at a time (65536)")
+    p.add_argument("--strict", action="store_true", help="stop at the first malformed line")
+    p.add_argument("--max-malformed", type=float, default=DEFAULT_MAX_MALFORMED, metavar="FRACTION",
+                   help=f"stop when more than this fraction of the lines are malformed ({DEFAULT_MAX_MALFORMED})")
+    return p
+
+
+def predict_main(argv=None) -> int:
+    """``python -m hps.predict``; returns the exit code (2 bad input, 1 failure)."""
+    args = build_predict_parser().parse_args(argv)
+    try:
+        if args.batch_size < 1:
+            raise InvalidInputError(f"--batch-size must be positive, got {args.batch_size}")
+        from ..predict import Predictor
+
+        pred = Predictor(args.model_dir, unknown=args.unknown)
+        data = args.data[0] if len(args.data) == 1 else args.data
+        res = pred.write_csv(data, args.out, batch_size=args.batch_size, strict=args.strict,
+                             max_malformed=args.max_malformed)
+    except (HpsError, OSError) as e:
+        return _fail(None, e, EXIT_BAD_INPUT if _is_bad_input(e) else EXIT_FAILED)
+    auc = f"; AUC {res['auc']:.4f}" if res["auc"] is not None else ""
+    skipped = f" ({res['malformed']} malformed lines skipped)" if res["malformed"] else ""
+    print(f"hps: scored {res['examples']} examples{skipped} with {args.model_dir} -> {args.out}{auc}")
+    return 0

@@ -82,6 +82,7 @@ class Feed:
         self.sizes = minibatch_sizes(tc.batch_size, tc.minibatch_size)
         self._local = [shard_minibatch_sizes(self.sizes, s, k) for s in self.shards]
         opts = _format_options(d, tc.seed, tc.batch_size)
+        self.format_options = opts  # the readers' options (the export records them)
         read = {"strict": d.strict, "max_malformed": d.max_malformed}
         self.readers = [open_dataset(d.data, d.format, int(local.sum()), shard=(s, k), **read, **opts)
                         for s, local in zip(self.shards, self._local)]
@@ -210,6 +211,9 @@ def _format_options(d, seed: int, batch_size: int) -> dict:
                 "n_dense": d.n_dense, "seed": seed, "block_rows": batch_size}
     if d.format == "libsvm" and d.libsvm_fields:
         return {"n_fields": d.libsvm_fields}
-    if d.format == "csv":
-        return {"label": d.label_column}
+    if d.format in ("csv", "parquet"):
+        return {"label": d.label_column, "ignore_columns": d.ignore_columns, "dense_columns": d.dense_columns,
+                "categorical_columns": d.categorical_columns}
+    if d.format == "criteo":
+        return {"int_as_categorical": d.int_as_categorical}
     return {}

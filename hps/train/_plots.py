@@ -1,4 +1,5 @@
-"""``--plots DIR``: the run's figures as PNG (matplotlib, the optional ``plots`` extra).
+"""``--plots DIR``: the run's figures as PNG (matplotlib, the optional ``plots`` extra), each titled
+with the run's name (``run_name`` of the metrics: model, format, data, start time).
 
 - ``stage_seconds.png``: busy and waiting seconds of each pipeline stage (the paper's Figure 3c);
 - ``cache_hit_rate.png``: MEM-PS hit rate of every batch (Figure 4c);
@@ -34,6 +35,8 @@ def draw(metrics: dict, directory) -> list[str]:
 
     def save(fig, name):
         path = out / name
+        if metrics.get("run_name"):
+            fig.suptitle(metrics["run_name"], fontsize=8)
         fig.tight_layout()
         fig.savefig(path, dpi=110)
         plt.close(fig)

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import time
 
 from ..errors import InvalidInputError
 from ._collectives import Collectives
 from ._preflight import check_outputs
+from ._records import run_record
 from ._trainer import Trainer
 
 #: Options every rank must share (they shape the collectives or the model); the others (data paths,
 #: outputs, tiers) may differ between ranks.
 SHARED_OPTIONS = {
-    "data": ("format", "data_shards", "fields", "n_dense", "libsvm_fields", "label_column"),
+    "data": ("format", "data_shards", "fields", "n_dense", "libsvm_fields", "label_column", "ignore_columns",
+             "dense_columns", "categorical_columns", "int_as_categorical"),
     "model": None,  # all of them
     "train": ("batch_size", "minibatch_size", "epochs", "seed", "checkpoint_every", "resume",
               "ranks_per_node", "sparse_sync"),
@@ -42,6 +45,7 @@ def run(cfg, comm=None, log=print, on_fatal=None) -> dict:
     check_same_options(coll.main, cfg)
     say = log if coll.rank == 0 else (lambda *a, **k: None)
     check_outputs(cfg.train)
+    started = time.time()
     trainer = Trainer(cfg, coll, log=say, on_fatal=on_fatal)
     try:
         synthetic = trainer.feed.synthetic
@@ -59,6 +63,7 @@ def run(cfg, comm=None, log=print, on_fatal=None) -> dict:
             metrics["bayes_auc"] = bayes
         metrics["bytes_sent_per_example"] = {k: v / max(metrics["examples"], 1)
                                              for k, v in metrics["bytes_sent"].items()}
+        metrics.update(run_record(cfg, started))  # config, hps version, data files, run name
         if coll.rank == 0:
             say(report(metrics))
             if cfg.train.metrics_out:

@@ -399,7 +399,10 @@ class Trainer:
                 f"one row of {self.row_width} floats ({row}) per key, made on first use")
 
     def export(self, directory: str) -> None:
-        _checkpoint.export(directory, self.coll.main, self.store, self.model)
+        from ._records import export_meta
+
+        meta = export_meta(self.cfg, self.feed, self.model, self.feed.format_options)
+        _checkpoint.export(directory, self.coll.main, self.store, self.model, meta=meta)
 
     def close(self) -> None:
         """Close the SSD-PS and remove it with the directories this job made (unless --keep-ssd).
