@@ -30,6 +30,7 @@ input format, ``_records``); :func:`load_export` reads every shard back as one m
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import shutil
@@ -40,6 +41,7 @@ import numpy as np
 
 from ..errors import CorruptionError, DiskFullError, HpsError, InvalidInputError, StoreFormatError
 from ._manifest import CHECKPOINT_VERSION, FILES_KEY, META_FILE, file_record, read_meta, verify_file, write_meta
+from ._records import EXPORT_META
 
 __all__ = ["CHECKPOINT_VERSION", "save", "load", "latest", "last_checkpoint", "export", "load_export"]
 
@@ -336,10 +338,6 @@ def export(directory, coll, store, model, meta: dict | None = None) -> None:
                 h.create_dataset(k, data=v)
             h.attrs["model"] = model.name
         if meta is not None:
-            import json
-
-            from ._records import EXPORT_META
-
             (d / EXPORT_META).write_text(json.dumps(meta, indent=1))
     coll.barrier()
 

@@ -401,7 +401,7 @@ class Trainer:
     def export(self, directory: str) -> None:
         from ._records import export_meta
 
-        meta = export_meta(self.cfg, self.feed, self.model, self.feed.format_options)
+        meta = export_meta(self.cfg, self.feed, self.model, getattr(self.feed, "format_options", {}))
         _checkpoint.export(directory, self.coll.main, self.store, self.model, meta=meta)
 
     def close(self) -> None:
