@@ -60,11 +60,31 @@ def test_compressed_csv_header_and_libsvm(tmp_path):
     assert r.n_fields == 2 and len(_all(r)) == 40
 
 
+@pytest.mark.parametrize("suffix", [".gz", ".zst"])
+def test_multi_member_files(tmp_path, suffix):
+    """Concatenated gzip members / zstandard frames (what `cat a.gz b.gz` makes) read as one stream."""
+    text = _criteo_lines(np.random.default_rng(4), 200)
+    half = text.index("\n", len(text) // 2) + 1
+    one = _write(tmp_path / f"x{suffix}", text[:half]).read_bytes()
+    two = _write(tmp_path / f"y{suffix}", text[half:]).read_bytes()
+    (tmp_path / f"both.txt{suffix}").write_bytes(one + two)
+    plain = _all(open_dataset(_write(tmp_path / "both.txt", text), "criteo", 64))
+    np.testing.assert_array_equal(_all(open_dataset(tmp_path / f"both.txt{suffix}", "criteo", 64)).keys, plain.keys)
+
+
 def test_not_really_compressed(tmp_path):
     _write(tmp_path / "a.txt", _criteo_lines(np.random.default_rng(0), 3))
     (tmp_path / "a.txt").rename(tmp_path / "b.gz")
     with pytest.raises(InvalidInputError, match="not gzip data"):
         list(open_dataset(tmp_path / "b.gz", "criteo", 8).batches())
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".zst"])
+def test_truncated_compressed_file_is_one_clear_error(tmp_path, suffix):
+    p = _write(tmp_path / f"a.txt{suffix}", _criteo_lines(np.random.default_rng(0), 2000))
+    p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+    with pytest.raises(InvalidInputError, match=f"a.txt{suffix}: damaged or truncated"):
+        list(open_dataset(p, "criteo", 64).batches())
 
 
 def test_files_dirs_globs_and_errors(tmp_path):

@@ -15,7 +15,6 @@ whole by one shard.
 from __future__ import annotations
 
 import glob
-import io
 import os
 from pathlib import Path
 
@@ -62,9 +61,95 @@ def expand_paths(path) -> list[Path]:
     return out
 
 
-def open_source(path) -> io.BufferedIOBase:
-    """Binary stream of the (decompressed) bytes of ``path``; the caller closes it. Raises
-    InvalidInputError when a ``.gz`` / ``.zst`` file does not start with its format's magic bytes."""
+class _Decompressed:
+    """A decompressing stream whose ``read`` / ``readline`` turn a damaged or truncated file's errors
+    into one InvalidInputError naming the file (the libraries raise EOFError, zlib or zstd errors)."""
+
+    def __init__(self, stream, path, kind: str):
+        self._s, self._path, self._kind = stream, path, kind
+
+    def _call(self, fn, *args):
+        try:
+            return fn(*args)
+        except (EOFError, OSError, ValueError) as e:
+            if isinstance(e, FileNotFoundError):
+                raise
+            raise InvalidInputError(f"{self._path}: damaged or truncated {self._kind} data ({e}); "
+                                    "check the file (e.g. gzip -t / zstd -t)") from None
+
+    def read(self, n: int = -1) -> bytes:
+        return self._call(self._s.read, n)
+
+    def readline(self) -> bytes:
+        return self._call(self._s.readline)
+
+    def close(self) -> None:
+        self._s.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class _ZstdReader:
+    """Streaming zstandard decompression of every frame of a file, 1 MiB of input at a time, raising
+    EOFError when the file ends inside a frame (a truncated file; ``stream_reader`` ends silently)."""
+
+    def __init__(self, path):
+        import zstandard
+
+        self._f = open(path, "rb")
+        self._zd = zstandard.ZstdDecompressor()
+        self._d = self._zd.decompressobj()
+        self._buf = bytearray()
+        self._in_frame = False
+        self._eof = False
+
+    def _fill(self, n: int) -> None:
+        while (n < 0 or len(self._buf) < n) and not self._eof:
+            data = self._f.read(1 << 20)
+            if not data:
+                if self._in_frame:
+                    raise EOFError("the file ends inside a zstandard frame")
+                self._eof = True
+                break
+            while data:
+                self._in_frame = True
+                self._buf += self._d.decompress(data)
+                data = b""
+                if self._d.eof:  # a frame ended: the rest of the input starts the next one
+                    data = self._d.unused_data
+                    self._d = self._zd.decompressobj()
+                    self._in_frame = False
+
+    def read(self, n: int = -1) -> bytes:
+        self._fill(n)
+        k = len(self._buf) if n < 0 else min(n, len(self._buf))
+        out = bytes(self._buf[:k])
+        del self._buf[:k]
+        return out
+
+    def readline(self) -> bytes:
+        while True:
+            i = self._buf.find(b"\n")
+            if i >= 0 or self._eof:
+                k = i + 1 if i >= 0 else len(self._buf)
+                out = bytes(self._buf[:k])
+                del self._buf[:k]
+                return out
+            self._fill(len(self._buf) + 1)
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def open_source(path):
+    """Binary stream (``read(n)``, ``readline()``, ``close()``, a context manager) of the
+    (decompressed) bytes of ``path``; the caller closes it. Raises InvalidInputError when a ``.gz`` /
+    ``.zst`` file does not start with its format's magic bytes, or (when read) is damaged or cut
+    short."""
     kind = compression(path)
     if kind is None:
         return open(path, "rb")
@@ -79,9 +164,5 @@ def open_source(path) -> io.BufferedIOBase:
             from isal import igzip as gzip
         except ImportError:  # pragma: no cover - isal is a dependency; gzip reads the same files
             import gzip
-        return gzip.open(path, "rb")
-    import zstandard
-
-    raw = zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), read_across_frames=True,
-                                                    closefd=True)
-    return io.BufferedReader(raw, buffer_size=1 << 20)
+        return _Decompressed(gzip.open(path, "rb"), path, kind)
+    return _Decompressed(_ZstdReader(path), path, kind)
