@@ -18,7 +18,7 @@ import glob
 import os
 from pathlib import Path
 
-from ..errors import InvalidInputError
+from ..errors import HpsError, InvalidInputError
 
 #: File name suffix -> compression, and the magic bytes its files start with.
 COMPRESSIONS = {".gz": ("gzip", b"\x1f\x8b"), ".zst": ("zstandard", b"\x28\xb5\x2f\xfd")}
@@ -71,6 +71,8 @@ class _Decompressed:
     def _call(self, fn, *args):
         try:
             return fn(*args)
+        except HpsError:
+            raise
         except (EOFError, OSError, ValueError) as e:
             if isinstance(e, FileNotFoundError):
                 raise
@@ -95,11 +97,13 @@ class _Decompressed:
 
 class _ZstdReader:
     """Streaming zstandard decompression of every frame of a file, 1 MiB of input at a time, raising
-    EOFError when the file ends inside a frame (a truncated file; ``stream_reader`` ends silently)."""
+    InvalidInputError when the file ends inside a frame (a truncated file; ``stream_reader`` would
+    end silently)."""
 
     def __init__(self, path):
         import zstandard
 
+        self._path = path
         self._f = open(path, "rb")
         self._zd = zstandard.ZstdDecompressor()
         self._d = self._zd.decompressobj()
@@ -112,7 +116,8 @@ class _ZstdReader:
             data = self._f.read(1 << 20)
             if not data:
                 if self._in_frame:
-                    raise EOFError("the file ends inside a zstandard frame")
+                    raise InvalidInputError(f"{self._path}: damaged or truncated zstandard data (the "
+                                            "file ends inside a frame); check the file (zstd -t)")
                 self._eof = True
                 break
             while data:
