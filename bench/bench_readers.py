@@ -38,7 +38,7 @@ from numba import njit
 from hps.data import MISSING_VALUE, Batch, open_dataset
 from hps.data._chunks import fixed_width_batch
 from hps.data._columns import plan_columns
-from hps.data._parquet import arrow_examples
+from hps.data._parquet import arrow_examples, text_buffers
 
 ROWS = int(os.environ.get("HPS_BENCH_READER_ROWS", 200_000))
 BATCH = 4096
@@ -127,16 +127,6 @@ def _hex_strings(data, offsets, valid, missing, values, col):
         values[i, col] = v
 
 
-def _buffers(arr):
-    arr = pc.cast(arr, pa.large_string())
-    bufs = arr.buffers()
-    n = len(arr)
-    offsets = np.frombuffer(bufs[1], np.int64, count=n + 1, offset=arr.offset * 8)
-    data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None and bufs[2].size else np.zeros(1, np.uint8)
-    valid = arr.is_valid().to_numpy(zero_copy_only=False) if arr.null_count else np.ones(n, np.bool_)
-    return data, offsets, valid
-
-
 def _stream(path, delimiter, names, types):
     read = pacsv.ReadOptions(use_threads=False, block_size=PEER_BLOCK_BYTES,
                              **({"column_names": names} if names else {}))
@@ -159,7 +149,7 @@ def _criteo_examples(rb):
         dense[:, j] = np.log1p(np.maximum(x, 0))
     values = np.empty((n, 26), np.uint64)
     for j in range(26):
-        _hex_strings(*_buffers(rb.column(f"C{j + 1}")), np.uint64(MISSING_VALUE), values, j)
+        _hex_strings(*text_buffers(rb.column(f"C{j + 1}")), np.uint64(MISSING_VALUE), values, j)
     return labels, dense, values
 
 

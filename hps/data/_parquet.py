@@ -62,9 +62,10 @@ def _numbers(arr, name: str) -> np.ndarray:
         raise InvalidInputError(f"column {name!r} ({arr.type}) is not numeric: {e}") from None
 
 
-def hash_column(arr, values: np.ndarray, col: int, missing: int = MISSING_VALUE) -> None:
-    """Fill ``values[:, col]`` (n, F) uint64 with the FNV-1a hash of each entry's text (see the module
-    docstring). arr: an Arrow array of n entries. Blocking."""
+def text_buffers(arr):
+    """An Arrow array of n entries as text, zero-copy where it already is: ``(data (b,) uint8,
+    offsets (n+1,) int64 into data, valid (n,) bool)`` host arrays (integers in decimal, strings and
+    binary as stored; Arrow's cast to string)."""
     pa, pc = _arrow()
     arr = _plain(arr)
     t = arr.type
@@ -76,7 +77,13 @@ def hash_column(arr, values: np.ndarray, col: int, missing: int = MISSING_VALUE)
     data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None and bufs[2].size else np.zeros(1, np.uint8)
     valid = (arr.is_valid().to_numpy(zero_copy_only=False) if arr.null_count
              else np.ones(n, dtype=np.bool_))
-    hash_strings(data, offsets, valid, np.uint64(missing), values, col)
+    return data, offsets, valid
+
+
+def hash_column(arr, values: np.ndarray, col: int, missing: int = MISSING_VALUE) -> None:
+    """Fill ``values[:, col]`` (n, F) uint64 with the FNV-1a hash of each entry's text (see the module
+    docstring). arr: an Arrow array of n entries. Blocking."""
+    hash_strings(*text_buffers(arr), np.uint64(missing), values, col)
 
 
 def arrow_examples(rb, plan: ColumnPlan):

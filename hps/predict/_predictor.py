@@ -22,7 +22,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ..data import DEFAULT_MAX_MALFORMED, Batch, column_names, open_dataset
+from ..data import DEFAULT_MAX_MALFORMED, Batch, ReaderStats, column_names, open_dataset
 from ..errors import InvalidInputError, StoreFormatError
 from ..mem import RowInitializer
 from ..metrics import auc as auc_score
@@ -71,6 +71,7 @@ class Predictor:
         self._init = RowInitializer(P, P, int(init["seed"]), float(init["scale"]))
         self.format = meta["data"]["format"]
         self.options = dict(meta["data"]["options"])
+        self.last_stats = ReaderStats()
 
     @property
     def n_keys(self) -> int:
@@ -92,21 +93,27 @@ class Predictor:
         rows, _ = self.rows(keys)
         return np.asarray(self.model.predict(rows, inv.reshape(-1), batch), dtype=np.float32)
 
-    def batches(self, data, batch_size: int = DEFAULT_BATCH, strict: bool = False,
-                max_malformed: float = DEFAULT_MAX_MALFORMED) -> Iterator[Batch]:
-        """Batches of raw ``data`` (files, a directory or a glob, plain, .gz or .zst) read with the
-        training job's format and options. CSV/Parquet data without the label column is read with
-        every label 0."""
+    def _read_options(self, data) -> tuple[dict, bool]:
+        """(reader options for ``data``, whether it has labels): the training job's options; CSV /
+        Parquet data without the label column is read without one (every label 0)."""
         if self.format == "synthetic":
             raise InvalidInputError("this model was trained on synthetic data: it has no raw format to "
                                     "read; score Batches with predict_batch")
         opts = dict(self.options)
         if self.format in ("csv", "parquet") and opts.get("label") not in column_names(data, self.format):
             opts["label"] = None
+        return opts, self.format not in ("csv", "parquet") or opts["label"] is not None
+
+    def batches(self, data, batch_size: int = DEFAULT_BATCH, strict: bool = False,
+                max_malformed: float = DEFAULT_MAX_MALFORMED) -> Iterator[Batch]:
+        """Batches of raw ``data`` (files, a directory or a glob, plain, .gz or .zst) read with the
+        training job's format and options (see :meth:`_read_options`); ``last_stats`` counts the
+        pass (examples, malformed lines)."""
+        opts, _ = self._read_options(data)
         ds = open_dataset(data, self.format, batch_size, strict=strict, max_malformed=max_malformed, **opts)
         self.last_stats = ds.stats
         for b in ds.batches():
-            self.last_stats = ds.stats
+            self.last_stats = ds.stats  # batches() starts a new ReaderStats
             yield b
 
     def predict(self, data, batch_size: int = DEFAULT_BATCH, **read) -> tuple[np.ndarray, np.ndarray]:
@@ -125,8 +132,7 @@ class Predictor:
         """Score ``data`` into the CSV file ``out`` (``label,probability`` per valid example, in input
         order; only ``probability`` when the data has no labels), batch by batch. Returns
         ``{"examples", "malformed", "auc"}`` (auc None without labels or with one class)."""
-        labelled = self.format not in ("csv", "parquet") or \
-            self.options.get("label") in column_names(data, self.format)
+        labelled = self._read_options(data)[1]
         labels, probs, n = [], [], 0
         with open(out, "w") as f:
             f.write("label,probability\n" if labelled else "probability\n")
