@@ -131,3 +131,30 @@ def test_predict_via_module(csv_data, tmp_path):
     assert proc.returncode == 2 and "data file not found" in proc.stderr
     with pytest.raises(InvalidInputError, match="unknown must be one of"):
         hps.Predictor(export, unknown="mean")
+
+
+@pytest.mark.parametrize("fmt", ["criteo", "libsvm"])
+def test_criteo_and_libsvm_options_travel_with_the_export(tmp_path, fmt):
+    """--int-as-categorical (Criteo) and the positional field count (libsvm, eval lines shorter than
+    the first training line) are read back from model.json: the AUC is the job's."""
+    from .test_train_mpi import criteo_file
+
+    if fmt == "criteo":
+        train, ev = criteo_file(tmp_path / "t.txt", n=3000), criteo_file(tmp_path / "e.txt", n=1000, seed=5)
+        extra = ["--int-as-categorical"]
+    else:
+        rng = np.random.default_rng(2)
+        for name, n, width in (("t.txt", 3000, 4), ("e.txt", 1000, 3)):
+            idx = rng.integers(0, 30, (n, width))
+            y = (np.sin(idx[:, 0]) + np.cos(idx[:, 1]) + 0.3 * rng.standard_normal(n) > 0).astype(int)
+            (tmp_path / name).write_text("".join(f"{y[i]} " + " ".join(f"{j * 100 + v}:1" for j, v in enumerate(idx[i]))
+                                                 + "\n" for i in range(n)))
+        train, ev, extra = tmp_path / "t.txt", tmp_path / "e.txt", []
+    cfg = parse_config(["--format", fmt, "--data", str(train), "--eval-data", str(ev), "--export", str(tmp_path / "m"),
+                        *COMMON, *extra])
+    metrics = run(cfg, log=lambda *a, **k: None)
+    p = hps.Predictor(tmp_path / "m")
+    assert p.model.n_fields == (39 if fmt == "criteo" else 4)
+    probs, labels = p.predict(ev)
+    assert labels.shape[0] == metrics["eval_examples"]
+    assert round(auc(labels, probs), 4) == round(metrics["auc"], 4)
