@@ -12,10 +12,13 @@ from ._trainer import Trainer
 #: Options every rank must share (they shape the collectives or the model); the others (data paths,
 #: outputs, tiers) may differ between ranks.
 SHARED_OPTIONS = {
-    "data": ("format", "data_shards", "fields", "n_dense", "libsvm_fields", "label_column"),
+    "data": ("format", "data_shards", "fields", "n_dense", "libsvm_fields", "label_column", "drift"),
     "model": None,  # all of them
     "train": ("batch_size", "minibatch_size", "epochs", "seed", "checkpoint_every", "resume",
-              "ranks_per_node", "sparse_sync"),
+              "ranks_per_node", "sparse_sync",
+              # issue 14: admission, expiry, training control
+              "admit_after", "admit_sketch_width", "expire_after", "eval_every", "early_stop", "lr_warmup",
+              "lr_decay", "lr_decay_steps", "shuffle_buffer"),
 }
 
 
