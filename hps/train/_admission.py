@@ -47,6 +47,7 @@ import numpy as np
 
 from .._index import KeyIndex
 from ..comm import SPARSE_KEYS
+from ..errors import InvalidInputError
 from ..mem import unique_counts
 from . import _admission_kernels as K
 
@@ -57,6 +58,8 @@ SKETCH_DEPTH = 4
 #: Salts of the sketch's rows (persistent in checkpoints: never change).
 SKETCH_SALTS = np.array([0x243F6A8885A308D3, 0x13198A2E03707344, 0xA4093822299F31D0, 0x082EFA98EC4E6C89],
                         dtype=np.uint64)
+#: Group of a checkpoint's ``sparse-rank{r}-of-{n}.h5`` holding the rank's state (never rename).
+CHECKPOINT_GROUP = "feature_filter"
 #: Expiry sweeps every max(1, expire_after // SWEEPS_PER_WINDOW) batches.
 SWEEPS_PER_WINDOW = 8
 
@@ -179,8 +182,20 @@ class FeatureFilter:
             self.sketch[...] = st["sketch"]
         self.mass, self.admitted, self.expired = int(st["mass"]), int(st["admitted"]), int(st["expired"])
 
-    def write_h5(self, group, st: dict) -> None:
-        """Write ``st`` (from :meth:`state`) into the h5py ``group``."""
+    def checkpoint_writer(self, st: dict):
+        """``extra(h5file)`` for ``_checkpoint.save``: writes ``st`` (from :meth:`state`) into the group
+        :data:`CHECKPOINT_GROUP` of the rank's sparse file."""
+        return lambda h: self._write_h5(h.create_group(CHECKPOINT_GROUP), st)
+
+    def read_checkpoint(self, h) -> None:
+        """``extra(h5file)`` for ``_checkpoint.load``: restore the state saved by :meth:`checkpoint_writer`."""
+        if CHECKPOINT_GROUP not in h:
+            raise InvalidInputError(f"checkpoint {h.filename} holds no admission/expiry state: resume with the "
+                                    "--admit-after and --expire-after of the run that wrote it")
+        self.load_state(self._read_h5(h[CHECKPOINT_GROUP]))
+
+    @staticmethod
+    def _write_h5(group, st: dict) -> None:
         group.create_dataset("seen_keys", data=st["seen_keys"])
         group.create_dataset("seen_last", data=st["seen_last"])
         if st["sketch"] is not None:
@@ -189,7 +204,7 @@ class FeatureFilter:
             group.attrs[k] = st[k]
 
     @staticmethod
-    def read_h5(group) -> dict:
+    def _read_h5(group) -> dict:
         return {"seen_keys": group["seen_keys"][()], "seen_last": group["seen_last"][()],
                 "sketch": group["sketch"][()] if "sketch" in group else None,
                 **{k: int(group.attrs[k]) for k in ("mass", "admitted", "expired")}}

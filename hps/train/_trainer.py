@@ -286,23 +286,16 @@ class Trainer:
         self.hier.sync_to_store()
         tc = self.cfg.train
         extra = None
-        if self.filter is not None:
-            st = filter_state if filter_state is not None else self.filter.state()
-            extra = lambda h: self.filter.write_h5(h.create_group(_FILTER_GROUP), st)  # noqa: E731
+        if self.filter is not None:  # admission/expiry state as of batch index
+            extra = self.filter.checkpoint_writer(filter_state if filter_state is not None else self.filter.state())
         return _checkpoint.save(tc.checkpoint_dir, self.coll.train, self.store, self.model, self.dense_opt,
                                 {"index": index, "epoch": epoch, "batch": batch}, keep=tc.keep_checkpoints,
                                 extra=extra, pinned=self.control.pinned())
 
-    def _load_filter(self, h) -> None:
-        if _FILTER_GROUP not in h:
-            raise InvalidInputError(f"checkpoint {h.filename} holds no admission/expiry state: resume with the "
-                                    "--admit-after and --expire-after of the run that wrote it")
-        self.filter.load_state(FeatureFilter.read_h5(h[_FILTER_GROUP]))
-
     def resume(self) -> None:
         meta = _checkpoint.load(self.cfg.train.checkpoint_dir, self.coll.main, self.store, self.model,
                                 self.dense_opt, warn=lambda msg: self.log(f"hps: warning: {msg}"),
-                                extra=self._load_filter if self.filter is not None else None)
+                                extra=self.filter.read_checkpoint if self.filter is not None else None)
         self.start_index = meta["index"] + 1
         self.log(f"resumed from {meta['path']} (after batch {meta['index']}, epoch {meta['epoch']})")
 
@@ -498,8 +491,6 @@ class Trainer:
 
 
 _DEFAULT_BUDGET = 256 << 20
-#: Group of a checkpoint's sparse file holding the rank's admission/expiry state (never rename).
-_FILTER_GROUP = "feature_filter"
 
 
 def _array_module(device: str):
