@@ -106,16 +106,20 @@ def test_eval_every_records_the_curve_and_its_last_point_is_the_final_evaluation
 
 
 def test_training_control_stops_after_p_evaluations_without_improvement():
-    c = TrainingControl(every=1, patience=2, window=3)
+    c = TrainingControl(every=1, patience=2, window=3, checkpoint_dir="ck")
     aucs = iter([0.6, 0.7, 0.69, 0.71, 0.71, 0.5, 0.9])  # equal is no improvement
     saved = []
     for i in range(7):
         if c.skip_train(i):
             break
-        c.after_batch(i, 100 * (i + 1), lambda: (next(aucs), 0.5), lambda: saved.append(i) or f"ck/ckpt-{i}")
-    assert c.stop == 5 and saved == [0, 1, 3] and c.best == {"batch": 3, "auc": 0.71, "checkpoint": "ck/ckpt-3"}
-    assert c.pinned() == ("ckpt-3",) and c.skip_train(6) and not c.skip_prepare(8) and c.skip_prepare(9)
-    assert len(c.curve) == 6
+        c.after_batch(i, 100, lambda: (next(aucs), 0.5), lambda: saved.append(i))
+    assert c.stop == 5 and saved == [0, 1, 3]
+    assert c.best == {"batch": 3, "auc": 0.71, "checkpoint": "ck/ckpt-00000003"}
+    assert c.pinned() == ("ckpt-00000003",) and c.skip_train(6) and not c.skip_prepare(8) and c.skip_prepare(9)
+    assert [p["examples"] for p in c.curve] == [100, 200, 300, 400, 500, 600]
+    d = TrainingControl(every=1, patience=2, window=3)
+    d.load_state(c.state())
+    assert d.state() == c.state()
 
 
 def test_early_stop_stops_training_and_points_latest_at_the_best_checkpoint(tmp_path):
@@ -130,6 +134,19 @@ def test_early_stop_stops_training_and_points_latest_at_the_best_checkpoint(tmp_
     assert best["auc"] == max(aucs) and aucs.index(best["auc"]) == len(aucs) - 3  # 2 without improvement
     assert _checkpoint.last_checkpoint(ck).name == f"ckpt-{best['batch']:08d}" == (ck / "LATEST").read_text().strip()
     assert best["checkpoint"] == str(ck / f"ckpt-{best['batch']:08d}")
+
+
+def test_resuming_from_the_best_checkpoint_remembers_the_curve_and_stops_at_the_same_batch(tmp_path):
+    ck = tmp_path / "ck"
+    flags = ["--epochs", "4", "--eval-every", "1", "--early-stop", "2", "--lr", "5", "--dense-lr", "0.05",
+             "--checkpoint-dir", str(ck), "--checkpoint-every", "2"]
+    full, mf = run_cli(tmp_path, "full", *flags)
+    best = mf["best_eval"]["batch"]
+    assert (ck / "LATEST").read_text().strip() == f"ckpt-{best:08d}"
+    resumed, mr = run_cli(tmp_path, "resumed", *flags, "--resume")  # continues from the best model
+    assert mr["early_stopped_after_batch"] == mf["early_stopped_after_batch"]
+    assert mr["eval_curve"] == mf["eval_curve"] and mr["best_eval"] == mf["best_eval"]
+    assert_same_model(full, resumed, 0.0)
 
 
 def test_early_stop_needs_eval_every(capsys):

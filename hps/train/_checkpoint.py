@@ -56,7 +56,8 @@ def _fsync_path(path: Path, directory: bool = False) -> None:
         os.close(fd)
 
 
-def _ckpt_name(index: int) -> str:
+def checkpoint_name(index: int) -> str:
+    """The directory name of the checkpoint after global batch ``index``."""
     return f"ckpt-{index:08d}"
 
 
@@ -129,7 +130,7 @@ def save(root, coll, store, model, dense_opt, meta: dict, keep: int = 1, extra=N
     ``extra``). Collective over ``coll``. Blocks. Raises DiskFullError when the device is
     full (after removing what this save wrote; the previous checkpoint is untouched)."""
     root = Path(root)
-    name = _ckpt_name(meta["index"])
+    name = checkpoint_name(meta["index"])
     tmp = root / f".tmp-{name}"
     sparse = _sparse_name(coll.rank, coll.size)
     with _undo_on_error(root, name, tmp):

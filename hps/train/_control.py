@@ -13,7 +13,8 @@ the new best: with ``--checkpoint-dir`` a checkpoint of that batch is written (u
 wrote one anyway) and kept whatever ``--keep-checkpoints`` says, and when training stops ``LATEST``
 is switched to it, so ``--resume`` continues from the best model and ``last_checkpoint`` names it
 (``best_eval`` in the metrics: batch, AUC, checkpoint). The export and the final evaluation are of
-the model at the stop.
+the model at the stop. Checkpoints hold this state (the curve, the best, the evaluations without
+improvement) in ``meta.json``, as of the end of their batch: a resumed run goes on with it.
 
 **Stopping a pipeline that runs ahead.** Batches after ``stop`` are not trained. The read stage
 keeps reading until every rank has seen the decision (ranks agree on it with the batch sizes), and
@@ -28,6 +29,8 @@ read by the read and prepare stages.
 from __future__ import annotations
 
 import os
+
+from ._checkpoint import checkpoint_name
 
 
 def run_name(cfg) -> str:
@@ -46,11 +49,13 @@ class TrainingControl:
     (0 = no evaluation during training, also without eval data); ``patience``: P (0 = never stop);
     ``window``: the trainer's residency window."""
 
-    def __init__(self, every: int, patience: int, window: int):
+    def __init__(self, every: int, patience: int, window: int, checkpoint_dir: str | None = None):
         self.every, self.patience, self.window = int(every), int(patience), int(window)
+        self.checkpoint_dir = checkpoint_dir
         self.curve: list[dict] = []
         self.best: dict | None = None
         self.bad = 0
+        self.examples = 0              # examples trained so far (the curve's x axis)
         self.stop: int | None = None   # the last batch trained, once early stopping decided
 
     def due(self, index: int) -> bool:
@@ -76,23 +81,36 @@ class TrainingControl:
         return (os.path.basename(self.best["checkpoint"]),) if self.best and self.best.get("checkpoint") else ()
 
     def after_batch(self, index: int, examples: int, evaluate, save) -> None:
-        """After training batch ``index`` (``examples`` trained so far): evaluate when due
+        """After training batch ``index`` (of ``examples`` examples): evaluate when due
         (``evaluate()`` -> AUC and logloss, the same on every rank), keep the curve and the best,
-        and decide the stop. ``save()`` -> path of a checkpoint of this batch, or None without
-        ``--checkpoint-dir``."""
+        and decide the stop. ``save()`` writes a checkpoint of this batch (with ``--checkpoint-dir``),
+        after the state here was updated, so the checkpoint holds it."""
+        self.examples += int(examples)
         if not self.due(index):
             return
         auc, logloss = evaluate()
-        self.curve.append({"batch": index, "examples": int(examples), "auc": auc, "logloss": logloss})
+        self.curve.append({"batch": index, "examples": self.examples, "auc": auc, "logloss": logloss})
         if not self.patience:
             return
         if self.best is None or auc > self.best["auc"]:
-            self.best = {"batch": index, "auc": auc, "checkpoint": save()}
-            self.bad = 0
+            path = os.path.join(self.checkpoint_dir, checkpoint_name(index)) if self.checkpoint_dir else None
+            self.best, self.bad = {"batch": index, "auc": auc, "checkpoint": path}, 0
+            if path:
+                save()
             return
         self.bad += 1
         if self.bad >= self.patience:
             self.stop = index
+
+    def state(self) -> dict:
+        """The curve, the best, the count without improvement, the stop (JSON; checkpoints)."""
+        return {"curve": self.curve, "best": self.best, "bad": self.bad, "examples": self.examples,
+                "stop": self.stop}
+
+    def load_state(self, st: dict) -> None:
+        """Restore :meth:`state` (resume)."""
+        self.curve, self.best, self.bad = list(st["curve"]), st["best"], int(st["bad"])
+        self.examples, self.stop = int(st["examples"]), st["stop"]
 
     def metrics(self) -> dict:
         out = {"eval_curve": self.curve}

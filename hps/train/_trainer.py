@@ -129,8 +129,8 @@ class Trainer:
         self.filter = (FeatureFilter(self.coll, tc.admit_after, tc.expire_after, tc.admit_sketch_width)
                        if tc.admit_after > 1 or tc.expire_after else None)
         self.schedule = LRSchedule(tc, len(self.feed.sizes), self.sparse_opt, self.dense_opt)
-        self.control = TrainingControl(tc.eval_every if self.feed.has_eval else 0, tc.early_stop, WINDOW)
-        self._examples_done = 0
+        self.control = TrainingControl(tc.eval_every if self.feed.has_eval else 0, tc.early_stop, WINDOW,
+                                       tc.checkpoint_dir)
 
     def _first_working_set(self) -> tuple[int, int]:
         """(keys this rank will hold resident for the first batch, how many of them it owns): the
@@ -241,11 +241,15 @@ class Trainer:
             raise NumericalError(f"training loss became {loss_sum} at epoch {w.epoch} batch {w.batch}; "
                                  "lower --lr/--dense-lr or check the data for inf/NaN features")
         self.hier.mark_trained(w.index)
-        saved = self._maybe_checkpoint(w)
-        self._examples_done += n_ex
-        self.control.after_batch(w.index, self._examples_done, self._evaluate_now,
-                                 lambda: saved or (self.save_checkpoint(w.index, w.epoch, w.batch, w.filter_state)
-                                                   if self.cfg.train.checkpoint_dir else None))
+        saved = []  # at most one checkpoint of this batch: for the best model, and when it is due
+
+        def save():
+            if not saved:
+                saved.append(self.save_checkpoint(w.index, w.epoch, w.batch, w.filter_state))
+
+        self.control.after_batch(w.index, n_ex, self._evaluate_now, save)  # first: checkpoints hold its state
+        if self._checkpoint_due(w):
+            save()
         if self.control.stop == w.index and self.control.pinned():
             _checkpoint.point_latest(self.cfg.train.checkpoint_dir, self.control.pinned()[0])
         return {"index": w.index, "loss": loss_sum / max(n_ex, 1), "examples": n_ex}
@@ -274,11 +278,6 @@ class Trainer:
         return bool(tc.checkpoint_dir) and bool(
             (tc.checkpoint_every and (w.index + 1) % tc.checkpoint_every == 0) or w.last_in_epoch)
 
-    def _maybe_checkpoint(self, w: Work) -> str | None:
-        if self._checkpoint_due(w):
-            return self.save_checkpoint(w.index, w.epoch, w.batch, w.filter_state)
-        return None
-
     def save_checkpoint(self, index: int, epoch: int, batch: int, filter_state: dict | None = None) -> str:
         """Write a checkpoint after batch ``index`` (with the admission/expiry state ``filter_state``
         taken by that batch's prepare). Collective over the train channel: call it from the train
@@ -289,7 +288,8 @@ class Trainer:
         if self.filter is not None:  # admission/expiry state as of batch index
             extra = self.filter.checkpoint_writer(filter_state if filter_state is not None else self.filter.state())
         return _checkpoint.save(tc.checkpoint_dir, self.coll.train, self.store, self.model, self.dense_opt,
-                                {"index": index, "epoch": epoch, "batch": batch}, keep=tc.keep_checkpoints,
+                                {"index": index, "epoch": epoch, "batch": batch, "control": self.control.state()},
+                                keep=tc.keep_checkpoints,
                                 extra=extra, pinned=self.control.pinned())
 
     def resume(self) -> None:
@@ -297,6 +297,8 @@ class Trainer:
                                 self.dense_opt, warn=lambda msg: self.log(f"hps: warning: {msg}"),
                                 extra=self.filter.read_checkpoint if self.filter is not None else None)
         self.start_index = meta["index"] + 1
+        if "control" in meta:  # the eval curve, the best, early stopping (absent before issue 14)
+            self.control.load_state(meta["control"])
         self.log(f"resumed from {meta['path']} (after batch {meta['index']}, epoch {meta['epoch']})")
 
     # -- run ----------------------------------------------------------------------------------------------
