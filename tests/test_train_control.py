@@ -149,6 +149,13 @@ def test_resuming_from_the_best_checkpoint_remembers_the_curve_and_stops_at_the_
     assert_same_model(full, resumed, 0.0)
 
 
+def test_eval_every_needs_eval_data(tmp_path, capsys):
+    data = tmp_path / "d.csv"
+    data.write_text("click,a\n" + "1,x\n0,y\n" * 50)
+    assert main(["--format", "csv", "--data", str(data), "--eval-every", "1", "--no-progress"]) == 2
+    assert "--eval-every needs eval data" in capsys.readouterr().err
+
+
 def test_early_stop_needs_eval_every(capsys):
     assert main([*SMALL, "--early-stop", "2"]) == 2
     assert "--early-stop needs --eval-every" in capsys.readouterr().err

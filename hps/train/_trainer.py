@@ -126,11 +126,12 @@ class Trainer:
         if 0 < tc.expire_after < WINDOW:
             raise InvalidInputError(f"--expire-after must be at least {WINDOW} batches (the residency window: "
                                     f"an expiring key must have left HBM-PS), got {tc.expire_after}")
+        if tc.eval_every and not self.feed.has_eval:
+            raise InvalidInputError(f"--eval-every needs eval data: give --eval-data FILE (--format {self.cfg.data.format})")
         self.filter = (FeatureFilter(self.coll, tc.admit_after, tc.expire_after, tc.admit_sketch_width)
                        if tc.admit_after > 1 or tc.expire_after else None)
         self.schedule = LRSchedule(tc, len(self.feed.sizes), self.sparse_opt, self.dense_opt)
-        self.control = TrainingControl(tc.eval_every if self.feed.has_eval else 0, tc.early_stop, WINDOW,
-                                       tc.checkpoint_dir)
+        self.control = TrainingControl(tc.eval_every, tc.early_stop, WINDOW, tc.checkpoint_dir)
 
     def _first_working_set(self) -> tuple[int, int]:
         """(keys this rank will hold resident for the first batch, how many of them it owns): the
