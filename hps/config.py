@@ -274,7 +274,6 @@ class TrainConfig:
         if self.resume and not self.checkpoint_dir:
             raise InvalidInputError("--resume needs --checkpoint-dir")
 
-
     def _check_control(self) -> None:
         """The issue-14 options: admission, expiry, evaluation, schedules, shuffling."""
         for name in ("admit_after", "expire_after", "eval_every", "early_stop", "lr_warmup", "lr_decay_steps",

@@ -104,13 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "yield when the ranks on a node outnumber its cores (auto)")
     g.add_argument("--no-progress", dest="progress", action="store_false", default=S,
                    help="no progress bar")
-    _control_flags(p, S)
+    _control_flags(g, S)
     return p
 
 
-def _control_flags(p, S) -> None:
-    """Admission, expiry and training control (issue 14; README "Admission, expiry, training control")."""
-    g = p.add_argument_group("admission, expiry and training control")
+def _control_flags(g, S) -> None:
+    """Admission, expiry and training control (issue 14; README "Admission, expiry and training
+    control"), in the ``training`` group (TOML section ``[train]``)."""
     g.add_argument("--admit-after", type=int, default=S, metavar="K",
                    help="a key gets its own row from its K-th occurrence; before, its field's shared row (0: at once)")
     g.add_argument("--admit-sketch-width", type=int, default=S,

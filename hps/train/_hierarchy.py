@@ -184,6 +184,7 @@ class ParameterHierarchy:
             res = self._last_use.contains(keys)
             if res.any():  # a key prepared but not placed yet is still current in MEM-PS
                 got, found = self.hbm.get(keys[res])
+                found = np.asarray(_host(found), dtype=bool)
                 where = np.flatnonzero(res)
                 rows[where[found]] = _host(got)[found]
                 res[where[~found]] = False
@@ -191,10 +192,11 @@ class ParameterHierarchy:
             return rows
 
     def delete(self, keys: np.ndarray) -> int:
-        """Delete owned ``keys`` (n,) uint64 from every tier: HBM-PS, MEM-PS and SSD-PS (feature
-        expiry). A deleted key that comes back is born again from the initializer -> keys the
-        SSD-PS held. Holds the residency lock. REQUIRES: no key of an in-flight batch is deleted
-        (expiry deletes only keys unused for longer than the residency window)."""
+        """Delete owned ``keys`` (n,) uint64 from every tier (feature expiry): MEM-PS and SSD-PS; a
+        key that is not resident is in no HBM-PS. A deleted key that comes back is born again from
+        the initializer -> keys the SSD-PS held. Holds the residency lock. REQUIRES: no key is
+        resident (expiry deletes only keys unused for longer than the residency window); raises
+        InternalError, deleting nothing, otherwise."""
         with self._lock:
             res = self._last_use.contains(keys)
             if res.any():
