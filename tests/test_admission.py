@@ -126,7 +126,7 @@ def test_filter_expires_keys_unused_for_b_batches():
 
 # -- training runs ------------------------------------------------------------------------------------------
 
-def test_expiry_keeps_exactly_the_keys_of_the_last_b_batches(tmp_path):
+def test_expiry_keeps_exactly_the_keys_of_the_last_b_batches(tmp_path, capsys):
     """--expire-after 4 sweeps every batch: after batch 5 the table holds the keys of batches 2..5."""
     model, m = run_cli(tmp_path, "exp", "--expire-after", "4", "--drift", "0.2")
     batches = small_batches(drift=0.2)
@@ -141,6 +141,7 @@ def test_expiry_keeps_exactly_the_keys_of_the_last_b_batches(tmp_path):
             del last[k]
     assert m["expired_keys"] == expired > 0
     assert m["known_keys"] == m["table_rows"] == want.shape[0]
+    assert f"admission/expiry: 0 keys admitted, {expired:,} expired, {want.shape[0]:,} with a row" in capsys.readouterr().out
 
 
 def test_admission_gives_rows_to_the_keys_seen_k_times_and_shared_rows_to_the_others(tmp_path):

@@ -122,7 +122,7 @@ def test_training_control_stops_after_p_evaluations_without_improvement():
     assert d.state() == c.state()
 
 
-def test_early_stop_stops_training_and_points_latest_at_the_best_checkpoint(tmp_path):
+def test_early_stop_stops_training_and_points_latest_at_the_best_checkpoint(tmp_path, capsys):
     ck = tmp_path / "ck"
     # a learning rate far too high: the eval AUC peaks early, then no longer improves
     _, m = run_cli(tmp_path, "es", "--epochs", "4", "--eval-every", "1", "--early-stop", "2", "--lr", "5",
@@ -134,6 +134,8 @@ def test_early_stop_stops_training_and_points_latest_at_the_best_checkpoint(tmp_
     assert best["auc"] == max(aucs) and aucs.index(best["auc"]) == len(aucs) - 3  # 2 without improvement
     assert _checkpoint.last_checkpoint(ck).name == f"ckpt-{best['batch']:08d}" == (ck / "LATEST").read_text().strip()
     assert best["checkpoint"] == str(ck / f"ckpt-{best['batch']:08d}")
+    out = capsys.readouterr().out
+    assert f"early stop after batch {stop}; best eval AUC {best['auc']:.4f} after batch {best['batch']}" in out
 
 
 def test_resuming_from_the_best_checkpoint_remembers_the_curve_and_stops_at_the_same_batch(tmp_path):

@@ -44,6 +44,26 @@ def run_name(cfg) -> str:
     return f"{m.model} on {data}" + (f" ({'; '.join(extra)})" if extra else "")
 
 
+def summary(m: dict) -> list[str]:
+    """Lines of the end-of-run report on the metrics ``m``: evaluations during training, early
+    stopping, admission and expiry (nothing when none of them ran)."""
+    lines = []
+    curve = m.get("eval_curve") or []
+    if curve:
+        lines.append(f"{len(curve)} evaluations during training: AUC " +
+                     " ".join(f"{c['auc']:.4f}" for c in curve[-8:]) + (" (last 8)" if len(curve) > 8 else ""))
+    best = m.get("best_eval")
+    if best:
+        stop = m.get("early_stopped_after_batch")
+        where = f" (checkpoint {best['checkpoint']})" if best.get("checkpoint") else ""
+        lines.append((f"early stop after batch {stop}" if stop is not None else "no early stop") +
+                     f"; best eval AUC {best['auc']:.4f} after batch {best['batch']}{where}")
+    if "admitted_keys" in m:
+        lines.append(f"admission/expiry: {m['admitted_keys']:,} keys admitted, {m['expired_keys']:,} expired, "
+                     f"{m['known_keys']:,} with a row")
+    return lines
+
+
 class TrainingControl:
     """The eval curve and the early stop of one trainer (see the module docstring). ``every``: N
     (0 = no evaluation during training, also without eval data); ``patience``: P (0 = never stop);

@@ -6,6 +6,7 @@ import json
 
 from ..errors import InvalidInputError
 from ._collectives import Collectives
+from ._control import summary as control_summary
 from ._preflight import check_outputs
 from ._trainer import Trainer
 
@@ -91,6 +92,7 @@ def report(m: dict) -> str:
                  f"(not counting {m['warmup_seconds']:.1f} s of kernel warm-up)")
     lines.append(f"model size: {m['table_rows']:,} keys, {m['sparse_parameters']:,} embedding parameters, "
                  f"{m['dense_parameters']:,} dense parameters")
+    lines += control_summary(m)  # issue 14: eval curve, early stop, admission/expiry
     for what, pre in (("training", ""), ("eval", "eval_")):
         if m.get(f"{pre}malformed_lines"):
             first = m[pre + "malformed_first"]
