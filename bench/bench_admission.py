@@ -70,12 +70,13 @@ def main_bench(argv=None) -> dict:
         for rows in lengths:
             r = run_one([*stream_args(a, rows), *flags])
             results[name][str(rows)] = r
-            print(f"{name:32s} rows {rows:>9,}: table {r['table_rows']:>9,} keys, disk {r['ssd_disk_bytes'] / 2**20:7.1f} "
-                  f"MiB, AUC {r['auc']:.4f}, logloss {r['logloss']:.4f}, admitted {r['admitted_keys']}, "
+            print(f"{name:32s} rows {rows:>9,}: table {r['table_rows']:>9,} keys, "
+                  f"disk {r['ssd_disk_bytes'] / 2**20:7.1f} MiB, AUC {r['auc']:.4f}, logloss {r['logloss']:.4f}, admitted {r['admitted_keys']}, "
                   f"expired {r['expired_keys']}", flush=True)
     payload = {"results": results, "lengths": lengths, "date": datetime.date.today().isoformat(),
                "machine": platform.machine(),
-               "command": " ".join(["python -m bench.bench_admission", *(argv if argv is not None else sys.argv[1:])]),
+               "command": " ".join(["python -m bench.bench_admission",
+                                    *(argv if argv is not None else sys.argv[1:])]),
                "stream": " ".join(stream_args(a, a.rows))}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(payload, indent=1))

@@ -1,7 +1,7 @@
 """Feature admission and expiry (issue 14, item 2): the delete interfaces of every tier, the
 count-min sketch, and training runs whose final table is exactly what the documented rules give."""
 
-import json
+import shutil
 
 import numpy as np
 import pytest
@@ -9,7 +9,7 @@ import pytest
 from hps.data import SyntheticData
 from hps.mem import MemPS, RowCache, RowInitializer
 from hps.ssd import SSDOptions, SSDStore
-from hps.train import load_export, main
+from hps.train import main
 from hps.train import _admission_kernels as AK
 from hps.train._admission import SHARED_LOW, SKETCH_SALTS, FeatureFilter, shared_keys
 from hps.train._collectives import Collectives
@@ -101,7 +101,8 @@ def test_filter_admits_a_key_at_its_kth_occurrence_and_maps_the_rest_to_their_fi
     f = FeatureFilter(Collectives(), admit_after=3, expire_after=0, sketch_width=1024)
     a, b = np.uint64(5 << 48 | 11), np.uint64(2 << 48 | 12)
     out = f.admit(np.array([a, b, a], np.uint64))       # a twice, b once
-    assert out.tolist() == [a | SHARED_LOW, b | SHARED_LOW, a | SHARED_LOW] == shared_keys(np.array([a, b, a])).tolist()
+    assert out.tolist() == [a | SHARED_LOW, b | SHARED_LOW, a | SHARED_LOW]
+    assert out.tolist() == shared_keys(np.array([a, b, a])).tolist()
     f.touch(0, np.unique(out))
     out = f.admit(np.array([b, a], np.uint64))          # a's 3rd occurrence: admitted, for this batch
     assert out.tolist() == [b | SHARED_LOW, a]
@@ -141,7 +142,8 @@ def test_expiry_keeps_exactly_the_keys_of_the_last_b_batches(tmp_path, capsys):
             del last[k]
     assert m["expired_keys"] == expired > 0
     assert m["known_keys"] == m["table_rows"] == want.shape[0]
-    assert f"admission/expiry: 0 keys admitted, {expired:,} expired, {want.shape[0]:,} with a row" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"admission/expiry: 0 keys admitted, {expired:,} expired, {want.shape[0]:,} with a row" in out
 
 
 def test_admission_gives_rows_to_the_keys_seen_k_times_and_shared_rows_to_the_others(tmp_path):
@@ -169,7 +171,6 @@ def test_resume_restores_admission_and_expiry_state(tmp_path):
     full, mf = run_cli(tmp_path, "full", *flags, "--checkpoint-dir", str(ck), "--checkpoint-every", "4",
                        "--keep-checkpoints", "3")
     # keep ckpt-3 only (ckpt-7 and ckpt-11 came after): resume from the middle of epoch 0
-    import shutil
     for d in ("ckpt-00000007", "ckpt-00000011"):
         shutil.rmtree(ck / d)
     (ck / "LATEST").write_text("ckpt-00000003\n")

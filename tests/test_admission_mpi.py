@@ -24,7 +24,8 @@ def test_two_ranks_decide_like_one_process_reading_two_shards(mpiexec, tmp_path,
     flags = [*SMALL, *CASES[case]]
     assert main([*flags, "--data-shards", "2", "--export", str(tmp_path / "one"),
                  "--metrics-out", str(tmp_path / "one.json")]) == 0
-    proc = mpirun(mpiexec, 2, [*flags, "--export", str(tmp_path / "two"), "--metrics-out", str(tmp_path / "two.json")])
+    proc = mpirun(mpiexec, 2, [*flags, "--export", str(tmp_path / "two"),
+                               "--metrics-out", str(tmp_path / "two.json")])
     assert proc.returncode == 0, proc.stderr[-3000:]
     compare(load_export(tmp_path / "one", first_order=True), load_export(tmp_path / "two", first_order=True), 1e-5)
     one, two = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("one", "two"))

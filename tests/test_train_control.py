@@ -132,7 +132,8 @@ def test_early_stop_stops_training_and_points_latest_at_the_best_checkpoint(tmp_
     assert len(m["loss_per_batch"]) == stop + 1 == m["eval_curve"][-1]["batch"] + 1
     aucs = [c["auc"] for c in m["eval_curve"]]
     assert best["auc"] == max(aucs) and aucs.index(best["auc"]) == len(aucs) - 3  # 2 without improvement
-    assert _checkpoint.last_checkpoint(ck).name == f"ckpt-{best['batch']:08d}" == (ck / "LATEST").read_text().strip()
+    name = f"ckpt-{best['batch']:08d}"
+    assert _checkpoint.last_checkpoint(ck).name == name == (ck / "LATEST").read_text().strip()
     assert best["checkpoint"] == str(ck / f"ckpt-{best['batch']:08d}")
     out = capsys.readouterr().out
     assert f"early stop after batch {stop}; best eval AUC {best['auc']:.4f} after batch {best['batch']}" in out

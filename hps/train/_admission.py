@@ -28,8 +28,8 @@ working set held it, for every key it has a row for (a ``KeyIndex``: 40-140 B pe
 by doubling, like the SSD-PS index). Every ``sweep`` = max(1, B // 8) batches it deletes the keys
 unused for B batches from every tier (``ParameterHierarchy.delete``: MEM-PS and SSD-PS; such a key
 is not resident in HBM-PS, since B >= the residency window), so a key is deleted between B and
-B + sweep - 1 batches after its last use. A key that comes back is born again from the key-seeded initializer (and must be admitted
-again unless the sketch still counts it).
+B + sweep - 1 batches after its last use. A key that comes back is born again from the key-seeded
+initializer (and must be admitted again unless the sketch still counts it).
 
 **Checkpoints.** The state (``_seen``, the sketch, its mass, the counters) is saved beside the
 rows of the rank's checkpoint shard, as of the checkpoint's batch, and restored by ``--resume``.

@@ -81,7 +81,8 @@ def _loss_and_eval(plt, metrics: dict):
         ax.plot([c["batch"] for c in curve], [c["auc"] for c in curve], "o-", color="C2")
         best = metrics.get("best_eval")
         if best:
-            ax.plot(best["batch"], best["auc"], "*", markersize=14, color="C3", label=f"best {best['auc']:.4f}")
+            ax.plot(best["batch"], best["auc"], "*", markersize=14, color="C3",
+                    label=f"best {best['auc']:.4f}")
             ax.legend()
         stop = metrics.get("early_stopped_after_batch")
         if stop is not None:

@@ -127,7 +127,8 @@ class Trainer:
             raise InvalidInputError(f"--expire-after must be at least {WINDOW} batches (the residency window: "
                                     f"an expiring key must have left HBM-PS), got {tc.expire_after}")
         if tc.eval_every and not self.feed.has_eval:
-            raise InvalidInputError(f"--eval-every needs eval data: give --eval-data FILE (--format {self.cfg.data.format})")
+            raise InvalidInputError(f"--eval-every needs eval data: give --eval-data FILE "
+                                    f"(--format {self.cfg.data.format})")
         self.filter = (FeatureFilter(self.coll, tc.admit_after, tc.expire_after, tc.admit_sketch_width)
                        if tc.admit_after > 1 or tc.expire_after else None)
         self.schedule = LRSchedule(tc, len(self.feed.sizes), self.sparse_opt, self.dense_opt)
@@ -287,7 +288,8 @@ class Trainer:
         tc = self.cfg.train
         extra = None
         if self.filter is not None:  # admission/expiry state as of batch index
-            extra = self.filter.checkpoint_writer(filter_state if filter_state is not None else self.filter.state())
+            st = filter_state if filter_state is not None else self.filter.state()
+            extra = self.filter.checkpoint_writer(st)
         return _checkpoint.save(tc.checkpoint_dir, self.coll.train, self.store, self.model, self.dense_opt,
                                 {"index": index, "epoch": epoch, "batch": batch, "control": self.control.state()},
                                 keep=tc.keep_checkpoints,
