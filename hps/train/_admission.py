@@ -89,11 +89,6 @@ class FeatureFilter:
     def admitting(self) -> bool:
         return self.admit_after > 1
 
-    @property
-    def nbytes(self) -> int:
-        """DRAM of the sketch and the last-use index."""
-        return (self.sketch.nbytes if self.sketch is not None else 0) + self._seen.nbytes
-
     # -- admission (prepare stage, collective over the prepare channel) -----------------------------
     def admit(self, keys: np.ndarray) -> np.ndarray:
         """Count this rank's key occurrences ``keys`` (nnz,) uint64 of one local batch at their owners
@@ -108,7 +103,7 @@ class FeatureFilter:
         else:
             asked, recv, order, send = ch.exchange_by_owner(uniq, SPARSE_KEYS)
             asked_counts = ch.alltoallv(counts[order], send, recv, SPARSE_KEYS)
-            ukeys, ucounts, uinv = unique_counts(asked)
+            ukeys, _, uinv = unique_counts(asked)
             total = np.bincount(uinv, weights=asked_counts, minlength=ukeys.shape[0]).astype(np.int64)
             answer = self._decide(ukeys, total)[uinv].astype(np.uint8)
             got = ch.alltoallv(answer, recv, send, SPARSE_KEYS)
