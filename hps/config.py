@@ -37,6 +37,7 @@ DEFAULT_BOTTOM_HIDDEN = 64          # dlrm: bottom MLP (64, embedding_dim) when 
 SPARSE_SYNCS = ("owner", "allreduce")
 MPI_WAITS = ("auto", "spin", "yield")
 PAGE_CACHE_MODES = ("direct", "dontneed", "keep")   # hps.ssd.SSDOptions.page_cache
+LR_DECAYS = ("none", "cosine", "step")              # --lr-decay (hps/train/_schedule.py)
 #: Seeds are unsigned 64-bit integers (they are mixed into uint64 key hashes).
 MAX_SEED = (1 << 64) - 1
 #: Size suffixes, all binary: K = KB = KiB = 2**10 bytes, and so on (case-insensitive).
@@ -133,6 +134,7 @@ class DataConfig:
     strict: bool = False                # first malformed line is an error instead of skipped
     max_malformed: float = DEFAULT_MAX_MALFORMED  # fraction of malformed lines a pass may skip
     data_shards: int | None = None      # shards the data is cut into (None = one per rank)
+    drift: float = 0.0                  # synthetic: popularity ranks shifted per example (new keys over time)
 
     def __post_init__(self):
         _check_types(self)
@@ -141,6 +143,8 @@ class DataConfig:
         for name in ("fields", "libsvm_fields"):
             if getattr(self, name) is not None:
                 check_n_fields(getattr(self, name), name.replace("_", "-"))
+        if self.drift < 0:
+            raise InvalidInputError(f"drift must be >= 0, got {self.drift}")
         if not 0.0 <= self.max_malformed <= 1.0:
             raise InvalidInputError(f"max-malformed must be a fraction in [0, 1], got {self.max_malformed}")
         if self.format != "synthetic" and not self.data:
@@ -267,9 +271,20 @@ class TrainConfig:
     sparse_sync: str = "owner"          # MPI: owner (rows live at their owner) | allreduce (App. C.3)
     mpi_wait: str = "auto"              # MPI: spin | yield (poll with sleeps) | auto (yield if oversubscribed)
     progress: bool = True               # tqdm progress bar
+    # -- admission, expiry and training control (issue 14: hps/train/_admission.py, _control.py, _schedule.py)
+    admit_after: int = 0                # a key gets its own row from its K-th occurrence on (0 = at once)
+    admit_sketch_width: int = 1 << 20   # counters per row of each rank's count-min sketch (power of two)
+    expire_after: int = 0               # delete keys unused for this many batches from every tier (0 = never)
+    eval_every: int = 0                 # batches between evaluations during training (0 = at the end only)
+    early_stop: int = 0                 # stop after this many evaluations without a better AUC (0 = never)
+    lr_warmup: int = 0                  # steps (global mini-batches) of linear learning-rate warm-up
+    lr_decay: str = "none"              # none | cosine | step, after the warm-up (dense and sparse)
+    lr_decay_steps: int = 0             # cosine: steps down to 0; step: steps per x0.1 (needed with a decay)
+    shuffle_buffer: int = 0             # examples of each data shard's seeded streaming shuffle (0 = off)
 
     def __post_init__(self):
         _check_types(self)
+        self._check_control()
         _positive(self, "batch_size", "minibatch_size", "epochs", "queue_depth", "ranks_per_node",
                   "keep_checkpoints")
         _one_of("sparse-sync", self.sparse_sync, SPARSE_SYNCS)
@@ -283,6 +298,25 @@ class TrainConfig:
                                     f"({self.batch_size})")
         if self.resume and not self.checkpoint_dir:
             raise InvalidInputError("--resume needs --checkpoint-dir")
+
+    def _check_control(self) -> None:
+        """The issue-14 options: admission, expiry, evaluation, schedules, shuffling."""
+        for name in ("admit_after", "expire_after", "eval_every", "early_stop", "lr_warmup", "lr_decay_steps",
+                     "shuffle_buffer"):
+            if getattr(self, name) < 0:
+                raise InvalidInputError(f"{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
+        w = self.admit_sketch_width
+        if w < 16 or w & (w - 1):
+            raise InvalidInputError(f"admit-sketch-width must be a power of two >= 16, got {w}")
+        _one_of("lr-decay", self.lr_decay, LR_DECAYS)
+        if self.lr_decay != "none" and self.lr_decay_steps < 1:
+            raise InvalidInputError(f"--lr-decay {self.lr_decay} needs --lr-decay-steps N (steps = global "
+                                    "mini-batches)")
+        if self.early_stop and not self.eval_every:
+            raise InvalidInputError("--early-stop needs --eval-every N (and eval data)")
+        if (self.admit_after > 1 or self.expire_after) and self.sparse_sync != "owner":
+            raise InvalidInputError("--admit-after and --expire-after need --sparse-sync owner (the owner of "
+                                    "a key decides)")
 
 
 #: TOML sections (``[data]`` …): the subsystem whose options each may hold.

@@ -59,7 +59,8 @@ def _fsync_path(path: Path, directory: bool = False) -> None:
         os.close(fd)
 
 
-def _ckpt_name(index: int) -> str:
+def checkpoint_name(index: int) -> str:
+    """The directory name of the checkpoint after global batch ``index``."""
     return f"ckpt-{index:08d}"
 
 
@@ -125,17 +126,24 @@ def _undo_on_error(root: Path, name: str, *paths: Path):
         raise
 
 
-def save(root, coll, store, model, dense_opt, meta: dict, keep: int = 1) -> str:
+def save(root, coll, store, model, dense_opt, meta: dict, keep: int = 1, extra=None, pinned=()) -> str:
     """Write this rank's part of the checkpoint named by ``meta["index"]``, then keep only the ``keep``
-    newest checkpoints. Collective over ``coll``. Blocks. Raises DiskFullError when the device is
+    newest checkpoints (and the checkpoints named in ``pinned``). ``extra(h5file)``, if given, adds
+    this rank's other state to its sparse file (e.g. admission state; read back by :func:`load`'s
+    ``extra``). Collective over ``coll``. Blocks. Raises DiskFullError when the device is
     full (after removing what this save wrote; the previous checkpoint is untouched)."""
     root = Path(root)
-    name = _ckpt_name(meta["index"])
+    name = checkpoint_name(meta["index"])
     tmp = root / f".tmp-{name}"
     sparse = _sparse_name(coll.rank, coll.size)
     with _undo_on_error(root, name, tmp):
         tmp.mkdir(parents=True, exist_ok=True)
         store.export_h5(str(tmp / sparse))
+        if extra is not None:
+            import h5py
+
+            with h5py.File(tmp / sparse, "a") as h:
+                extra(h)
         _fsync_path(tmp / sparse)
         mine = file_record(tmp / sparse)
     records = coll.gather(np.array([[mine["bytes"], mine["crc32"]]], dtype=np.int64))
@@ -150,7 +158,7 @@ def save(root, coll, store, model, dense_opt, meta: dict, keep: int = 1) -> str:
     coll.barrier()
     if coll.rank == 0:
         _commit(root, tmp, name)
-        _prune(root, name, keep)
+        _prune(root, name, keep, pinned)
     coll.barrier()
     return str(root / name)
 
@@ -164,20 +172,29 @@ def _commit(root: Path, tmp: Path, name: str) -> None:
             shutil.rmtree(final)  # the same batch, written by an earlier run into this directory
         os.rename(tmp, final)
     with _undo_on_error(root, name, final, latest_tmp):
-        latest_tmp.write_text(name + "\n")
-        _fsync_path(latest_tmp)
-        os.rename(latest_tmp, root / _LATEST)
+        point_latest(root, name)
+
+
+def point_latest(root, name: str) -> None:
+    """Switch ``root/LATEST`` to the existing checkpoint ``name`` (write temp, fsync, rename, fsync
+    the directory); early stopping points it back at the best checkpoint."""
+    root = Path(root)
+    latest_tmp = root / f".{_LATEST}.tmp"
+    latest_tmp.write_text(name + "\n")
+    _fsync_path(latest_tmp)
+    os.rename(latest_tmp, root / _LATEST)
     _fsync_path(root, directory=True)
 
 
-def _prune(root: Path, name: str, keep: int) -> None:
-    """Keep ``name`` and the ``keep - 1`` newest checkpoints before it; remove every other
-    ``ckpt-*`` (later ones are from an earlier run into this directory) and every ``.tmp-ckpt-*``
-    (a save that was killed before it could remove its own: only a complete save reaches here)."""
+def _prune(root: Path, name: str, keep: int, pinned=()) -> None:
+    """Keep ``name``, the ``keep - 1`` newest checkpoints before it and those named in ``pinned``;
+    remove every other ``ckpt-*`` (later ones are from an earlier run into this directory) and every
+    ``.tmp-ckpt-*`` (a save that was killed before it could remove its own: only a complete save
+    reaches here)."""
     current = _index(name)
     older = _newest_first(root, below=current)[:keep - 1]
     for d in _newest_first(root):
-        if d.name != name and d not in older:
+        if d.name != name and d not in older and d.name not in pinned:
             shutil.rmtree(d, ignore_errors=True)
     for d in root.iterdir():
         if d.name.startswith(".tmp-") and _NAME.fullmatch(d.name[len(".tmp-"):]) and d.is_dir():
@@ -294,12 +311,18 @@ def _choose(root: Path, coll, dim: int, model_name: str, warn) -> tuple[Path, di
                           "(--keep-checkpoints K keeps the K newest)")
 
 
-def load(root, coll, store, model, dense_opt, warn=lambda msg: None) -> dict:
+def load(root, coll, store, model, dense_opt, warn=lambda msg: None, extra=None) -> dict:
     """Restore this rank's rows into ``store`` (an empty store) and the dense state from the newest
     intact checkpoint -> its meta, with ``path``. ``warn(message)`` hears of every damaged checkpoint
-    skipped. Collective over ``coll``. Raises CorruptionError when no intact checkpoint is left."""
+    skipped; ``extra(h5file)`` reads what :func:`save`'s ``extra`` wrote. Collective over ``coll``.
+    Raises CorruptionError when no intact checkpoint is left."""
     d, meta = _choose(Path(root), coll, store.dim, model.name, warn)
     store.import_h5(str(d / _sparse_name(coll.rank, coll.size)))
+    if extra is not None:
+        import h5py
+
+        with h5py.File(d / _sparse_name(coll.rank, coll.size), "r") as h:
+            extra(h)
     params, opt = _read_dense(d / _DENSE)
     model.load_state_dict(params)
     if opt is not None and dense_opt is not None:

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 
-from ..config import (DENSE_OPTIMIZERS, DEVICES, FORMATS, MODELS, MPI_WAITS, PAGE_CACHE_MODES,
+from ..config import (DENSE_OPTIMIZERS, DEVICES, FORMATS, LR_DECAYS, MODELS, MPI_WAITS, PAGE_CACHE_MODES,
                       SPARSE_OPTIMIZERS, SPARSE_SYNCS, Config, flatten_options)
 from ..data import DEFAULT_MAX_MALFORMED
 from ..errors import HpsError, InvalidInputError, InvalidTypeError
@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--vocab-per-field", type=int, default=S, help="synthetic: values per field (20000)")
     g.add_argument("--zipf", type=float, default=S, help="synthetic: Zipf exponent (1.1)")
     g.add_argument("--n-dense", type=int, default=S, help="synthetic: dense features (4)")
+    g.add_argument("--drift", type=float, default=S,
+                   help="synthetic: popularity ranks shifted per example, so new keys keep arriving (0)")
     g.add_argument("--label-column", default=S, help="csv, parquet: label column (click)")
     g.add_argument("--ignore-columns", default=S, help="csv, parquet: columns to drop, comma separated")
     g.add_argument("--dense-columns", default=S,
@@ -112,7 +114,30 @@ def build_parser() -> argparse.ArgumentParser:
                         "yield when the ranks on a node outnumber its cores (auto)")
     g.add_argument("--no-progress", dest="progress", action="store_false", default=S,
                    help="no progress bar")
+    _control_flags(g, S)
     return p
+
+
+def _control_flags(g, S) -> None:
+    """Admission, expiry and training control (issue 14; README "Admission, expiry and training
+    control"), in the ``training`` group (TOML section ``[train]``)."""
+    g.add_argument("--admit-after", type=int, default=S, metavar="K",
+                   help="a key gets its own row from its K-th occurrence; before, its field's shared row (0: at once)")
+    g.add_argument("--admit-sketch-width", type=int, default=S,
+                   help="counters per row of each rank's 4-row count-min sketch, a power of two (1048576)")
+    g.add_argument("--expire-after", type=int, default=S, metavar="B",
+                   help="delete keys unused for B batches from every tier (0: never; at least 3)")
+    g.add_argument("--eval-every", type=int, default=S, metavar="N",
+                   help="evaluate on the eval data every N batches during training (0: at the end only)")
+    g.add_argument("--early-stop", type=int, default=S, metavar="P",
+                   help="stop after P evaluations without a better AUC; keeps the best checkpoint (0: never)")
+    g.add_argument("--lr-warmup", type=int, default=S, metavar="STEPS",
+                   help="linear learning-rate warm-up over STEPS global mini-batches (0)")
+    g.add_argument("--lr-decay", choices=LR_DECAYS, default=S, help="learning-rate decay after the warm-up (none)")
+    g.add_argument("--lr-decay-steps", type=int, default=S,
+                   help="cosine: steps down to 0; step: steps per x0.1 (needed with --lr-decay)")
+    g.add_argument("--shuffle-buffer", type=int, default=S, metavar="N",
+                   help="seeded streaming shuffle of each data shard through N examples (0: off)")
 
 
 def load_toml(path: str) -> dict:

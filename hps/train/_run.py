@@ -7,6 +7,7 @@ import time
 
 from ..errors import InvalidInputError
 from ._collectives import Collectives
+from ._control import summary as control_summary
 from ._preflight import check_outputs
 from ._records import run_record
 from ._trainer import Trainer
@@ -15,10 +16,13 @@ from ._trainer import Trainer
 #: outputs, tiers) may differ between ranks.
 SHARED_OPTIONS = {
     "data": ("format", "data_shards", "fields", "n_dense", "libsvm_fields", "label_column", "ignore_columns",
-             "dense_columns", "categorical_columns", "int_as_categorical"),
+             "dense_columns", "categorical_columns", "int_as_categorical", "drift"),
     "model": None,  # all of them
     "train": ("batch_size", "minibatch_size", "epochs", "seed", "checkpoint_every", "resume",
-              "ranks_per_node", "sparse_sync"),
+              "ranks_per_node", "sparse_sync",
+              # issue 14: admission, expiry, training control
+              "admit_after", "admit_sketch_width", "expire_after", "eval_every", "early_stop", "lr_warmup",
+              "lr_decay", "lr_decay_steps", "shuffle_buffer"),
 }
 
 
@@ -93,6 +97,7 @@ def report(m: dict) -> str:
                  f"(not counting {m['warmup_seconds']:.1f} s of kernel warm-up)")
     lines.append(f"model size: {m['table_rows']:,} keys, {m['sparse_parameters']:,} embedding parameters, "
                  f"{m['dense_parameters']:,} dense parameters")
+    lines += control_summary(m)  # issue 14: eval curve, early stop, admission/expiry
     for what, pre in (("training", ""), ("eval", "eval_")):
         if m.get(f"{pre}malformed_lines"):
             first = m[pre + "malformed_first"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -35,11 +35,14 @@ from ..model import ModelConfig, make_model, make_optimizers
 from ..pipeline import STOP_TIMEOUT_S, Pipeline, Stage
 from ..ssd import ScratchEnv, SSDOptions, SSDStore
 from . import _checkpoint, _warmup
+from ._admission import FeatureFilter, shared_keys
 from ._budget import plan_memory
+from ._control import TrainingControl, run_name
 from ._collectives import Collectives
 from ._feed import Feed, LocalBatch, empty_batch
 from ._hierarchy import ParameterHierarchy, _host, make_hbm
 from ._preflight import check_memory
+from ._schedule import LRSchedule
 from ._ssd_dir import SSDDir
 from ._sync import make_sync, unique_inverse
 
@@ -62,6 +65,7 @@ class Work:
     last_in_epoch: bool = False
     plans: list | None = None
     prepared: object | None = None
+    filter_state: dict | None = None   # admission/expiry state after this batch's prepare (checkpoints)
 
 
 class Trainer:
@@ -90,6 +94,7 @@ class Trainer:
                                           state_value=self.sparse_opt.initial_state_value)
         self.sync = make_sync(cfg.train.sparse_sync, self.coll, self.model, self.sparse_opt, self.row_params,
                               self.xp)
+        self._init_control()
         self.store = None
         # this job's own directory (never one another job or the user holds), removed by close()
         self._ssd = SSDDir.claim(t.ssd_path, self.coll.rank, self.coll.size, keep=t.keep_ssd)
@@ -113,6 +118,21 @@ class Trainer:
         self.peak_resident = 0
         self.start_index = 0
         self.history = {"loss": []}
+
+    def _init_control(self) -> None:
+        """Issue 14: admission and expiry (``_admission``), the learning-rate schedule (``_schedule``),
+        evaluation during training and early stopping (``_control``)."""
+        tc = self.cfg.train
+        if 0 < tc.expire_after < WINDOW:
+            raise InvalidInputError(f"--expire-after must be at least {WINDOW} batches (the residency window: "
+                                    f"an expiring key must have left HBM-PS), got {tc.expire_after}")
+        if tc.eval_every and not self.feed.has_eval:
+            raise InvalidInputError(f"--eval-every needs eval data: give --eval-data FILE "
+                                    f"(--format {self.cfg.data.format})")
+        self.filter = (FeatureFilter(self.coll, tc.admit_after, tc.expire_after, tc.admit_sketch_width)
+                       if tc.admit_after > 1 or tc.expire_after else None)
+        self.schedule = LRSchedule(tc, len(self.feed.sizes), self.sparse_opt, self.dense_opt)
+        self.control = TrainingControl(tc.eval_every, tc.early_stop, WINDOW, tc.checkpoint_dir)
 
     def _first_working_set(self) -> tuple[int, int]:
         """(keys this rank will hold resident for the first batch, how many of them it owns): the
@@ -140,13 +160,13 @@ class Trainer:
         index = 0
         ch = self.coll.read
         for epoch in range(self.cfg.train.epochs):
-            it = self.feed.epoch()
+            it = self.feed.epoch(epoch)
             cur = next(it, None)
             b = 0
             while True:
                 nxt = next(it, None)
                 local = cur if cur is not None else self.feed.empty()
-                n_total, more = ch.agree(local.counts, nxt is not None)
+                n_total, more = ch.agree(local.counts, nxt is not None and not self._read_past_stop(index))
                 if not n_total.any():  # no shard holds an example (each was fine on its own)
                     raise InvalidInputError(f"no valid example in --data {self.cfg.data.data}: every one "
                                             f"of its {self.feed.n_shards} shards is empty")
@@ -157,6 +177,8 @@ class Trainer:
                 if not more:
                     break
                 cur = nxt
+            if self.control.patience and ch.any(self.control.stopping):  # early stop: no next epoch
+                return
 
     def _ensure_hierarchy(self):
         if self.hier is not None:
@@ -170,14 +192,29 @@ class Trainer:
         if self.hier is not None:
             self.hier.wait_ready(w.index, self.pipeline.stop_event)
 
+    def _read_past_stop(self, index: int) -> bool:
+        """Early stopping decided and batch ``index`` is past what ``prepare`` still runs (_control)."""
+        return self.control.skip_prepare(index + 1)
+
     def _prepare(self, w: Work) -> Work:
+        if self.control.skip_prepare(w.index):
+            return w
+        if self.filter is not None:  # admission: keys not admitted become their field's shared key
+            w.local = LocalBatch(replace(w.local.data, keys=self.filter.admit(w.local.data.keys)), w.local.bounds)
         resident, w.plans = self.sync.plan(w.local)
         self._ensure_hierarchy()
         w.prepared = self.hier.prepare(w.index, resident)
         self.peak_resident = max(self.peak_resident, self.hier.resident)
+        if self.filter is not None:  # expiry: the owner's keys of this batch are used now
+            self.filter.touch(w.index, resident)
+            self.filter.expire(w.index, self.hier.delete)
+            if self._checkpoint_due(w) or self.control.keeps_best(w.index):
+                w.filter_state = self.filter.state()
         return w
 
     def _place(self, w: Work) -> Work:
+        if w.prepared is None:
+            return w
         try:
             self.hier.place(w.prepared)
         except HashTableFullError as e:
@@ -186,11 +223,17 @@ class Trainer:
         return w
 
     def _train(self, w: Work) -> dict:
+        if self.control.skip_train(w.index):  # early stopping: not trained
+            if self.hier is not None:
+                self.hier.mark_trained(w.index)
+            return {"index": w.index, "loss": None, "examples": 0}
         loss_sum = 0.0
         for j, plan in enumerate(w.plans):
             n = int(w.n_total[j])
             if n == 0:
                 continue  # every shard had run out
+            if self.schedule.active:
+                self.schedule.apply(w.index, j)
             loss, g_dense = self.sync.step(self.hier.hbm, w.index, plan, w.local.minibatch(j), n)
             self._dense_step(g_dense)
             loss_sum += loss * n
@@ -200,8 +243,24 @@ class Trainer:
             raise NumericalError(f"training loss became {loss_sum} at epoch {w.epoch} batch {w.batch}; "
                                  "lower --lr/--dense-lr or check the data for inf/NaN features")
         self.hier.mark_trained(w.index)
-        self._maybe_checkpoint(w)
+        saved = []  # at most one checkpoint of this batch: for the best model, and when it is due
+
+        def save():
+            if not saved:
+                saved.append(self.save_checkpoint(w.index, w.epoch, w.batch, w.filter_state))
+
+        self.control.after_batch(w.index, n_ex, self._evaluate_now, save)  # first: checkpoints hold its state
+        if self._checkpoint_due(w):
+            save()
+        if self.control.stop == w.index and self.control.pinned():
+            _checkpoint.point_latest(self.cfg.train.checkpoint_dir, self.control.pinned()[0])
         return {"index": w.index, "loss": loss_sum / max(n_ex, 1), "examples": n_ex}
+
+    def _evaluate_now(self) -> tuple[float, float]:
+        """(AUC, logloss) of the model as it is, the same on every rank (train channel)."""
+        m = self.evaluate(ch=self.coll.train)
+        auc, logloss = self.coll.train.allgather((m.get("auc"), m.get("logloss")))[0]
+        return float(auc), float(logloss)
 
     def _dense_step(self, grads: dict) -> None:
         names = list(grads)
@@ -216,26 +275,33 @@ class Trainer:
         self.dense_opt.step(self.model.params, grads)
 
     # -- checkpoints ------------------------------------------------------------------------------------
-    def _maybe_checkpoint(self, w: Work) -> None:
+    def _checkpoint_due(self, w: Work) -> bool:
         tc = self.cfg.train
-        if not tc.checkpoint_dir:
-            return
-        due = tc.checkpoint_every and (w.index + 1) % tc.checkpoint_every == 0
-        if due or w.last_in_epoch:
-            self.save_checkpoint(w.index, w.epoch, w.batch)
+        return bool(tc.checkpoint_dir) and bool(
+            (tc.checkpoint_every and (w.index + 1) % tc.checkpoint_every == 0) or w.last_in_epoch)
 
-    def save_checkpoint(self, index: int, epoch: int, batch: int) -> str:
-        """Write a checkpoint after batch ``index``. Collective over the train channel: call it from
-        the train stage (or after training)."""
+    def save_checkpoint(self, index: int, epoch: int, batch: int, filter_state: dict | None = None) -> str:
+        """Write a checkpoint after batch ``index`` (with the admission/expiry state ``filter_state``
+        taken by that batch's prepare). Collective over the train channel: call it from the train
+        stage (or after training)."""
         self.hier.sync_to_store()
         tc = self.cfg.train
+        extra = None
+        if self.filter is not None:  # admission/expiry state as of batch index
+            st = filter_state if filter_state is not None else self.filter.state()
+            extra = self.filter.checkpoint_writer(st)
         return _checkpoint.save(tc.checkpoint_dir, self.coll.train, self.store, self.model, self.dense_opt,
-                                {"index": index, "epoch": epoch, "batch": batch}, keep=tc.keep_checkpoints)
+                                {"index": index, "epoch": epoch, "batch": batch, "control": self.control.state()},
+                                keep=tc.keep_checkpoints,
+                                extra=extra, pinned=self.control.pinned())
 
     def resume(self) -> None:
         meta = _checkpoint.load(self.cfg.train.checkpoint_dir, self.coll.main, self.store, self.model,
-                                self.dense_opt, warn=lambda msg: self.log(f"hps: warning: {msg}"))
+                                self.dense_opt, warn=lambda msg: self.log(f"hps: warning: {msg}"),
+                                extra=self.filter.read_checkpoint if self.filter is not None else None)
         self.start_index = meta["index"] + 1
+        if "control" in meta:  # the eval curve, the best, early stopping (absent before issue 14)
+            self.control.load_state(meta["control"])
         self.log(f"resumed from {meta['path']} (after batch {meta['index']}, epoch {meta['epoch']})")
 
     # -- run ----------------------------------------------------------------------------------------------
@@ -268,6 +334,8 @@ class Trainer:
 
         def sink(res):
             nonlocal examples
+            if res["loss"] is None:  # not trained (early stopping)
+                return
             examples += res["examples"]
             self.history["loss"].append(res["loss"])
             if bar is not None:
@@ -294,11 +362,12 @@ class Trainer:
             self.log(f"nothing left to train: the checkpoint is past the last batch of --epochs {tc.epochs}")
         return self.metrics()
 
-    def evaluate(self, batches=None) -> dict:
+    def evaluate(self, batches=None, ch=None) -> dict:
         """AUC and logloss on ``batches`` (default: this rank's shards of the eval data; synthetic: its
         eval split), on rank 0; {} without eval data. Every rank predicts its own batches with rows
         pulled from their owners (main channel); labels and probabilities are gathered on rank 0.
-        Collective (ranks may hold different numbers of batches)."""
+        Collective over ``ch`` (default the main channel; ranks may hold different numbers of
+        batches). With admission, keys not admitted are scored with their field's shared row."""
         if batches is None:
             if not self.feed.has_eval:
                 return {}
@@ -306,7 +375,7 @@ class Trainer:
         batches = iter(batches)
         # nothing trained in this run (resumed after the last batch): the rows are in the tiers
         self._ensure_hierarchy()
-        ch, P = self.coll.main, self.row_params
+        ch, P = ch or self.coll.main, self.row_params
         labels, probs = [], []
         while True:
             batch = next(batches, None)
@@ -315,6 +384,10 @@ class Trainer:
             if batch is None:
                 batch = empty_batch(self.feed.n_fields, self.feed.n_dense)
             keys, inv = unique_inverse(batch.keys)
+            if self.filter is not None and self.filter.admitting:
+                ok = ch.pull_owned(keys, lambda k: self.filter.admitted_mask(k).astype(np.float32)[:, None])
+                keys, again = unique_inverse(np.where(ok[:, 0] > 0, keys, shared_keys(keys)))
+                inv = again[inv]
             rows = ch.pull_owned(keys, self.hier.read_owned)
             labels.append(batch.labels)
             probs.append(_host(self.model.predict(self.xp.asarray(rows[:, :P]), inv, batch)))
@@ -341,6 +414,7 @@ class Trainer:
         return {"bytes_parsed": self.feed.bytes_parsed, "resident_rows": self.peak_resident,
                 "bytes_sent": self.coll.bytes_sent(), "stage_cpu_seconds": cpu, "mpi_seconds": mpi,
                 "mpi_cpu_seconds": mpi_cpu, "malformed": self.feed.malformed(),
+                "filter": self.filter.metrics() if self.filter is not None else None,
                 "ssd_rows_loaded": self.memps.stats()["ssd_loads"],
                 "ssd": {k: st[k] for k in ("bytes_read", "bytes_written", "disk_bytes", "files", "live_rows")}}
 
@@ -386,7 +460,17 @@ class Trainer:
             "loss_per_batch": self.history["loss"],
             "malformed_lines": sum(r["malformed"][0] for r in per),
             "malformed_first": [x for r in per for x in r["malformed"][1]],
+            **self._control_metrics(per),
         }
+
+    def _control_metrics(self, per: list) -> dict:
+        """Issue 14: admission/expiry counts (summed over ranks), the eval curve, early stopping."""
+        out = {"run_name": run_name(self.cfg), **self.control.metrics()}
+        if self.filter is not None:
+            out.update(admitted_keys=sum(r["filter"]["admitted"] for r in per),
+                       expired_keys=sum(r["filter"]["expired"] for r in per),
+                       known_keys=sum(r["filter"]["known"] for r in per))
+        return out
 
     def describe_model(self) -> str:
         """One line: the architecture, its dense parameter count and the layout of an embedding row."""
