@@ -37,6 +37,7 @@ from ..ssd import ScratchEnv, SSDOptions, SSDStore
 from . import _checkpoint, _warmup
 from ._budget import plan_memory
 from ._collectives import Collectives
+from ._device_step import make_device_step, transfer_metrics
 from ._feed import Feed, LocalBatch, empty_batch
 from ._hierarchy import ParameterHierarchy, _host, make_hbm
 from ._preflight import check_memory
@@ -62,6 +63,7 @@ class Work:
     last_in_epoch: bool = False
     plans: list | None = None
     prepared: object | None = None
+    staged: list | None = None   # the plans on the device (--device cuda, _device_step)
 
 
 class Trainer:
@@ -90,6 +92,9 @@ class Trainer:
                                           state_value=self.sparse_opt.initial_state_value)
         self.sync = make_sync(cfg.train.sparse_sync, self.coll, self.model, self.sparse_opt, self.row_params,
                               self.xp)
+        # GPU-resident training on --device cuda (None on the CPU): rows stay in the HBM-PS
+        self.device = make_device_step(cfg, self.coll, self.model, self.sparse_opt, self.dense_opt,
+                                       self.row_params, self.xp, self.sync.replicated)
         self.store = None
         # this job's own directory (never one another job or the user holds), removed by close()
         self._ssd = SSDDir.claim(t.ssd_path, self.coll.rank, self.coll.size, keep=t.keep_ssd)
@@ -163,6 +168,8 @@ class Trainer:
             return
         t = self.cfg.tiers
         hbm = make_hbm(self.plan.hbm_keys, self.row_width, t.device, t.n_parts)
+        if self.device is not None:
+            hbm = self.device.wrap(hbm)
         pull = self.coll.prepare.pull_rows if self.sync.replicated else None
         self.hier = ParameterHierarchy(hbm, self.memps, WINDOW, self.coll.owned_mask, pull)
 
@@ -183,17 +190,15 @@ class Trainer:
         except HashTableFullError as e:
             raise HashTableFullError(f"{e} (HBM-PS holds the working sets of {WINDOW + 1} batches: raise "
                                      "--hbm-capacity or lower --batch-size)") from None
+        if self.device is not None:
+            w.staged = self.device.upload(w.local, w.plans)
         return w
 
     def _train(self, w: Work) -> dict:
-        loss_sum = 0.0
-        for j, plan in enumerate(w.plans):
-            n = int(w.n_total[j])
-            if n == 0:
-                continue  # every shard had run out
-            loss, g_dense = self.sync.step(self.hier.hbm, w.index, plan, w.local.minibatch(j), n)
-            self._dense_step(g_dense)
-            loss_sum += loss * n
+        if self.device is not None:
+            loss_sum = self.device.train_batch(self.hier.hbm, w.plans, w.staged, w.n_total)
+        else:
+            loss_sum = self._train_host(w)
         n_ex = int(w.n_total.sum())
         loss_sum = self.coll.train.allsum(loss_sum)
         if not math.isfinite(loss_sum):
@@ -202,6 +207,17 @@ class Trainer:
         self.hier.mark_trained(w.index)
         self._maybe_checkpoint(w)
         return {"index": w.index, "loss": loss_sum / max(n_ex, 1), "examples": n_ex}
+
+    def _train_host(self, w: Work) -> float:
+        loss_sum = 0.0
+        for j, plan in enumerate(w.plans):
+            n = int(w.n_total[j])
+            if n == 0:
+                continue  # every shard had run out
+            loss, g_dense = self.sync.step(self.hier.hbm, w.index, plan, w.local.minibatch(j), n)
+            self._dense_step(g_dense)
+            loss_sum += loss * n
+        return loss_sum
 
     def _dense_step(self, grads: dict) -> None:
         names = list(grads)
@@ -342,7 +358,8 @@ class Trainer:
                 "bytes_sent": self.coll.bytes_sent(), "stage_cpu_seconds": cpu, "mpi_seconds": mpi,
                 "mpi_cpu_seconds": mpi_cpu, "malformed": self.feed.malformed(),
                 "ssd_rows_loaded": self.memps.stats()["ssd_loads"],
-                "ssd": {k: st[k] for k in ("bytes_read", "bytes_written", "disk_bytes", "files", "live_rows")}}
+                "ssd": {k: st[k] for k in ("bytes_read", "bytes_written", "disk_bytes", "files", "live_rows")},
+                "transfers": self.device.ledger.metrics() if self.device is not None else None}
 
     def metrics(self) -> dict:
         """Job metrics. Per-rank figures are lists in rank order; SSD-PS figures and bytes sent are
@@ -386,6 +403,7 @@ class Trainer:
             "loss_per_batch": self.history["loss"],
             "malformed_lines": sum(r["malformed"][0] for r in per),
             "malformed_first": [x for r in per for x in r["malformed"][1]],
+            **transfer_metrics([r["transfers"] for r in per]),  # host <-> device bytes by purpose
         }
 
     def describe_model(self) -> str:
