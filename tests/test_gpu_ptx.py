@@ -70,6 +70,9 @@ def _arg_types(ftype, rows_type=None):
         "b2": types.float64,
         "l2": ftype,
         "idx": types.int64[::1],
+        "salt": types.uint64,
+        "n_parts": types.int64,
+        "parts": types.int32[::1],
         "eps": ftype,
         "state_col": types.int64,
         "z": ftype[::1],
@@ -138,7 +141,7 @@ def test_kernels_are_discovered():
     assert {f"table.{k}" for k in ("upsert_claim", "upsert_rows", "claim", "rollback", "write_rows", "get",
                                    "contains", "erase", "clear", "live_slots", "gather_keys")} <= names
     assert {f"train.{k}" for k in ("find_slots", "pool_forward", "pool_backward", "sgd_rows", "adagrad_rows",
-                                   "rowwise_adagrad_rows", "adam_rows", "gather_rows", "bce_loss_grad",
+                                   "rowwise_adagrad_rows", "adam_rows", "gather_rows", "part_of", "bce_loss_grad",
                                    "zero_rows", "zero_cells")} <= names
 
 

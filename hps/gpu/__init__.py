@@ -5,6 +5,7 @@ transfer ledger and the asynchronous training operations over a table's ``device
 (``hps/train/_device_step.py``)."""
 
 from ._ledger import PURPOSES, TransferLedger
+from ._partition_ops import part_of_async, partition_keys
 from ._row_ops import (
     adagrad_update_async,
     adam_update_async,
@@ -39,4 +40,6 @@ __all__ = [
     "adam_update_async",
     "sparse_update_async",
     "bce_loss_grad_async",
+    "part_of_async",
+    "partition_keys",
 ]

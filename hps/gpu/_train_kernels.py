@@ -29,6 +29,7 @@ import math
 import numpy as np
 from numba import cuda
 
+from .._hashing import mix64
 from ._table_kernels import _find
 
 
@@ -261,3 +262,15 @@ def zero_cells(cells):
     i = cuda.grid(1)
     if i < cells.shape[0]:
         cells[i] = 0
+
+
+@cuda.jit
+def part_of(keys, salt, n_parts, parts, counts):
+    """1-D over the m keys, Algorithm 2's partition policy on the device (the twin of
+    ``hps._hashing.owner_of``): parts (m,) int32 = ``mix64(keys[i] ^ salt) % n_parts``; counts
+    (n_parts,) int64 += the keys of each part (``cuda.atomic.add``; zeroed by the caller)."""
+    i = cuda.grid(1)
+    if i < keys.shape[0]:
+        p = np.int32(mix64(keys[i] ^ salt) % np.uint64(n_parts))
+        parts[i] = p
+        cuda.atomic.add(counts, p, 1)

@@ -330,3 +330,30 @@ def test_the_ledger_reads_simulated_device_arrays():
     dev = cuda.to_device(np.arange(6, dtype=np.float32))
     assert led.to_host(dev, "writeback").tolist() == list(range(6))
     assert led.metrics()["d2h_bytes"]["writeback"] == 24
+
+
+@pytest.mark.parametrize("n_parts", [1, 2, 3, 5])
+def test_partition_on_the_device_matches_the_host_policy(n_parts):
+    """Algorithm 2's partitioning of a device batch: every key's part, the stable order and the part
+    offsets equal group_by_owner(owner_of(keys, n, PART_SALT)) (duplicates kept, in input order);
+    only the counts cross, through the ledger."""
+    from hps._hashing import PART_SALT, group_by_owner, owner_of
+    from hps.gpu._partition_ops import part_of_async, partition_keys
+
+    rng = np.random.default_rng(n_parts)
+    keys = np.concatenate([rng.integers(0, 2**63, 37, dtype=np.uint64), np.array([5, 5, 2**64 - 2], np.uint64)])
+    parts = np.empty(keys.shape[0], np.int32)
+    counts = np.full(n_parts, 99, np.int64)  # zeroed by the call
+    part_of_async(keys, n_parts, parts, counts)
+    np.testing.assert_array_equal(parts, owner_of(keys, n_parts, PART_SALT))
+    np.testing.assert_array_equal(counts, np.bincount(parts, minlength=n_parts))
+    led = TransferLedger(np)
+    order, offsets = partition_keys(keys, n_parts, np, led)
+    want_order, want_offsets = group_by_owner(owner_of(keys, n_parts, PART_SALT), n_parts)
+    np.testing.assert_array_equal(order, want_order)
+    np.testing.assert_array_equal(offsets, want_offsets)
+    assert led.metrics()["d2h_bytes"]["plan"] == 8 * n_parts
+    order, offsets = partition_keys(np.empty(0, np.uint64), n_parts, np)
+    assert order.shape == (0,) and offsets.tolist() == [0] * (n_parts + 1)
+    with pytest.raises(InvalidInputError, match="n_parts"):
+        part_of_async(keys, 2, parts, np.zeros(3, np.int64))
