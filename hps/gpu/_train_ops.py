@@ -229,7 +229,7 @@ def pool_backward_async(grad_pooled, inv, field, weights, offsets, grads, stream
 def pool_forward_rows_async(rows, ident, inv, field, weights, offsets, out, stream=0) -> None:
     """:func:`pool_forward_async` over a (u, P) device array of rows instead of a table: ``out`` (n, F * P)
     pools ``rows`` (e.g. the rows of the keys this rank asked of their owners, received over MPI).
-    ident (u,) int64 device = ``arange(u)`` (caller-owned, reused across calls). Asynchronous."""
+    ident (u,) int64 device = ``arange(u)`` (caller-owned). Asynchronous."""
     rows = _dev(rows, "rows", None, 2)
     ident = _dev(ident, "ident", np.int64, 1)
     _check_len(ident, rows.shape[0], "ident", "arange over the rows")

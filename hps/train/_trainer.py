@@ -9,9 +9,11 @@ has its own duplicate of the job's communicator (``_collectives``):
 2. ``prepare`` plan the mini-batches and find the keys this rank holds resident for the batch
                (``_sync``: keys sent to their owners, or gathered from every rank); evict what left
                the residency window and fetch the rest from MEM-PS/SSD-PS;
-3. ``place``   insert the fetched rows into HBM-PS;
+3. ``place``   insert the fetched rows into HBM-PS (growing it if needed); on ``--device cuda`` also
+               upload the batch's plan (``_device_step``);
 4. ``train``   per global mini-batch: rows -> forward/backward on this rank's examples -> summed
-               gradient of every key -> one optimizer step per key -> dense all-reduce and step.
+               gradient of every key -> one optimizer step per key -> dense all-reduce and step
+               (on ``--device cuda``: on the HBM-PS rows in place, ``_device_step``).
                Checkpoints happen here, at batch boundaries.
 
 Not thread-safe: one Trainer per process, driven by one caller.
