@@ -240,7 +240,7 @@ class TierConfig:
     ssd_path: str | None = None         # SSD-PS root (each rank claims rank{r}-of-{n}/ in it); None = a temp dir
     keep_ssd: bool = False              # keep this job's SSD-PS at the end (it is removed otherwise)
     rows_per_file: int = 16_384         # SSD-PS rows per parameter file (the write unit; loads read 4 KiB blocks)
-    hbm_capacity: int | None = None     # HBM-PS keys; None = sized from the first batch
+    hbm_capacity: int | None = None     # HBM-PS initial keys (grows); None = sized from the first batch
     n_parts: int = 1                    # HBM-PS parts (GPUs) per process
     ssd_page_cache: str = "direct"      # SSD-PS reads: direct (O_DIRECT) | dontneed | keep
 

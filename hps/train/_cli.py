@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--rows-per-file", type=int, default=S, help="SSD-PS rows per file (16384)")
     g.add_argument("--ssd-page-cache", choices=PAGE_CACHE_MODES, default=S,
                    help="SSD-PS reads: O_DIRECT, or through the page cache dropping what was read, or plain (direct)")
-    g.add_argument("--hbm-capacity", type=int, default=S, help="HBM-PS keys (sized from batch 1)")
+    g.add_argument("--hbm-capacity", type=int, default=S, help="HBM-PS initial keys (from batch 1; grows)")
     g.add_argument("--n-parts", type=int, default=S, help="HBM-PS parts / GPUs per process (1)")
     g = p.add_argument_group("training")
     g.add_argument("--batch-size", type=int, default=S, help="examples per batch, whole job (16384)")

@@ -149,8 +149,14 @@ class ParameterHierarchy:
 
     # -- place stage -------------------------------------------------------------------------------------
     def place(self, prep: Prepared) -> None:
-        """Insert the fetched rows into HBM-PS (blocks until done)."""
-        if prep.fetch_keys.shape[0]:
+        """Insert the fetched rows into HBM-PS (blocks until done), first growing the table (to at least
+        twice its capacity, on its device, keeping every entry) when they might not fit: the working
+        set of a later batch may be larger than the first one's, which sized the table."""
+        n = prep.fetch_keys.shape[0]
+        if n:
+            need = len(self.hbm) + n  # erases of a concurrent prepare only lower the true need
+            if need > self.hbm.capacity:
+                self.hbm.reserve(max(need, 2 * self.hbm.capacity))
             self.hbm.insert(prep.fetch_keys, prep.fetch_rows)
 
     # -- consistent cuts ---------------------------------------------------------------------------------

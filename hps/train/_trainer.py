@@ -9,9 +9,11 @@ has its own duplicate of the job's communicator (``_collectives``):
 2. ``prepare`` plan the mini-batches and find the keys this rank holds resident for the batch
                (``_sync``: keys sent to their owners, or gathered from every rank); evict what left
                the residency window and fetch the rest from MEM-PS/SSD-PS;
-3. ``place``   insert the fetched rows into HBM-PS;
+3. ``place``   insert the fetched rows into HBM-PS (growing it if needed); on ``--device cuda`` also
+               upload the batch's plan (``_device_step``);
 4. ``train``   per global mini-batch: rows -> forward/backward on this rank's examples -> summed
-               gradient of every key -> one optimizer step per key -> dense all-reduce and step.
+               gradient of every key -> one optimizer step per key -> dense all-reduce and step
+               (on ``--device cuda``: on the HBM-PS rows in place, ``_device_step``).
                Checkpoints happen here, at batch boundaries.
 
 Not thread-safe: one Trainer per process, driven by one caller.
@@ -39,6 +41,7 @@ from ._admission import FeatureFilter, shared_keys
 from ._budget import plan_memory
 from ._control import TrainingControl, run_name
 from ._collectives import Collectives
+from ._device_step import make_device_step, transfer_metrics
 from ._feed import Feed, LocalBatch, empty_batch
 from ._hierarchy import ParameterHierarchy, _host, make_hbm
 from ._preflight import check_memory
@@ -66,6 +69,7 @@ class Work:
     plans: list | None = None
     prepared: object | None = None
     filter_state: dict | None = None   # admission/expiry state after this batch's prepare (checkpoints)
+    staged: list | None = None   # the plans on the device (--device cuda, _device_step)
 
 
 class Trainer:
@@ -95,6 +99,9 @@ class Trainer:
         self.sync = make_sync(cfg.train.sparse_sync, self.coll, self.model, self.sparse_opt, self.row_params,
                               self.xp)
         self._init_control()
+        # GPU-resident training on --device cuda (None on the CPU): rows stay in the HBM-PS
+        self.device = make_device_step(cfg, self.coll, self.model, self.sparse_opt, self.dense_opt,
+                                       self.row_params, self.xp, self.sync.replicated)
         self.store = None
         # this job's own directory (never one another job or the user holds), removed by close()
         self._ssd = SSDDir.claim(t.ssd_path, self.coll.rank, self.coll.size, keep=t.keep_ssd)
@@ -185,6 +192,8 @@ class Trainer:
             return
         t = self.cfg.tiers
         hbm = make_hbm(self.plan.hbm_keys, self.row_width, t.device, t.n_parts)
+        if self.device is not None:
+            hbm = self.device.wrap(hbm)
         pull = self.coll.prepare.pull_rows if self.sync.replicated else None
         self.hier = ParameterHierarchy(hbm, self.memps, WINDOW, self.coll.owned_mask, pull)
 
@@ -220,6 +229,8 @@ class Trainer:
         except HashTableFullError as e:
             raise HashTableFullError(f"{e} (HBM-PS holds the working sets of {WINDOW + 1} batches: raise "
                                      "--hbm-capacity or lower --batch-size)") from None
+        if self.device is not None:
+            w.staged = self.device.upload(w.local, w.plans)
         return w
 
     def _train(self, w: Work) -> dict:
@@ -227,16 +238,11 @@ class Trainer:
             if self.hier is not None:
                 self.hier.mark_trained(w.index)
             return {"index": w.index, "loss": None, "examples": 0}
-        loss_sum = 0.0
-        for j, plan in enumerate(w.plans):
-            n = int(w.n_total[j])
-            if n == 0:
-                continue  # every shard had run out
-            if self.schedule.active:
-                self.schedule.apply(w.index, j)
-            loss, g_dense = self.sync.step(self.hier.hbm, w.index, plan, w.local.minibatch(j), n)
-            self._dense_step(g_dense)
-            loss_sum += loss * n
+        schedule = self.schedule.apply if self.schedule.active else None
+        if self.device is not None:
+            loss_sum = self.device.train_batch(self.hier.hbm, w.plans, w.staged, w.n_total, w.index, schedule)
+        else:
+            loss_sum = self._train_host(w, schedule)
         n_ex = int(w.n_total.sum())
         loss_sum = self.coll.train.allsum(loss_sum)
         if not math.isfinite(loss_sum):
@@ -261,6 +267,19 @@ class Trainer:
         m = self.evaluate(ch=self.coll.train)
         auc, logloss = self.coll.train.allgather((m.get("auc"), m.get("logloss")))[0]
         return float(auc), float(logloss)
+
+    def _train_host(self, w: Work, schedule) -> float:
+        loss_sum = 0.0
+        for j, plan in enumerate(w.plans):
+            n = int(w.n_total[j])
+            if n == 0:
+                continue  # every shard had run out
+            if schedule is not None:
+                schedule(w.index, j)
+            loss, g_dense = self.sync.step(self.hier.hbm, w.index, plan, w.local.minibatch(j), n)
+            self._dense_step(g_dense)
+            loss_sum += loss * n
+        return loss_sum
 
     def _dense_step(self, grads: dict) -> None:
         names = list(grads)
@@ -416,7 +435,8 @@ class Trainer:
                 "mpi_cpu_seconds": mpi_cpu, "malformed": self.feed.malformed(),
                 "filter": self.filter.metrics() if self.filter is not None else None,
                 "ssd_rows_loaded": self.memps.stats()["ssd_loads"],
-                "ssd": {k: st[k] for k in ("bytes_read", "bytes_written", "disk_bytes", "files", "live_rows")}}
+                "ssd": {k: st[k] for k in ("bytes_read", "bytes_written", "disk_bytes", "files", "live_rows")},
+                "transfers": self.device.ledger.metrics() if self.device is not None else None}
 
     def metrics(self) -> dict:
         """Job metrics. Per-rank figures are lists in rank order; SSD-PS figures and bytes sent are
@@ -461,6 +481,7 @@ class Trainer:
             "malformed_lines": sum(r["malformed"][0] for r in per),
             "malformed_first": [x for r in per for x in r["malformed"][1]],
             **self._control_metrics(per),
+            **transfer_metrics([r["transfers"] for r in per]),  # host <-> device bytes by purpose
         }
 
     def _control_metrics(self, per: list) -> dict:
