@@ -41,6 +41,7 @@ from ._feed import Feed, LocalBatch, empty_batch
 from ._hierarchy import ParameterHierarchy, _host, make_hbm
 from ._preflight import check_memory
 from ._ssd_dir import SSDDir
+from ._het_sync import het_metrics, is_cut, make_het_sync
 from ._sync import make_sync, unique_inverse
 
 #: prepare(i) waits for train(i - WINDOW); keys unused for WINDOW batches leave HBM-PS.
@@ -90,6 +91,10 @@ class Trainer:
                                           state_value=self.sparse_opt.initial_state_value)
         self.sync = make_sync(cfg.train.sparse_sync, self.coll, self.model, self.sparse_opt, self.row_params,
                               self.xp)
+        self.het = cfg.train.consistency == "het"  # HET caches (_het_sync): hooks marked "het" below
+        if self.het:
+            self.sync = make_het_sync(cfg, self.coll, self.model, self.sparse_opt, self.row_params,
+                                      self.row_width, self.xp)
         self.store = None
         # this job's own directory (never one another job or the user holds), removed by close()
         self._ssd = SSDDir.claim(t.ssd_path, self.coll.rank, self.coll.size, keep=t.keep_ssd)
@@ -165,10 +170,15 @@ class Trainer:
         hbm = make_hbm(self.plan.hbm_keys, self.row_width, t.device, t.n_parts)
         pull = self.coll.prepare.pull_rows if self.sync.replicated else None
         self.hier = ParameterHierarchy(hbm, self.memps, WINDOW, self.coll.owned_mask, pull)
+        if self.het:
+            self.sync.bind(self.hier)
 
     def _gate(self, w: Work) -> None:
         if self.hier is not None:
             self.hier.wait_ready(w.index, self.pipeline.stop_event)
+            if self.het and w.index > self.start_index and (w.batch == 0 or is_cut(self.cfg.train, w.index - 1, False)):
+                # het: a consistent cut ends batch index - 1; no batch may be prepared past it
+                self.hier.wait_ready(w.index - 1 + WINDOW, self.pipeline.stop_event)
 
     def _prepare(self, w: Work) -> Work:
         resident, w.plans = self.sync.plan(w.local)
@@ -199,6 +209,8 @@ class Trainer:
         if not math.isfinite(loss_sum):
             raise NumericalError(f"training loss became {loss_sum} at epoch {w.epoch} batch {w.batch}; "
                                  "lower --lr/--dense-lr or check the data for inf/NaN features")
+        if self.het and is_cut(self.cfg.train, w.index, w.last_in_epoch):
+            self.sync.flush()
         self.hier.mark_trained(w.index)
         self._maybe_checkpoint(w)
         return {"index": w.index, "loss": loss_sum / max(n_ex, 1), "examples": n_ex}
@@ -342,7 +354,8 @@ class Trainer:
                 "bytes_sent": self.coll.bytes_sent(), "stage_cpu_seconds": cpu, "mpi_seconds": mpi,
                 "mpi_cpu_seconds": mpi_cpu, "malformed": self.feed.malformed(),
                 "ssd_rows_loaded": self.memps.stats()["ssd_loads"],
-                "ssd": {k: st[k] for k in ("bytes_read", "bytes_written", "disk_bytes", "files", "live_rows")}}
+                "ssd": {k: st[k] for k in ("bytes_read", "bytes_written", "disk_bytes", "files", "live_rows")},
+                "het": self.sync.stats() if self.het else None}
 
     def metrics(self) -> dict:
         """Job metrics. Per-rank figures are lists in rank order; SSD-PS figures and bytes sent are
@@ -351,7 +364,10 @@ class Trainer:
         ssd = {k: sum(r["ssd"][k] for r in per) for k in per[0]["ssd"]}
         ms = self.memps.stats()
         times = {name: t.busy for name, t in self.pipeline.stage_times().items()}
-        return {
+        out = {"consistency": self.cfg.train.consistency}
+        if self.het:
+            out.update(het_metrics([r["het"] for r in per], self.cfg.train.staleness))
+        return out | {
             "examples": self.examples,
             "train_seconds": self.train_seconds,
             "train_cpu_seconds": self.train_cpu_seconds,
