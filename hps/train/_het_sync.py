@@ -9,7 +9,7 @@ grouped by asking rank, ``Plan.uinv``), so no key is sent twice. Per mini-batch,
 message          direction                    payload                                            ``bytes_sent`` kind
 ===============  ===========================  =================================================  ===========
 clock reply      owner -> every asking rank   ``c_g`` of every asked key, int32                  ``het_clocks``
-fetch flags      rank -> owners               1 byte per asked key: fetch it or not              ``het_control``
+fetch flags      rank -> owners               1 bit per asked key: fetch it or not               ``het_control``
 invalidations    rank -> owners               key, ``c_c``, gradient of each invalid entry       ``het_push``
 rows             owner -> asking rank         the whole row (parameters and optimizer state)     ``sparse_rows``
                                               and its ``c_g`` of each flagged key
@@ -62,7 +62,7 @@ class HetSync(OwnerSync):
         remote = np.ones(p.keys.shape[0], np.bool_)
         remote[off[rank]:off[rank + 1]] = False
         slots, fetch, invalid = self.cache.read(p.keys, c_g, remote)
-        asked = ch.alltoallv(fetch.astype(np.uint8), p.send, p.recv, HET_CONTROL).astype(np.bool_)
+        asked = _unpack(ch.alltoallv(_pack(fetch, p.send), _nbytes(p.send), _nbytes(p.recv), HET_CONTROL), p.recv)
         self._push(invalid)                                                      # Evict(k) before Fetch(k)
         # rows (and their c_g) of the flagged keys, owner -> asking rank, in the order of p.keys
         rows = self._rows(hbm, p.ukeys, index)
@@ -116,6 +116,24 @@ class HetSync(OwnerSync):
         """This rank's cache counters (reads of remote keys, hits, misses, invalidations, fetches,
         pushes, evictions) and its capacity."""
         return {**self.cache.stats, "capacity": self.cache.capacity}
+
+
+def _nbytes(counts: np.ndarray) -> np.ndarray:
+    """Bytes of each segment of ``counts`` bits, packed."""
+    return (counts + 7) // 8
+
+
+def _pack(mask: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``mask`` (n,) bool in consecutive segments of ``counts`` -> each segment packed into bytes."""
+    ends = np.cumsum(counts)
+    return np.concatenate([np.packbits(mask[e - c:e]) for e, c in zip(ends, counts)] + [np.empty(0, np.uint8)])
+
+
+def _unpack(packed: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`_pack` -> (counts.sum(),) bool."""
+    ends = np.cumsum(_nbytes(counts))
+    return np.concatenate([np.unpackbits(packed[e - b:e], count=c).astype(np.bool_)
+                           for e, b, c in zip(ends, _nbytes(counts), counts)] + [np.empty(0, np.bool_)])
 
 
 def _segment_counts(mask: np.ndarray, counts: np.ndarray) -> np.ndarray:
