@@ -67,7 +67,8 @@ def summarize(m: dict) -> dict:
     return row
 
 
-def sweep(name: str, n: int, args: list[str], work: Path, table_keys, entry, log) -> dict:
+def sweep(name: str, n: int, args: list[str], work: Path, table_keys, entry, log, staleness=STALENESS,
+          caches=CACHES) -> dict:
     """BSP, HET s = 0, and HET over STALENESS x CACHES for one job -> {run name: summary}."""
     runs = {"bsp": summarize(run(n, args, work, f"{name}-bsp"))}
     keys = table_keys if table_keys is not None else runs["bsp"]["table_rows"]
@@ -80,8 +81,8 @@ def sweep(name: str, n: int, args: list[str], work: Path, table_keys, entry, log
                                 f"{name}-s0"))
     log(line(name, "bsp", runs["bsp"], runs["bsp"], runs["bsp"]))
     log(line(name, "s=0", runs["s=0"], runs["bsp"], runs["s=0"]))
-    for s in STALENESS:
-        for f in CACHES:
+    for s in staleness:
+        for f in caches:
             key = f"s={s},cache={f:.0%}"
             runs[key] = summarize(run(n, [*args, *het, "--staleness", s, "--het-cache", cache_arg(f)], work,
                                       f"{name}-s{s}-c{f}"))
@@ -105,6 +106,10 @@ def main(argv=None) -> int:
     p.add_argument("--fields", type=int, default=8)
     p.add_argument("--vocab-per-field", type=int, default=20_000)
     p.add_argument("--zipf", type=float, default=1.1)
+    p.add_argument("--minibatch-size", type=int, default=1024, help="synthetic global mini-batch")
+    p.add_argument("--staleness", default=",".join(STALENESS), help="s values besides 0, comma separated")
+    p.add_argument("--caches", default=",".join(map(str, CACHES)), help="cache fractions, comma separated")
+    p.add_argument("--no-criteo", dest="criteo", action="store_false", help="the synthetic job only")
     p.add_argument("--sparse-optimizer", default="rowwise-adagrad",
                    help="row optimizer; a fetched row carries its optimizer state (rowwise-adagrad: 1 column)")
     p.add_argument("--out", default="bench/results/het.json")
@@ -118,19 +123,22 @@ def main(argv=None) -> int:
     results = {"ranks": a.ranks, "model": "wdl", "sparse_optimizer": a.sparse_optimizer, "jobs": {}}
     with tempfile.TemporaryDirectory(prefix="bench-het-") as tmp:
         work = Path(tmp)
+        grid = {"staleness": a.staleness.split(","), "caches": [float(f) for f in a.caches.split(",")]}
         syn = [*common, "--rows", str(a.rows), "--fields", str(a.fields), "--vocab-per-field",
-               str(a.vocab_per_field), "--zipf", str(a.zipf), "--batch-size", "16384", "--minibatch-size", "1024"]
+               str(a.vocab_per_field), "--zipf", str(a.zipf), "--batch-size", "16384", "--minibatch-size",
+               str(a.minibatch_size)]
         results["jobs"]["synthetic"] = {"args": syn, "runs": sweep("synthetic", a.ranks, syn, work,
-                                                                   a.fields * a.vocab_per_field, entry_bytes(W, P), print)}
-        if CRITEO.exists():
+                                                                   a.fields * a.vocab_per_field, entry_bytes(W, P),
+                                                                   print, **grid)}
+        if a.criteo and CRITEO.exists():
             lines = CRITEO.read_text().splitlines(keepends=True)
             (work / "train.txt").write_text("".join(lines[:8000]))
             (work / "eval.txt").write_text("".join(lines[8000:]))
             cri = [*common, "--format", "criteo", "--data", str(work / "train.txt"), "--eval-data",
                    str(work / "eval.txt"), "--batch-size", "2048", "--minibatch-size", "256"]
-            runs = sweep("criteo", a.ranks, cri, work, None, entry_bytes(W, P), print)
+            runs = sweep("criteo", a.ranks, cri, work, None, entry_bytes(W, P), print, **grid)
             results["jobs"]["criteo-10k"] = {"args": [x if "/" not in x else Path(x).name for x in cri], "runs": runs}
-        else:
+        elif a.criteo:
             print(f"criteo: {CRITEO} absent, skipped")
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(results, indent=1))
