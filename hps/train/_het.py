@@ -47,13 +47,10 @@ import numpy as np
 
 from .._index import KeyIndex
 from ..comm._kernels import segment_sum
+from ..config import HET_POLICIES
 from ..errors import InternalError, InvalidInputError
 from ..mem import unique_counts
 
-CONSISTENCIES = ("bsp", "het")
-HET_POLICIES = ("lfu", "lru")
-#: ``--staleness inf``: a bound no clock gap reaches (int64 arithmetic stays exact).
-UNBOUNDED = 1 << 60
 #: Bytes of bookkeeping per cache entry besides its row and gradient: key, c_s, c_c, uses, last use
 #: (8 B each) and its key-index slot (about 24 B at the index's load factor).
 ENTRY_OVERHEAD_BYTES = 64

@@ -100,8 +100,8 @@ def report(m: dict) -> str:
                  f"wrote {m['ssd_bytes_written'] / 2**20:.1f} MiB, disk {m['ssd_disk_bytes'] / 2**20:.1f} MiB "
                  f"in {m['ssd_files']} files")
     if "het_hit_rate" in m:
-        lines.append(f"HET (s = {m['staleness']}): cache hit rate {m['het_hit_rate']:.3f}, {m['het_fetches']:,} fetches, "
-                     f"{m['het_pushes']:,} pushes, {m['het_invalidations']:,} invalidations, "
+        lines.append(f"HET (s = {m['staleness']}): cache hit rate {m['het_hit_rate']:.3f}, "
+                     f"{m['het_fetches']:,} fetches, {m['het_pushes']:,} pushes, {m['het_invalidations']:,} invalidations, "
                      f"{m['het_evictions']:,} evictions (all ranks)")
     if m["ranks"] > 1:
         per_ex = ", ".join(f"{k} {v:.0f}" for k, v in m["bytes_sent_per_example"].items() if v)

@@ -38,10 +38,10 @@ from . import _checkpoint, _warmup
 from ._budget import plan_memory
 from ._collectives import Collectives
 from ._feed import Feed, LocalBatch, empty_batch
+from ._het_sync import het_metrics, is_cut, make_het_sync
 from ._hierarchy import ParameterHierarchy, _host, make_hbm
 from ._preflight import check_memory
 from ._ssd_dir import SSDDir
-from ._het_sync import het_metrics, is_cut, make_het_sync
 from ._sync import make_sync, unique_inverse
 
 #: prepare(i) waits for train(i - WINDOW); keys unused for WINDOW batches leave HBM-PS.
@@ -176,8 +176,9 @@ class Trainer:
     def _gate(self, w: Work) -> None:
         if self.hier is not None:
             self.hier.wait_ready(w.index, self.pipeline.stop_event)
-            if self.het and w.index > self.start_index and (w.batch == 0 or is_cut(self.cfg.train, w.index - 1, False)):
-                # het: a consistent cut ends batch index - 1; no batch may be prepared past it
+            after_cut = w.batch == 0 or is_cut(self.cfg.train, w.index - 1, False)
+            if self.het and w.index > self.start_index and after_cut:
+                # het: a consistent cut ends batch index - 1 (flushed by train); nothing is prepared past it
                 self.hier.wait_ready(w.index - 1 + WINDOW, self.pipeline.stop_event)
 
     def _prepare(self, w: Work) -> Work:
