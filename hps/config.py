@@ -35,6 +35,10 @@ DENSE_OPTIMIZERS = ("adam", "adagrad", "sgd")
 DEFAULT_CROSS_LAYERS = 3            # dcn: cross layers when --cross-layers is not given
 DEFAULT_BOTTOM_HIDDEN = 64          # dlrm: bottom MLP (64, embedding_dim) when --bottom-mlp is not given
 SPARSE_SYNCS = ("owner", "allreduce")
+CONSISTENCIES = ("bsp", "het")      # --consistency (HET: hps/train/_het.py)
+HET_POLICIES = ("lfu", "lru")
+#: ``--staleness inf``: a clock bound no gap reaches (int64 clock arithmetic stays exact).
+STALENESS_UNBOUNDED = 1 << 60
 MPI_WAITS = ("auto", "spin", "yield")
 PAGE_CACHE_MODES = ("direct", "dontneed", "keep")   # hps.ssd.SSDOptions.page_cache
 LR_DECAYS = ("none", "cosine", "step")              # --lr-decay (hps/train/_schedule.py)
@@ -281,6 +285,11 @@ class TrainConfig:
     lr_decay: str = "none"              # none | cosine | step, after the warm-up (dense and sparse)
     lr_decay_steps: int = 0             # cosine: steps down to 0; step: steps per x0.1 (needed with a decay)
     shuffle_buffer: int = 0             # examples of each data shard's seeded streaming shuffle (0 = off)
+    # --consistency het (seed 001): per-rank caches of other ranks' rows, clock-bounded staleness
+    consistency: str = "bsp"            # bsp (every mini-batch synchronous) | het
+    staleness: int | str = 100          # het: clock bound s >= 0, or "inf"
+    het_cache: int | float | str = "64MiB"  # het: per-rank cache, a fraction of the table (synthetic) or bytes
+    het_policy: str = "lfu"             # het: cache eviction policy, lfu | lru
 
     def __post_init__(self):
         _check_types(self)
@@ -289,6 +298,7 @@ class TrainConfig:
                   "keep_checkpoints")
         _one_of("sparse-sync", self.sparse_sync, SPARSE_SYNCS)
         _one_of("mpi-wait", self.mpi_wait, MPI_WAITS)
+        _check_het(self)
         if not 0 <= self.seed <= MAX_SEED:
             raise InvalidInputError(f"seed must be an integer in [0, 2**64 - 1], got {self.seed}")
         if self.checkpoint_every < 0:
@@ -317,6 +327,37 @@ class TrainConfig:
         if (self.admit_after > 1 or self.expire_after) and self.sparse_sync != "owner":
             raise InvalidInputError("--admit-after and --expire-after need --sparse-sync owner (the owner of "
                                     "a key decides)")
+
+
+def _check_het(t: "TrainConfig") -> None:
+    """Validate and normalise the --consistency het options of ``t`` (staleness -> int, het_cache ->
+    a float fraction or int bytes)."""
+    _one_of("consistency", t.consistency, CONSISTENCIES)
+    _one_of("het-policy", t.het_policy, HET_POLICIES)
+    if isinstance(t.staleness, str):
+        if t.staleness.strip().lower() not in ("inf", "infinity"):
+            try:
+                t.staleness = int(t.staleness)
+            except ValueError:
+                raise InvalidInputError(f"staleness must be an integer >= 0 or inf, got {t.staleness!r}") from None
+        else:
+            t.staleness = STALENESS_UNBOUNDED
+    if not 0 <= t.staleness <= STALENESS_UNBOUNDED:
+        raise InvalidInputError(f"staleness must be an integer >= 0 or inf, got {t.staleness}")
+    cache = t.het_cache
+    if isinstance(cache, str) and re.fullmatch(r"\s*[0-9]*\.[0-9]+\s*|\s*0\s*", cache):
+        cache = float(cache)
+    if isinstance(cache, float):
+        if not 0.0 <= cache <= 1.0:
+            raise InvalidInputError(f"het-cache must be a fraction in [0, 1] of the table or a size such as "
+                                    f"64MiB, got {t.het_cache}")
+        t.het_cache = cache
+    else:
+        t.het_cache = parse_bytes(cache)
+        if t.het_cache < 0:
+            raise InvalidInputError(f"het-cache must be >= 0, got {t.het_cache}")
+    if t.consistency == "het" and t.sparse_sync != "owner":
+        raise InvalidInputError("--consistency het caches rows of their owners: it needs --sparse-sync owner")
 
 
 #: TOML sections (``[data]`` …): the subsystem whose options each may hold.
@@ -375,6 +416,11 @@ class Config:
     model: ModelOptions = field(default_factory=ModelOptions)
     tiers: TierConfig = field(default_factory=TierConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self):
+        if self.train.consistency == "het" and self.tiers.device == "cuda":
+            raise InvalidInputError("--consistency het runs on --device cpu only for now (its caches are "
+                                    "host arrays); drop --device cuda or use --consistency bsp")
 
     @staticmethod
     def from_flat(values: dict) -> "Config":

@@ -18,6 +18,7 @@ from ._failure import abort_job, abort_on_error, failure_message, install_except
 from ._sparse import compile_kernels, sparse_allreduce, sparse_allreduce_allgather
 from ._stats import (DENSE_ALLREDUCE, KINDS, OWNER_WRITEBACK, SPARSE_ALLREDUCE, SPARSE_GRADS, SPARSE_KEYS,
                      SPARSE_PULL, SPARSE_ROWS, CommStats)
+from ._stats import HET_CLOCKS, HET_CONTROL, HET_PUSH
 from ._topology import Topology
 from ._wait import WAIT_MODES, poll, require_thread_multiple, resolve_wait_mode
 
@@ -39,6 +40,9 @@ __all__ = [
     "SPARSE_KEYS",
     "SPARSE_ROWS",
     "SPARSE_GRADS",
+    "HET_CLOCKS",
+    "HET_CONTROL",
+    "HET_PUSH",
     "WAIT_MODES",
     "poll",
     "resolve_wait_mode",

@@ -17,8 +17,12 @@ OWNER_WRITEBACK = "owner_writeback"      # rows pushed to their owners (push_to_
 SPARSE_KEYS = "sparse_keys"              # keys (and their counts) sent to owners / gathered
 SPARSE_ROWS = "sparse_rows"              # embedding rows an owner serves for a mini-batch
 SPARSE_GRADS = "sparse_grads"            # per-key gradient sums sent to their owners
+# --consistency het (hps/train/_het_sync.py)
+HET_CLOCKS = "het_clocks"                # global clocks an owner sends for the keys asked of it
+HET_CONTROL = "het_control"              # fetch flags, one byte per asked key
+HET_PUSH = "het_push"                    # pushed gradients with their keys and clocks
 KINDS = (SPARSE_PULL, SPARSE_ALLREDUCE, DENSE_ALLREDUCE, OWNER_WRITEBACK, SPARSE_KEYS, SPARSE_ROWS,
-         SPARSE_GRADS)
+         SPARSE_GRADS, HET_CLOCKS, HET_CONTROL, HET_PUSH)
 
 
 @dataclass

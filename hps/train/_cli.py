@@ -16,8 +16,8 @@ import sys
 import threading
 import time
 
-from ..config import (DENSE_OPTIMIZERS, DEVICES, FORMATS, LR_DECAYS, MODELS, MPI_WAITS, PAGE_CACHE_MODES,
-                      SPARSE_OPTIMIZERS, SPARSE_SYNCS, Config, flatten_options)
+from ..config import (CONSISTENCIES, DENSE_OPTIMIZERS, DEVICES, FORMATS, HET_POLICIES, LR_DECAYS, MODELS,
+                      MPI_WAITS, PAGE_CACHE_MODES, SPARSE_OPTIMIZERS, SPARSE_SYNCS, Config, flatten_options)
 from ..data import DEFAULT_MAX_MALFORMED
 from ..errors import HpsError, InvalidInputError, InvalidTypeError
 
@@ -112,6 +112,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--mpi-wait", choices=MPI_WAITS, default=S,
                    help="MPI: how a rank waits in a collective: spin, yield (poll with sleeps), or auto = "
                         "yield when the ranks on a node outnumber its cores (auto)")
+    g.add_argument("--consistency", choices=CONSISTENCIES, default=S,
+                   help="MPI: bsp = every mini-batch synchronous; het = per-rank caches of other ranks' rows "
+                        "with per-embedding clocks bounded by --staleness (HET, seed 001) (bsp)")
+    g.add_argument("--staleness", default=S, metavar="S",
+                   help="het: clock bound s, an integer >= 0 or inf; 0 trains exactly like bsp (100)")
+    g.add_argument("--het-cache", default=S, metavar="FRACTION_OR_BYTES",
+                   help="het: per-rank cache of rows owned by other ranks, a fraction of the embedding table "
+                        "such as 0.1 (synthetic data) or a size such as 64MiB (64MiB)")
+    g.add_argument("--het-policy", choices=HET_POLICIES, default=S, help="het: cache eviction policy (lfu)")
     g.add_argument("--no-progress", dest="progress", action="store_false", default=S,
                    help="no progress bar")
     _control_flags(g, S)

@@ -209,6 +209,29 @@ class ParameterHierarchy:
                 raise InternalError(f"{int(res.sum())} keys to delete are resident (expiry bug)")
             return self.memps.delete(keys)
 
+    def update_owned(self, keys: np.ndarray, update) -> np.ndarray:
+        """Apply ``update(sel, rows) -> new rows`` to the current rows of owned, unique ``keys`` (n,)
+        wherever they are (``sel`` indexes ``keys``): resident rows placed in HBM-PS there, rows that
+        are not resident in MEM-PS (SSD-PS, initializer). Rows resident for a batch prepared but not
+        placed yet are left alone -> done (n,) bool, False for those. Holds the residency lock
+        (``--consistency het``: pushes of rows no batch in flight holds)."""
+        done = np.ones(keys.shape[0], np.bool_)
+        with self._lock:
+            res = self._last_use.contains(keys)
+            at = np.flatnonzero(res)
+            if at.shape[0]:
+                rows, found = self.hbm.get(keys[at])
+                rows, hit = _host(rows), at[found]
+                if hit.shape[0]:
+                    self.hbm.insert(keys[hit], update(hit, rows[found]))
+                done[at[~found]] = False
+            out = np.flatnonzero(~res)
+            chunk = max(1, self.memps.cache.capacity_rows // 2)
+            for a in range(0, out.shape[0], chunk):  # O(keys / budget) calls, never one per key
+                sel = out[a:a + chunk]
+                self.memps.push(keys[sel], update(sel, self.memps.pull(keys[sel])))
+        return done
+
     @property
     def resident(self) -> int:
         return len(self._last_use)

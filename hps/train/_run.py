@@ -22,7 +22,8 @@ SHARED_OPTIONS = {
               "ranks_per_node", "sparse_sync",
               # issue 14: admission, expiry, training control
               "admit_after", "admit_sketch_width", "expire_after", "eval_every", "early_stop", "lr_warmup",
-              "lr_decay", "lr_decay_steps", "shuffle_buffer"),
+              "lr_decay", "lr_decay_steps", "shuffle_buffer",
+              "consistency", "staleness", "het_policy"),
 }
 
 
@@ -108,6 +109,10 @@ def report(m: dict) -> str:
     lines.append(f"MEM-PS cache hit rate {m['cache_hit_rate']:.3f}; SSD-PS read {m['ssd_bytes_read'] / 2**20:.1f} MiB, "
                  f"wrote {m['ssd_bytes_written'] / 2**20:.1f} MiB, disk {m['ssd_disk_bytes'] / 2**20:.1f} MiB "
                  f"in {m['ssd_files']} files")
+    if "het_hit_rate" in m:
+        lines.append(f"HET (s = {m['staleness']}): cache hit rate {m['het_hit_rate']:.3f}, "
+                     f"{m['het_fetches']:,} fetches, {m['het_pushes']:,} pushes, {m['het_invalidations']:,} invalidations, "
+                     f"{m['het_evictions']:,} evictions (all ranks)")
     if m["ranks"] > 1:
         per_ex = ", ".join(f"{k} {v:.0f}" for k, v in m["bytes_sent_per_example"].items() if v)
         lines.append(f"bytes sent per example (all ranks): {per_ex}; rank 0 in MPI {m['comm_seconds']:.1f} s")

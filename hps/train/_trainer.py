@@ -43,6 +43,7 @@ from ._control import TrainingControl, run_name
 from ._collectives import Collectives
 from ._device_step import make_device_step, transfer_metrics
 from ._feed import Feed, LocalBatch, empty_batch
+from ._het_sync import het_metrics, is_cut, make_het_sync
 from ._hierarchy import ParameterHierarchy, _host, make_hbm
 from ._preflight import check_memory
 from ._schedule import LRSchedule
@@ -99,6 +100,10 @@ class Trainer:
         self.sync = make_sync(cfg.train.sparse_sync, self.coll, self.model, self.sparse_opt, self.row_params,
                               self.xp)
         self._init_control()
+        self.het = cfg.train.consistency == "het"  # HET caches (_het_sync): hooks marked "het" below
+        if self.het:
+            self.sync = make_het_sync(cfg, self.coll, self.model, self.sparse_opt, self.row_params,
+                                      self.row_width, self.xp)
         # GPU-resident training on --device cuda (None on the CPU): rows stay in the HBM-PS
         self.device = make_device_step(cfg, self.coll, self.model, self.sparse_opt, self.dense_opt,
                                        self.row_params, self.xp, self.sync.replicated)
@@ -196,10 +201,16 @@ class Trainer:
             hbm = self.device.wrap(hbm)
         pull = self.coll.prepare.pull_rows if self.sync.replicated else None
         self.hier = ParameterHierarchy(hbm, self.memps, WINDOW, self.coll.owned_mask, pull)
+        if self.het:
+            self.sync.bind(self.hier)
 
     def _gate(self, w: Work) -> None:
         if self.hier is not None:
             self.hier.wait_ready(w.index, self.pipeline.stop_event)
+            after_cut = w.batch == 0 or is_cut(self.cfg.train, w.index - 1, False)
+            if self.het and w.index > self.start_index and after_cut:
+                # het: a consistent cut ends batch index - 1 (flushed by train); nothing is prepared past it
+                self.hier.wait_ready(w.index - 1 + WINDOW, self.pipeline.stop_event)
 
     def _read_past_stop(self, index: int) -> bool:
         """Early stopping decided and batch ``index`` is past what ``prepare`` still runs (_control)."""
@@ -248,6 +259,8 @@ class Trainer:
         if not math.isfinite(loss_sum):
             raise NumericalError(f"training loss became {loss_sum} at epoch {w.epoch} batch {w.batch}; "
                                  "lower --lr/--dense-lr or check the data for inf/NaN features")
+        if self.het and is_cut(self.cfg.train, w.index, w.last_in_epoch):
+            self.sync.flush()
         self.hier.mark_trained(w.index)
         saved = []  # at most one checkpoint of this batch: for the best model, and when it is due
 
@@ -436,7 +449,8 @@ class Trainer:
                 "filter": self.filter.metrics() if self.filter is not None else None,
                 "ssd_rows_loaded": self.memps.stats()["ssd_loads"],
                 "ssd": {k: st[k] for k in ("bytes_read", "bytes_written", "disk_bytes", "files", "live_rows")},
-                "transfers": self.device.ledger.metrics() if self.device is not None else None}
+                "transfers": self.device.ledger.metrics() if self.device is not None else None,
+                "het": self.sync.stats() if self.het else None}
 
     def metrics(self) -> dict:
         """Job metrics. Per-rank figures are lists in rank order; SSD-PS figures and bytes sent are
@@ -445,7 +459,10 @@ class Trainer:
         ssd = {k: sum(r["ssd"][k] for r in per) for k in per[0]["ssd"]}
         ms = self.memps.stats()
         times = {name: t.busy for name, t in self.pipeline.stage_times().items()}
-        return {
+        out = {"consistency": self.cfg.train.consistency}
+        if self.het:
+            out.update(het_metrics([r["het"] for r in per], self.cfg.train.staleness))
+        return out | {
             "examples": self.examples,
             "train_seconds": self.train_seconds,
             "train_cpu_seconds": self.train_cpu_seconds,
