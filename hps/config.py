@@ -125,11 +125,12 @@ class DataConfig:
     strict: bool = False                # first malformed line is an error instead of skipped
     max_malformed: float = DEFAULT_MAX_MALFORMED  # fraction of malformed lines a pass may skip
     data_shards: int | None = None      # shards the data is cut into (None = one per rank)
+    op_osrp: int | None = None          # hash every example's keys into 2 x this many binary features (OP+OSRP)
 
     def __post_init__(self):
         _check_types(self)
         _one_of("format", self.format, FORMATS)
-        _positive(self, "rows", "fields", "vocab_per_field", "zipf", "libsvm_fields", "data_shards")
+        _positive(self, "rows", "fields", "vocab_per_field", "zipf", "libsvm_fields", "data_shards", "op_osrp")
         for name in ("fields", "libsvm_fields"):
             if getattr(self, name) is not None:
                 check_n_fields(getattr(self, name), name.replace("_", "-"))
@@ -242,11 +243,18 @@ class TrainConfig:
     sparse_sync: str = "owner"          # MPI: owner (rows live at their owner) | allreduce (App. C.3)
     mpi_wait: str = "auto"              # MPI: spin | yield (poll with sleeps) | auto (yield if oversubscribed)
     progress: bool = True               # tqdm progress bar
+    # -- Hierarchical Training (issue 17; hps/train/_easgd.py, hps/comm/_compress.py) --
+    dense_sync: str = "allreduce"       # MPI: allreduce (one dense copy, BSP) | easgd (groups + background EASGD)
+    groups: int = 1                     # easgd: contiguous rank groups, one dense copy each
+    easgd_alpha: float | None = None    # easgd: elastic moving rate (None = 0.9 / groups)
+    easgd_every: int = 4                # easgd: mini-batches between EASGD rounds
+    compress: str = "none"              # MPI traffic: none | bf16 | int8 (rows int8, gradients bf16)
 
     def __post_init__(self):
         _check_types(self)
         _positive(self, "batch_size", "minibatch_size", "epochs", "queue_depth", "ranks_per_node",
-                  "keep_checkpoints")
+                  "keep_checkpoints", "groups", "easgd_every")
+        _check_hierarchical_training(self)
         _one_of("sparse-sync", self.sparse_sync, SPARSE_SYNCS)
         _one_of("mpi-wait", self.mpi_wait, MPI_WAITS)
         if not 0 <= self.seed <= MAX_SEED:
@@ -258,6 +266,21 @@ class TrainConfig:
                                     f"({self.batch_size})")
         if self.resume and not self.checkpoint_dir:
             raise InvalidInputError("--resume needs --checkpoint-dir")
+
+
+DENSE_SYNCS = ("allreduce", "easgd")
+COMPRESS_MODES = ("none", "bf16", "int8")
+
+
+def _check_hierarchical_training(tc) -> None:
+    """The --dense-sync / --groups / --easgd-* / --compress options of a TrainConfig."""
+    _one_of("dense-sync", tc.dense_sync, DENSE_SYNCS)
+    _one_of("compress", tc.compress, COMPRESS_MODES)
+    if tc.groups > 1 and tc.dense_sync != "easgd":
+        raise InvalidInputError(f"--groups {tc.groups} needs --dense-sync easgd")
+    if tc.easgd_alpha is not None and not 0 < tc.easgd_alpha * tc.groups <= 1:
+        raise InvalidInputError(f"easgd-alpha x groups must lie in (0, 1] (the centre moves by alpha times the "
+                                f"sum of the groups' differences), got {tc.easgd_alpha} x {tc.groups}")
 
 
 #: TOML sections (``[data]`` …): the subsystem whose options each may hold.

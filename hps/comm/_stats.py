@@ -17,8 +17,9 @@ OWNER_WRITEBACK = "owner_writeback"      # rows pushed to their owners (push_to_
 SPARSE_KEYS = "sparse_keys"              # keys (and their counts) sent to owners / gathered
 SPARSE_ROWS = "sparse_rows"              # embedding rows an owner serves for a mini-batch
 SPARSE_GRADS = "sparse_grads"            # per-key gradient sums sent to their owners
+DENSE_EASGD = "dense_easgd"              # EASGD rounds between groups and the centre copy (--dense-sync easgd)
 KINDS = (SPARSE_PULL, SPARSE_ALLREDUCE, DENSE_ALLREDUCE, OWNER_WRITEBACK, SPARSE_KEYS, SPARSE_ROWS,
-         SPARSE_GRADS)
+         SPARSE_GRADS, DENSE_EASGD)
 
 
 @dataclass

@@ -40,10 +40,11 @@ import numpy as np
 from ..errors import CorruptionError, DiskFullError, HpsError, InvalidInputError, StoreFormatError
 from ._manifest import CHECKPOINT_VERSION, FILES_KEY, META_FILE, file_record, read_meta, verify_file, write_meta
 
-__all__ = ["CHECKPOINT_VERSION", "save", "load", "latest", "last_checkpoint", "export", "load_export"]
+__all__ = ["CHECKPOINT_VERSION", "save", "load", "read_extra", "latest", "last_checkpoint", "export", "load_export"]
 
 _LATEST = "LATEST"
 _DENSE = "dense.h5"
+_EXTRA = "extra"  # dense.h5 group of the arrays other components save (save(extra=...), read_extra)
 _NAME = re.compile(r"ckpt-(\d+)")
 _SPACE_ERRNOS = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 
@@ -64,12 +65,14 @@ def _sparse_name(rank: int, size: int) -> str:
     return f"sparse-rank{rank}-of-{size}.h5"
 
 
-def _write_dense(path: Path, model, dense_opt) -> None:
+def _write_dense(path: Path, model, dense_opt, extra=None) -> None:
     import h5py
 
     with h5py.File(path, "w") as h:
         for k, v in model.state_dict().items():
             h.create_dataset(f"params/{k}", data=v)
+        for k, v in (extra or {}).items():  # other components' state (--dense-sync easgd)
+            h.create_dataset(f"{_EXTRA}/{k}", data=v)
         if dense_opt is not None:
             st = dense_opt.state_dict()
             g = h.create_group("optimizer")
@@ -122,10 +125,11 @@ def _undo_on_error(root: Path, name: str, *paths: Path):
         raise
 
 
-def save(root, coll, store, model, dense_opt, meta: dict, keep: int = 1) -> str:
+def save(root, coll, store, model, dense_opt, meta: dict, keep: int = 1, extra=None) -> str:
     """Write this rank's part of the checkpoint named by ``meta["index"]``, then keep only the ``keep``
     newest checkpoints. Collective over ``coll``. Blocks. Raises DiskFullError when the device is
-    full (after removing what this save wrote; the previous checkpoint is untouched)."""
+    full (after removing what this save wrote; the previous checkpoint is untouched). ``extra``
+    (rank 0's): {name: array} kept in dense.h5 too, read back by :func:`read_extra`."""
     root = Path(root)
     name = _ckpt_name(meta["index"])
     tmp = root / f".tmp-{name}"
@@ -138,7 +142,7 @@ def save(root, coll, store, model, dense_opt, meta: dict, keep: int = 1) -> str:
     records = coll.gather(np.array([[mine["bytes"], mine["crc32"]]], dtype=np.int64))
     if coll.rank == 0:
         with _undo_on_error(root, name, tmp):
-            _write_dense(tmp / _DENSE, model, dense_opt)
+            _write_dense(tmp / _DENSE, model, dense_opt, extra)
             files = {_sparse_name(r, coll.size): {"bytes": int(b), "crc32": int(c)}
                      for r, (b, c) in enumerate(records)}
             files[_DENSE] = file_record(tmp / _DENSE)
@@ -302,6 +306,19 @@ def load(root, coll, store, model, dense_opt, warn=lambda msg: None) -> dict:
     if opt is not None and dense_opt is not None:
         dense_opt.load_state_dict(opt)
     return dict(meta, path=str(d))
+
+
+def read_extra(path) -> dict:
+    """The ``extra`` arrays saved with the checkpoint in directory ``path`` (verified by :func:`load`):
+    {name: array}, {} when there are none."""
+    import h5py
+
+    out = {}
+    with h5py.File(Path(path) / _DENSE, "r") as h:
+        if _EXTRA in h:
+            h[_EXTRA].visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset)
+                                 else None)
+    return out
 
 
 def export(directory, coll, store, model) -> None:

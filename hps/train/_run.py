@@ -12,10 +12,10 @@ from ._trainer import Trainer
 #: Options every rank must share (they shape the collectives or the model); the others (data paths,
 #: outputs, tiers) may differ between ranks.
 SHARED_OPTIONS = {
-    "data": ("format", "data_shards", "fields", "n_dense", "libsvm_fields", "label_column"),
+    "data": ("format", "data_shards", "fields", "n_dense", "libsvm_fields", "label_column", "op_osrp"),
     "model": None,  # all of them
     "train": ("batch_size", "minibatch_size", "epochs", "seed", "checkpoint_every", "resume",
-              "ranks_per_node", "sparse_sync"),
+              "ranks_per_node", "sparse_sync", "dense_sync", "groups", "easgd_alpha", "easgd_every", "compress"),
 }
 
 

@@ -37,6 +37,7 @@ from ..ssd import ScratchEnv, SSDOptions, SSDStore
 from . import _checkpoint, _warmup
 from ._budget import plan_memory
 from ._collectives import Collectives
+from ._easgd import make_dense_sync
 from ._feed import Feed, LocalBatch, empty_batch
 from ._hierarchy import ParameterHierarchy, _host, make_hbm
 from ._preflight import check_memory
@@ -88,8 +89,9 @@ class Trainer:
         self.row_width = self.sparse_opt.row_width(self.row_params)
         self.initializer = RowInitializer(self.row_params, self.row_width, cfg.train.seed, m.init_scale,
                                           state_value=self.sparse_opt.initial_state_value)
+        self.dense_sync = make_dense_sync(cfg, self.coll, self.model.params)  # --dense-sync, --compress
         self.sync = make_sync(cfg.train.sparse_sync, self.coll, self.model, self.sparse_opt, self.row_params,
-                              self.xp)
+                              self.xp, compress=self.dense_sync.compress)
         self.store = None
         # this job's own directory (never one another job or the user holds), removed by close()
         self._ssd = SSDDir.claim(t.ssd_path, self.coll.rank, self.coll.size, keep=t.keep_ssd)
@@ -191,8 +193,9 @@ class Trainer:
             n = int(w.n_total[j])
             if n == 0:
                 continue  # every shard had run out
-            loss, g_dense = self.sync.step(self.hier.hbm, w.index, plan, w.local.minibatch(j), n)
-            self._dense_step(g_dense)
+            share = w.local.minibatch(j)
+            loss, g_dense = self.sync.step(self.hier.hbm, w.index, plan, share, n)
+            self._dense_step(g_dense, len(share), n)
             loss_sum += loss * n
         n_ex = int(w.n_total.sum())
         loss_sum = self.coll.train.allsum(loss_sum)
@@ -203,17 +206,21 @@ class Trainer:
         self._maybe_checkpoint(w)
         return {"index": w.index, "loss": loss_sum / max(n_ex, 1), "examples": n_ex}
 
-    def _dense_step(self, grads: dict) -> None:
+    def _dense_step(self, grads: dict, n_local: int, n_total: int) -> None:
         names = list(grads)
         if self.coll.size > 1:
             flat = np.concatenate([_host(grads[k]).ravel() for k in names])
-            flat = self.coll.train.dense_allreduce(flat)
+            flat = self.dense_sync.allreduce(flat, n_local, n_total)  # all ranks, or this rank's group
+            if flat is None:  # this rank's group had no example in the mini-batch
+                self.dense_sync.after_step(self.model.params)
+                return
             off = 0
             for k in names:
                 n = grads[k].size
                 grads[k] = self.xp.asarray(flat[off:off + n].reshape(grads[k].shape))
                 off += n
         self.dense_opt.step(self.model.params, grads)
+        self.dense_sync.after_step(self.model.params)
 
     # -- checkpoints ------------------------------------------------------------------------------------
     def _maybe_checkpoint(self, w: Work) -> None:
@@ -229,12 +236,15 @@ class Trainer:
         the train stage (or after training)."""
         self.hier.sync_to_store()
         tc = self.cfg.train
+        extra = self.dense_sync.checkpoint_state(self.model.params, self.dense_opt)
         return _checkpoint.save(tc.checkpoint_dir, self.coll.train, self.store, self.model, self.dense_opt,
-                                {"index": index, "epoch": epoch, "batch": batch}, keep=tc.keep_checkpoints)
+                                {"index": index, "epoch": epoch, "batch": batch}, keep=tc.keep_checkpoints,
+                                extra=extra)
 
     def resume(self) -> None:
         meta = _checkpoint.load(self.cfg.train.checkpoint_dir, self.coll.main, self.store, self.model,
                                 self.dense_opt, warn=lambda msg: self.log(f"hps: warning: {msg}"))
+        self.dense_sync.restore(_checkpoint.read_extra(meta["path"]), self.model.params, self.dense_opt)
         self.start_index = meta["index"] + 1
         self.log(f"resumed from {meta['path']} (after batch {meta['index']}, epoch {meta['epoch']})")
 
@@ -280,6 +290,7 @@ class Trainer:
 
         try:
             self.pipeline.run(sink)
+            self.dense_sync.finish(self.model.params)  # easgd: every rank takes the centre copy
         finally:
             if self.hier is not None:
                 self.hier.abort()
@@ -374,6 +385,7 @@ class Trainer:
             "ranks": self.coll.size,
             "data_shards": self.feed.n_shards,
             "sparse_sync": self.cfg.train.sparse_sync,
+            **self.dense_sync.metrics(),
             "mpi_wait": self.coll.wait_mode,
             "comm_seconds": self.coll.mpi_seconds(),
             "bytes_parsed": [r["bytes_parsed"] for r in per],
@@ -404,6 +416,8 @@ class Trainer:
     def close(self) -> None:
         """Close the SSD-PS and remove it with the directories this job made (unless --keep-ssd).
         Idempotent."""
+        if getattr(self, "dense_sync", None) is not None:
+            self.dense_sync.close()
         if self.store is not None:
             self.store.close()
         kept = self._ssd.release()
