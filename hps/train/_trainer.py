@@ -11,7 +11,8 @@ has its own duplicate of the job's communicator (``_collectives``):
                the residency window and fetch the rest from MEM-PS/SSD-PS;
 3. ``place``   insert the fetched rows into HBM-PS;
 4. ``train``   per global mini-batch: rows -> forward/backward on this rank's examples -> summed
-               gradient of every key -> one optimizer step per key -> dense all-reduce and step.
+               gradient of every key -> one optimizer step per key -> dense all-reduce and step
+               (over all ranks, or the rank's group with ``--dense-sync easgd``: ``_easgd``).
                Checkpoints happen here, at batch boundaries.
 
 Not thread-safe: one Trainer per process, driven by one caller.
