@@ -94,3 +94,21 @@ def test_two_groups_of_two_train_a_model(mpiexec, tmp_path):
     assert m["groups"] == 2 and m["bytes_sent"]["dense_easgd"] > 0 and m["bytes_sent"]["dense_allreduce"] > 0
     assert abs(m["auc"] - mref["auc"]) < 0.03
     compare(ref[:2] + ({},), got[:2] + ({},), 0.5)  # same keys; rows close
+
+
+def test_option_errors_are_one_clear_line():
+    from hps.config import Config
+    from hps.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="--groups 2 needs --dense-sync easgd"):
+        Config.from_flat({"groups": 2})
+    with pytest.raises(InvalidInputError, match="easgd-alpha x groups"):
+        Config.from_flat({"dense_sync": "easgd", "groups": 4, "easgd_alpha": 0.5})
+    with pytest.raises(InvalidInputError, match="compress must be one of"):
+        Config.from_flat({"compress": "fp8"})
+    assert Config.from_flat({"dense_sync": "easgd", "groups": 3}).train.easgd_alpha is None  # 0.9 / G
+
+
+def test_groups_must_divide_the_ranks(mpiexec):
+    proc = mpirun(mpiexec, 2, [*SMALL, "--dense-sync", "easgd", "--groups", "3"], timeout=120)
+    assert proc.returncode == 2 and "--groups 3 must divide the number of ranks (2)" in proc.stderr

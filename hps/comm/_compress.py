@@ -109,14 +109,12 @@ class Compression:
         self.rows = mode
         self.grads = self.dense = "none" if mode == "none" else "bf16"
 
-    def allreduce_dense(self, ch, vec: np.ndarray, kind: str = DENSE_ALLREDUCE) -> np.ndarray:
-        """Sum of ``vec`` (n,) float32 over ``ch``'s ranks, in place. ``none``: the channel's own
-        ``dense_allreduce`` (bytes under ``dense_allreduce``)."""
+    def allreduce_dense(self, ch, vec: np.ndarray) -> np.ndarray:
+        """Sum of the dense gradients ``vec`` (n,) float32 over ``ch``'s ranks, in place (bytes under
+        ``dense_allreduce``). ``none``: the channel's own ``dense_allreduce``."""
         if self.dense == "none":
-            if kind != DENSE_ALLREDUCE:
-                raise InvalidInputError("an uncompressed all-reduce is counted as dense_allreduce")
             return ch.dense_allreduce(vec)
-        return allreduce_bf16(ch, vec, kind)
+        return allreduce_bf16(ch, vec, DENSE_ALLREDUCE)
 
     def exchange_rows(self, ch, rows, send, recv, kind):
         """``ch.alltoallv`` of embedding rows (n, d) float32 in this mode's row format -> the
@@ -127,11 +125,11 @@ class Compression:
         """``ch.alltoallv`` of gradient rows (n, d) float32 in this mode's gradient format."""
         return exchange(ch, grads, send, recv, kind, self.grads)
 
-    def warm_up(self, width: int) -> None:
-        """Compile (or load from the cache) this mode's kernels on a few local values."""
+    def warm_up(self) -> None:
+        """Compile (or load from Numba's cache) this mode's kernels on a few local values."""
         if self.mode == "none":
             return
-        x = np.linspace(-1, 1, 3 * max(int(width), 1), dtype=np.float32).reshape(3, -1)
+        x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
         from_bf16(to_bf16(x))
         from_int8_rows(to_int8_rows(x))
         K.sum_rows_f32(x, np.empty(x.shape[1], np.float32))

@@ -92,6 +92,8 @@ class DenseSync:
         self.wait_seconds = 0.0
         self._pending = None                        # Future or ndarray: the last round's d
         self._pool = None
+        if size > 1:
+            self.compress.warm_up()  # compile the codecs before the timed training (cached on disk)
         if self.G == 1:
             return
         spin = coll.wait_mode == "spin"
