@@ -122,5 +122,7 @@ class HashedReader:
         for b in self._d.eval_batches():
             yield hash_batch(b, self.bins, self.seed)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name):  # only for names this class lacks
+        if name == "_d":  # not yet set (a copy being built): no recursion
+            raise AttributeError(name)
         return getattr(self._d, name)

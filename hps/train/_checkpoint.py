@@ -314,10 +314,14 @@ def read_extra(path) -> dict:
     import h5py
 
     out = {}
+
+    def take(name, obj):
+        if isinstance(obj, h5py.Dataset):
+            out[name] = obj[()]
+
     with h5py.File(Path(path) / _DENSE, "r") as h:
         if _EXTRA in h:
-            h[_EXTRA].visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset)
-                                 else None)
+            h[_EXTRA].visititems(take)
     return out
 
 
