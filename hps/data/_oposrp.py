@@ -123,6 +123,4 @@ class HashedReader:
             yield hash_batch(b, self.bins, self.seed)
 
     def __getattr__(self, name):  # only for names this class lacks
-        if name == "_d":  # not yet set (a copy being built): no recursion
-            raise AttributeError(name)
-        return getattr(self._d, name)
+        return getattr(self.__dict__["_d"], name)  # __dict__: no recursion before _d is set
