@@ -24,8 +24,9 @@ setup(
         "isal>=1.6",
         "tqdm>=4.66",
         "pyarrow>=15",
+        "zstandard>=0.22",
         "tomli>=2.0; python_version<'3.11'",
     ],
     extras_require=EXTRAS,
-    entry_points={"console_scripts": ["hps-train=hps.train:main"]},
+    entry_points={"console_scripts": ["hps-train=hps.train:main", "hps-predict=hps.train._cli:predict_main"]},
 )

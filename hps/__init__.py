@@ -5,10 +5,11 @@ Public API (everything a user needs is importable from here)::
     from hps import HashTable, HashTableFullError, HpsError     # the table and the errors
     from hps import PartitionedHashTable, SSDStore, MemPS      # tiers (imported on first use)
     from hps import load_export                                # read a trained model back
+    from hps import Predictor                                  # score raw data with an export
 
 Subpackages: ``hps.gpu`` (HBM-PS), ``hps.mem`` (MEM-PS), ``hps.ssd`` (SSD-PS), ``hps.comm`` (MPI),
 ``hps.data`` (readers), ``hps.model`` (models: ctr, wdl, deepfm, dcn, dlrm; optimizers), ``hps.train``
-(the job).
+(the job), ``hps.predict`` (scoring).
 """
 
 from .errors import (
@@ -37,6 +38,7 @@ _LAZY = {
     "SSDStore": ("hps.ssd", "SSDStore"),
     "MemPS": ("hps.mem", "MemPS"),
     "load_export": ("hps.train", "load_export"),
+    "Predictor": ("hps.predict", "Predictor"),
 }
 
 
@@ -55,6 +57,7 @@ __all__ = [
     "SSDStore",
     "MemPS",
     "load_export",
+    "Predictor",
     "HpsError",
     "HashTableFullError",
     "InvalidInputError",

@@ -28,7 +28,7 @@ from .data._batch import check_n_fields
 from ._xp import DEVICES
 from .errors import InvalidInputError, InvalidTypeError
 
-FORMATS = ("synthetic", "criteo", "libsvm", "csv")
+FORMATS = ("synthetic", "criteo", "libsvm", "csv", "parquet")
 MODELS = ("ctr", "wdl", "deepfm", "dcn", "dlrm")
 SPARSE_OPTIMIZERS = ("adagrad", "rowwise-adagrad", "adam", "sgd")
 DENSE_OPTIMIZERS = ("adam", "adagrad", "sgd")
@@ -37,6 +37,7 @@ DEFAULT_BOTTOM_HIDDEN = 64          # dlrm: bottom MLP (64, embedding_dim) when 
 SPARSE_SYNCS = ("owner", "allreduce")
 MPI_WAITS = ("auto", "spin", "yield")
 PAGE_CACHE_MODES = ("direct", "dontneed", "keep")   # hps.ssd.SSDOptions.page_cache
+LR_DECAYS = ("none", "cosine", "step")              # --lr-decay (hps/train/_schedule.py)
 #: Seeds are unsigned 64-bit integers (they are mixed into uint64 key hashes).
 MAX_SEED = (1 << 64) - 1
 #: Size suffixes, all binary: K = KB = KiB = 2**10 bytes, and so on (case-insensitive).
@@ -62,6 +63,7 @@ _TYPES = {
     "bool": (bool, "true or false"),
     "str": ((str, os.PathLike), "a string"),
     "tuple[int, ...]": ((list, tuple), "a list of integers"),
+    "tuple[str, ...]": ((list, tuple), "a list of strings"),
 }
 
 
@@ -74,6 +76,8 @@ def _type_ok(value, ann: str) -> bool:
         return math.isfinite(value)
     if ann == "tuple[int, ...]":
         return all(_type_ok(v, "int") for v in value)
+    if ann == "tuple[str, ...]":
+        return all(_type_ok(v, "str") for v in value)
     return True
 
 
@@ -112,20 +116,26 @@ def _one_of(name, value, allowed):
 
 @dataclass
 class DataConfig:
-    format: str = "synthetic"           # synthetic | criteo | libsvm | csv
-    data: str | None = None             # training file (not used by synthetic)
-    eval_data: str | None = None        # evaluation file; synthetic has its own eval split
+    format: str = "synthetic"           # synthetic | criteo | libsvm | csv | parquet
+    data: str | tuple[str, ...] | None = None       # training files, directories or globs, plain,
+                                                    # .gz or .zst (not used by synthetic)
+    eval_data: str | tuple[str, ...] | None = None  # evaluation data, the same; synthetic has its own split
     rows: int = 200_000                 # synthetic: training examples
     fields: int = 8                     # synthetic: categorical fields
     vocab_per_field: int = 20_000       # synthetic: distinct values per field
     zipf: float = 1.1                   # synthetic: Zipf exponent of value popularity
     n_dense: int = 4                    # synthetic: dense features
-    label_column: str = "click"         # csv: the label column
+    label_column: str = "click"         # csv, parquet: the label column
+    ignore_columns: tuple[str, ...] = ()    # csv, parquet: columns dropped (e.g. a row id)
+    dense_columns: tuple[str, ...] = ()     # csv, parquet: numeric columns, the dense features in order
+    categorical_columns: tuple[str, ...] | None = None  # csv, parquet: the fields in order (None = all others)
+    int_as_categorical: bool = False    # criteo: also bucketize I1..I13 into fields 26..38
     libsvm_fields: int | None = None    # libsvm: positional fields (default: features on line 1)
     strict: bool = False                # first malformed line is an error instead of skipped
     max_malformed: float = DEFAULT_MAX_MALFORMED  # fraction of malformed lines a pass may skip
     data_shards: int | None = None      # shards the data is cut into (None = one per rank)
     op_osrp: int | None = None          # hash every example's keys into 2 x this many binary features (OP+OSRP)
+    drift: float = 0.0                  # synthetic: popularity ranks shifted per example (new keys over time)
 
     def __post_init__(self):
         _check_types(self)
@@ -134,10 +144,29 @@ class DataConfig:
         for name in ("fields", "libsvm_fields"):
             if getattr(self, name) is not None:
                 check_n_fields(getattr(self, name), name.replace("_", "-"))
+        if self.drift < 0:
+            raise InvalidInputError(f"drift must be >= 0, got {self.drift}")
         if not 0.0 <= self.max_malformed <= 1.0:
             raise InvalidInputError(f"max-malformed must be a fraction in [0, 1], got {self.max_malformed}")
         if self.format != "synthetic" and not self.data:
             raise InvalidInputError(f"--format {self.format} needs --data FILE")
+        self._check_format_options()
+
+    def _check_format_options(self):
+        """Lists as tuples; a format option given to another format is an error."""
+        for name in ("data", "eval_data"):
+            if isinstance(getattr(self, name), list):
+                setattr(self, name, tuple(getattr(self, name)))
+        for name in ("ignore_columns", "dense_columns", "categorical_columns"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, tuple(value))
+            if value and self.format not in ("csv", "parquet"):
+                raise InvalidInputError(f"--{name.replace('_', '-')} is an option of --format csv and "
+                                        f"parquet, not of --format {self.format}")
+        if self.int_as_categorical and self.format != "criteo":
+            raise InvalidInputError(f"--int-as-categorical is an option of --format criteo, not of "
+                                    f"--format {self.format}")
 
 
 def check_architecture(model: str, embedding_dim: int, hidden, cross_layers, bottom_mlp) -> None:
@@ -212,7 +241,7 @@ class TierConfig:
     ssd_path: str | None = None         # SSD-PS root (each rank claims rank{r}-of-{n}/ in it); None = a temp dir
     keep_ssd: bool = False              # keep this job's SSD-PS at the end (it is removed otherwise)
     rows_per_file: int = 16_384         # SSD-PS rows per parameter file (the write unit; loads read 4 KiB blocks)
-    hbm_capacity: int | None = None     # HBM-PS keys; None = sized from the first batch
+    hbm_capacity: int | None = None     # HBM-PS initial keys (grows); None = sized from the first batch
     n_parts: int = 1                    # HBM-PS parts (GPUs) per process
     ssd_page_cache: str = "direct"      # SSD-PS reads: direct (O_DIRECT) | dontneed | keep
 
@@ -249,9 +278,20 @@ class TrainConfig:
     easgd_alpha: float | None = None    # easgd: elastic moving rate (None = 0.9 / groups)
     easgd_every: int = 4                # easgd: mini-batches between EASGD rounds
     compress: str = "none"              # MPI traffic: none | bf16 | int8 (rows int8, gradients bf16)
+    # -- admission, expiry and training control (issue 14: hps/train/_admission.py, _control.py, _schedule.py)
+    admit_after: int = 0                # a key gets its own row from its K-th occurrence on (0 = at once)
+    admit_sketch_width: int = 1 << 20   # counters per row of each rank's count-min sketch (power of two)
+    expire_after: int = 0               # delete keys unused for this many batches from every tier (0 = never)
+    eval_every: int = 0                 # batches between evaluations during training (0 = at the end only)
+    early_stop: int = 0                 # stop after this many evaluations without a better AUC (0 = never)
+    lr_warmup: int = 0                  # steps (global mini-batches) of linear learning-rate warm-up
+    lr_decay: str = "none"              # none | cosine | step, after the warm-up (dense and sparse)
+    lr_decay_steps: int = 0             # cosine: steps down to 0; step: steps per x0.1 (needed with a decay)
+    shuffle_buffer: int = 0             # examples of each data shard's seeded streaming shuffle (0 = off)
 
     def __post_init__(self):
         _check_types(self)
+        self._check_control()
         _positive(self, "batch_size", "minibatch_size", "epochs", "queue_depth", "ranks_per_node",
                   "keep_checkpoints", "groups", "easgd_every")
         _check_hierarchical_training(self)
@@ -266,6 +306,25 @@ class TrainConfig:
                                     f"({self.batch_size})")
         if self.resume and not self.checkpoint_dir:
             raise InvalidInputError("--resume needs --checkpoint-dir")
+
+    def _check_control(self) -> None:
+        """The issue-14 options: admission, expiry, evaluation, schedules, shuffling."""
+        for name in ("admit_after", "expire_after", "eval_every", "early_stop", "lr_warmup", "lr_decay_steps",
+                     "shuffle_buffer"):
+            if getattr(self, name) < 0:
+                raise InvalidInputError(f"{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
+        w = self.admit_sketch_width
+        if w < 16 or w & (w - 1):
+            raise InvalidInputError(f"admit-sketch-width must be a power of two >= 16, got {w}")
+        _one_of("lr-decay", self.lr_decay, LR_DECAYS)
+        if self.lr_decay != "none" and self.lr_decay_steps < 1:
+            raise InvalidInputError(f"--lr-decay {self.lr_decay} needs --lr-decay-steps N (steps = global "
+                                    "mini-batches)")
+        if self.early_stop and not self.eval_every:
+            raise InvalidInputError("--early-stop needs --eval-every N (and eval data)")
+        if (self.admit_after > 1 or self.expire_after) and self.sparse_sync != "owner":
+            raise InvalidInputError("--admit-after and --expire-after need --sparse-sync owner (the owner of "
+                                    "a key decides)")
 
 
 DENSE_SYNCS = ("allreduce", "easgd")

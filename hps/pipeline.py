@@ -57,7 +57,8 @@ class Stage:
     """``fn(item) -> item`` run in its own thread; ``name`` appears in reports and errors.
 
     ``gate(item)``, if given, runs first and its time counts as waiting, not busy (e.g. waiting for a
-    later stage to release a resource)."""
+    later stage to release a resource); it must return when the pipeline stops, and then ``fn`` is
+    not called on the item."""
 
     name: str
     fn: Callable
@@ -149,6 +150,8 @@ class Pipeline:
                     t = time.perf_counter()
                     stage.gate(item)
                     times.wait_in += time.perf_counter() - t
+                    if self._stop.is_set():  # a gate returns early when the pipeline stops: the
+                        return               # resource it waited for may still be in use
                 t, c = time.perf_counter(), time.thread_time()
                 result = stage.fn(item)
                 times.busy += time.perf_counter() - t

@@ -31,12 +31,12 @@ def test_dispatch(tmp_path):
 
 
 def test_errors(tmp_path):
-    with pytest.raises(InvalidInputError, match="unknown data format 'parquet'.*criteo, csv, libsvm"):
-        open_dataset(tmp_path, "parquet", 8)
+    with pytest.raises(InvalidInputError, match="unknown data format 'orc'.*criteo, csv, libsvm, parquet"):
+        open_dataset(tmp_path, "orc", 8)
     with pytest.raises(DataFileNotFoundError):
         open_dataset(tmp_path / "missing.txt", "criteo", 8)
     with pytest.raises(InvalidInputError, match="needs a data path"):
         open_dataset(None, "libsvm", 8)
     with pytest.raises(InvalidInputError, match="unexpected keyword"):
         open_dataset(None, "synthetic", 8, colour="red")
-    assert set(FORMATS) == {"criteo", "libsvm", "csv", "synthetic"}
+    assert set(FORMATS) == {"criteo", "libsvm", "csv", "parquet", "synthetic"}

@@ -101,3 +101,23 @@ def test_stopping_waits_at_most_stop_timeout_for_a_stuck_stage():
         p.run(sink)
     assert time.perf_counter() - t < 5
     release.set()
+
+
+def test_an_item_whose_gate_returns_because_the_pipeline_stops_is_not_processed():
+    """A gate waits for a resource (prepare(i) waits for train(i - 3)) and returns early when the
+    pipeline stops; the stage must not then run on the item (it would evict rows still in use)."""
+    ran = []
+
+    def gate(x):
+        if x == 2:
+            p.stop_event.wait(30)  # the resource never frees: only the stop releases the gate
+
+    def sink(x):
+        if x == 1:
+            time.sleep(0.1)  # item 2 waits in the gate by then
+            raise KeyboardInterrupt
+
+    p = Pipeline("read", iter(range(100)), [Stage("gated", lambda x: ran.append(x) or x, gate=gate)], depth=1)
+    with pytest.raises(KeyboardInterrupt):
+        p.run(sink)
+    assert 2 not in ran

@@ -136,7 +136,7 @@ def test_checkpoint_every_and_kill_loses_nothing(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--format", "criteo", "--data", "/nonexistent/file.tsv"], "data file not found"),
-    (["--format", "parquet"], "invalid choice"),
+    (["--format", "orc"], "invalid choice"),
     (["--mem-budget", "64KB"], "budget"),
     (["--ssd-path", "/proc/hps-cannot-write"], "not a writable directory"),
     (["--lr", "1e30", "--dense-lr", "1e30"], "loss became"),

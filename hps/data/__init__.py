@@ -1,4 +1,4 @@
-"""Data readers (Criteo TSV, libsvm/libFM, CSV) and the synthetic generator; all yield ``Batch``es.
+"""Data readers (Criteo TSV, libsvm/libFM, CSV, Parquet) and the synthetic generator; all yield ``Batch``es.
 
 Entry point: ``open_dataset(path, fmt, batch_size, shard=(index, n_shards), strict=False,
 max_malformed=0.01, **options)``. Every dataset offers ``batches(start_batch=0)``, ``probe()``,
@@ -10,14 +10,15 @@ hashes any CSR block of keys into OP+OSRP features (``hps.data._oposrp``).
 """
 
 from ._batch import FIELD_SHIFT, MAX_FIELD, MAX_FIELDS, Batch, make_keys
-from ._chunks import (DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MALFORMED, MISSING_VALUE, DataFileNotFoundError,
-                      ReaderStats)
+from ._chunks import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MALFORMED, MISSING_VALUE, ReaderStats
 from ._criteo import NEGATIVE_VALUE, CriteoReader
 from ._csv import CsvReader
 from ._libsvm import LibsvmReader
-from ._open import FORMATS, open_dataset
+from ._open import FORMATS, column_names, open_dataset
 from ._oposrp import HashedReader, hash_batch, op_osrp
+from ._parquet import ParquetReader
 from ._shards import share_bounds
+from ._sources import DataFileNotFoundError, expand_paths
 from ._synthetic import SyntheticData
 
 __all__ = [
@@ -27,10 +28,12 @@ __all__ = [
     "MAX_FIELD",
     "MAX_FIELDS",
     "open_dataset",
+    "column_names",
     "FORMATS",
     "CriteoReader",
     "LibsvmReader",
     "CsvReader",
+    "ParquetReader",
     "SyntheticData",
     "ReaderStats",
     "DataFileNotFoundError",
@@ -39,6 +42,7 @@ __all__ = [
     "DEFAULT_CHUNK_BYTES",
     "DEFAULT_MAX_MALFORMED",
     "share_bounds",
+    "expand_paths",
     "op_osrp",
     "hash_batch",
     "HashedReader",

@@ -10,8 +10,9 @@ Every text reader works the same way (constant memory for any file size):
    shorter).
 
 Sharding (``shard=(s, K)``, ``hps.data._shards``): a reader parses only shard ``s`` of its files —
-whole files when there are at least ``K``, else a byte range aligned to line starts — and its
-batches are that shard's examples in file order. Line numbers in malformed-line reports count from
+whole files when there are at least ``K``, else a byte range aligned to line starts (a compressed
+file, ``hps.data._sources``, is never cut: it is read whole) — and its batches are that shard's
+examples in file order. Line numbers in malformed-line reports count from
 the start of the file when the shard starts there, else from the first line of the shard (the
 report names the byte offset it starts at).
 
@@ -20,8 +21,6 @@ Not thread-safe: one ``batches()`` iteration per reader object at a time.
 
 from __future__ import annotations
 
-import glob
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -31,6 +30,7 @@ import numpy as np
 from ..errors import InvalidInputError
 from ._batch import Batch, make_keys
 from ._shards import Segment, check_shard, plan_segments, seek_segment, share_bounds
+from ._sources import compression, expand_paths, open_source
 
 #: Default size of one read (bytes). 16 MiB keeps parsed arrays of one chunk around 30 MB.
 DEFAULT_CHUNK_BYTES = 16 << 20
@@ -63,10 +63,6 @@ REASONS = {
 }
 
 
-class DataFileNotFoundError(InvalidInputError, FileNotFoundError):
-    """A data file does not exist (an ``InvalidInputError`` and a ``FileNotFoundError``)."""
-
-
 @dataclass
 class ReaderStats:
     """Counters of the current (or last) pass of a reader over its files.
@@ -86,35 +82,6 @@ class ReaderStats:
     def first_malformed(self) -> list[str]:
         """The recorded malformed lines as ``"file:line: reason"``."""
         return [f"{f}:{ln}: {why}" for f, ln, why in self.malformed_at]
-
-
-def as_paths(path) -> list[Path]:
-    """Data files -> list of existing files, in order. ``path``: a file, a directory (its regular files
-    not starting with ``.``, sorted by name), a glob pattern (``*``, ``?``, ``[``; sorted matches), or a
-    sequence of files. A missing file or a pattern matching nothing raises."""
-    if isinstance(path, (str, os.PathLike)):
-        text = os.fspath(path)
-        if Path(text).is_dir():
-            paths = sorted(p for p in Path(text).iterdir() if p.is_file() and not p.name.startswith("."))
-            if not paths:
-                raise DataFileNotFoundError(f"data directory {text} holds no data file")
-        elif any(c in text for c in "*?[") and not Path(text).exists():
-            paths = [Path(x) for x in sorted(glob.glob(text)) if Path(x).is_file()]
-            if not paths:
-                raise DataFileNotFoundError(f"no data file matches {text}")
-        else:
-            paths = [text]
-    else:
-        paths = list(path)
-    if not paths:
-        raise InvalidInputError("no data file given")
-    out = []
-    for p in paths:
-        p = Path(p)
-        if not p.is_file():
-            raise DataFileNotFoundError(f"data file not found: {p}")
-        out.append(p)
-    return out
 
 
 def iter_line_chunks(f, chunk_bytes: int, first_line: int = 1,
@@ -227,7 +194,7 @@ class TextReader:
 
     def __init__(self, path, batch_size: int, shard=(0, 1), strict: bool = False,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES, max_malformed: float = DEFAULT_MAX_MALFORMED):
-        self.paths: Sequence[Path] = as_paths(path)
+        self.paths: Sequence[Path] = expand_paths(path)
         self.batch_size = int(batch_size)
         self.shard, self.n_shards = check_common(batch_size, shard)
         if int(chunk_bytes) < 1:
@@ -242,13 +209,18 @@ class TextReader:
         self._cut = False
 
     def segments(self) -> list[Segment]:
-        """The byte ranges this shard reads (``hps.data._shards``)."""
+        """The byte ranges this shard reads (``hps.data._shards``); a compressed file is one
+        whole-stream segment (``stop`` None)."""
         if len(self.paths) >= self.n_shards:  # whole files: only our own files are looked at
             own = [self.paths[i] for i in range(*share_bounds(len(self.paths), self.shard, self.n_shards))]
-            return [Segment(p, self._data_start(p)[0], p.stat().st_size, self._data_start(p)[0]) for p in own]
+            return [self._whole(p) for p in own]
         starts = [self._data_start(p)[0] for p in self.paths]
         return plan_segments(self.paths, starts, [p.stat().st_size for p in self.paths], self.shard,
-                             self.n_shards)
+                             self.n_shards, splittable=[compression(p) is None for p in self.paths])
+
+    def _whole(self, p: Path) -> Segment:
+        ds = self._data_start(p)[0]
+        return Segment(p, ds, p.stat().st_size if compression(p) is None else None, ds)
 
     def batches(self, start_batch: int = 0) -> Iterator[Batch]:
         """This shard's batches from ``start_batch`` on; resets ``stats``."""
@@ -287,16 +259,17 @@ class TextReader:
             self.stats = saved
 
     def _open(self, path: Path):
-        """(binary file object positioned at the first data line, its 1-based line number)."""
-        return open(path, "rb"), 1
+        """(binary stream positioned at the first data line, its 1-based line number); compressed
+        files are decompressed (``hps.data._sources.open_source``)."""
+        return open_source(path), 1
 
     def _data_start(self, path: Path) -> tuple[int, int]:
         """(byte offset, 1-based line number) of the first data line of ``path`` (after what
-        ``_open`` skips: a header)."""
+        ``_open`` skips: a header). A compressed file is never cut into byte ranges: offset 0."""
         if path not in self._starts:
             f, first = self._open(path)
             with f:
-                self._starts[path] = (f.tell(), first)
+                self._starts[path] = (0 if compression(path) else f.tell(), first)
         return self._starts[path]
 
     def _parse(self, buf: np.ndarray, bad_line: np.ndarray, bad_code: np.ndarray):
@@ -307,8 +280,11 @@ class TextReader:
         """Parsed chunks of the lines of one segment, counted into ``stats`` (and checked) one by
         one. Malformed lines are named by file:line, or — when the segment starts inside a file —
         by line counted from the segment's first byte."""
-        bad_line = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int64)
-        bad_code = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int32)
+        if seg.stop is None:  # a compressed file: its whole stream, past what _open skips
+            f, first = self._open(seg.path)
+            with f:
+                yield from self._stream_parts(f, seg.path, first, None, chunk_bytes, max_chunks)
+            return
         with open(seg.path, "rb") as f:
             begin = seek_segment(f, seg)
             if begin >= seg.stop:
@@ -317,28 +293,34 @@ class TextReader:
                 path, first = seg.path, self._data_start(seg.path)[1]
             else:
                 path, first = f"{seg.path} (lines counted from byte {begin})", 1
-            for k, (buf, first_line) in enumerate(iter_line_chunks(f, chunk_bytes, first,
-                                                                   limit=seg.stop - begin)):
-                if max_chunks is not None and k >= max_chunks:
-                    self._cut = True
-                    return
-                (n_lines, n_ok, n_bad, n_blank), part = self._parse(buf, bad_line, bad_code)
-                st = self.stats
-                st.lines += n_lines
-                st.examples += n_ok
-                st.blank += n_blank
-                st.malformed += n_bad
-                st.bytes += buf.shape[0]
-                for j in range(min(n_bad, bad_line.shape[0],
-                                   MAX_RECORDED_MALFORMED - len(st.malformed_at))):
-                    st.malformed_at.append((str(path), first_line + int(bad_line[j]),
-                                            REASONS[int(bad_code[j])]))
-                yield part
-                if n_bad and self.strict:
-                    raise InvalidInputError(f"{path}:{first_line + int(bad_line[0])}: malformed line "
-                                            f"({REASONS[int(bad_code[0])]}); expected "
-                                            f"{self.format_description}")
-                self._check(st, final=False)
+            yield from self._stream_parts(f, path, first, seg.stop - begin, chunk_bytes, max_chunks)
+
+    def _stream_parts(self, f, path, first: int, limit, chunk_bytes: int, max_chunks) -> Iterator[Batch]:
+        """Parsed chunks of the lines of ``f`` from its position (``limit``: see ``iter_line_chunks``);
+        ``path`` and ``first`` (the line number there) name malformed lines."""
+        bad_line = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int64)
+        bad_code = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int32)
+        for k, (buf, first_line) in enumerate(iter_line_chunks(f, chunk_bytes, first, limit=limit)):
+            if max_chunks is not None and k >= max_chunks:
+                self._cut = True
+                return
+            (n_lines, n_ok, n_bad, n_blank), part = self._parse(buf, bad_line, bad_code)
+            st = self.stats
+            st.lines += n_lines
+            st.examples += n_ok
+            st.blank += n_blank
+            st.malformed += n_bad
+            st.bytes += buf.shape[0]
+            for j in range(min(n_bad, bad_line.shape[0],
+                               MAX_RECORDED_MALFORMED - len(st.malformed_at))):
+                st.malformed_at.append((str(path), first_line + int(bad_line[j]),
+                                        REASONS[int(bad_code[j])]))
+            yield part
+            if n_bad and self.strict:
+                raise InvalidInputError(f"{path}:{first_line + int(bad_line[0])}: malformed line "
+                                        f"({REASONS[int(bad_code[0])]}); expected "
+                                        f"{self.format_description}")
+            self._check(st, final=False)
 
     def _check(self, st: ReaderStats, final: bool) -> None:
         """Raises when ``st`` has too many malformed lines or (``final``) no example at all."""

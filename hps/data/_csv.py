@@ -1,11 +1,13 @@
-"""CSV reader (Avazu-style): a header line, a named label column, every other column categorical.
+"""CSV reader (Avazu-style): a header line, a named label column, every other column categorical
+(unless chosen otherwise: ``hps.data._columns``).
 
 No quoting: a comma always separates columns (Avazu and similar click logs never quote). Per example:
 
 - label: the ``label`` column (default ``"click"``), 1 -> 1, 0 or -1 -> 0.
 - dense: the columns named in ``dense_columns``, parsed as numbers (empty -> 0), in that order.
-- categorical fields: every other column not in ``ignore_columns``, in header order; field i's key is
-  ``make_keys(i, fnv1a64(bytes of the value))``, an empty value gets ``MISSING_VALUE``.
+- categorical fields: the columns of ``categorical_columns`` (default: every other column not in
+  ``ignore_columns``, in header order); field i's key is ``make_keys(i, fnv1a64(bytes of the
+  value))``, an empty value gets ``MISSING_VALUE``.
 
 Every file must start with the same header; every shard's reader reads the header line of each file
 (it checks them and finds where each file's data begins).
@@ -22,15 +24,15 @@ from ..errors import InvalidInputError
 from ._batch import check_n_fields
 from ._chunks import (BAD_COLUMNS, BAD_LABEL, BAD_NUMBER, DEFAULT_CHUNK_BYTES,
                       DEFAULT_MAX_MALFORMED, MISSING_VALUE, TextReader, fixed_width_batch)
+from ._columns import plan_columns
 from ._parse_kernels import parse_csv
+from ._sources import open_source
 
 _CODES = np.array([BAD_COLUMNS, BAD_LABEL, BAD_NUMBER], dtype=np.int32)
-# Column kinds understood by ``parse_csv``.
-_LABEL, _DENSE, _CAT, _IGNORE = 0, 1, 2, 3
 
 
 def _read_header(path: Path) -> list[str]:
-    with open(path, "rb") as f:
+    with open_source(path) as f:
         line = f.readline()
     if not line.strip():
         raise InvalidInputError(f"{path}:1: missing CSV header")
@@ -38,61 +40,45 @@ def _read_header(path: Path) -> list[str]:
 
 
 class CsvReader(TextReader):
-    """Streams ``Batch``es from CSV file(s) with a header. Not thread-safe (one iteration at a time).
+    """Streams ``Batch``es from CSV file(s) with a header (plain, ``.gz`` or ``.zst``). Not
+    thread-safe (one iteration at a time).
 
-    label: name of the label column; dense_columns: names of numeric columns; ignore_columns: names
-    of columns to drop (e.g. a unique row ``id``). ``categorical_columns`` lists the field names in
-    field-id order.
+    Columns (``hps.data._columns.plan_columns``): label: name of the label column (None: no label,
+    every label 0); dense_columns: names of numeric columns; ignore_columns: columns to drop (e.g. a
+    unique row ``id``); categorical_columns: the fields in field-id order (default: every other
+    column, in header order). ``categorical_columns`` then lists the field names in field-id order.
     """
 
     def __init__(self, path, batch_size: int, shard=(0, 1), strict: bool = False,
-                 label: str = "click", dense_columns: Sequence[str] = (),
-                 ignore_columns: Sequence[str] = (), chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-                 max_malformed: float = DEFAULT_MAX_MALFORMED):
+                 label: str | None = "click", dense_columns: Sequence[str] = (),
+                 ignore_columns: Sequence[str] = (), categorical_columns: Sequence[str] | None = None,
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, max_malformed: float = DEFAULT_MAX_MALFORMED):
         super().__init__(path, batch_size, shard, strict, chunk_bytes, max_malformed)
         self.header = _read_header(self.paths[0])
         for p in self.paths[1:]:
             if _read_header(p) != self.header:
                 raise InvalidInputError(f"{p}: header differs from {self.paths[0]}")
-        names = set(self.header)
-        if len(names) != len(self.header):
-            raise InvalidInputError(f"{self.paths[0]}: duplicate column names in header")
-        for what, cols in (("label", [label]), ("dense", dense_columns), ("ignore", ignore_columns)):
-            missing = [c for c in cols if c not in names]
-            if missing:
-                raise InvalidInputError(f"{what} column(s) {missing} not in header {self.header}")
-        dense_columns, ignore_columns = list(dense_columns), set(ignore_columns)
-        kind = np.empty(len(self.header), dtype=np.int32)
-        slot = np.zeros(len(self.header), dtype=np.int32)
-        self.categorical_columns: list[str] = []
-        for c, name in enumerate(self.header):
-            if name == label:
-                kind[c] = _LABEL
-            elif name in ignore_columns:
-                kind[c] = _IGNORE
-            elif name in dense_columns:
-                kind[c], slot[c] = _DENSE, dense_columns.index(name)
-            else:
-                kind[c], slot[c] = _CAT, len(self.categorical_columns)
-                self.categorical_columns.append(name)
+        plan = plan_columns(self.header, label, dense_columns, ignore_columns, categorical_columns,
+                            where=f"the CSV header of {self.paths[0]}")
+        self.categorical_columns = list(plan.categorical)
+        self.dense_columns = list(plan.dense)
         self.label = label
+        labelled = f"label column {label!r} 0/1 (or -1)" if label is not None else "no label column"
         self.format_description = (f"CSV with the header of {self.paths[0]}: {len(self.header)} "
-                                   f"comma-separated columns, label column {label!r} 0/1 (or -1), "
-                                   "dense columns numbers")
-        self.dense_columns = dense_columns
-        self._kind, self._slot = kind, slot
+                                   f"comma-separated columns, {labelled}, dense columns numbers")
+        self._kind, self._slot = plan.kind, plan.slot
         self.n_fields = check_n_fields(len(self.categorical_columns), "categorical CSV columns",
                                        low=0)
-        self.n_dense = len(dense_columns)
+        self.n_dense = len(self.dense_columns)
 
     def _open(self, path: Path):
-        f = open(path, "rb")
+        f = open_source(path)
         f.readline()  # the header (checked in __init__)
         return f, 2
 
     def _parse(self, buf: np.ndarray, bad_line: np.ndarray, bad_code: np.ndarray):
         cap = int(np.count_nonzero(buf == 10))
-        labels = np.empty(cap, dtype=np.float32)
+        labels = np.zeros(cap, dtype=np.float32)  # stays 0 without a label column
         dense = np.empty((cap, self.n_dense), dtype=np.float32)
         values = np.empty((cap, self.n_fields), dtype=np.uint64)
         counts = parse_csv(buf, self._kind, self._slot, self.strict, np.uint64(MISSING_VALUE), _CODES,

@@ -16,6 +16,7 @@ from ._batch import Batch, check_n_fields, make_keys
 from ._chunks import (BAD_FEATURE, BAD_LABEL, BAD_NUMBER, DEFAULT_CHUNK_BYTES,
                       DEFAULT_MAX_MALFORMED, TextReader, iter_line_chunks)
 from ._parse_kernels import parse_libsvm
+from ._sources import open_source
 
 _CODES = np.array([BAD_LABEL, BAD_NUMBER, BAD_FEATURE], dtype=np.int32)
 _FORMAT = ("libsvm/libFM: a label (1, 0 or -1), then space-separated idx:value features (idx an "
@@ -61,7 +62,7 @@ class LibsvmReader(TextReader):
         bad_line = np.empty(1, dtype=np.int64)
         bad_code = np.empty(1, dtype=np.int32)
         for path in self.paths:
-            with open(path, "rb") as f:
+            with open_source(path) as f:
                 for buf, _ in iter_line_chunks(f, _PEEK_BYTES):
                     (_, n_ok, _, _), _, offsets, *_ = _parse_chunk(buf, False, bad_line, bad_code)
                     if n_ok:

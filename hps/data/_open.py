@@ -7,6 +7,7 @@ from ._chunks import DEFAULT_MAX_MALFORMED
 from ._criteo import CriteoReader
 from ._csv import CsvReader
 from ._libsvm import LibsvmReader
+from ._parquet import ParquetReader
 from ._synthetic import SyntheticData
 
 #: Format name -> dataset class. Every class offers ``batches(start_batch=0)``, ``probe()`` (a
@@ -16,16 +17,19 @@ FORMATS = {
     "criteo": CriteoReader,
     "libsvm": LibsvmReader,
     "csv": CsvReader,
+    "parquet": ParquetReader,
     "synthetic": SyntheticData,
 }
 
 
 def open_dataset(path, fmt: str, batch_size: int, shard=(0, 1), strict: bool = False,
                  max_malformed: float = DEFAULT_MAX_MALFORMED, **fmt_options):
-    """Dataset of ``fmt`` over ``path`` (a file or a list of files; ignored for "synthetic").
+    """Dataset of ``fmt`` over ``path`` (a file, a directory, a glob or a list of them, plain or
+    ``.gz`` / ``.zst``: ``hps.data._sources``; ignored for "synthetic").
 
     fmt_options go to the format's class: criteo ``int_as_categorical``; libsvm ``n_fields``;
-    csv ``label``, ``dense_columns``, ``ignore_columns``; text formats ``chunk_bytes``; synthetic
+    csv and parquet ``label``, ``dense_columns``, ``ignore_columns``, ``categorical_columns``;
+    file formats ``chunk_bytes``; synthetic
     ``rows``, ``fields``, ``vocab_per_field``, ``zipf``, ``n_dense``, ``seed``, ``eval_rows``.
     strict/max_malformed: how many malformed lines a text format's pass may skip (``TextReader``).
     Raises ``InvalidInputError`` for an unknown format or option and ``DataFileNotFoundError`` (an
@@ -47,3 +51,18 @@ def open_dataset(path, fmt: str, batch_size: int, shard=(0, 1), strict: bool = F
         if "unexpected keyword argument" in str(e):
             raise InvalidInputError(f"format {fmt!r}: {e}") from None
         raise
+
+
+def column_names(path, fmt: str) -> list[str] | None:
+    """The column names of the first file of ``path`` for "csv" (its header) and "parquet" (its
+    schema); None for the formats without named columns."""
+    from ._sources import expand_paths
+
+    first = expand_paths(path)[0]
+    if fmt == "csv":
+        from ._csv import _read_header
+
+        return _read_header(first)
+    if fmt == "parquet":
+        return list(ParquetReader._meta(first).schema.to_arrow_schema().names)
+    return None

@@ -410,3 +410,15 @@ def parse_csv(buf, kind, slot, strict, missing, codes, labels, dense, values, ba
             if strict:
                 break
     return n_lines, r, n_bad, n_blank
+
+
+@njit(nogil=True, cache=True)
+def hash_strings(data, offsets, valid, missing, values, col):
+    """Arrow string/binary column -> keys' values: ``values[i, col]`` = FNV-1a of the bytes
+    ``data[offsets[i]:offsets[i + 1]]`` (as ``parse_csv`` hashes a CSV column), ``missing`` when the
+    entry is null (``valid[i]`` False) or empty. data (b,) uint8; offsets (n+1,) int64 (Arrow's,
+    absolute into data); valid (n,) bool; values (n, F) uint64."""
+    for i in range(offsets.shape[0] - 1):
+        a = offsets[i]
+        b = offsets[i + 1]
+        values[i, col] = _fnv1a(data, a, b) if valid[i] and b > a else missing

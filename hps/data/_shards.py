@@ -10,7 +10,8 @@ give its lines in order.
   ``files[share_bounds(F, s, K)]`` (in the order given).
 - Fewer files than shards: the files' data regions (after a CSV header) are laid end to end and cut
   into ``K`` byte ranges of equal length; a range may span the end of one file and the start of the
-  next (two segments).
+  next (two segments). A file that cannot be cut (a compressed one, ``splittable`` False) is read
+  whole by the shard whose byte range holds its first byte (its length is its compressed size).
 
 Rows (synthetic data) are cut with :func:`share_bounds` as well.
 """
@@ -47,29 +48,37 @@ def check_shard(shard) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Segment:
-    """Lines of ``path`` that start in ``[start, stop)``; the file's data begins at ``data_start``."""
+    """Lines of ``path`` that start in ``[start, stop)``; the file's data begins at ``data_start``.
+    ``stop`` None: the whole file, read as a stream from its start (a compressed file)."""
 
     path: Path
     start: int
-    stop: int
+    stop: int | None
     data_start: int = 0
 
 
-def plan_segments(paths, data_starts, sizes, shard: int, n_shards: int) -> list[Segment]:
+def plan_segments(paths, data_starts, sizes, shard: int, n_shards: int, splittable=None) -> list[Segment]:
     """Segments of shard ``shard`` of ``n_shards`` over ``paths`` (file sizes ``sizes`` in bytes, data
-    beginning at ``data_starts``); see the module docstring. Pure: reads nothing."""
+    beginning at ``data_starts``; ``splittable`` (one bool per file, default all True): whether a
+    file may be cut into byte ranges); see the module docstring. Pure: reads nothing."""
     paths, n = list(paths), len(paths)
+    cut = list(splittable) if splittable is not None else [True] * n
     if n >= n_shards:
         a, b = share_bounds(n, shard, n_shards)
-        return [Segment(paths[i], data_starts[i], sizes[i], data_starts[i]) for i in range(a, b)]
+        return [Segment(paths[i], data_starts[i], sizes[i] if cut[i] else None, data_starts[i])
+                for i in range(a, b)]
     lengths = [max(0, sz - ds) for sz, ds in zip(sizes, data_starts)]
     total = sum(lengths)
     lo, hi = shard * total // n_shards, (shard + 1) * total // n_shards
     out, base = [], 0
-    for p, ds, length in zip(paths, data_starts, lengths):
-        a, b = max(lo, base), min(hi, base + length)
-        if a < b:
-            out.append(Segment(p, ds + a - base, ds + b - base, ds))
+    for p, ds, length, c in zip(paths, data_starts, lengths, cut):
+        if not c:
+            if length and lo <= base < hi:
+                out.append(Segment(p, ds, None, ds))
+        else:
+            a, b = max(lo, base), min(hi, base + length)
+            if a < b:
+                out.append(Segment(p, ds + a - base, ds + b - base, ds))
         base += length
     return out
 

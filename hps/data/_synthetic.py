@@ -7,6 +7,10 @@ Example generation (all vectorised, batch by batch):
   cumulative table of the first ``ZIPF_TABLE_MAX`` ranks; rarer ranks of a bigger vocabulary follow
   the continuous approximation of the same law, inverted in closed form (bounded memory for any
   vocabulary). Key: ``make_keys(f, k)``.
+- ``drift`` (default 0) makes popularity drift: the value of rank k in a training block whose first
+  row is r is k + floor(drift * r), so the popular values (and keys) of the stream keep changing and
+  old ones fall out of use; the eval split uses the shift of the end of the training split,
+  floor(drift * rows), i.e. today's popular values.
 - ``n_dense`` dense features ~ N(0, 1).
 - true logit = bias + a_s * Σ_f z(key_f) + a_d * (dense · w_dense), with z(key) a standard normal
   derived by hashing the key with the seed (so it needs no table), w_dense ~ N(0, 1) from the seed.
@@ -116,16 +120,21 @@ class SyntheticData:
     field; zipf: popularity exponent (>= 0); n_dense: dense features; seed; batch_size: examples per
     batch yielded; shard=(index, n_shards): keep only that contiguous share of the rows of each split;
     eval_rows: examples of the eval split (default rows // 10, at least 1); block_rows: examples per
-    generated block (default batch_size; the data of a seed depends on it, not on the shards).
+    generated block (default batch_size; the data of a seed depends on it, not on the shards);
+    drift: popularity ranks shifted per example (see the module docstring).
     """
 
     def __init__(self, rows: int = 200_000, fields: int = 8, vocab_per_field: int = 10_000,
                  zipf: float = 1.1, n_dense: int = 4, seed: int = 0, batch_size: int = 4096,
-                 shard=(0, 1), eval_rows: int | None = None, block_rows: int | None = None):
+                 shard=(0, 1), eval_rows: int | None = None, block_rows: int | None = None,
+                 drift: float = 0.0):
         self.shard, self.n_shards = check_common(batch_size, shard)
         self.block_rows = int(batch_size if block_rows is None else block_rows)
         if self.block_rows < 1:
             raise InvalidInputError(f"block_rows must be >= 1, got {block_rows}")
+        if not drift >= 0:
+            raise InvalidInputError(f"synthetic drift must be >= 0, got {drift}")
+        self.drift = float(drift)
         if rows < 0 or fields < 1 or vocab_per_field < 1 or n_dense < 0 or not zipf >= 0 \
                 or seed < 0:
             raise InvalidInputError(
@@ -151,6 +160,9 @@ class SyntheticData:
         """(batch without labels, sparse logit part, dense logit part, rng) of batch b of a stream."""
         rng = np.random.default_rng([self.seed, stream, b])
         ranks = self._zipf.ranks(rng.random((n, self.fields)))
+        if self.drift:  # popularity drift: see the module docstring
+            first_row = self.rows if stream == _EVAL else b * self.block_rows if stream == _TRAIN else 0
+            ranks += np.uint64(int(self.drift * first_row))
         field = np.tile(self._field_ids, n)
         keys = make_keys(field, ranks.reshape(-1))
         sparse = planted_normal(keys, self.seed).reshape(n, self.fields).sum(axis=1)

@@ -6,8 +6,9 @@ show that no row, key or gradient crosses PCIe inside the mini-batch loop (issue
 Purposes (``PURPOSES``; metrics keys, so never renamed):
 
 - ``plan``       a batch's inputs going up once, in the place stage (keys, inverse, offsets, labels, dense);
-- ``fetch``      rows entering the HBM-PS (from the MEM-PS / SSD-PS / other ranks);
-- ``writeback``  rows leaving the HBM-PS (evictions, checkpoints, eval lookups);
+- ``fetch``      rows entering the HBM-PS (from the MEM-PS / SSD-PS / other ranks), with their keys;
+- ``writeback``  rows leaving the HBM-PS (evictions, checkpoints, eval lookups), with the keys that
+                 look them up or erase them and the found flags;
 - ``mpi``        host staging for MPI when it is not CUDA-aware (0 with CUDA-aware MPI);
 - ``minibatch``  everything else inside the mini-batch loop: scalars only (at most 16 bytes a mini-batch).
 

@@ -3,7 +3,7 @@
 Kernels and device functions only (no state, no I/O; every constant is an argument or a literal).
 The table arrays come from :meth:`hps.HashTable.device_view` (layout in ``hps/_table_cpu_kernels.py``):
 ``tkeys`` (S,) uint64, ``tstate`` (S,) int32, ``tvals`` (S, W) float. A row is laid out as
-``[parameters (P) | optimizer state (Q) | ...]`` (``hps/model/_optim.py``); kernels take the column
+``[parameters (P) | optimizer state (Q) | ...]`` (``hps/model/_row_optim.py``); kernels take the column
 ranges they touch as arguments (``col0``, ``width``, ``state_col``, the gradient's width P), never a
 fixed embedding width, so a first-order weight column or another state layout needs no new kernel.
 
@@ -12,8 +12,9 @@ keys, ``inv`` (nnz,) int64 the unique index of each key occurrence, ``field`` (n
 ``weights`` (nnz,) float, ``offsets`` (n + 1,) int64 CSR of the n examples (``hps.data.Batch``).
 
 CPU twins, which the tests hold these to: ``pool_forward`` / ``pool_backward`` = ``pool_fields`` /
-``pool_fields_backward`` (``hps/model/_kernels.py``); ``sgd_rows`` / ``adagrad_rows`` = ``SparseSGD`` /
-``SparseAdagrad`` (``hps/model/_optim.py``, the same formulas in the same order); ``bce_loss_grad``
+``pool_fields_backward`` (``hps/model/_kernels.py``); ``sgd_rows`` / ``adagrad_rows`` /
+``rowwise_adagrad_rows`` / ``adam_rows`` = ``SparseSGD`` / ``SparseAdagrad`` / ``SparseRowwiseAdagrad`` /
+``SparseAdam`` (``hps/model/_row_optim.py``, the same formulas in the same order); ``bce_loss_grad``
 = the loss and logit gradient of ``CTRModel.forward_backward``.
 
 Launch shapes (as in ``_table_kernels``): "1-D" kernels take one thread per item; "row" kernels take
@@ -28,6 +29,7 @@ import math
 import numpy as np
 from numba import cuda
 
+from .._hashing import mix64
 from ._table_kernels import _find
 
 
@@ -93,9 +95,10 @@ def pool_backward(grad_pooled, inv, field, weights, offsets, grads):
 
 
 @cuda.jit
-def sgd_rows(tvals, slots, grads, lr):
-    """Row kernel over the u unique keys, in place on the table rows: ``tvals[s, j] -= lr * grads[i, j]``
-    for the P = grads.shape[1] parameter columns of slot s = slots[i]; slots of -1 are skipped.
+def sgd_rows(tvals, slots, grads, lr, l2):
+    """Row kernel over the u unique keys, in place on the table rows: ``tvals[s, j] -= lr * g`` with
+    ``g = grads[i, j] + l2 * tvals[s, j]`` (the L2 term only when ``l2 != 0``) for the P =
+    grads.shape[1] parameter columns of slot s = slots[i]; slots of -1 are skipped.
     REQUIRES: slots distinct (one update per key)."""
     i = cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
     if i >= slots.shape[0]:
@@ -104,13 +107,17 @@ def sgd_rows(tvals, slots, grads, lr):
     if s < 0:
         return
     for j in range(cuda.threadIdx.x, grads.shape[1], cuda.blockDim.x):
-        tvals[s, j] -= lr * grads[i, j]
+        g = grads[i, j]
+        if l2 != 0:
+            g = g + l2 * tvals[s, j]
+        tvals[s, j] -= lr * g
 
 
 @cuda.jit
-def adagrad_rows(tvals, slots, grads, lr, eps, state_col):
+def adagrad_rows(tvals, slots, grads, lr, eps, l2, state_col):
     """Row kernel over the u unique keys, element-wise Adagrad in place on the table rows, with the
-    accumulator of parameter column j at column ``state_col + j``::
+    accumulator of parameter column j at column ``state_col + j`` (g with its L2 term as in
+    ``sgd_rows``)::
 
         acc += g * g;   w -= lr * g / (sqrt(acc) + eps)
 
@@ -123,9 +130,94 @@ def adagrad_rows(tvals, slots, grads, lr, eps, state_col):
         return
     for j in range(cuda.threadIdx.x, grads.shape[1], cuda.blockDim.x):
         g = grads[i, j]
+        if l2 != 0:
+            g = g + l2 * tvals[s, j]
         acc = tvals[s, state_col + j] + g * g
         tvals[s, state_col + j] = acc
         tvals[s, j] -= lr * g / (math.sqrt(acc) + eps)
+
+
+@cuda.jit
+def rowwise_adagrad_rows(tvals, slots, grads, lr, eps, l2):
+    """1-D over the u unique keys (one thread per row: the row's mean needs every column), row-wise
+    Adagrad in place (``SparseRowwiseAdagrad``): the accumulator is column P = grads.shape[1]::
+
+        acc += mean_j(g_j^2)  (summed in float64, then cast);   w -= lr * g / (sqrt(acc) + eps)
+
+    Slots of -1 are skipped. REQUIRES: slots distinct."""
+    i = cuda.grid(1)
+    if i >= slots.shape[0]:
+        return
+    s = slots[i]
+    if s < 0:
+        return
+    p = grads.shape[1]
+    sq = 0.0
+    for j in range(p):
+        g = grads[i, j]
+        if l2 != 0:
+            g = g + l2 * tvals[s, j]
+        sq += np.float64(g) * np.float64(g)
+    acc = tvals[s, p] + tvals.dtype.type(sq / p)
+    tvals[s, p] = acc
+    den = math.sqrt(acc) + eps
+    for j in range(p):
+        g = grads[i, j]
+        if l2 != 0:
+            g = g + l2 * tvals[s, j]
+        tvals[s, j] -= lr * g / den
+
+
+@cuda.jit
+def adam_rows(tvals, slots, grads, lr64, b1, b2, eps, l2):
+    """1-D over the u unique keys (one thread per row: the row's step count is shared by its
+    columns), Adam in place with the row's own step count (``SparseAdam``), state
+    ``[m (P) | v (P) | t (1)]`` after the P = grads.shape[1] parameters::
+
+        t += 1;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+        w -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+
+    ``lr64``, ``b1``, ``b2`` float64; the bias corrections are computed in float64 and cast to the
+    rows' dtype, the rest in it (as the CPU kernel). Slots of -1 are skipped. REQUIRES: slots distinct."""
+    i = cuda.grid(1)
+    if i >= slots.shape[0]:
+        return
+    s = slots[i]
+    if s < 0:
+        return
+    p = grads.shape[1]
+    ft = tvals.dtype.type
+    c1, c2, b1_, b2_ = ft(1.0 - b1), ft(1.0 - b2), ft(b1), ft(b2)
+    t = tvals[s, 3 * p] + ft(1.0)
+    tvals[s, 3 * p] = t
+    tf = np.float64(t)
+    step = ft(lr64 / (1.0 - b1 ** tf))
+    bc2 = ft(math.sqrt(1.0 - b2 ** tf))
+    for j in range(p):
+        g = grads[i, j]
+        if l2 != 0:
+            g = g + l2 * tvals[s, j]
+        m = b1_ * tvals[s, p + j] + c1 * g
+        v = b2_ * tvals[s, 2 * p + j] + c2 * (g * g)
+        tvals[s, p + j] = m
+        tvals[s, 2 * p + j] = v
+        tvals[s, j] -= step * m / (math.sqrt(v) / bc2 + eps)
+
+
+@cuda.jit
+def gather_rows(tvals, slots, idx, out):
+    """Row kernel over the m items: ``out[i, :] = tvals[slots[idx[i]], :P]`` with P = out.shape[1]
+    (the parameter part of each asked row, e.g. rows an owner serves to other ranks); zeros where the
+    slot is -1."""
+    i = cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
+    if i >= out.shape[0]:
+        return
+    s = slots[idx[i]]
+    for j in range(cuda.threadIdx.x, out.shape[1], cuda.blockDim.x):
+        if s >= 0:
+            out[i, j] = tvals[s, j]
+        else:
+            out[i, j] = 0
 
 
 @cuda.jit
@@ -170,3 +262,15 @@ def zero_cells(cells):
     i = cuda.grid(1)
     if i < cells.shape[0]:
         cells[i] = 0
+
+
+@cuda.jit
+def part_of(keys, salt, n_parts, parts, counts):
+    """1-D over the m keys, Algorithm 2's partition policy on the device (the twin of
+    ``hps._hashing.owner_of``): parts (m,) int32 = ``mix64(keys[i] ^ salt) % n_parts``; counts
+    (n_parts,) int64 += the keys of each part (``cuda.atomic.add``; zeroed by the caller)."""
+    i = cuda.grid(1)
+    if i < keys.shape[0]:
+        p = np.int32(mix64(keys[i] ^ salt) % np.uint64(n_parts))
+        parts[i] = p
+        cuda.atomic.add(counts, p, 1)

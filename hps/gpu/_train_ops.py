@@ -23,7 +23,7 @@ One mini-batch, per the plan of issue 12 (``u`` unique keys, ``nnz`` occurrences
     ... dense forward/backward on CuPy; bce_loss_grad_async(z, labels, n_total, dz, scalars.loss) ...
     pool_backward_async(grad_pooled, inv, field, weights, offsets, grads)    # per-key sums (u, P)
     ... sparse all-reduce of (keys, grads) across ranks, if any ...
-    sparse_update_async(view, slots, grads, optimizer)                 # SGD / Adagrad in place
+    sparse_update_async(view, slots, grads, optimizer)                 # _row_ops: the row optimizers
     ... once per batch: scalars.read(ledger) -> {"loss": ..., "missing": ...} ...
 
 Not thread-safe per stream: one thread enqueues a mini-batch's work.
@@ -47,8 +47,8 @@ except Exception as e:  # numba-cuda missing or broken: reported when an operati
 else:
     _IMPORT_ERROR = None
 
-__all__ = ["find_slots_async", "pool_forward_async", "pool_backward_async", "sgd_update_async",
-           "adagrad_update_async", "sparse_update_async", "bce_loss_grad_async", "BatchScalars"]
+__all__ = ["find_slots_async", "pool_forward_async", "pool_forward_rows_async", "pool_backward_async",
+           "gather_rows_async", "bce_loss_grad_async", "BatchScalars"]
 
 #: Threads per block of every launch (tests patch it small so tiny inputs span several blocks).
 BLOCK_SIZE = 256
@@ -155,15 +155,6 @@ def _launch_pool_backward(grad_pooled, inv, field, weights, offsets, grads, stre
         grad_pooled, inv, field, weights, offsets, grads)
 
 
-def _launch_sgd(tvals, slots, grads, lr, stream):
-    K.sgd_rows[_grid_rows(slots.shape[0], grads.shape[1]) + (stream,)](tvals, slots, grads, lr)
-
-
-def _launch_adagrad(tvals, slots, grads, lr, eps, state_col, stream):
-    K.adagrad_rows[_grid_rows(slots.shape[0], grads.shape[1]) + (stream,)](tvals, slots, grads, lr, eps,
-                                                                          state_col)
-
-
 def _launch_bce(z, labels, denom, dz, loss, stream):
     K.bce_loss_grad[_grid1(z.shape[0]) + (stream,)](z, labels, denom, dz, loss)
 
@@ -235,62 +226,36 @@ def pool_backward_async(grad_pooled, inv, field, weights, offsets, grads, stream
         _launch_pool_backward(grad_pooled, inv, field, weights, offsets, grads, s)
 
 
-def _update_args(view, slots, grads, lr):
+def pool_forward_rows_async(rows, ident, inv, field, weights, offsets, out, stream=0) -> None:
+    """:func:`pool_forward_async` over a (u, P) device array of rows instead of a table: ``out`` (n, F * P)
+    pools ``rows`` (e.g. the rows of the keys this rank asked of their owners, received over MPI).
+    ident (u,) int64 device = ``arange(u)`` (caller-owned). Asynchronous."""
+    rows = _dev(rows, "rows", None, 2)
+    ident = _dev(ident, "ident", np.int64, 1)
+    _check_len(ident, rows.shape[0], "ident", "arange over the rows")
+    inv, field, weights, offsets, n = _plan(inv, field, weights, offsets, rows.dtype)
+    out = _dev(out, "out", rows.dtype, 2)
+    width = rows.shape[1]
+    if width == 0 or out.shape[0] != n or out.shape[1] % width:
+        raise InvalidInputError(f"out must be (n={n}, n_fields * {width}), got {tuple(out.shape)}")
+    if n and out.shape[1]:
+        _launch_pool_forward(rows, ident, inv, field, weights, offsets, 0, width, out, _stream(stream))
+
+
+def gather_rows_async(view, slots, idx, out, stream=0) -> None:
+    """``out[i] = row[:P]`` of the key in slot ``slots[idx[i]]`` (P = out.shape[1]; zeros for a slot of
+    -1): the parameter part of the rows an owner serves, in the order they are asked. slots (u,) int64
+    from :func:`find_slots_async`; idx (m,) int64 into slots; out (m, P) of the table dtype.
+    Asynchronous."""
     tvals = _view(view)[2]
     slots = _dev(slots, "slots", np.int64, 1)
-    grads = _dev(grads, "grads", tvals.dtype, 2)
-    _check_len(grads, slots.shape[0], "grads", "one per slot")
-    if grads.shape[1] == 0 or grads.shape[1] > tvals.shape[1]:
-        raise InvalidInputError(f"grads must have 1..{tvals.shape[1]} columns (the parameter width), got "
-                                f"{grads.shape[1]}")
-    if not (np.isfinite(lr) and lr > 0):
-        raise InvalidInputError(f"learning rate must be a finite number > 0, got {lr!r}")
-    return tvals, slots, grads, tvals.dtype.type(lr)
-
-
-def sgd_update_async(view, slots, grads, lr: float, stream=0) -> None:
-    """``w -= lr * g`` in place on the table rows (``SparseSGD``): the first P = grads.shape[1]
-    columns of the row in each slot. slots (u,) int64, distinct (one update per key; -1 skipped);
-    grads (u, P) of the table dtype. Asynchronous."""
-    tvals, slots, grads, lr = _update_args(view, slots, grads, lr)
-    if slots.shape[0]:
-        _launch_sgd(tvals, slots, grads, lr, _stream(stream))
-
-
-def adagrad_update_async(view, slots, grads, lr: float, eps: float = 1e-10, state_col: int | None = None,
-                         stream=0) -> None:
-    """Element-wise Adagrad in place on the table rows (``SparseAdagrad``, torch's formula)::
-
-        acc += g * g;   w -= lr * g / (sqrt(acc) + eps)
-
-    on the first P = grads.shape[1] columns, with the accumulator of column j at ``state_col + j``
-    (default P: rows ``[parameters (P) | accumulator (P) | ...]``). A new row's accumulator is
-    whatever the row was born with (``SparseAdagrad.initial_accumulator``). slots (u,) int64,
-    distinct (-1 skipped); grads (u, P) of the table dtype. Asynchronous."""
-    tvals, slots, grads, lr = _update_args(view, slots, grads, lr)
-    p = grads.shape[1]
-    state_col = p if state_col is None else int(state_col)
-    if state_col < p or state_col + p > tvals.shape[1]:
-        raise InvalidInputError(f"the accumulator columns [{state_col}, {state_col + p}) must lie after the "
-                                f"{p} parameter columns and within the row width {tvals.shape[1]}")
-    if not (np.isfinite(eps) and eps >= 0):
-        raise InvalidInputError(f"eps must be a finite number >= 0, got {eps!r}")
-    if slots.shape[0]:
-        _launch_adagrad(tvals, slots, grads, lr, tvals.dtype.type(eps), state_col, _stream(stream))
-
-
-def sparse_update_async(view, slots, grads, optimizer, stream=0) -> None:
-    """One step of a sparse row optimizer of ``hps.model`` (``SparseSGD`` or ``SparseAdagrad``, its
-    hyperparameters and row layout ``[embedding | state]``) in place on the table rows; the device
-    twin of ``optimizer.apply``. Asynchronous."""
-    name = getattr(optimizer, "name", None)
-    if name == "sgd":
-        sgd_update_async(view, slots, grads, optimizer.lr, stream)
-    elif name == "adagrad":
-        adagrad_update_async(view, slots, grads, optimizer.lr, optimizer.eps, None, stream)
-    else:
-        raise InvalidInputError(f"no GPU kernel for sparse optimizer {optimizer!r}; GPU rows take 'sgd' or "
-                                "'adagrad'")
+    idx = _dev(idx, "idx", np.int64, 1)
+    out = _dev(out, "out", tvals.dtype, 2)
+    _check_len(out, idx.shape[0], "out", "one per index")
+    if out.shape[1] > tvals.shape[1]:
+        raise InvalidInputError(f"out has {out.shape[1]} columns, more than the row width {tvals.shape[1]}")
+    if out.shape[0] and out.shape[1]:
+        K.gather_rows[_grid_rows(out.shape[0], out.shape[1]) + (_stream(stream),)](tvals, slots, idx, out)
 
 
 def bce_loss_grad_async(z, labels, n_total: int, dz, loss, stream=0) -> None:

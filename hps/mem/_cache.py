@@ -401,6 +401,21 @@ class RowCache:
                 K.update(self._rows, self._dirty, self._mkeys, self._mvals, k, r, found)
         return found
 
+    def discard(self, keys) -> int:
+        """Remove cached ``keys`` (n,) uint64 for good, dirty or not: their rows are dropped, not
+        handed back (the keys were deleted). Absent keys are skipped -> keys removed. Raises
+        InvalidInputError, removing nothing, when one of them is pinned."""
+        k = as_keys(keys)
+        with self.lock:
+            if k.shape[0] == 0:
+                return 0
+            if (self.pin_counts(k) > 0).any():
+                raise InvalidInputError("discard: pinned keys cannot be removed (unpin them first)")
+            uk = K.unique_counts(k)[0]
+            return int(K.discard(self._st, self._skey, self._dirty, self._pins, self._freq, self._where,
+                                 self._prev, self._nxt, self._bkt, self._bhead, self._btail, self._free,
+                                 self._mkeys, self._mvals, self._ghost, uk))
+
     def unpin(self, keys) -> None:
         """Drop one pin of each distinct key; rows reaching zero pins enter the LRU's recent end (and become
         evictable). Raises InvalidInputError, after unpinning the others, for keys not pinned."""

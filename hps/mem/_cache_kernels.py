@@ -411,6 +411,34 @@ def make_room(st, skey, rows, dirty, freq, where, prev, nxt, bkt, bhead, btail, 
 
 
 @njit(nogil=True, cache=True, _nrt=False)
+def discard(st, skey, dirty, pins, freq, where, prev, nxt, bkt, bhead, btail, free, mkeys, mvals, ghost,
+            keys):
+    """Remove cached, unpinned ``keys`` (n,) uint64 without handing their rows back (deleted keys):
+    slots go on the free stack, ghost cells naming them are cleared. Absent keys are skipped.
+    REQUIRES: no key is pinned. Returns the number of keys removed."""
+    n = 0
+    for i in range(keys.shape[0]):
+        s = _map_get(mkeys, mvals, keys[i])
+        if s < 0:
+            continue
+        _detach(st, where, prev, nxt, bkt, bhead, btail, s)
+        _map_del(mkeys, mvals, keys[i])
+        if ghost.shape[0] > 0:
+            c = _ghost_cell(ghost, keys[i])
+            if ghost[c, 0] == keys[i]:
+                ghost[c, 0] = np.uint64(0xFFFFFFFFFFFFFFFF)
+                ghost[c, 1] = np.uint64(0)
+        skey[s] = np.uint64(0xFFFFFFFFFFFFFFFF)
+        dirty[s] = False
+        pins[s] = 0
+        freq[s] = 0
+        free[st[ST_FREE_TOP]] = s
+        st[ST_FREE_TOP] += 1
+        n += 1
+    return n
+
+
+@njit(nogil=True, cache=True, _nrt=False)
 def update(rows, dirty, mkeys, mvals, keys, in_rows, found):
     """Assign rows of cached keys and mark them dirty; no access is counted. found (n,) bool written.
     Returns the number of keys found."""

@@ -16,7 +16,8 @@ class MemPS:
     """The MEM-PS of one node's shard: a DRAM ``RowCache`` in front of ``store``.
 
     - ``store``: an object with the ``hps.ssd.SSDStore`` API — ``dump(keys, rows)`` (durable on
-      return), ``load(keys) -> (rows, found)`` — holding rows of ``row_width`` values.
+      return), ``load(keys) -> (rows, found)``, and ``delete(keys)`` for :meth:`delete` — holding
+      rows of ``row_width`` values.
     - ``budget_bytes`` or ``capacity_rows``: the DRAM budget (exactly one).
     - ``initializer``: ``keys -> (n, row_width)`` rows for keys never seen (``RowInitializer``).
 
@@ -143,6 +144,33 @@ class MemPS:
                 pinned = fk[self.cache.pin_counts(fk) > 0]
                 if pinned.shape[0]:
                     self.cache.unpin(pinned)
+
+    def read(self, keys) -> np.ndarray:
+        """Current rows of ``keys`` (n,) uint64 -> (n, row_width), read only: cached rows, else the
+        store's, else the initializer's. Nothing is cached, pinned or counted (evaluation)."""
+        k = as_keys(keys)
+        with self._lock:
+            rows, hit = self.cache.peek(k)
+            if not hit.all():
+                mk = k[~hit]
+                loaded, found = self.store.load(mk)
+                loaded = np.asarray(loaded, dtype=self.dtype).reshape(mk.shape[0], self.row_width)
+                if not found.all():
+                    loaded = loaded.copy()
+                    loaded[~found] = self.initializer(mk[~found])
+                rows[~hit] = loaded
+        return rows
+
+    def delete(self, keys) -> int:
+        """Delete ``keys`` (n,) uint64 from the cache and the store (a deleted key that comes back
+        is born again from the initializer) -> keys the store held. Raises InvalidInputError,
+        deleting nothing, when one of them is pinned."""
+        k = as_keys(keys)
+        with self._lock:
+            if k.shape[0] == 0:
+                return 0
+            self.cache.discard(k)
+            return self.store.delete(k)
 
     def unpin(self, keys) -> None:
         """Drop one pin per distinct key without writing (e.g. a batch that was abandoned)."""

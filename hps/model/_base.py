@@ -179,6 +179,26 @@ class FieldModel:
                                     self.n_fields, self.use_cpu_kernels)
         return loss, probs, grad_rows, grads
 
+    def forward_backward_pooled(self, pooled, dense, loss_grad):
+        """The network's forward and backward on pooled input already on the device, without
+        synchronising (GPU-resident training pools straight from the HBM-PS and keeps the loss there).
+
+        pooled (n, F * row_params) xp of :attr:`dtype`, C-contiguous: the weighted sum-pooled rows
+            per (example, field), as :meth:`forward_backward` pools them.
+        dense (n, n_dense) xp of :attr:`dtype`, or None without dense features.
+        loss_grad(z) -> dz: given the logits z (n,) xp, returns d loss / d z (n,) xp of :attr:`dtype`
+            and accounts for the loss itself (e.g. ``hps.gpu.bce_loss_grad_async`` adding it to a
+            device accumulator), so no host value is read here.
+
+        Returns ``(grad_pooled (n, F * row_params) xp, C-contiguous, dense_grads dict)``, the dict
+        with the keys and shapes of :attr:`params`. Asynchronous on a GPU (nothing reads back).
+        """
+        z, ctx = self._network(pooled, dense)
+        dz = loss_grad(self.xp.ascontiguousarray(z))[:, None]
+        grads: dict = {}
+        d_pooled = self._network_backward(ctx, dz, grads)
+        return self.xp.ascontiguousarray(d_pooled), {k: grads[k] for k in self.params}
+
     def _inputs(self, rows, inv, batch: Batch):
         """Validate, move to xp, pool -> (pooled (n, F * row_params), dense (n, n_dense) or None,
         the moved arrays)."""

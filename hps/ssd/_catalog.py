@@ -171,6 +171,17 @@ class Catalog:
         for s, c in zip(useq.tolist(), counts.tolist()):
             self._files[s].stale += c
 
+    def delete(self, keys, path) -> int:
+        """Drop ``keys`` from the index; their rows become stale (compaction reclaims them) ->
+        keys that were live. REQUIRES: the store's dump lock held (no dump is staged meanwhile)."""
+        with self._mu:
+            self._check_open(path)
+            loc, found = self._index.lookup(keys)
+            if found.any():
+                self._index.erase(keys[found])
+                self._add_stale(loc[found, 0])
+            return int(found.sum())
+
     # -- compaction ----------------------------------------------------------------------------------
     def needs_compaction(self, ratio: float) -> bool:
         with self._mu:

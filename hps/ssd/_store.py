@@ -108,6 +108,7 @@ class SSDStore:
       Duplicate keys in one call: the last wins.
     - ``load(keys (n,) uint64) -> (rows (n, dim) of dtype, found (n,) bool)``: newest rows, zeros
       where missing. Reads only the blocks holding asked rows and checks each block's crc.
+    - ``delete(keys (n,) uint64) -> int``: forget keys (their rows turn stale; see the method).
     - ``compact()``: merge every file more than ``stale_fraction`` stale (and rewrite format-1
       files as format 2); -> number of files removed. Runs by itself in a background thread when
       rows on disk exceed ``compact_ratio`` x live rows. After a quiescent ``compact()``: disk rows
@@ -190,6 +191,18 @@ class SSDStore:
                 raise
         if self._thread is not None and cat.needs_compaction(self.options.compact_ratio):
             self._wake.set()
+
+    def delete(self, keys) -> int:
+        """Forget ``keys`` (n,) uint64 -> how many were live. Loads miss them at once; their rows
+        count as stale, so compaction reclaims the space. Not durable by itself: the files still
+        hold the rows until compaction merges them, so a store reopened before that finds the
+        keys again (the trainer's SSD-PS is scratch space, never reopened)."""
+        k = np.unique(as_keys(keys))
+        with self._dump_mu:
+            n = self._cat.delete(k, self.path)
+        if n and self._thread is not None and self._cat.needs_compaction(self.options.compact_ratio):
+            self._wake.set()
+        return n
 
     def load(self, keys):
         """-> (rows (n, dim) of dtype, found (n,) bool): newest version of each key, zeros where missing."""

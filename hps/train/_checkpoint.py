@@ -23,12 +23,14 @@ is kept, and says so; under MPI the ranks agree on the checkpoint (each checks i
 Export layout (``--export DIR``): ``sparse-rank{r}-of-{n}.h5`` (datasets "keys" (m,) uint64,
 "values" (m, embedding_dim) float32 and, for models with first-order weights (wdl, deepfm),
 "first_order" (m,) float32, the keys rank r owns; attrs "embedding_dim" and "model") and ``dense.h5``
-(one dataset per dense tensor, attr "model"); :func:`load_export` reads every shard back as one model.
+(one dataset per dense tensor, attr "model") and ``model.json`` (the model's configuration and its
+input format, ``_records``); :func:`load_export` reads every shard back as one model.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import shutil
@@ -39,12 +41,12 @@ import numpy as np
 
 from ..errors import CorruptionError, DiskFullError, HpsError, InvalidInputError, StoreFormatError
 from ._manifest import CHECKPOINT_VERSION, FILES_KEY, META_FILE, file_record, read_meta, verify_file, write_meta
+from ._records import EXPORT_META
 
-__all__ = ["CHECKPOINT_VERSION", "save", "load", "read_extra", "latest", "last_checkpoint", "export", "load_export"]
+__all__ = ["CHECKPOINT_VERSION", "save", "load", "latest", "last_checkpoint", "export", "load_export"]
 
 _LATEST = "LATEST"
 _DENSE = "dense.h5"
-_EXTRA = "extra"  # dense.h5 group of the arrays other components save (save(extra=...), read_extra)
 _NAME = re.compile(r"ckpt-(\d+)")
 _SPACE_ERRNOS = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 
@@ -57,7 +59,8 @@ def _fsync_path(path: Path, directory: bool = False) -> None:
         os.close(fd)
 
 
-def _ckpt_name(index: int) -> str:
+def checkpoint_name(index: int) -> str:
+    """The directory name of the checkpoint after global batch ``index``."""
     return f"ckpt-{index:08d}"
 
 
@@ -65,14 +68,12 @@ def _sparse_name(rank: int, size: int) -> str:
     return f"sparse-rank{rank}-of-{size}.h5"
 
 
-def _write_dense(path: Path, model, dense_opt, extra=None) -> None:
+def _write_dense(path: Path, model, dense_opt) -> None:
     import h5py
 
     with h5py.File(path, "w") as h:
         for k, v in model.state_dict().items():
             h.create_dataset(f"params/{k}", data=v)
-        for k, v in (extra or {}).items():  # other components' state (--dense-sync easgd)
-            h.create_dataset(f"{_EXTRA}/{k}", data=v)
         if dense_opt is not None:
             st = dense_opt.state_dict()
             g = h.create_group("optimizer")
@@ -125,24 +126,30 @@ def _undo_on_error(root: Path, name: str, *paths: Path):
         raise
 
 
-def save(root, coll, store, model, dense_opt, meta: dict, keep: int = 1, extra=None) -> str:
+def save(root, coll, store, model, dense_opt, meta: dict, keep: int = 1, extra=None, pinned=()) -> str:
     """Write this rank's part of the checkpoint named by ``meta["index"]``, then keep only the ``keep``
-    newest checkpoints. Collective over ``coll``. Blocks. Raises DiskFullError when the device is
-    full (after removing what this save wrote; the previous checkpoint is untouched). ``extra``
-    (rank 0's): {name: array} kept in dense.h5 too, read back by :func:`read_extra`."""
+    newest checkpoints (and the checkpoints named in ``pinned``). ``extra(h5file)``, if given, adds
+    this rank's other state to its sparse file (e.g. admission state; read back by :func:`load`'s
+    ``extra``). Collective over ``coll``. Blocks. Raises DiskFullError when the device is
+    full (after removing what this save wrote; the previous checkpoint is untouched)."""
     root = Path(root)
-    name = _ckpt_name(meta["index"])
+    name = checkpoint_name(meta["index"])
     tmp = root / f".tmp-{name}"
     sparse = _sparse_name(coll.rank, coll.size)
     with _undo_on_error(root, name, tmp):
         tmp.mkdir(parents=True, exist_ok=True)
         store.export_h5(str(tmp / sparse))
+        if extra is not None:
+            import h5py
+
+            with h5py.File(tmp / sparse, "a") as h:
+                extra(h)
         _fsync_path(tmp / sparse)
         mine = file_record(tmp / sparse)
     records = coll.gather(np.array([[mine["bytes"], mine["crc32"]]], dtype=np.int64))
     if coll.rank == 0:
         with _undo_on_error(root, name, tmp):
-            _write_dense(tmp / _DENSE, model, dense_opt, extra)
+            _write_dense(tmp / _DENSE, model, dense_opt)
             files = {_sparse_name(r, coll.size): {"bytes": int(b), "crc32": int(c)}
                      for r, (b, c) in enumerate(records)}
             files[_DENSE] = file_record(tmp / _DENSE)
@@ -151,7 +158,7 @@ def save(root, coll, store, model, dense_opt, meta: dict, keep: int = 1, extra=N
     coll.barrier()
     if coll.rank == 0:
         _commit(root, tmp, name)
-        _prune(root, name, keep)
+        _prune(root, name, keep, pinned)
     coll.barrier()
     return str(root / name)
 
@@ -165,20 +172,29 @@ def _commit(root: Path, tmp: Path, name: str) -> None:
             shutil.rmtree(final)  # the same batch, written by an earlier run into this directory
         os.rename(tmp, final)
     with _undo_on_error(root, name, final, latest_tmp):
-        latest_tmp.write_text(name + "\n")
-        _fsync_path(latest_tmp)
-        os.rename(latest_tmp, root / _LATEST)
+        point_latest(root, name)
+
+
+def point_latest(root, name: str) -> None:
+    """Switch ``root/LATEST`` to the existing checkpoint ``name`` (write temp, fsync, rename, fsync
+    the directory); early stopping points it back at the best checkpoint."""
+    root = Path(root)
+    latest_tmp = root / f".{_LATEST}.tmp"
+    latest_tmp.write_text(name + "\n")
+    _fsync_path(latest_tmp)
+    os.rename(latest_tmp, root / _LATEST)
     _fsync_path(root, directory=True)
 
 
-def _prune(root: Path, name: str, keep: int) -> None:
-    """Keep ``name`` and the ``keep - 1`` newest checkpoints before it; remove every other
-    ``ckpt-*`` (later ones are from an earlier run into this directory) and every ``.tmp-ckpt-*``
-    (a save that was killed before it could remove its own: only a complete save reaches here)."""
+def _prune(root: Path, name: str, keep: int, pinned=()) -> None:
+    """Keep ``name``, the ``keep - 1`` newest checkpoints before it and those named in ``pinned``;
+    remove every other ``ckpt-*`` (later ones are from an earlier run into this directory) and every
+    ``.tmp-ckpt-*`` (a save that was killed before it could remove its own: only a complete save
+    reaches here)."""
     current = _index(name)
     older = _newest_first(root, below=current)[:keep - 1]
     for d in _newest_first(root):
-        if d.name != name and d not in older:
+        if d.name != name and d not in older and d.name not in pinned:
             shutil.rmtree(d, ignore_errors=True)
     for d in root.iterdir():
         if d.name.startswith(".tmp-") and _NAME.fullmatch(d.name[len(".tmp-"):]) and d.is_dir():
@@ -295,12 +311,18 @@ def _choose(root: Path, coll, dim: int, model_name: str, warn) -> tuple[Path, di
                           "(--keep-checkpoints K keeps the K newest)")
 
 
-def load(root, coll, store, model, dense_opt, warn=lambda msg: None) -> dict:
+def load(root, coll, store, model, dense_opt, warn=lambda msg: None, extra=None) -> dict:
     """Restore this rank's rows into ``store`` (an empty store) and the dense state from the newest
     intact checkpoint -> its meta, with ``path``. ``warn(message)`` hears of every damaged checkpoint
-    skipped. Collective over ``coll``. Raises CorruptionError when no intact checkpoint is left."""
+    skipped; ``extra(h5file)`` reads what :func:`save`'s ``extra`` wrote. Collective over ``coll``.
+    Raises CorruptionError when no intact checkpoint is left."""
     d, meta = _choose(Path(root), coll, store.dim, model.name, warn)
     store.import_h5(str(d / _sparse_name(coll.rank, coll.size)))
+    if extra is not None:
+        import h5py
+
+        with h5py.File(d / _sparse_name(coll.rank, coll.size), "r") as h:
+            extra(h)
     params, opt = _read_dense(d / _DENSE)
     model.load_state_dict(params)
     if opt is not None and dense_opt is not None:
@@ -308,25 +330,9 @@ def load(root, coll, store, model, dense_opt, warn=lambda msg: None) -> dict:
     return dict(meta, path=str(d))
 
 
-def read_extra(path) -> dict:
-    """The ``extra`` arrays saved with the checkpoint in directory ``path`` (verified by :func:`load`):
-    {name: array}, {} when there are none."""
-    import h5py
-
-    out = {}
-
-    def take(name, obj):
-        if isinstance(obj, h5py.Dataset):
-            out[name] = obj[()]
-
-    with h5py.File(Path(path) / _DENSE, "r") as h:
-        if _EXTRA in h:
-            h[_EXTRA].visititems(take)
-    return out
-
-
-def export(directory, coll, store, model) -> None:
-    """Write the trained ``model`` (see the module docstring). Collective over ``coll``."""
+def export(directory, coll, store, model, meta: dict | None = None) -> None:
+    """Write the trained ``model`` (see the module docstring), and ``meta`` as ``model.json``
+    (``_records.EXPORT_META``: what ``hps.Predictor`` needs). Collective over ``coll``."""
     import h5py
 
     d = Path(directory)
@@ -354,6 +360,8 @@ def export(directory, coll, store, model) -> None:
             for k, v in model.state_dict().items():
                 h.create_dataset(k, data=v)
             h.attrs["model"] = model.name
+        if meta is not None:
+            (d / EXPORT_META).write_text(json.dumps(meta, indent=1))
     coll.barrier()
 
 

@@ -16,8 +16,8 @@ import sys
 import threading
 import time
 
-from ..config import (COMPRESS_MODES, DENSE_OPTIMIZERS, DENSE_SYNCS, DEVICES, FORMATS, MODELS, MPI_WAITS,
-                      PAGE_CACHE_MODES, SPARSE_OPTIMIZERS, SPARSE_SYNCS, Config, flatten_options)
+from ..config import (COMPRESS_MODES, DENSE_OPTIMIZERS, DENSE_SYNCS, DEVICES, FORMATS, LR_DECAYS, MODELS,
+                      MPI_WAITS, PAGE_CACHE_MODES, SPARSE_OPTIMIZERS, SPARSE_SYNCS, Config, flatten_options)
 from ..data import DEFAULT_MAX_MALFORMED
 from ..errors import HpsError, InvalidInputError, InvalidTypeError
 
@@ -34,14 +34,26 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("data")
     g.add_argument("--config", help="TOML file with any of these options as keys")
     g.add_argument("--format", choices=FORMATS, default=S, help="data format (default synthetic)")
-    g.add_argument("--data", default=S, help="training data file")
-    g.add_argument("--eval-data", default=S, help="evaluation data file (synthetic: built-in split)")
+    g.add_argument("--data", nargs="+", default=S,
+                   help="training data: files, directories or globs (quoted), plain, .gz or .zst")
+    g.add_argument("--eval-data", nargs="+", default=S,
+                   help="evaluation data, the same (synthetic: built-in split)")
     g.add_argument("--rows", type=int, default=S, help="synthetic: training examples (200000)")
     g.add_argument("--fields", type=int, default=S, help="synthetic: categorical fields (8)")
     g.add_argument("--vocab-per-field", type=int, default=S, help="synthetic: values per field (20000)")
     g.add_argument("--zipf", type=float, default=S, help="synthetic: Zipf exponent (1.1)")
     g.add_argument("--n-dense", type=int, default=S, help="synthetic: dense features (4)")
-    g.add_argument("--label-column", default=S, help="csv: label column (click)")
+    g.add_argument("--drift", type=float, default=S,
+                   help="synthetic: popularity ranks shifted per example, so new keys keep arriving (0)")
+    g.add_argument("--label-column", default=S, help="csv, parquet: label column (click)")
+    g.add_argument("--ignore-columns", default=S, help="csv, parquet: columns to drop, comma separated")
+    g.add_argument("--dense-columns", default=S,
+                   help="csv, parquet: numeric columns, the dense features, comma separated")
+    g.add_argument("--categorical-columns", default=S,
+                   help="csv, parquet: the categorical fields in field-id order, comma separated "
+                        "(default: every column not given another part, in table order)")
+    g.add_argument("--int-as-categorical", action="store_true", default=S,
+                   help="criteo: also bucketize the 13 integer columns into fields 26..38")
     g.add_argument("--libsvm-fields", type=int, default=S, help="libsvm: positional fields")
     g.add_argument("--strict", action="store_true", default=S, help="stop at the first malformed line")
     g.add_argument("--data-shards", type=int, default=S,
@@ -76,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--rows-per-file", type=int, default=S, help="SSD-PS rows per file (16384)")
     g.add_argument("--ssd-page-cache", choices=PAGE_CACHE_MODES, default=S,
                    help="SSD-PS reads: O_DIRECT, or through the page cache dropping what was read, or plain (direct)")
-    g.add_argument("--hbm-capacity", type=int, default=S, help="HBM-PS keys (sized from batch 1)")
+    g.add_argument("--hbm-capacity", type=int, default=S, help="HBM-PS initial keys (from batch 1; grows)")
     g.add_argument("--n-parts", type=int, default=S, help="HBM-PS parts / GPUs per process (1)")
     g = p.add_argument_group("training")
     g.add_argument("--batch-size", type=int, default=S, help="examples per batch, whole job (16384)")
@@ -102,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "yield when the ranks on a node outnumber its cores (auto)")
     g.add_argument("--no-progress", dest="progress", action="store_false", default=S,
                    help="no progress bar")
+    _control_flags(g, S)
     _hierarchical_training_flags(p, S)
     return p
 
@@ -121,6 +134,28 @@ def _hierarchical_training_flags(p, S) -> None:
     g.add_argument("--op-osrp", type=int, default=S, metavar="BINS",
                    help="hash each example's sparse features into 2 x BINS binary features (one permutation "
                         "+ one sign random projection) before training")
+
+
+def _control_flags(g, S) -> None:
+    """Admission, expiry and training control (issue 14; README "Admission, expiry and training
+    control"), in the ``training`` group (TOML section ``[train]``)."""
+    g.add_argument("--admit-after", type=int, default=S, metavar="K",
+                   help="a key gets its own row from its K-th occurrence; before, its field's shared row (0: at once)")
+    g.add_argument("--admit-sketch-width", type=int, default=S,
+                   help="counters per row of each rank's 4-row count-min sketch, a power of two (1048576)")
+    g.add_argument("--expire-after", type=int, default=S, metavar="B",
+                   help="delete keys unused for B batches from every tier (0: never; at least 3)")
+    g.add_argument("--eval-every", type=int, default=S, metavar="N",
+                   help="evaluate on the eval data every N batches during training (0: at the end only)")
+    g.add_argument("--early-stop", type=int, default=S, metavar="P",
+                   help="stop after P evaluations without a better AUC; keeps the best checkpoint (0: never)")
+    g.add_argument("--lr-warmup", type=int, default=S, metavar="STEPS",
+                   help="linear learning-rate warm-up over STEPS global mini-batches (0)")
+    g.add_argument("--lr-decay", choices=LR_DECAYS, default=S, help="learning-rate decay after the warm-up (none)")
+    g.add_argument("--lr-decay-steps", type=int, default=S,
+                   help="cosine: steps down to 0; step: steps per x0.1 (needed with --lr-decay)")
+    g.add_argument("--shuffle-buffer", type=int, default=S, metavar="N",
+                   help="seeded streaming shuffle of each data shard through N examples (0: off)")
 
 
 def load_toml(path: str) -> dict:
@@ -146,6 +181,12 @@ def parse_config(argv=None) -> Config:
     values = flatten_options(load_toml(args.pop("config"))) if args.get("config") else {}
     args.pop("config", None)
     values.update(args)
+    for key in ("data", "eval_data"):  # one path stays a string; several are a tuple
+        if isinstance(values.get(key), (list, tuple)):
+            values[key] = values[key][0] if len(values[key]) == 1 else tuple(values[key])
+    for key in ("ignore_columns", "dense_columns", "categorical_columns"):
+        if isinstance(values.get(key), str):
+            values[key] = tuple(c.strip() for c in values[key].split(",") if c.strip())
     for key in ("hidden", "bottom_mlp", "top_mlp"):
         if isinstance(values.get(key), str):
             try:
@@ -275,3 +316,46 @@ def _fail(comm, e: BaseException, code: int) -> int:
         return code
     print(f"hps: error: {e}", file=sys.stderr)
     return code
+
+
+# -- python -m hps.predict ---------------------------------------------------------------------------------
+
+
+def build_predict_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m hps.predict",
+        description="Score raw data with a model exported by python -m hps.train --export DIR: one "
+                    "probability per valid example, in input order.")
+    p.add_argument("--model-dir", required=True, help="the export directory (--export of the training job)")
+    p.add_argument("--data", nargs="+", required=True,
+                   help="data in the training format: files, directories or globs, plain, .gz or .zst")
+    p.add_argument("--out", required=True, help="CSV file to write: label,probability (probability only "
+                   "for CSV/Parquet data without the label column)")
+    p.add_argument("--unknown", choices=("init", "zero"), default="init",
+                   help="row of a key the export lacks: the row training would have created for it "
+                        "(init, what the training job's evaluation used) or zeros (init)")
+    p.add_argument("--batch-size", type=int, default=65_536, help="examples scored at a time (65536)")
+    p.add_argument("--strict", action="store_true", help="stop at the first malformed line")
+    p.add_argument("--max-malformed", type=float, default=DEFAULT_MAX_MALFORMED, metavar="FRACTION",
+                   help=f"stop when more than this fraction of the lines are malformed ({DEFAULT_MAX_MALFORMED})")
+    return p
+
+
+def predict_main(argv=None) -> int:
+    """``python -m hps.predict``; returns the exit code (2 bad input, 1 failure)."""
+    args = build_predict_parser().parse_args(argv)
+    try:
+        if args.batch_size < 1:
+            raise InvalidInputError(f"--batch-size must be positive, got {args.batch_size}")
+        from ..predict import Predictor
+
+        pred = Predictor(args.model_dir, unknown=args.unknown)
+        data = args.data[0] if len(args.data) == 1 else args.data
+        res = pred.write_csv(data, args.out, batch_size=args.batch_size, strict=args.strict,
+                             max_malformed=args.max_malformed)
+    except (HpsError, OSError) as e:
+        return _fail(None, e, EXIT_BAD_INPUT if _is_bad_input(e) else EXIT_FAILED)
+    auc = f"; AUC {res['auc']:.4f}" if res["auc"] is not None else ""
+    skipped = f" ({res['malformed']} malformed lines skipped)" if res["malformed"] else ""
+    print(f"hps: scored {res['examples']} examples{skipped} with {args.model_dir} -> {args.out}{auc}")
+    return 0

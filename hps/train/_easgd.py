@@ -32,8 +32,9 @@ training every rank takes the centre copy (EASGD's result), which is what is eva
 ``--compress bf16``/``int8`` send the group all-reduce and the rounds as bfloat16
 (``hps.comm._compress``); centre and copies stay float32.
 
-Checkpoints hold, besides rank 0's copy, every group's copy, optimizer state and pending ``d``,
-the mini-batch counter and the whole centre (``checkpoint_state`` / ``restore``).
+Checkpoints: every rank writes into its own checkpoint file (group ``easgd``) its group's copy,
+optimizer state and pending ``d``, the mini-batch counter and, on a leader, its slice of the centre
+(``checkpoint_writer`` / ``read_checkpoint`` / ``restore``).
 
 Thread safety: the train thread calls every method; the background thread only runs ``_round``
 (on its own channel, the centre slice and the snapshot it was given).
@@ -52,8 +53,9 @@ from ..errors import InvalidInputError
 from ._collectives import Channel
 from ._hierarchy import _host
 
-#: Prefix of this module's arrays in a checkpoint's dense.h5 (``_checkpoint.save(extra=...)``).
-CKPT_PREFIX = "easgd"
+#: Group of this module's state in each rank's checkpoint file (``_checkpoint.save(extra=...)``).
+#: Written to disk: never rename.
+CKPT_GROUP = "easgd"
 
 
 def default_alpha(groups: int) -> float:
@@ -91,6 +93,7 @@ class DenseSync:
         self.rounds = 0
         self.wait_seconds = 0.0
         self._pending = None                        # Future or ndarray: the last round's d
+        self._restored = None                       # read_checkpoint's state, until restore applies it
         self._pool = None
         if size > 1:
             self.compress.warm_up()  # compile the codecs before the timed training (cached on disk)
@@ -139,57 +142,65 @@ class DenseSync:
             self._result()
         self._set(params, self._centre(compressed=False))
 
-    def checkpoint_state(self, params: dict, dense_opt) -> dict:
-        """``{name: array}`` for the checkpoint's dense.h5 (on rank 0; {} elsewhere and for G = 1):
-        the centre, the mini-batch counter and every group's copy, optimizer state and pending d.
-        Collective; waits for a round in flight (its d stays pending)."""
+    def checkpoint_writer(self, params: dict, dense_opt):
+        """None for G = 1; else ``write(h5file)``, which puts this rank's EASGD state into its own
+        checkpoint file (``_checkpoint.save(extra=...)``): the group copy, its optimizer state, the
+        pending d, the round counter and, on a leader, its slice of the centre. Waits for a round in
+        flight (its d stays pending). Train thread."""
         if self.G == 1:
-            return {}
+            return None
         pending = self._result() if self._pending is not None else None
-        centre = self._centre(compressed=False)
-        mine = None
-        if self.leader:
-            st = dense_opt.state_dict()
-            mine = {"params": self._flatten(params)[:self.n], "pending": pending, "opt_step": st["step"],
-                    "opt": {s: v for s, v in st.items() if isinstance(v, dict)}}
-        every = self.bg_ch.allgather(mine)
-        if self.coll.rank != 0:
-            return {}
-        out = {f"{CKPT_PREFIX}/centre": centre, f"{CKPT_PREFIX}/steps": np.int64(self.steps),
-               f"{CKPT_PREFIX}/groups": np.int64(self.G)}
-        for g, r in enumerate(self.leaders):
-            st, pre = every[r], f"{CKPT_PREFIX}/group{g}"
-            out[f"{pre}/params"] = st["params"]
-            out[f"{pre}/opt_step"] = np.int64(st["opt_step"])
-            if st["pending"] is not None:
-                out[f"{pre}/pending"] = st["pending"]
-            for slot, arrays in st["opt"].items():
-                for name, a in arrays.items():
-                    out[f"{pre}/opt/{slot}/{name}"] = a
-        return out
+        flat, st = self._flatten(params)[:self.n], dense_opt.state_dict()
+        centre = None if self.centre is None else self.centre.copy()
+        steps = self.steps
 
-    def restore(self, extra: dict, params: dict, dense_opt) -> None:
-        """Continue from :meth:`checkpoint_state`'s arrays ``extra`` (read back from the checkpoint;
-        {} for a job without groups). Local."""
-        have = int(extra.get(f"{CKPT_PREFIX}/groups", 1))
+        def write(h):
+            g = h.create_group(CKPT_GROUP)
+            g.attrs["groups"], g.attrs["steps"], g.attrs["opt_step"] = self.G, steps, st["step"]
+            g.create_dataset("params", data=flat)
+            if pending is not None:
+                g.create_dataset("pending", data=pending)
+            if centre is not None:
+                g.create_dataset("centre", data=centre)
+            for slot, arrays in st.items():
+                if isinstance(arrays, dict):
+                    for name, a in arrays.items():
+                        g.create_dataset(f"opt/{slot}/{name}", data=a)
+
+        return write
+
+    def read_checkpoint(self, h) -> None:
+        """Read what :meth:`checkpoint_writer` wrote into this rank's checkpoint file ``h`` (an open
+        h5py File; ``_checkpoint.load(extra=...)``); :meth:`restore` applies it. Raises
+        InvalidInputError when the checkpoint was written with another number of groups."""
+        g = h.get(CKPT_GROUP)
+        have = int(g.attrs["groups"]) if g is not None else 1
         if have != self.G:
             raise InvalidInputError(f"the checkpoint was written with {have} dense group(s) (--groups, "
                                     f"--dense-sync); resume with the same, not {self.G}")
-        if self.G == 1:
+        if g is None:
             return
-        pre = f"{CKPT_PREFIX}/group{self.group}"
-        self._set(params, extra[f"{pre}/params"])
+        self._restored = {"steps": int(g.attrs["steps"]), "opt_step": int(g.attrs["opt_step"]),
+                          "params": g["params"][()], "pending": g["pending"][()] if "pending" in g else None,
+                          "centre": g["centre"][()] if "centre" in g else None,
+                          "opt": {slot: {name: g[f"opt/{slot}/{name}"][()] for name in g[f"opt/{slot}"]}
+                                  for slot in (g["opt"] if "opt" in g else ())}}
+
+    def restore(self, params: dict, dense_opt) -> None:
+        """After ``_checkpoint.load`` (which set rank 0's dense state): this rank's group copy,
+        optimizer state, pending d, counter and centre slice as :meth:`read_checkpoint` read them."""
+        r = self._restored
+        if r is None:
+            return
+        self._set(params, r["params"])
         st = dense_opt.state_dict()
-        st["step"] = int(extra[f"{pre}/opt_step"])
-        for slot in [s for s, v in st.items() if isinstance(v, dict)]:
-            st[slot] = {name: extra[f"{pre}/opt/{slot}/{name}"] for name, _ in self.shapes
-                        if f"{pre}/opt/{slot}/{name}" in extra}
+        st["step"] = r["opt_step"]
+        st.update(r["opt"])
         dense_opt.load_state_dict(st)
-        self.steps = int(extra[f"{CKPT_PREFIX}/steps"])
-        self._pending = extra.get(f"{pre}/pending")
+        self.steps, self._pending = r["steps"], r["pending"]
         if self.leader:
-            self.centre = np.array(extra[f"{CKPT_PREFIX}/centre"][self.group * self.m:(self.group + 1) * self.m],
-                                   np.float32)
+            self.centre = np.array(r["centre"], np.float32)
+        self._restored = None
 
     def metrics(self) -> dict:
         return {"dense_sync": self.mode, "groups": self.G, "easgd_alpha": self.alpha if self.G > 1 else None,
@@ -278,7 +289,12 @@ def _asarray_like(a: np.ndarray, like):
 
 
 def make_dense_sync(cfg, coll, params: dict) -> DenseSync:
-    """The :class:`DenseSync` of ``cfg.train``'s flags. Collective over ``coll.main``."""
+    """The :class:`DenseSync` of ``cfg.train``'s flags. Collective over ``coll.main``. Raises
+    InvalidInputError for --dense-sync easgd or --compress on --device cuda (the GPU-resident step
+    has collectives of its own)."""
     tc = cfg.train
+    if cfg.tiers.device == "cuda" and (tc.dense_sync != "allreduce" or tc.compress != "none"):
+        raise InvalidInputError("--dense-sync easgd and --compress run on --device cpu only so far (the "
+                                "GPU-resident step has collectives of its own)")
     return DenseSync(coll, params, tc.dense_sync, tc.groups, tc.easgd_alpha, tc.easgd_every,
                      Compression(tc.compress))

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..data import Batch, HashedReader, ReaderStats, open_dataset, share_bounds
 from ..errors import InvalidInputError
+from ._shuffle import shuffled
 
 
 def minibatch_sizes(batch_size: int, minibatch_size: int) -> np.ndarray:
@@ -79,9 +80,11 @@ class Feed:
                                     "every shard needs a place in every mini-batch")
         self.n_shards = k
         self.shards = list(range(rank * k // size, (rank + 1) * k // size))
+        self.shuffle_buffer, self.seed = tc.shuffle_buffer, tc.seed  # --shuffle-buffer (_shuffle)
         self.sizes = minibatch_sizes(tc.batch_size, tc.minibatch_size)
         self._local = [shard_minibatch_sizes(self.sizes, s, k) for s in self.shards]
         opts = _format_options(d, tc.seed, tc.batch_size)
+        self.format_options = opts  # the readers' options (the export records them)
         read = {"strict": d.strict, "max_malformed": d.max_malformed}
         self.readers = [open_dataset(d.data, d.format, int(local.sum()), shard=(s, k), **read, **opts)
                         for s, local in zip(self.shards, self._local)]
@@ -111,6 +114,7 @@ class Feed:
         with no eval data (the warm-up's scratch job)."""
         feed = cls.__new__(cls)
         feed.n_shards, feed.shards = 1, [0]
+        feed.shuffle_buffer, feed.seed = 0, 0
         feed.sizes = minibatch_sizes(len(batches[0]), minibatch_size)
         feed._local = [feed.sizes]
         feed.readers = [_Replay(batches, n_fields, n_dense)]
@@ -149,9 +153,12 @@ class Feed:
     def empty(self) -> LocalBatch:
         return LocalBatch(empty_batch(self.n_fields, self.n_dense), np.zeros(len(self.sizes) + 1, np.int64))
 
-    def epoch(self) -> Iterator[LocalBatch]:
-        """Local batches of one pass, until every shard of this rank has run out."""
+    def epoch(self, epoch: int = 0) -> Iterator[LocalBatch]:
+        """Local batches of pass ``epoch`` (its shuffle, with ``--shuffle-buffer``), until every
+        shard of this rank has run out."""
         its = [r.batches() for r in self.readers]
+        if self.shuffle_buffer:
+            its = [shuffled(it, self.shuffle_buffer, self.seed, s, epoch) for it, s in zip(its, self.shards)]
         try:
             while True:
                 parts = [next(it, None) for it in its]
@@ -210,9 +217,12 @@ def _malformed(readers) -> tuple[int, list[str]]:
 def _format_options(d, seed: int, batch_size: int) -> dict:
     if d.format == "synthetic":  # generated in blocks of the global batch size: the same data for any K
         return {"rows": d.rows, "fields": d.fields, "vocab_per_field": d.vocab_per_field, "zipf": d.zipf,
-                "n_dense": d.n_dense, "seed": seed, "block_rows": batch_size}
+                "n_dense": d.n_dense, "seed": seed, "block_rows": batch_size, "drift": d.drift}
     if d.format == "libsvm" and d.libsvm_fields:
         return {"n_fields": d.libsvm_fields}
-    if d.format == "csv":
-        return {"label": d.label_column}
+    if d.format in ("csv", "parquet"):
+        return {"label": d.label_column, "ignore_columns": d.ignore_columns, "dense_columns": d.dense_columns,
+                "categorical_columns": d.categorical_columns}
+    if d.format == "criteo":
+        return {"int_as_categorical": d.int_as_categorical}
     return {}

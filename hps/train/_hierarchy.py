@@ -149,8 +149,14 @@ class ParameterHierarchy:
 
     # -- place stage -------------------------------------------------------------------------------------
     def place(self, prep: Prepared) -> None:
-        """Insert the fetched rows into HBM-PS (blocks until done)."""
-        if prep.fetch_keys.shape[0]:
+        """Insert the fetched rows into HBM-PS (blocks until done), first growing the table (to at least
+        twice its capacity, on its device, keeping every entry) when they might not fit: the working
+        set of a later batch may be larger than the first one's, which sized the table."""
+        n = prep.fetch_keys.shape[0]
+        if n:
+            need = len(self.hbm) + n  # erases of a concurrent prepare only lower the true need
+            if need > self.hbm.capacity:
+                self.hbm.reserve(max(need, 2 * self.hbm.capacity))
             self.hbm.insert(prep.fetch_keys, prep.fetch_rows)
 
     # -- consistent cuts ---------------------------------------------------------------------------------
@@ -177,14 +183,31 @@ class ParameterHierarchy:
 
     def read_owned(self, keys: np.ndarray) -> np.ndarray:
         """Current rows of owned ``keys`` (n,) -> (n, row_width): resident ones from HBM, the others
-        from MEM-PS. Read-only (evaluation). Holds the residency lock."""
+        from MEM-PS/SSD-PS (or the initializer), read only: nothing is cached or pinned, so an
+        evaluation leaves the tiers as they were (also during training). Holds the residency lock."""
         with self._lock:
             rows = np.empty((keys.shape[0], self.memps.row_width), self.memps.dtype)
             res = self._last_use.contains(keys)
-            if res.any():
-                rows[res] = _host(self.hbm.get(keys[res])[0])
-            rows[~res] = self._serve(keys[~res])
+            if res.any():  # a key prepared but not placed yet is still current in MEM-PS
+                got, found = self.hbm.get(keys[res])
+                found = np.asarray(_host(found), dtype=bool)
+                where = np.flatnonzero(res)
+                rows[where[found]] = _host(got)[found]
+                res[where[~found]] = False
+            rows[~res] = self.memps.read(keys[~res])
             return rows
+
+    def delete(self, keys: np.ndarray) -> int:
+        """Delete owned ``keys`` (n,) uint64 from every tier (feature expiry): MEM-PS and SSD-PS; a
+        key that is not resident is in no HBM-PS. A deleted key that comes back is born again from
+        the initializer -> keys the SSD-PS held. Holds the residency lock. REQUIRES: no key is
+        resident (expiry deletes only keys unused for longer than the residency window); raises
+        InternalError, deleting nothing, otherwise."""
+        with self._lock:
+            res = self._last_use.contains(keys)
+            if res.any():
+                raise InternalError(f"{int(res.sum())} keys to delete are resident (expiry bug)")
+            return self.memps.delete(keys)
 
     @property
     def resident(self) -> int:

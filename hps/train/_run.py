@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import json
+import time
 
 from ..errors import InvalidInputError
 from ._collectives import Collectives
+from ._control import summary as control_summary
 from ._preflight import check_outputs
+from ._records import run_record
 from ._trainer import Trainer
 
 #: Options every rank must share (they shape the collectives or the model); the others (data paths,
 #: outputs, tiers) may differ between ranks.
 SHARED_OPTIONS = {
-    "data": ("format", "data_shards", "fields", "n_dense", "libsvm_fields", "label_column", "op_osrp"),
+    "data": ("format", "data_shards", "fields", "n_dense", "libsvm_fields", "label_column", "ignore_columns",
+             "dense_columns", "categorical_columns", "int_as_categorical", "drift", "op_osrp"),
     "model": None,  # all of them
     "train": ("batch_size", "minibatch_size", "epochs", "seed", "checkpoint_every", "resume",
-              "ranks_per_node", "sparse_sync", "dense_sync", "groups", "easgd_alpha", "easgd_every", "compress"),
+              "ranks_per_node", "sparse_sync",
+              # issue 14: admission, expiry, training control
+              "admit_after", "admit_sketch_width", "expire_after", "eval_every", "early_stop", "lr_warmup",
+              "lr_decay", "lr_decay_steps", "shuffle_buffer",
+              # issue 17: hierarchical training, compression
+              "dense_sync", "groups", "easgd_alpha", "easgd_every", "compress"),
 }
 
 
@@ -42,6 +51,7 @@ def run(cfg, comm=None, log=print, on_fatal=None) -> dict:
     check_same_options(coll.main, cfg)
     say = log if coll.rank == 0 else (lambda *a, **k: None)
     check_outputs(cfg.train)
+    started = time.time()
     trainer = Trainer(cfg, coll, log=say, on_fatal=on_fatal)
     try:
         synthetic = trainer.feed.synthetic
@@ -59,6 +69,7 @@ def run(cfg, comm=None, log=print, on_fatal=None) -> dict:
             metrics["bayes_auc"] = bayes
         metrics["bytes_sent_per_example"] = {k: v / max(metrics["examples"], 1)
                                              for k, v in metrics["bytes_sent"].items()}
+        metrics.update(run_record(cfg, started))  # config, hps version, data files, run name
         if coll.rank == 0:
             say(report(metrics))
             if cfg.train.metrics_out:
@@ -88,6 +99,7 @@ def report(m: dict) -> str:
                  f"(not counting {m['warmup_seconds']:.1f} s of kernel warm-up)")
     lines.append(f"model size: {m['table_rows']:,} keys, {m['sparse_parameters']:,} embedding parameters, "
                  f"{m['dense_parameters']:,} dense parameters")
+    lines += control_summary(m)  # issue 14: eval curve, early stop, admission/expiry
     for what, pre in (("training", ""), ("eval", "eval_")):
         if m.get(f"{pre}malformed_lines"):
             first = m[pre + "malformed_first"]

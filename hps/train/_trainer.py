@@ -9,10 +9,12 @@ has its own duplicate of the job's communicator (``_collectives``):
 2. ``prepare`` plan the mini-batches and find the keys this rank holds resident for the batch
                (``_sync``: keys sent to their owners, or gathered from every rank); evict what left
                the residency window and fetch the rest from MEM-PS/SSD-PS;
-3. ``place``   insert the fetched rows into HBM-PS;
+3. ``place``   insert the fetched rows into HBM-PS (growing it if needed); on ``--device cuda`` also
+               upload the batch's plan (``_device_step``);
 4. ``train``   per global mini-batch: rows -> forward/backward on this rank's examples -> summed
                gradient of every key -> one optimizer step per key -> dense all-reduce and step
-               (over all ranks, or the rank's group with ``--dense-sync easgd``: ``_easgd``).
+               (on ``--device cuda``: on the HBM-PS rows in place, ``_device_step``; with
+               ``--dense-sync easgd`` over the rank's group, ``_easgd``).
                Checkpoints happen here, at batch boundaries.
 
 Not thread-safe: one Trainer per process, driven by one caller.
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -36,12 +38,16 @@ from ..model import ModelConfig, make_model, make_optimizers
 from ..pipeline import STOP_TIMEOUT_S, Pipeline, Stage
 from ..ssd import ScratchEnv, SSDOptions, SSDStore
 from . import _checkpoint, _warmup
+from ._admission import FeatureFilter, shared_keys
 from ._budget import plan_memory
+from ._control import TrainingControl, run_name
 from ._collectives import Collectives
+from ._device_step import make_device_step, transfer_metrics
 from ._easgd import make_dense_sync
 from ._feed import Feed, LocalBatch, empty_batch
 from ._hierarchy import ParameterHierarchy, _host, make_hbm
 from ._preflight import check_memory
+from ._schedule import LRSchedule
 from ._ssd_dir import SSDDir
 from ._sync import make_sync, unique_inverse
 
@@ -64,6 +70,8 @@ class Work:
     last_in_epoch: bool = False
     plans: list | None = None
     prepared: object | None = None
+    filter_state: dict | None = None   # admission/expiry state after this batch's prepare (checkpoints)
+    staged: list | None = None   # the plans on the device (--device cuda, _device_step)
 
 
 class Trainer:
@@ -93,6 +101,10 @@ class Trainer:
         self.dense_sync = make_dense_sync(cfg, self.coll, self.model.params)  # --dense-sync, --compress
         self.sync = make_sync(cfg.train.sparse_sync, self.coll, self.model, self.sparse_opt, self.row_params,
                               self.xp, compress=self.dense_sync.compress)
+        self._init_control()
+        # GPU-resident training on --device cuda (None on the CPU): rows stay in the HBM-PS
+        self.device = make_device_step(cfg, self.coll, self.model, self.sparse_opt, self.dense_opt,
+                                       self.row_params, self.xp, self.sync.replicated)
         self.store = None
         # this job's own directory (never one another job or the user holds), removed by close()
         self._ssd = SSDDir.claim(t.ssd_path, self.coll.rank, self.coll.size, keep=t.keep_ssd)
@@ -116,6 +128,21 @@ class Trainer:
         self.peak_resident = 0
         self.start_index = 0
         self.history = {"loss": []}
+
+    def _init_control(self) -> None:
+        """Issue 14: admission and expiry (``_admission``), the learning-rate schedule (``_schedule``),
+        evaluation during training and early stopping (``_control``)."""
+        tc = self.cfg.train
+        if 0 < tc.expire_after < WINDOW:
+            raise InvalidInputError(f"--expire-after must be at least {WINDOW} batches (the residency window: "
+                                    f"an expiring key must have left HBM-PS), got {tc.expire_after}")
+        if tc.eval_every and not self.feed.has_eval:
+            raise InvalidInputError(f"--eval-every needs eval data: give --eval-data FILE "
+                                    f"(--format {self.cfg.data.format})")
+        self.filter = (FeatureFilter(self.coll, tc.admit_after, tc.expire_after, tc.admit_sketch_width)
+                       if tc.admit_after > 1 or tc.expire_after else None)
+        self.schedule = LRSchedule(tc, len(self.feed.sizes), self.sparse_opt, self.dense_opt)
+        self.control = TrainingControl(tc.eval_every, tc.early_stop, WINDOW, tc.checkpoint_dir)
 
     def _first_working_set(self) -> tuple[int, int]:
         """(keys this rank will hold resident for the first batch, how many of them it owns): the
@@ -143,13 +170,13 @@ class Trainer:
         index = 0
         ch = self.coll.read
         for epoch in range(self.cfg.train.epochs):
-            it = self.feed.epoch()
+            it = self.feed.epoch(epoch)
             cur = next(it, None)
             b = 0
             while True:
                 nxt = next(it, None)
                 local = cur if cur is not None else self.feed.empty()
-                n_total, more = ch.agree(local.counts, nxt is not None)
+                n_total, more = ch.agree(local.counts, nxt is not None and not self._read_past_stop(index))
                 if not n_total.any():  # no shard holds an example (each was fine on its own)
                     raise InvalidInputError(f"no valid example in --data {self.cfg.data.data}: every one "
                                             f"of its {self.feed.n_shards} shards is empty")
@@ -160,12 +187,16 @@ class Trainer:
                 if not more:
                     break
                 cur = nxt
+            if self.control.patience and ch.any(self.control.stopping):  # early stop: no next epoch
+                return
 
     def _ensure_hierarchy(self):
         if self.hier is not None:
             return
         t = self.cfg.tiers
         hbm = make_hbm(self.plan.hbm_keys, self.row_width, t.device, t.n_parts)
+        if self.device is not None:
+            hbm = self.device.wrap(hbm)
         pull = self.coll.prepare.pull_rows if self.sync.replicated else None
         self.hier = ParameterHierarchy(hbm, self.memps, WINDOW, self.coll.owned_mask, pull)
 
@@ -173,39 +204,86 @@ class Trainer:
         if self.hier is not None:
             self.hier.wait_ready(w.index, self.pipeline.stop_event)
 
+    def _read_past_stop(self, index: int) -> bool:
+        """Early stopping decided and batch ``index`` is past what ``prepare`` still runs (_control)."""
+        return self.control.skip_prepare(index + 1)
+
     def _prepare(self, w: Work) -> Work:
+        if self.control.skip_prepare(w.index):
+            return w
+        if self.filter is not None:  # admission: keys not admitted become their field's shared key
+            w.local = LocalBatch(replace(w.local.data, keys=self.filter.admit(w.local.data.keys)), w.local.bounds)
         resident, w.plans = self.sync.plan(w.local)
         self._ensure_hierarchy()
         w.prepared = self.hier.prepare(w.index, resident)
         self.peak_resident = max(self.peak_resident, self.hier.resident)
+        if self.filter is not None:  # expiry: the owner's keys of this batch are used now
+            self.filter.touch(w.index, resident)
+            self.filter.expire(w.index, self.hier.delete)
+            if self._checkpoint_due(w) or self.control.keeps_best(w.index):
+                w.filter_state = self.filter.state()
         return w
 
     def _place(self, w: Work) -> Work:
+        if w.prepared is None:
+            return w
         try:
             self.hier.place(w.prepared)
         except HashTableFullError as e:
             raise HashTableFullError(f"{e} (HBM-PS holds the working sets of {WINDOW + 1} batches: raise "
                                      "--hbm-capacity or lower --batch-size)") from None
+        if self.device is not None:
+            w.staged = self.device.upload(w.local, w.plans)
         return w
 
     def _train(self, w: Work) -> dict:
-        loss_sum = 0.0
-        for j, plan in enumerate(w.plans):
-            n = int(w.n_total[j])
-            if n == 0:
-                continue  # every shard had run out
-            share = w.local.minibatch(j)
-            loss, g_dense = self.sync.step(self.hier.hbm, w.index, plan, share, n)
-            self._dense_step(g_dense, len(share), n)
-            loss_sum += loss * n
+        if self.control.skip_train(w.index):  # early stopping: not trained
+            if self.hier is not None:
+                self.hier.mark_trained(w.index)
+            return {"index": w.index, "loss": None, "examples": 0}
+        schedule = self.schedule.apply if self.schedule.active else None
+        if self.device is not None:
+            loss_sum = self.device.train_batch(self.hier.hbm, w.plans, w.staged, w.n_total, w.index, schedule)
+        else:
+            loss_sum = self._train_host(w, schedule)
         n_ex = int(w.n_total.sum())
         loss_sum = self.coll.train.allsum(loss_sum)
         if not math.isfinite(loss_sum):
             raise NumericalError(f"training loss became {loss_sum} at epoch {w.epoch} batch {w.batch}; "
                                  "lower --lr/--dense-lr or check the data for inf/NaN features")
         self.hier.mark_trained(w.index)
-        self._maybe_checkpoint(w)
+        saved = []  # at most one checkpoint of this batch: for the best model, and when it is due
+
+        def save():
+            if not saved:
+                saved.append(self.save_checkpoint(w.index, w.epoch, w.batch, w.filter_state))
+
+        self.control.after_batch(w.index, n_ex, self._evaluate_now, save)  # first: checkpoints hold its state
+        if self._checkpoint_due(w):
+            save()
+        if self.control.stop == w.index and self.control.pinned():
+            _checkpoint.point_latest(self.cfg.train.checkpoint_dir, self.control.pinned()[0])
         return {"index": w.index, "loss": loss_sum / max(n_ex, 1), "examples": n_ex}
+
+    def _evaluate_now(self) -> tuple[float, float]:
+        """(AUC, logloss) of the model as it is, the same on every rank (train channel)."""
+        m = self.evaluate(ch=self.coll.train)
+        auc, logloss = self.coll.train.allgather((m.get("auc"), m.get("logloss")))[0]
+        return float(auc), float(logloss)
+
+    def _train_host(self, w: Work, schedule) -> float:
+        loss_sum = 0.0
+        for j, plan in enumerate(w.plans):
+            n = int(w.n_total[j])
+            if n == 0:
+                continue  # every shard had run out
+            if schedule is not None:
+                schedule(w.index, j)
+            share = w.local.minibatch(j)
+            loss, g_dense = self.sync.step(self.hier.hbm, w.index, plan, share, n)
+            self._dense_step(g_dense, len(share), n)
+            loss_sum += loss * n
+        return loss_sum
 
     def _dense_step(self, grads: dict, n_local: int, n_total: int) -> None:
         names = list(grads)
@@ -224,30 +302,44 @@ class Trainer:
         self.dense_sync.after_step(self.model.params)
 
     # -- checkpoints ------------------------------------------------------------------------------------
-    def _maybe_checkpoint(self, w: Work) -> None:
+    def _checkpoint_due(self, w: Work) -> bool:
         tc = self.cfg.train
-        if not tc.checkpoint_dir:
-            return
-        due = tc.checkpoint_every and (w.index + 1) % tc.checkpoint_every == 0
-        if due or w.last_in_epoch:
-            self.save_checkpoint(w.index, w.epoch, w.batch)
+        return bool(tc.checkpoint_dir) and bool(
+            (tc.checkpoint_every and (w.index + 1) % tc.checkpoint_every == 0) or w.last_in_epoch)
 
-    def save_checkpoint(self, index: int, epoch: int, batch: int) -> str:
-        """Write a checkpoint after batch ``index``. Collective over the train channel: call it from
-        the train stage (or after training)."""
+    def save_checkpoint(self, index: int, epoch: int, batch: int, filter_state: dict | None = None) -> str:
+        """Write a checkpoint after batch ``index`` (with the admission/expiry state ``filter_state``
+        taken by that batch's prepare). Collective over the train channel: call it from the train
+        stage (or after training)."""
         self.hier.sync_to_store()
         tc = self.cfg.train
-        extra = self.dense_sync.checkpoint_state(self.model.params, self.dense_opt)
+        writers = []
+        if self.filter is not None:  # admission/expiry state as of batch index
+            st = filter_state if filter_state is not None else self.filter.state()
+            writers.append(self.filter.checkpoint_writer(st))
+        easgd = self.dense_sync.checkpoint_writer(self.model.params, self.dense_opt)  # None without groups
+        writers += [easgd] if easgd is not None else []
+        extra = (lambda h: [write(h) for write in writers]) if writers else None
         return _checkpoint.save(tc.checkpoint_dir, self.coll.train, self.store, self.model, self.dense_opt,
-                                {"index": index, "epoch": epoch, "batch": batch}, keep=tc.keep_checkpoints,
-                                extra=extra)
+                                {"index": index, "epoch": epoch, "batch": batch, "control": self.control.state()},
+                                keep=tc.keep_checkpoints,
+                                extra=extra, pinned=self.control.pinned())
 
     def resume(self) -> None:
         meta = _checkpoint.load(self.cfg.train.checkpoint_dir, self.coll.main, self.store, self.model,
-                                self.dense_opt, warn=lambda msg: self.log(f"hps: warning: {msg}"))
-        self.dense_sync.restore(_checkpoint.read_extra(meta["path"]), self.model.params, self.dense_opt)
+                                self.dense_opt, warn=lambda msg: self.log(f"hps: warning: {msg}"),
+                                extra=self._read_checkpoint_extra)
+        self.dense_sync.restore(self.model.params, self.dense_opt)  # this rank's group copy (--groups)
         self.start_index = meta["index"] + 1
+        if "control" in meta:  # the eval curve, the best, early stopping (absent before issue 14)
+            self.control.load_state(meta["control"])
         self.log(f"resumed from {meta['path']} (after batch {meta['index']}, epoch {meta['epoch']})")
+
+    def _read_checkpoint_extra(self, h) -> None:
+        """What ``save_checkpoint``'s writers put in this rank's checkpoint file ``h``."""
+        if self.filter is not None:
+            self.filter.read_checkpoint(h)
+        self.dense_sync.read_checkpoint(h)
 
     # -- run ----------------------------------------------------------------------------------------------
     def _stage_failed(self, stage: str, exc: BaseException) -> None:
@@ -279,6 +371,8 @@ class Trainer:
 
         def sink(res):
             nonlocal examples
+            if res["loss"] is None:  # not trained (early stopping)
+                return
             examples += res["examples"]
             self.history["loss"].append(res["loss"])
             if bar is not None:
@@ -306,11 +400,12 @@ class Trainer:
             self.log(f"nothing left to train: the checkpoint is past the last batch of --epochs {tc.epochs}")
         return self.metrics()
 
-    def evaluate(self, batches=None) -> dict:
+    def evaluate(self, batches=None, ch=None) -> dict:
         """AUC and logloss on ``batches`` (default: this rank's shards of the eval data; synthetic: its
         eval split), on rank 0; {} without eval data. Every rank predicts its own batches with rows
         pulled from their owners (main channel); labels and probabilities are gathered on rank 0.
-        Collective (ranks may hold different numbers of batches)."""
+        Collective over ``ch`` (default the main channel; ranks may hold different numbers of
+        batches). With admission, keys not admitted are scored with their field's shared row."""
         if batches is None:
             if not self.feed.has_eval:
                 return {}
@@ -318,7 +413,7 @@ class Trainer:
         batches = iter(batches)
         # nothing trained in this run (resumed after the last batch): the rows are in the tiers
         self._ensure_hierarchy()
-        ch, P = self.coll.main, self.row_params
+        ch, P = ch or self.coll.main, self.row_params
         labels, probs = [], []
         while True:
             batch = next(batches, None)
@@ -327,6 +422,10 @@ class Trainer:
             if batch is None:
                 batch = empty_batch(self.feed.n_fields, self.feed.n_dense)
             keys, inv = unique_inverse(batch.keys)
+            if self.filter is not None and self.filter.admitting:
+                ok = ch.pull_owned(keys, lambda k: self.filter.admitted_mask(k).astype(np.float32)[:, None])
+                keys, again = unique_inverse(np.where(ok[:, 0] > 0, keys, shared_keys(keys)))
+                inv = again[inv]
             rows = ch.pull_owned(keys, self.hier.read_owned)
             labels.append(batch.labels)
             probs.append(_host(self.model.predict(self.xp.asarray(rows[:, :P]), inv, batch)))
@@ -353,8 +452,10 @@ class Trainer:
         return {"bytes_parsed": self.feed.bytes_parsed, "resident_rows": self.peak_resident,
                 "bytes_sent": self.coll.bytes_sent(), "stage_cpu_seconds": cpu, "mpi_seconds": mpi,
                 "mpi_cpu_seconds": mpi_cpu, "malformed": self.feed.malformed(),
+                "filter": self.filter.metrics() if self.filter is not None else None,
                 "ssd_rows_loaded": self.memps.stats()["ssd_loads"],
-                "ssd": {k: st[k] for k in ("bytes_read", "bytes_written", "disk_bytes", "files", "live_rows")}}
+                "ssd": {k: st[k] for k in ("bytes_read", "bytes_written", "disk_bytes", "files", "live_rows")},
+                "transfers": self.device.ledger.metrics() if self.device is not None else None}
 
     def metrics(self) -> dict:
         """Job metrics. Per-rank figures are lists in rank order; SSD-PS figures and bytes sent are
@@ -399,7 +500,18 @@ class Trainer:
             "loss_per_batch": self.history["loss"],
             "malformed_lines": sum(r["malformed"][0] for r in per),
             "malformed_first": [x for r in per for x in r["malformed"][1]],
+            **self._control_metrics(per),
+            **transfer_metrics([r["transfers"] for r in per]),  # host <-> device bytes by purpose
         }
+
+    def _control_metrics(self, per: list) -> dict:
+        """Issue 14: admission/expiry counts (summed over ranks), the eval curve, early stopping."""
+        out = {"run_name": run_name(self.cfg), **self.control.metrics()}
+        if self.filter is not None:
+            out.update(admitted_keys=sum(r["filter"]["admitted"] for r in per),
+                       expired_keys=sum(r["filter"]["expired"] for r in per),
+                       known_keys=sum(r["filter"]["known"] for r in per))
+        return out
 
     def describe_model(self) -> str:
         """One line: the architecture, its dense parameter count and the layout of an embedding row."""
@@ -412,7 +524,10 @@ class Trainer:
                 f"one row of {self.row_width} floats ({row}) per key, made on first use")
 
     def export(self, directory: str) -> None:
-        _checkpoint.export(directory, self.coll.main, self.store, self.model)
+        from ._records import export_meta
+
+        meta = export_meta(self.cfg, self.feed, self.model, getattr(self.feed, "format_options", {}))
+        _checkpoint.export(directory, self.coll.main, self.store, self.model, meta=meta)
 
     def close(self) -> None:
         """Close the SSD-PS and remove it with the directories this job made (unless --keep-ssd).

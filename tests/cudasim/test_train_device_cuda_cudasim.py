@@ -1,12 +1,18 @@
-"""``--device cuda`` through the array-module seam under the CUDA simulator: NumPy stands in for CuPy
-and the HBM-PS is the CUDA table on the simulated GPU, so the cuda training path runs in CI.
+"""``python -m hps.train --device cuda`` on Numba's CUDA simulator: the GPU-resident step of
+``hps/train/_device_step.py`` (rows stay in the HBM-PS, pooling, gradient reduction and the row
+optimizers run as CUDA kernels on the table's rows) with NumPy standing in for CuPy (``hps._xp``).
 
-This is today's ``--device cuda`` path (rows still cross to the host per mini-batch; the GPU-resident
-kernels of hps.gpu are not wired into the trainer yet). Tiny on purpose: the simulator runs every
-table kernel thread in Python.
+Each job ends with the CPU backend's parameters (max abs diff <= 1e-5 over hps.load_export) and AUC,
+and the transfer ledger shows what crossed: no row, key or gradient inside the mini-batch loop (16
+bytes per batch, the loss and the missing-key count), every row fetched into the HBM-PS once and
+written back once. Tiny on purpose: the simulator runs every kernel thread in Python.
 """
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,23 +21,93 @@ from hps.train import load_export, main
 
 pytestmark = pytest.mark.cudasim
 
+REPO = Path(__file__).resolve().parents[2]
 TINY = ["--rows", "300", "--fields", "2", "--vocab-per-field", "40", "--batch-size", "100",
         "--minibatch-size", "50", "--hidden", "4", "--embedding-dim", "3", "--no-progress"]
+#: model and row-optimizer combinations (every row kernel, first-order columns, L2, an HBM-PS that must
+#: grow from 8 keys) -> (arguments, floats per row: parameters P (3, or 4 with a first-order weight)
+#: and the optimizer's state)
+CASES = {
+    "ctr-adagrad": ([], 3 + 3),
+    "wdl-rowwise-adagrad-l2": (["--model", "wdl", "--sparse-optimizer", "rowwise-adagrad", "--emb-l2", "0.01"],
+                               4 + 1),
+    "deepfm-adam-growth": (["--model", "deepfm", "--sparse-optimizer", "adam", "--hbm-capacity", "8"], 4 + 9),
+    "dcn-sgd-allreduce": (["--model", "dcn", "--sparse-optimizer", "sgd", "--sparse-sync", "allreduce"], 3),
+}
 
 
-def run(tmp_path, device):
+def run(tmp_path, device, extra=()):
     out, metrics = tmp_path / device, tmp_path / f"{device}.json"
-    assert main([*TINY, "--device", device, "--export", str(out), "--metrics-out", str(metrics)]) == 0
-    return load_export(out), json.loads(metrics.read_text())
+    assert main([*TINY, *extra, "--device", device, "--export", str(out), "--metrics-out", str(metrics)]) == 0
+    return load_export(out, first_order=True), json.loads(metrics.read_text())
 
 
-def test_device_cuda_trains_on_the_simulated_gpu_like_the_cpu(tmp_path):
-    (kc, vc, dc), mc = run(tmp_path, "cpu")
-    (kg, vg, dg), mg = run(tmp_path, "cuda")
+def assert_same_model(cpu_export, gpu_export):
+    """Keys equal; embeddings, first-order weights (wdl, deepfm) and dense parameters within 1e-5."""
+    kc, vc, dc, fc = cpu_export
+    kg, vg, dg, fg = gpu_export
     oc, og = np.argsort(kc), np.argsort(kg)
     np.testing.assert_array_equal(kc[oc], kg[og])
     assert np.abs(vc[oc] - vg[og]).max() <= 1e-5
+    assert (fc is None) == (fg is None)
+    if fc is not None:
+        assert np.abs(fc[oc] - fg[og]).max() <= 1e-5
     for name in dc:
         assert np.abs(dc[name] - dg[name]).max() <= 1e-5, name
+
+
+def assert_ledger(m, width, batches, ranks=1, fetched=None, written=None):
+    """No row, key or gradient crosses inside the mini-batch loop; rows cross only entering the HBM-PS
+    (``fetched`` of them, over all ranks, if given) and leaving it (``written``: default every fetched
+    row once, as there are no checkpoints in these jobs; only owners write back)."""
+    h2d, d2h = m["h2d_bytes"], m["d2h_bytes"]
+    assert h2d["minibatch"] == 0
+    assert d2h["minibatch"] == 16 * batches * ranks <= 16 * m["minibatches"] * ranks
+    assert h2d["plan"] > 0 and d2h["plan"] == 0 and h2d["fetch"] > 0 and d2h["fetch"] == 0
+    k, rem = divmod(h2d["fetch"], 8 + 4 * width)              # key + row in
+    assert rem == 0 and fetched in (None, k)
+    written = k if written is None else written
+    assert d2h["writeback"] == written * (4 * width + 1)       # row + found flag out
+    assert h2d["writeback"] == written * 8 + k * 8            # keys looked up, keys erased
+    if ranks == 1:
+        assert h2d["mpi"] == d2h["mpi"] == 0
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_device_cuda_trains_on_the_simulated_gpu_like_the_cpu(tmp_path, case):
+    args, width = CASES[case]
+    ec, mc = run(tmp_path, "cpu", args)
+    eg, mg = run(tmp_path, "cuda", args)
+    assert_same_model(ec, eg)
     assert mg["examples"] == mc["examples"] == 300
     assert round(mg["auc"], 4) == round(mc["auc"], 4)
+    assert np.allclose(mg["loss_per_batch"], mc["loss_per_batch"], rtol=1e-5)
+    assert mg["minibatches"] == 6
+    assert_ledger(mg, width, batches=3, fetched=mg["table_rows"])  # 3 batches: nothing evicted early
+    assert mc["h2d_bytes"] == mc["d2h_bytes"] == dict.fromkeys(mc["h2d_bytes"], 0)  # the CPU copies nothing
+
+
+def mpirun(mpiexec, args, tmp_path, name):
+    out, metrics = tmp_path / name, tmp_path / f"{name}.json"
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(REPO))
+    r = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "hps.train", *TINY, *args, "--export",
+                        str(out), "--metrics-out", str(metrics)], capture_output=True, text=True, timeout=600,
+                       env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return load_export(out, first_order=True), json.loads(metrics.read_text())
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("sync", ["owner", "allreduce"])
+def test_two_ranks_on_the_simulated_gpu_end_like_the_cpu(tmp_path, mpiexec, sync):
+    """Two ranks, each on its simulated GPU: MPI's buffers are staged through the host (mpi4py here is
+    not CUDA-aware) and counted as ``mpi``; the mini-batch loop still moves nothing else."""
+    args = ["--sparse-sync", sync]
+    ec, mc = mpirun(mpiexec, [*args, "--device", "cpu"], tmp_path, "cpu")
+    eg, mg = mpirun(mpiexec, [*args, "--device", "cuda"], tmp_path, "cuda")
+    assert_same_model(ec, eg)
+    assert round(mg["auc"], 4) == round(mc["auc"], 4)
+    rows = mg["table_rows"]  # every key once, at its owner; with allreduce every rank holds every key
+    assert_ledger(mg, CASES["ctr-adagrad"][1], batches=3, ranks=2, fetched=rows * (2 if sync == "allreduce" else 1),
+                  written=rows)
+    assert mg["h2d_bytes"]["mpi"] > 0 and mg["d2h_bytes"]["mpi"] > 0

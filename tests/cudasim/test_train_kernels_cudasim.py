@@ -14,8 +14,9 @@ from hps import HashTable
 from hps._xp import array_module, simulated
 from hps.errors import InvalidInputError, InvalidTypeError
 from hps.gpu import TransferLedger
+from hps.gpu import _row_ops as rops
 from hps.gpu import _train_ops as ops
-from hps.model import SparseAdagrad, SparseSGD
+from hps.model import SparseAdagrad, SparseAdam, SparseRowwiseAdagrad, SparseSGD
 from hps.model import _kernels as cpu
 from hps.model._base import _sigmoid
 from tests.reference import model as ref
@@ -119,6 +120,32 @@ def test_pool_forward_skips_a_missing_key_and_counts_it():
     assert scalars.read(TransferLedger(np))["missing"] == 1
 
 
+def test_gather_rows_and_pool_from_gathered_rows():
+    """An owner gathers the parameter part of asked rows (in ask order, repeats allowed, -1 slot ->
+    zeros); an asking rank pools the rows it received like the table itself would."""
+    rng, b, keys, plan, table = make_case(9)
+    slots, _ = slots_of(table, keys)
+    rows = rows_of(table, keys)
+    idx = rng.integers(0, keys.shape[0], 30).astype(np.int64)
+    got = np.full((30, 3), np.nan, np.float32)
+    with table.device_view() as v:
+        ops.gather_rows_async(v, slots, idx, got)
+    np.testing.assert_array_equal(got, rows[idx, :3])
+    missing = slots.copy()
+    missing[idx[0]] = -1
+    with table.device_view() as v:
+        ops.gather_rows_async(v, missing, idx[:1], got[:1])
+    assert (got[0] == 0).all()
+    params = np.ascontiguousarray(rows[:, :3])
+    want = np.zeros((len(b), b.n_fields * 3), np.float32)
+    cpu.pool_fields(params, plan["inv"], plan["field"], plan["weights"], plan["offsets"], want)
+    out = np.full_like(want, np.nan)
+    ops.pool_forward_rows_async(params, np.arange(keys.shape[0], dtype=np.int64), out=out, **plan)
+    np.testing.assert_array_equal(out, want)
+    with pytest.raises(InvalidInputError, match="ident must have"):
+        ops.pool_forward_rows_async(params, np.arange(2, dtype=np.int64), out=out, **plan)
+
+
 @pytest.mark.parametrize("seed", [3, 4])
 def test_pool_backward_matches_pool_fields_backward(seed):
     rng, b, keys, plan, _ = make_case(seed)
@@ -146,11 +173,18 @@ def test_pool_backward_duplicates_sum_exactly():
 
 
 @pytest.mark.parametrize("opt", [SparseSGD(0.1), SparseAdagrad(0.05, initial_accumulator=0.1),
-                                 SparseAdagrad(0.3)], ids=["sgd", "adagrad-init0.1", "adagrad"])
+                                 SparseAdagrad(0.3), SparseSGD(0.1, l2=0.01), SparseAdagrad(0.3, l2=0.02),
+                                 SparseRowwiseAdagrad(0.2, initial_accumulator=0.1),
+                                 SparseRowwiseAdagrad(0.2, l2=0.05), SparseAdam(0.01),
+                                 SparseAdam(0.02, betas=(0.8, 0.99), eps=1e-6, l2=0.01)],
+                         ids=["sgd", "adagrad-init0.1", "adagrad", "sgd-l2", "adagrad-l2", "rowwise-adagrad",
+                              "rowwise-adagrad-l2", "adam", "adam-l2"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_sparse_update_matches_the_cpu_optimizer(opt, dtype):
     """Rows [embedding (3) | state | one extra column] born with opt.init_rows; the kernel's in-place
-    step equals opt.apply on the host, bit for bit; other keys and the extra column are untouched."""
+    step equals opt.apply on the host (bit for bit, but for Adam's float64 powers, whose last bit may
+    differ between the simulator's Python and Numba's CPU code); other keys and the extra column are
+    untouched."""
     rng = np.random.default_rng(5)
     d, u = 3, 21
     keys = rng.permutation(np.arange(100, 100 + 2 * u, dtype=np.uint64))[:u]
@@ -165,9 +199,12 @@ def test_sparse_update_matches_the_cpu_optimizer(opt, dtype):
     for _ in range(2):  # two steps: the accumulator carries over
         slots, _ = slots_of(table, keys)
         with table.device_view() as v:
-            ops.sparse_update_async(v, slots, grads, opt)
+            rops.sparse_update_async(v, slots, grads, opt)
         want = opt.apply(want, grads)
-    np.testing.assert_array_equal(rows_of(table, keys), want)
+    if opt.name == "adam":
+        np.testing.assert_allclose(rows_of(table, keys), want, rtol=1e-6, atol=1e-7)
+    else:
+        np.testing.assert_array_equal(rows_of(table, keys), want)
     np.testing.assert_array_equal(rows_of(table, bystander), np.ones((1, rows.shape[1])))
 
 
@@ -177,18 +214,26 @@ def test_updates_skip_missing_slots_and_refuse_bad_layouts():
     slots = np.array([-1, -1], np.int64)
     g = np.ones((2, 2), np.float32)
     with table.device_view() as v:
-        ops.sgd_update_async(v, slots, g, 0.5)
-        ops.adagrad_update_async(v, slots, g, 0.5)
+        rops.sgd_update_async(v, slots, g, 0.5)
+        rops.adagrad_update_async(v, slots, g, 0.5)
+        rops.rowwise_adagrad_update_async(v, slots, g, 0.5)
+        rops.adam_update_async(v, slots, np.ones((2, 1), np.float32), 0.5)
         with pytest.raises(InvalidInputError, match="accumulator columns"):
-            ops.adagrad_update_async(v, slots, g, 0.5, state_col=1)
+            rops.adagrad_update_async(v, slots, g, 0.5, state_col=1)
         with pytest.raises(InvalidInputError, match="accumulator columns"):
-            ops.adagrad_update_async(v, slots, np.ones((2, 3), np.float32), 0.5)
+            rops.adagrad_update_async(v, slots, np.ones((2, 3), np.float32), 0.5)
+        with pytest.raises(InvalidInputError, match="need rows of at least 2 \\+ 5"):
+            rops.adam_update_async(v, slots, g, 0.5)
+        with pytest.raises(InvalidInputError, match="betas"):
+            rops.adam_update_async(v, slots, np.ones((2, 1), np.float32), 0.5, betas=(1.0, 0.9))
         with pytest.raises(InvalidInputError, match="no GPU kernel"):
-            ops.sparse_update_async(v, slots, g, object())
+            rops.sparse_update_async(v, slots, g, object())
         with pytest.raises(InvalidInputError, match="learning rate"):
-            ops.sgd_update_async(v, slots, g, float("nan"))
+            rops.sgd_update_async(v, slots, g, float("nan"))
+        with pytest.raises(InvalidInputError, match="l2"):
+            rops.sgd_update_async(v, slots, g, 0.5, l2=-1.0)
         with pytest.raises(InvalidTypeError, match="float32"):
-            ops.sgd_update_async(v, slots, g.astype(np.float64), 0.5)
+            rops.sgd_update_async(v, slots, g.astype(np.float64), 0.5)
     assert (table.get(np.array([1, 2], np.uint64))[0] == 1).all()
 
 
@@ -246,7 +291,7 @@ def test_a_minibatch_step_matches_the_cpu_path(seed):
         ops.find_slots_async(v, keys, slots, scalars.missing)
         ops.pool_forward_async(v, slots, out=pooled, width=d, **plan)
         ops.pool_backward_async(g_pooled, grads=grads, **plan)
-        ops.sparse_update_async(v, slots, grads, opt)
+        rops.sparse_update_async(v, slots, grads, opt)
     np.testing.assert_array_equal(pooled, pooled_cpu)
     np.testing.assert_allclose(grads, g_cpu, rtol=1e-6, atol=1e-7)
     kc, vc = cpu_table.export()
@@ -271,7 +316,7 @@ def test_empty_minibatch_is_a_noop():
         ops.pool_forward_async(v, slots, e64, e32, b.weights, b.offsets, np.empty((0, 4), np.float32), width=2)
         ops.pool_backward_async(np.empty((0, 4), np.float32), e64, e32, b.weights, b.offsets,
                                 np.empty((0, 2), np.float32))
-        ops.sparse_update_async(v, slots, np.empty((0, 2), np.float32), SparseAdagrad(0.1))
+        rops.sparse_update_async(v, slots, np.empty((0, 2), np.float32), SparseAdagrad(0.1))
     ops.bce_loss_grad_async(np.empty(0, np.float32), np.empty(0, np.float32), 1, np.empty(0, np.float32),
                             scalars.loss)
     assert scalars.read(TransferLedger(np)) == {"loss": 0.0, "missing": 0}
@@ -285,3 +330,30 @@ def test_the_ledger_reads_simulated_device_arrays():
     dev = cuda.to_device(np.arange(6, dtype=np.float32))
     assert led.to_host(dev, "writeback").tolist() == list(range(6))
     assert led.metrics()["d2h_bytes"]["writeback"] == 24
+
+
+@pytest.mark.parametrize("n_parts", [1, 2, 3, 5])
+def test_partition_on_the_device_matches_the_host_policy(n_parts):
+    """Algorithm 2's partitioning of a device batch: every key's part, the stable order and the part
+    offsets equal group_by_owner(owner_of(keys, n, PART_SALT)) (duplicates kept, in input order);
+    only the counts cross, through the ledger."""
+    from hps._hashing import PART_SALT, group_by_owner, owner_of
+    from hps.gpu._partition_ops import part_of_async, partition_keys
+
+    rng = np.random.default_rng(n_parts)
+    keys = np.concatenate([rng.integers(0, 2**63, 37, dtype=np.uint64), np.array([5, 5, 2**64 - 2], np.uint64)])
+    parts = np.empty(keys.shape[0], np.int32)
+    counts = np.full(n_parts, 99, np.int64)  # zeroed by the call
+    part_of_async(keys, n_parts, parts, counts)
+    np.testing.assert_array_equal(parts, owner_of(keys, n_parts, PART_SALT))
+    np.testing.assert_array_equal(counts, np.bincount(parts, minlength=n_parts))
+    led = TransferLedger(np)
+    order, offsets = partition_keys(keys, n_parts, np, led)
+    want_order, want_offsets = group_by_owner(owner_of(keys, n_parts, PART_SALT), n_parts)
+    np.testing.assert_array_equal(order, want_order)
+    np.testing.assert_array_equal(offsets, want_offsets)
+    assert led.metrics()["d2h_bytes"]["plan"] == 8 * n_parts
+    order, offsets = partition_keys(np.empty(0, np.uint64), n_parts, np)
+    assert order.shape == (0,) and offsets.tolist() == [0] * (n_parts + 1)
+    with pytest.raises(InvalidInputError, match="n_parts"):
+        part_of_async(keys, 2, parts, np.zeros(3, np.int64))

@@ -7,6 +7,7 @@ import pytest
 
 from hps import HashTable
 from hps.gpu import TransferLedger
+from hps.gpu import _row_ops as rops
 from hps.gpu import _train_ops as ops
 from hps.model import SparseAdagrad, SparseSGD
 from hps.model import _kernels as cpu
@@ -62,7 +63,7 @@ def test_minibatch_step_matches_cpu_at_scale(opt):
         ops.find_slots_async(v, d_keys, slots, scalars.missing, stream=stream)
         ops.pool_forward_async(v, slots, out=pooled, width=d, stream=stream, **dplan)
         ops.pool_backward_async(cp.asarray(g_pooled), grads=grads, stream=stream, **dplan)
-        ops.sparse_update_async(v, slots, grads, opt, stream=stream)
+        rops.sparse_update_async(v, slots, grads, opt, stream=stream)
         stream.synchronize()
     np.testing.assert_allclose(pooled.get(), pooled_cpu, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(grads.get(), g_cpu, rtol=1e-4, atol=1e-5)

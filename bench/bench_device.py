@@ -1,0 +1,72 @@
+"""``--device cuda`` (GPU-resident training) beside ``--device cpu`` on the same job: examples/s, AUC and
+the transfer ledger's bytes (per purpose, and per mini-batch inside the loop).
+
+    python -m bench.bench_device                      # needs a CUDA GPU; writes bench/results/device-<gpu>.json
+    python -m bench.bench_device --simulate --rows 300 --fields 2 --vocab-per-field 40 --batch-size 100 \\
+        --minibatch-size 50 --hidden 4 --embedding-dim 3
+                                                      # proof run on Numba's CUDA simulator: bytes and AUC
+                                                      # only (its examples/s mean nothing); writes nothing
+
+Each device runs as its own ``python -m hps.train`` process, back to back. The figures that do not
+depend on the machine (AUC, bytes) are exact; examples/s needs a quiet machine with the GPU named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .bench_train import RESULTS, run_job
+
+
+def gpu_name() -> str | None:
+    try:
+        from numba import cuda
+
+        return cuda.get_current_device().name.decode() if cuda.is_available() else None
+    except Exception:
+        return None
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.bench_device", description=__doc__.split("\n\n")[0])
+    p.add_argument("--simulate", action="store_true", help="run cuda on the CUDA simulator (tiny jobs only)")
+    p.add_argument("--rows", type=int, default=2_000_000)
+    p.add_argument("--fields", type=int, default=26)
+    p.add_argument("--vocab-per-field", type=int, default=1_000_000)
+    p.add_argument("--batch-size", type=int, default=65_536)
+    p.add_argument("--minibatch-size", type=int, default=4096)
+    p.add_argument("--hidden", default="512,256")
+    p.add_argument("--embedding-dim", type=int, default=32)
+    p.add_argument("--model", default="ctr")
+    p.add_argument("--sparse-optimizer", default="adagrad")
+    a = p.parse_args(argv)
+    job = ["--rows", str(a.rows), "--fields", str(a.fields), "--vocab-per-field", str(a.vocab_per_field),
+           "--batch-size", str(a.batch_size), "--minibatch-size", str(a.minibatch_size), "--hidden", a.hidden,
+           "--embedding-dim", str(a.embedding_dim), "--model", a.model, "--sparse-optimizer", a.sparse_optimizer]
+    gpu = "CUDA simulator" if a.simulate else gpu_name()
+    if gpu is None:
+        raise SystemExit("no CUDA GPU: run on a machine with one, or --simulate for a tiny proof run")
+    if a.simulate:
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # inherited by the child processes
+    out = {"gpu": gpu, "job": job}
+    for device in ("cpu", "cuda"):
+        m = run_job([*job, "--device", device])
+        per_mb = m["d2h_bytes"]["minibatch"] + m["h2d_bytes"]["minibatch"]
+        out[device] = {k: m[k] for k in ("examples_per_sec", "auc", "examples", "h2d_bytes", "d2h_bytes",
+                                         "minibatches", "command")}
+        print(f"{device:5s} {m['examples_per_sec']:>12,.0f} examples/s  AUC {m['auc']:.4f}  "
+              f"h2d {m['h2d_bytes']}  d2h {m['d2h_bytes']}  "
+              f"in-loop bytes per mini-batch {per_mb / max(1, m['minibatches']):.1f}")
+    if not a.simulate:
+        RESULTS.mkdir(exist_ok=True)
+        path = RESULTS / f"device-{gpu.replace(' ', '_')}.json"
+        path.write_text(json.dumps(out, indent=1))
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,9 @@
+"""``hps.predict``: score raw data with an exported model.
+
+Library: ``hps.Predictor(EXPORT_DIR)`` (:class:`Predictor`); command line: ``python -m hps.predict
+--model-dir EXPORT_DIR --data FILE … --out preds.csv`` (parsed in ``hps.train._cli``).
+"""
+
+from ._predictor import DEFAULT_BATCH, UNKNOWN_KEYS, Predictor
+
+__all__ = ["Predictor", "UNKNOWN_KEYS", "DEFAULT_BATCH"]

@@ -1,0 +1,51 @@
+"""The HBM-PS grows between batches: a table sized far below a batch's working set (``--hbm-capacity``,
+or a first batch smaller than the later ones) no longer fails mid-run with HashTableFullError; the
+job ends with the model of a job whose table never had to grow."""
+
+import json
+
+import numpy as np
+
+from hps import HashTable
+from hps.train import load_export, main
+from hps.train._hierarchy import ParameterHierarchy, Prepared
+
+JOB = ["--rows", "3000", "--fields", "3", "--vocab-per-field", "400", "--batch-size", "500",
+       "--minibatch-size", "125", "--hidden", "8", "--embedding-dim", "4", "--no-progress"]
+
+
+def run(tmp_path, name, *extra):
+    out, metrics = tmp_path / name, tmp_path / f"{name}.json"
+    assert main([*JOB, "--export", str(out), "--metrics-out", str(metrics), *extra]) == 0
+    return load_export(out), json.loads(metrics.read_text())
+
+
+def test_a_table_far_too_small_grows_and_trains_the_same_model(tmp_path):
+    (kb, vb, db), mb = run(tmp_path, "base")
+    (kg, vg, dg), mg = run(tmp_path, "grown", "--hbm-capacity", "16")
+    assert max(mg["resident_rows"]) > 16  # the working sets needed the growth
+    ob, og = np.argsort(kb), np.argsort(kg)
+    np.testing.assert_array_equal(kb[ob], kg[og])
+    np.testing.assert_array_equal(vb[ob], vg[og])
+    for name in db:
+        np.testing.assert_array_equal(db[name], dg[name])
+
+
+class _Rows:
+    """The MEM-PS side of a hierarchy in this test: nothing is written back."""
+
+    def push(self, keys, rows, unpin=False):
+        pass
+
+
+def test_place_grows_the_table_only_when_the_rows_may_not_fit():
+    table = HashTable(4, 2)
+    hier = ParameterHierarchy(table, _Rows(), window=3, owned_mask=lambda k: np.ones(k.shape[0], bool))
+    keys = np.arange(1, 4, dtype=np.uint64)
+    hier.place(Prepared(0, keys, np.ones((3, 2), np.float32)))
+    assert table.capacity == 4
+    more = np.arange(10, 13, dtype=np.uint64)
+    hier.place(Prepared(1, more, np.full((3, 2), 2, np.float32)))
+    assert table.capacity == 8 and len(table) == 6  # doubled: growth is amortised
+    got, found = table.get(np.concatenate([keys, more]))
+    assert found.all() and (got[:3] == 1).all() and (got[3:] == 2).all()
