@@ -138,12 +138,13 @@ class DataConfig:
     strict: bool = False                # first malformed line is an error instead of skipped
     max_malformed: float = DEFAULT_MAX_MALFORMED  # fraction of malformed lines a pass may skip
     data_shards: int | None = None      # shards the data is cut into (None = one per rank)
+    op_osrp: int | None = None          # hash every example's keys into 2 x this many binary features (OP+OSRP)
     drift: float = 0.0                  # synthetic: popularity ranks shifted per example (new keys over time)
 
     def __post_init__(self):
         _check_types(self)
         _one_of("format", self.format, FORMATS)
-        _positive(self, "rows", "fields", "vocab_per_field", "zipf", "libsvm_fields", "data_shards")
+        _positive(self, "rows", "fields", "vocab_per_field", "zipf", "libsvm_fields", "data_shards", "op_osrp")
         for name in ("fields", "libsvm_fields"):
             if getattr(self, name) is not None:
                 check_n_fields(getattr(self, name), name.replace("_", "-"))
@@ -275,6 +276,12 @@ class TrainConfig:
     sparse_sync: str = "owner"          # MPI: owner (rows live at their owner) | allreduce (App. C.3)
     mpi_wait: str = "auto"              # MPI: spin | yield (poll with sleeps) | auto (yield if oversubscribed)
     progress: bool = True               # tqdm progress bar
+    # -- Hierarchical Training (issue 17; hps/train/_easgd.py, hps/comm/_compress.py) --
+    dense_sync: str = "allreduce"       # MPI: allreduce (one dense copy, BSP) | easgd (groups + background EASGD)
+    groups: int = 1                     # easgd: contiguous rank groups, one dense copy each
+    easgd_alpha: float | None = None    # easgd: elastic moving rate (None = 0.9 / groups)
+    easgd_every: int = 4                # easgd: mini-batches between EASGD rounds
+    compress: str = "none"              # MPI traffic: none | bf16 | int8 (rows int8, gradients bf16)
     # -- admission, expiry and training control (issue 14: hps/train/_admission.py, _control.py, _schedule.py)
     admit_after: int = 0                # a key gets its own row from its K-th occurrence on (0 = at once)
     admit_sketch_width: int = 1 << 20   # counters per row of each rank's count-min sketch (power of two)
@@ -295,7 +302,8 @@ class TrainConfig:
         _check_types(self)
         self._check_control()
         _positive(self, "batch_size", "minibatch_size", "epochs", "queue_depth", "ranks_per_node",
-                  "keep_checkpoints")
+                  "keep_checkpoints", "groups", "easgd_every")
+        _check_hierarchical_training(self)
         _one_of("sparse-sync", self.sparse_sync, SPARSE_SYNCS)
         _one_of("mpi-wait", self.mpi_wait, MPI_WAITS)
         _check_het(self)
@@ -358,6 +366,23 @@ def _check_het(t: "TrainConfig") -> None:
             raise InvalidInputError(f"het-cache must be >= 0, got {t.het_cache}")
     if t.consistency == "het" and t.sparse_sync != "owner":
         raise InvalidInputError("--consistency het caches rows of their owners: it needs --sparse-sync owner")
+    if t.consistency == "het" and t.compress != "none":
+        raise InvalidInputError("--compress applies to the BSP exchanges; --consistency het sends its rows and "
+                                "pushes uncompressed: drop --compress or use --consistency bsp")
+
+DENSE_SYNCS = ("allreduce", "easgd")
+COMPRESS_MODES = ("none", "bf16", "int8")
+
+
+def _check_hierarchical_training(tc) -> None:
+    """The --dense-sync / --groups / --easgd-* / --compress options of a TrainConfig."""
+    _one_of("dense-sync", tc.dense_sync, DENSE_SYNCS)
+    _one_of("compress", tc.compress, COMPRESS_MODES)
+    if tc.groups > 1 and tc.dense_sync != "easgd":
+        raise InvalidInputError(f"--groups {tc.groups} needs --dense-sync easgd")
+    if tc.easgd_alpha is not None and not 0 < tc.easgd_alpha * tc.groups <= 1:
+        raise InvalidInputError(f"easgd-alpha x groups must lie in (0, 1] (the centre moves by alpha times the "
+                                f"sum of the groups' differences), got {tc.easgd_alpha} x {tc.groups}")
 
 
 #: TOML sections (``[data]`` …): the subsystem whose options each may hold.

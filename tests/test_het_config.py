@@ -29,6 +29,7 @@ def test_flags_and_toml_keys(tmp_path):
     (["--het-cache", "lots"], "cannot read 'lots' as a size"),
     (["--consistency", "het", "--sparse-sync", "allreduce"], "--consistency het caches rows of their owners"),
     (["--consistency", "het", "--device", "cuda"], "--consistency het runs on --device cpu only"),
+    (["--consistency", "het", "--compress", "bf16"], "--consistency het sends its rows and pushes uncompressed"),
 ])
 def test_bad_values_stop_with_one_line(tmp_path, args, needle):
     assert_fails_at_start(hps_train(*SMALL, *args, cwd=tmp_path), needle)

@@ -16,7 +16,8 @@ from ._dense import dense_allreduce
 from ._exchange import exchange, pull_remote, push_to_owners
 from ._failure import abort_job, abort_on_error, failure_message, install_excepthook, run_guarded
 from ._sparse import compile_kernels, sparse_allreduce, sparse_allreduce_allgather
-from ._stats import (DENSE_ALLREDUCE, KINDS, OWNER_WRITEBACK, SPARSE_ALLREDUCE, SPARSE_GRADS, SPARSE_KEYS,
+from ._compress import COMPRESS_MODES, Compression
+from ._stats import (DENSE_ALLREDUCE, DENSE_EASGD, KINDS, OWNER_WRITEBACK, SPARSE_ALLREDUCE, SPARSE_GRADS, SPARSE_KEYS,
                      SPARSE_PULL, SPARSE_ROWS, CommStats)
 from ._stats import HET_CLOCKS, HET_CONTROL, HET_PUSH
 from ._topology import Topology
@@ -36,6 +37,9 @@ __all__ = [
     "SPARSE_PULL",
     "SPARSE_ALLREDUCE",
     "DENSE_ALLREDUCE",
+    "DENSE_EASGD",
+    "Compression",
+    "COMPRESS_MODES",
     "OWNER_WRITEBACK",
     "SPARSE_KEYS",
     "SPARSE_ROWS",

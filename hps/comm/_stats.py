@@ -21,8 +21,9 @@ SPARSE_GRADS = "sparse_grads"            # per-key gradient sums sent to their o
 HET_CLOCKS = "het_clocks"                # global clocks an owner sends for the keys asked of it
 HET_CONTROL = "het_control"              # fetch flags, one byte per asked key
 HET_PUSH = "het_push"                    # pushed gradients with their keys and clocks
+DENSE_EASGD = "dense_easgd"              # EASGD rounds between groups and the centre copy (--dense-sync easgd)
 KINDS = (SPARSE_PULL, SPARSE_ALLREDUCE, DENSE_ALLREDUCE, OWNER_WRITEBACK, SPARSE_KEYS, SPARSE_ROWS,
-         SPARSE_GRADS, HET_CLOCKS, HET_CONTROL, HET_PUSH)
+         SPARSE_GRADS, HET_CLOCKS, HET_CONTROL, HET_PUSH, DENSE_EASGD)
 
 
 @dataclass

@@ -5,7 +5,8 @@ max_malformed=0.01, **options)``. Every dataset offers ``batches(start_batch=0)`
 ``stats``, ``n_fields`` and ``n_dense``; the text readers stream in constant memory and
 ``SyntheticData`` adds ``eval_batches()`` and ``bayes_auc()``. ``shard`` picks the part of the data a
 reader parses (``hps.data._shards``: line-aligned byte ranges or whole files; rows of the synthetic
-data); shards read one after the other give all of the data.
+data); shards read one after the other give all of the data. ``op_osrp(keys, offsets, bins, seed)``
+hashes any CSR block of keys into OP+OSRP features (``hps.data._oposrp``).
 """
 
 from ._batch import FIELD_SHIFT, MAX_FIELD, MAX_FIELDS, Batch, make_keys
@@ -14,6 +15,7 @@ from ._criteo import NEGATIVE_VALUE, CriteoReader
 from ._csv import CsvReader
 from ._libsvm import LibsvmReader
 from ._open import FORMATS, column_names, open_dataset
+from ._oposrp import HashedReader, hash_batch, op_osrp
 from ._parquet import ParquetReader
 from ._shards import share_bounds
 from ._sources import DataFileNotFoundError, expand_paths
@@ -41,4 +43,7 @@ __all__ = [
     "DEFAULT_MAX_MALFORMED",
     "share_bounds",
     "expand_paths",
+    "op_osrp",
+    "hash_batch",
+    "HashedReader",
 ]

@@ -16,8 +16,9 @@ import sys
 import threading
 import time
 
-from ..config import (CONSISTENCIES, DENSE_OPTIMIZERS, DEVICES, FORMATS, HET_POLICIES, LR_DECAYS, MODELS,
-                      MPI_WAITS, PAGE_CACHE_MODES, SPARSE_OPTIMIZERS, SPARSE_SYNCS, Config, flatten_options)
+from ..config import (COMPRESS_MODES, CONSISTENCIES, DENSE_OPTIMIZERS, DENSE_SYNCS, DEVICES, FORMATS,
+                      HET_POLICIES, LR_DECAYS, MODELS, MPI_WAITS, PAGE_CACHE_MODES, SPARSE_OPTIMIZERS,
+                      SPARSE_SYNCS, Config, flatten_options)
 from ..data import DEFAULT_MAX_MALFORMED
 from ..errors import HpsError, InvalidInputError, InvalidTypeError
 
@@ -124,7 +125,25 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-progress", dest="progress", action="store_false", default=S,
                    help="no progress bar")
     _control_flags(g, S)
+    _hierarchical_training_flags(p, S)
     return p
+
+
+def _hierarchical_training_flags(p, S) -> None:
+    """Hierarchical Training (--dense-sync, --groups, --easgd-*, --compress) and --op-osrp (issue 17)."""
+    g = p.add_argument_group("hierarchical training and hashing")
+    g.add_argument("--dense-sync", choices=DENSE_SYNCS, default=S,
+                   help="MPI: allreduce = one dense copy, gradients summed over all ranks; easgd = --groups "
+                        "copies, background EASGD with a centre copy (allreduce)")
+    g.add_argument("--groups", type=int, default=S, help="easgd: contiguous rank groups, one dense copy each (1)")
+    g.add_argument("--easgd-alpha", type=float, default=S, help="easgd: elastic moving rate (0.9 / groups)")
+    g.add_argument("--easgd-every", type=int, default=S, help="easgd: mini-batches between EASGD rounds (4)")
+    g.add_argument("--compress", choices=COMPRESS_MODES, default=S,
+                   help="MPI traffic: bf16 = dense and sparse traffic as bfloat16; int8 = rows served as int8 "
+                        "with a per-row scale, gradients bf16 (none)")
+    g.add_argument("--op-osrp", type=int, default=S, metavar="BINS",
+                   help="hash each example's sparse features into 2 x BINS binary features (one permutation "
+                        "+ one sign random projection) before training")
 
 
 def _control_flags(g, S) -> None:

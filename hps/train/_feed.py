@@ -23,7 +23,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ..data import Batch, ReaderStats, open_dataset, share_bounds
+from ..data import Batch, HashedReader, ReaderStats, open_dataset, share_bounds
 from ..errors import InvalidInputError
 from ._shuffle import shuffled
 
@@ -101,6 +101,9 @@ class Feed:
             if (ev.n_fields, ev.n_dense) != (self.n_fields, self.n_dense):
                 raise InvalidInputError(f"--eval-data {d.eval_data} has {ev.n_fields} fields and {ev.n_dense} "
                                         f"dense features, --data {d.data} has {self.n_fields} and {self.n_dense}")
+        if d.op_osrp:  # --op-osrp BINS: every parsed batch is hashed before training (hps.data._oposrp)
+            self.readers = [HashedReader(r, d.op_osrp, tc.seed) for r in self.readers]
+            self._eval = self._eval and [HashedReader(r, d.op_osrp, tc.seed) for r in self._eval]
         for r in self.readers + (self._eval or []):  # unusable data fails now, not after training
             r.probe()
         self._parsed = 0

@@ -16,14 +16,16 @@ from ._trainer import Trainer
 #: outputs, tiers) may differ between ranks.
 SHARED_OPTIONS = {
     "data": ("format", "data_shards", "fields", "n_dense", "libsvm_fields", "label_column", "ignore_columns",
-             "dense_columns", "categorical_columns", "int_as_categorical", "drift"),
+             "dense_columns", "categorical_columns", "int_as_categorical", "drift", "op_osrp"),
     "model": None,  # all of them
     "train": ("batch_size", "minibatch_size", "epochs", "seed", "checkpoint_every", "resume",
               "ranks_per_node", "sparse_sync",
               # issue 14: admission, expiry, training control
               "admit_after", "admit_sketch_width", "expire_after", "eval_every", "early_stop", "lr_warmup",
               "lr_decay", "lr_decay_steps", "shuffle_buffer",
-              "consistency", "staleness", "het_policy"),
+              "consistency", "staleness", "het_policy",
+              # issue 17: hierarchical training, compression
+              "dense_sync", "groups", "easgd_alpha", "easgd_every", "compress"),
 }
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._hashing import group_by_owner
-from ..comm import SPARSE_GRADS, SPARSE_KEYS, SPARSE_ROWS
+from ..comm import SPARSE_GRADS, SPARSE_KEYS, SPARSE_ROWS, Compression
 from ..comm._kernels import segment_sum
 from ..errors import InternalError
 from ..mem import unique_counts
@@ -65,8 +65,9 @@ class Plan:
 
 
 class _Sync:
-    def __init__(self, coll, model, sparse_opt, row_params: int, xp):
+    def __init__(self, coll, model, sparse_opt, row_params: int, xp, compress=None):
         self.coll = coll
+        self.compress = compress or Compression("none")  # --compress: rows and gradients to/from owners
         self.model = model
         self.opt = sparse_opt
         self.row_params = row_params
@@ -129,12 +130,12 @@ class OwnerSync(_Sync):
         if p.uinv is None:
             params = rows[:, :P]
         else:  # (u, P) rows of p.keys: they arrive grouped by owner, the order of p.keys
-            params = ch.alltoallv(rows[p.uinv, :P], p.recv, p.send, SPARSE_ROWS)
+            params = self.compress.exchange_rows(ch, rows[p.uinv, :P], p.recv, p.send, SPARSE_ROWS)
         loss, _, g_rows, g_dense = self.model.forward_backward(self.xp.asarray(params), p.inv, share,
                                                               n_total=n_total)
         g = _host(g_rows)
         if p.uinv is not None:
-            back = ch.alltoallv(g, p.send, p.recv, SPARSE_GRADS)                # aligned with p.uinv
+            back = self.compress.exchange_grads(ch, g, p.send, p.recv, SPARSE_GRADS)  # aligned with p.uinv
             g = segment_sum(back, p.uinv, p.ukeys.shape[0])                  # rank order: deterministic
         hbm.insert(p.ukeys, _host(self.opt.apply(rows, g)))
         return loss, g_dense
@@ -167,5 +168,5 @@ class ReplicaSync(_Sync):
         return loss, g_dense
 
 
-def make_sync(mode: str, *args):
-    return {"owner": OwnerSync, "allreduce": ReplicaSync}[mode](*args)
+def make_sync(mode: str, *args, compress=None):
+    return {"owner": OwnerSync, "allreduce": ReplicaSync}[mode](*args, compress=compress)

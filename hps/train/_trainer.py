@@ -13,7 +13,8 @@ has its own duplicate of the job's communicator (``_collectives``):
                upload the batch's plan (``_device_step``);
 4. ``train``   per global mini-batch: rows -> forward/backward on this rank's examples -> summed
                gradient of every key -> one optimizer step per key -> dense all-reduce and step
-               (on ``--device cuda``: on the HBM-PS rows in place, ``_device_step``).
+               (on ``--device cuda``: on the HBM-PS rows in place, ``_device_step``; with
+               ``--dense-sync easgd`` over the rank's group, ``_easgd``).
                Checkpoints happen here, at batch boundaries.
 
 Not thread-safe: one Trainer per process, driven by one caller.
@@ -42,6 +43,7 @@ from ._budget import plan_memory
 from ._control import TrainingControl, run_name
 from ._collectives import Collectives
 from ._device_step import make_device_step, transfer_metrics
+from ._easgd import make_dense_sync
 from ._feed import Feed, LocalBatch, empty_batch
 from ._het_sync import het_metrics, is_cut, make_het_sync
 from ._hierarchy import ParameterHierarchy, _host, make_hbm
@@ -97,8 +99,9 @@ class Trainer:
         self.row_width = self.sparse_opt.row_width(self.row_params)
         self.initializer = RowInitializer(self.row_params, self.row_width, cfg.train.seed, m.init_scale,
                                           state_value=self.sparse_opt.initial_state_value)
+        self.dense_sync = make_dense_sync(cfg, self.coll, self.model.params)  # --dense-sync, --compress
         self.sync = make_sync(cfg.train.sparse_sync, self.coll, self.model, self.sparse_opt, self.row_params,
-                              self.xp)
+                              self.xp, compress=self.dense_sync.compress)
         self._init_control()
         self.het = cfg.train.consistency == "het"  # HET caches (_het_sync): hooks marked "het" below
         if self.het:
@@ -289,22 +292,27 @@ class Trainer:
                 continue  # every shard had run out
             if schedule is not None:
                 schedule(w.index, j)
-            loss, g_dense = self.sync.step(self.hier.hbm, w.index, plan, w.local.minibatch(j), n)
-            self._dense_step(g_dense)
+            share = w.local.minibatch(j)
+            loss, g_dense = self.sync.step(self.hier.hbm, w.index, plan, share, n)
+            self._dense_step(g_dense, len(share), n)
             loss_sum += loss * n
         return loss_sum
 
-    def _dense_step(self, grads: dict) -> None:
+    def _dense_step(self, grads: dict, n_local: int, n_total: int) -> None:
         names = list(grads)
         if self.coll.size > 1:
             flat = np.concatenate([_host(grads[k]).ravel() for k in names])
-            flat = self.coll.train.dense_allreduce(flat)
+            flat = self.dense_sync.allreduce(flat, n_local, n_total)  # all ranks, or this rank's group
+            if flat is None:  # this rank's group had no example in the mini-batch
+                self.dense_sync.after_step(self.model.params)
+                return
             off = 0
             for k in names:
                 n = grads[k].size
                 grads[k] = self.xp.asarray(flat[off:off + n].reshape(grads[k].shape))
                 off += n
         self.dense_opt.step(self.model.params, grads)
+        self.dense_sync.after_step(self.model.params)
 
     # -- checkpoints ------------------------------------------------------------------------------------
     def _checkpoint_due(self, w: Work) -> bool:
@@ -318,10 +326,13 @@ class Trainer:
         stage (or after training)."""
         self.hier.sync_to_store()
         tc = self.cfg.train
-        extra = None
+        writers = []
         if self.filter is not None:  # admission/expiry state as of batch index
             st = filter_state if filter_state is not None else self.filter.state()
-            extra = self.filter.checkpoint_writer(st)
+            writers.append(self.filter.checkpoint_writer(st))
+        easgd = self.dense_sync.checkpoint_writer(self.model.params, self.dense_opt)  # None without groups
+        writers += [easgd] if easgd is not None else []
+        extra = (lambda h: [write(h) for write in writers]) if writers else None
         return _checkpoint.save(tc.checkpoint_dir, self.coll.train, self.store, self.model, self.dense_opt,
                                 {"index": index, "epoch": epoch, "batch": batch, "control": self.control.state()},
                                 keep=tc.keep_checkpoints,
@@ -330,11 +341,18 @@ class Trainer:
     def resume(self) -> None:
         meta = _checkpoint.load(self.cfg.train.checkpoint_dir, self.coll.main, self.store, self.model,
                                 self.dense_opt, warn=lambda msg: self.log(f"hps: warning: {msg}"),
-                                extra=self.filter.read_checkpoint if self.filter is not None else None)
+                                extra=self._read_checkpoint_extra)
+        self.dense_sync.restore(self.model.params, self.dense_opt)  # this rank's group copy (--groups)
         self.start_index = meta["index"] + 1
         if "control" in meta:  # the eval curve, the best, early stopping (absent before issue 14)
             self.control.load_state(meta["control"])
         self.log(f"resumed from {meta['path']} (after batch {meta['index']}, epoch {meta['epoch']})")
+
+    def _read_checkpoint_extra(self, h) -> None:
+        """What ``save_checkpoint``'s writers put in this rank's checkpoint file ``h``."""
+        if self.filter is not None:
+            self.filter.read_checkpoint(h)
+        self.dense_sync.read_checkpoint(h)
 
     # -- run ----------------------------------------------------------------------------------------------
     def _stage_failed(self, stage: str, exc: BaseException) -> None:
@@ -380,6 +398,7 @@ class Trainer:
 
         try:
             self.pipeline.run(sink)
+            self.dense_sync.finish(self.model.params)  # easgd: every rank takes the centre copy
         finally:
             if self.hier is not None:
                 self.hier.abort()
@@ -485,6 +504,7 @@ class Trainer:
             "ranks": self.coll.size,
             "data_shards": self.feed.n_shards,
             "sparse_sync": self.cfg.train.sparse_sync,
+            **self.dense_sync.metrics(),
             "mpi_wait": self.coll.wait_mode,
             "comm_seconds": self.coll.mpi_seconds(),
             "bytes_parsed": [r["bytes_parsed"] for r in per],
@@ -529,6 +549,8 @@ class Trainer:
     def close(self) -> None:
         """Close the SSD-PS and remove it with the directories this job made (unless --keep-ssd).
         Idempotent."""
+        if getattr(self, "dense_sync", None) is not None:
+            self.dense_sync.close()
         if self.store is not None:
             self.store.close()
         kept = self._ssd.release()
