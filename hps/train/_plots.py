@@ -93,5 +93,4 @@ def _loss_and_eval(plt, metrics: dict):
         ax.set_xlabel("batch")
         ax.set_ylabel("eval AUC")
         ax.set_title("eval AUC during training" + (f" (early stop after batch {stop})" if stop is not None else ""))
-    fig.suptitle(metrics.get("run_name", "hps run"))
-    return fig
+    return fig  # titled with the run name by draw()'s save()
