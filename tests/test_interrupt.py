@@ -19,6 +19,12 @@ ARGS = ["--rows", "2000000", "--fields", "4", "--vocab-per-field", "3000", "--ba
         "--checkpoint-every", "2"]
 
 
+def _default_signals():
+    """A job started from a background shell inherits SIGINT ignored (POSIX), and Python then installs
+    no KeyboardInterrupt handler: give the job the disposition an interactive Ctrl-C meets."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt(tmp_path, sig, launcher=()):
     """Start a job with a private TMPDIR, send ``sig`` once its first checkpoint exists
     -> (process, stderr, TMPDIR, checkpoint dir)."""
@@ -26,7 +32,8 @@ def _interrupt(tmp_path, sig, launcher=()):
     tmp.mkdir()
     env = dict(os.environ, TMPDIR=str(tmp))
     proc = subprocess.Popen([*launcher, sys.executable, "-m", "hps.train", *ARGS, "--checkpoint-dir", str(ck)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_signals)
     deadline = time.time() + 240
     while not (ck / "LATEST").exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
