@@ -6,6 +6,7 @@ between files, so blocks of two files are never adjacent.
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 
@@ -43,3 +44,40 @@ def plan_windows(run_len, cap, starts):
         acc += run_len[i]
     starts[w] = run_len.shape[0]
     return w
+
+
+@njit(nogil=True, cache=True)
+def pread_many(pread, fds, offs, lens, buf, boffs, got):
+    """Issue reads one after another without the GIL: read ``j`` fills ``buf[boffs[j]:][:lens[j]]``
+    from ``fds[j]`` at ``offs[j]`` (looping over partial reads). ``pread``: the ctypes pointer of
+    ``hps.ssd._native.PREAD``; ``fds``, ``offs``, ``lens``, ``boffs`` (r,) int64; ``buf`` (m,) uint8,
+    C order. Fills ``got`` (r,) int64 with the bytes read (fewer at EOF, -1 on an error: the caller
+    repeats that read in Python for the errno). Blocking."""
+    base = np.intp(buf.ctypes.data)
+    for j in range(fds.shape[0]):
+        done = 0
+        while done < lens[j]:
+            n = pread(fds[j], base + boffs[j] + done, lens[j] - done, offs[j] + done)
+            if n < 0:
+                done = -1
+                break
+            if n == 0:
+                break
+            done += n
+        got[j] = done
+
+
+@njit(nogil=True, cache=True)
+def first_bad_block(crc32, buf, boffs, lens, steps, cstart, want):
+    """Check the blocks of reads: read ``j`` holds ``lens[j] // steps[j]`` blocks of ``steps[j]``
+    bytes at ``buf[boffs[j]:]`` whose crc32s must be ``want[cstart[j]:]``. ``crc32``: the ctypes
+    pointer of ``hps.ssd._native.CRC32``; ``boffs``, ``lens``, ``steps``, ``cstart`` (r,) int64;
+    ``want`` (c,) uint32; ``buf`` (m,) uint8, C order. -> (j, q) of the first mismatching block q
+    of read j, or (-1, -1)."""
+    base = np.intp(buf.ctypes.data)
+    for j in range(boffs.shape[0]):
+        step = steps[j]
+        for q in range(lens[j] // step):
+            if crc32(0, base + boffs[j] + q * step, step) != want[cstart[j] + q]:
+                return j, q
+    return -1, -1
