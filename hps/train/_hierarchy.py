@@ -5,6 +5,10 @@ Rows (embedding | optimizer state) are authoritative in exactly one place at a t
 - a key of an in-flight batch is **resident** in the HBM-PS table and only the train stage changes it;
 - every other key lives in the MEM-PS cache of its owner rank or, evicted from there, in its SSD-PS.
 
+The tiers are exclusive: once a row is placed in the HBM-PS, the MEM-PS drops its copy (it gets the
+row back, dirty, when the key leaves the HBM-PS), so DRAM never holds a row twice on ``--device cpu``
+and the MEM-PS budget goes to rows that are not resident.
+
 Residency is decided in batch order by the prepare stage, deterministically (whatever the timing):
 batch ``i`` marks the keys it needs resident with ``last_use = i``; keys whose ``last_use <= i -
 window`` are evicted (owners write them back to MEM-PS, every holder erases them from HBM).
@@ -149,9 +153,13 @@ class ParameterHierarchy:
 
     # -- place stage -------------------------------------------------------------------------------------
     def place(self, prep: Prepared) -> None:
-        """Insert the fetched rows into HBM-PS (blocks until done)."""
+        """Insert the fetched rows into HBM-PS, then drop them from the MEM-PS (blocks until done):
+        the HBM-PS is their holder until they are evicted and pushed back, so no row is in both
+        (on ``--device cpu`` both are DRAM). Until then (prepared, not placed) the MEM-PS copy
+        stays: it is what ``sync_to_store`` saves for such keys."""
         if prep.fetch_keys.shape[0]:
             self.hbm.insert(prep.fetch_keys, prep.fetch_rows)
+            self.memps.discard(prep.fetch_keys)
 
     # -- consistent cuts ---------------------------------------------------------------------------------
     def sync_to_store(self) -> None:
@@ -163,6 +171,8 @@ class ParameterHierarchy:
             if keys.shape[0]:
                 self._write_back(keys, placed_only=True)
             self.memps.flush()
+            if keys.shape[0]:   # clean and stored now; the HBM-PS stays their holder (see ``place``)
+                self.memps.discard(keys)
 
     def drop_all(self) -> None:
         """Write back and forget every resident key (end of training)."""
