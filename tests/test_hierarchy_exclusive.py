@@ -54,3 +54,21 @@ def test_no_row_is_in_both_tiers_and_training_is_lossless():
     keys = np.unique(np.concatenate(batches))
     np.testing.assert_array_equal(hier.read_owned(keys), ref_hier.read_owned(keys))
     assert mem.stats()["dumped"] > 0                            # the small one did spill
+
+
+def test_checkpoint_keeps_rows_prepared_but_not_placed():
+    """prepare drops the MEM-PS copy of the rows it fetched; a sync before their place must still
+    store them, dirty ones included (the store never had them)."""
+    hier, mem = _hierarchy()
+    keys = np.arange(1, 11, dtype=np.uint64)
+    rows = np.arange(40, dtype=np.float32).reshape(10, W)
+    mem.push(keys, rows)                                  # dirty in the MEM-PS, not in the store
+    prep = hier.prepare(0, keys)
+    assert not mem.cache.contains(keys).any() and not mem.store.load(keys)[1].any()
+    hier.sync_to_store()                                  # before place
+    got, found = mem.store.load(keys)
+    assert found.all()
+    np.testing.assert_array_equal(got, rows)
+    assert not mem.cache.contains(keys).any()             # still held once (by the batch in flight)
+    hier.place(prep)
+    np.testing.assert_array_equal(hier.read_owned(keys), rows)

@@ -5,9 +5,11 @@ Rows (embedding | optimizer state) are authoritative in exactly one place at a t
 - a key of an in-flight batch is **resident** in the HBM-PS table and only the train stage changes it;
 - every other key lives in the MEM-PS cache of its owner rank or, evicted from there, in its SSD-PS.
 
-The tiers are exclusive: once a row is placed in the HBM-PS, the MEM-PS drops its copy (it gets the
-row back, dirty, when the key leaves the HBM-PS), so DRAM never holds a row twice on ``--device cpu``
-and the MEM-PS budget goes to rows that are not resident.
+The tiers are exclusive: once ``prepare`` has fetched a row for the HBM-PS, the MEM-PS drops its
+copy (it gets the row back, dirty, when the key leaves the HBM-PS), so DRAM never holds a row twice
+on ``--device cpu`` and the MEM-PS budget goes to rows that are not resident. The drop happens in
+``prepare``, in batch order, so the MEM-PS's content stays independent of timing; until ``place``
+the fetched rows are kept as in flight, which ``sync_to_store`` writes back.
 
 Residency is decided in batch order by the prepare stage, deterministically (whatever the timing):
 batch ``i`` marks the keys it needs resident with ``last_use = i``; keys whose ``last_use <= i -
@@ -62,6 +64,7 @@ class ParameterHierarchy:
         self.window = int(window)
         self._last_use = KeyIndex(width=1)
         self._working_sets: dict[int, np.ndarray] = {}  # batch index -> its working set, while in window
+        self._in_flight: dict[int, tuple] = {}  # batch index -> (keys, rows) prepared, not placed yet
         self._lock = threading.RLock()
         self._trained = threading.Condition()
         self._trained_upto = -1
@@ -106,6 +109,8 @@ class ParameterHierarchy:
             self._last_use.assign(working_set, np.full(working_set.shape[0], index, np.int64))
             self._working_sets[index] = working_set
             rows = self._fetch(fetch)
+            self._in_flight[index] = (fetch, rows)
+            self.memps.discard(fetch)   # exclusive tiers: these rows travel to the HBM-PS now
         return Prepared(index, fetch, rows)
 
     def _fetch(self, keys: np.ndarray) -> np.ndarray:
@@ -151,15 +156,21 @@ class ParameterHierarchy:
                                     "from HBM-PS (residency bug)")
             self.memps.push(mine, rows, unpin=False)
 
+    def _write_back_in_flight(self, in_flight) -> None:
+        """Push the owned rows of ``in_flight`` (``(keys, rows)`` of batches prepared but not placed
+        when the caller looked; the MEM-PS dropped them in ``prepare``; not trained yet, so the
+        fetched rows are current). REQUIRES: lock held."""
+        for keys, rows in in_flight:
+            mine = self.owned_mask(keys)
+            if mine.any():
+                self.memps.push(keys[mine], rows[mine], unpin=False)
+
     # -- place stage -------------------------------------------------------------------------------------
     def place(self, prep: Prepared) -> None:
-        """Insert the fetched rows into HBM-PS, then drop them from the MEM-PS (blocks until done):
-        the HBM-PS is their holder until they are evicted and pushed back, so no row is in both
-        (on ``--device cpu`` both are DRAM). Until then (prepared, not placed) the MEM-PS copy
-        stays: it is what ``sync_to_store`` saves for such keys."""
+        """Insert the fetched rows into HBM-PS (blocks until done)."""
         if prep.fetch_keys.shape[0]:
             self.hbm.insert(prep.fetch_keys, prep.fetch_rows)
-            self.memps.discard(prep.fetch_keys)
+        self._in_flight.pop(prep.index, None)
 
     # -- consistent cuts ---------------------------------------------------------------------------------
     def sync_to_store(self) -> None:
@@ -169,9 +180,13 @@ class ParameterHierarchy:
         with self._lock:
             keys, _ = self._last_use.items()
             if keys.shape[0]:
+                # ``place`` inserts, then forgets the batch: a batch missing from this snapshot is
+                # in the HBM-PS before the write-back reads it
+                in_flight = list(self._in_flight.values())
                 self._write_back(keys, placed_only=True)
+                self._write_back_in_flight(in_flight)
             self.memps.flush()
-            if keys.shape[0]:   # clean and stored now; the HBM-PS stays their holder (see ``place``)
+            if keys.shape[0]:   # clean and stored now; the HBM-PS stays their holder (tiers exclusive)
                 self.memps.discard(keys)
 
     def drop_all(self) -> None:
@@ -183,6 +198,7 @@ class ParameterHierarchy:
                 self.hbm.erase(keys)
             self._last_use.clear()
             self._working_sets.clear()
+            self._in_flight.clear()
             self.memps.flush()
 
     def read_owned(self, keys: np.ndarray) -> np.ndarray:
