@@ -12,8 +12,8 @@ Printed beside it (they do not depend on the budget):
 
 - the HBM-PS twin on ``--device cpu`` (a CPU hash table holding the working sets of
   ``window + 1`` batches, sized from the first batch); on ``cuda`` it lives in GPU memory. It holds
-  no second copy of a MEM-PS row: a row placed in it leaves the MEM-PS until it is evicted back
-  (``ParameterHierarchy.place``). It stays a table of its own because the train stage reads and
+  no second copy of a MEM-PS row: a row fetched for it leaves the MEM-PS until it is evicted back
+  (``ParameterHierarchy.prepare``). It stays a table of its own because the train stage reads and
   writes rows through the HBM-PS table API, the same code path as on the GPU, and with
   ``--sparse-sync allreduce`` it also holds rows other ranks own, which the MEM-PS (this rank's
   keys only) cannot hold;
