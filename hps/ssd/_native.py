@@ -4,10 +4,9 @@ arguments (never as globals: a cached kernel must not bake in an address).
 
 Why: a Python thread that reads one block per call must take the GIL back after every read, and
 while any other thread of the process runs Python (the trainer's stages do), each of those takes up
-to the interpreter's switch interval. Measured on the shared 2-core VM (a store of 400 k rows of
-128 B on its ext4 disk, loads of 2,000 random rows, 32 I/O threads, ``O_DIRECT``): 69,869 block
-reads/s alone against 3,837 with one busy Python thread beside it. The kernels issue a whole list
-of reads, and check their blocks, in one call each.
+to the interpreter's switch interval (``bench/bench_ssd.py -k busy_neighbour``: with one busy
+Python thread beside it a load ran at ~4-6 k reads/s, against ~70-120 k alone; README, Benchmarks,
+"Out of core"). The kernels issue a whole list of reads, and check their blocks, in one call each.
 
 ``PREAD`` / ``CRC32`` are None where the library or symbol is missing; callers then use Python's
 ``os.preadv`` / ``zlib.crc32``. Pointers are passed as ``size_t`` (the same width as a pointer on
