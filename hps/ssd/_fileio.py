@@ -108,7 +108,7 @@ class _Reads:
 
 def _first_bad_block(buf, boffs, lens, steps, cstart, want):
     """(j, q) of the first block q of read j whose crc32 differs from ``want[cstart[j] + q]``, or
-    (-1, -1): one nogil kernel call (zlib's crc32) where available, else Python's."""
+    (-1, -1): one nogil kernel call (``hps.ssd._native.CRC32``) where available, else Python's."""
     if CRC32 is not None:
         return K.first_bad_block(CRC32, buf, boffs, lens, steps, cstart, want)
     mv = memoryview(buf)
