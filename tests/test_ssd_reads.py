@@ -111,3 +111,35 @@ def test_first_bad_block_kernel_matches_zlib(crc):
     assert K.first_bad_block(crc, buf, boffs, lens, steps, cstart, want) == (-1, -1)
     buf[3 * 512 + 7] ^= 0x40                               # read 1, its second block
     assert K.first_bad_block(crc, buf, boffs, lens, steps, cstart, want) == (1, 1)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_one_kernel_call_per_thread_or_rounds_read_the_same(tmp_path, monkeypatch, fused):
+    """With a read buffer of at least a block per I/O thread, each thread reads its share of a load
+    in one ``read_scatter`` call; with less, the load goes in rounds. Same rows, same checks."""
+    if _native.PREAD is None or _native.CRC32 is None:
+        pytest.skip("no native pread/crc32 on this platform")
+    buf = 8 * 4096 * 4 if fused else 4 * 4096    # io_threads 8: 4 blocks each, or half a block
+    opts = SSDOptions(background=False, io_threads=8, max_read_bytes=4096, read_buffer_bytes=buf)
+    s = SSDStore(tmp_path / "s", DIM, rows_per_file=2000, options=opts)
+    try:
+        k = np.arange(1, 5001, dtype=np.uint64)
+        s.dump(k, rows_for(k))
+        calls = []
+        real = K.read_scatter
+        monkeypatch.setattr(K, "read_scatter", lambda *a: calls.append(1) or real(*a))
+        q = np.random.default_rng(2).choice(k, 900)          # duplicates too
+        rows, found = s.load(q)
+        assert found.all()
+        np.testing.assert_array_equal(rows, rows_for(q))
+        assert (0 < len(calls) <= 8) if fused else calls == []
+        f = sorted((tmp_path / "s").glob("*.param"))[0]
+        with open(f, "r+b") as fh:                        # a byte in the last block of the rows
+            fh.seek(f.stat().st_size - 100)
+            b = fh.read(1)
+            fh.seek(-1, 1)
+            fh.write(bytes([b[0] ^ 0x10]))
+        with pytest.raises(CorruptionError, match="checksum mismatch"):
+            s.load(k[:2000])
+    finally:
+        s.close()

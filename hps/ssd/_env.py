@@ -114,6 +114,15 @@ class PosixEnv:
             got += n
         return got
 
+    def native_pread(self):
+        """The ctypes ``pread`` (``hps.ssd._native.PREAD``) that nogil kernels may call on this Env's
+        read handles instead of :meth:`read_into` / :meth:`read_many`; None where there is none or
+        a subclass overrides either (its reads must go through it)."""
+        cls = type(self)
+        if cls.read_into is PosixEnv.read_into and cls.read_many is PosixEnv.read_many:
+            return PREAD
+        return None
+
     def read_many(self, handles, offsets, sizes, buf, buf_offsets) -> np.ndarray:
         """A list of reads: read ``j`` fills ``buf[buf_offsets[j]:][:sizes[j]]`` from ``handles[j]``
         at ``offsets[j]`` -> (r,) int64 bytes read by each (fewer at EOF; -1 on an error of the

@@ -310,7 +310,11 @@ class FileIO:
         b = bb[fidx]
         g0 = base[fidx] + s // b
         g1 = base[fidx] + (s + rb - 1) // b
-        cap = np.maximum(1, o.max_read_bytes // b)
+        pread = self.env.native_pread() if CRC32 is not None and out.flags.c_contiguous else None
+        tb = (o.read_buffer_bytes // o.io_threads) // F.ROWS_ALIGN * F.ROWS_ALIGN  # per I/O thread
+        if tb < int(bb.max()):
+            pread = None
+        cap = np.maximum(1, (min(o.max_read_bytes, tb) if pread is not None else o.max_read_bytes) // b)
         m = g0.shape[0]
         run_of_key = np.empty(m, dtype=np.int64)
         run_first = np.empty(m, dtype=np.int64)
@@ -321,6 +325,9 @@ class FileIO:
         run_off = roff[run_f] + (run_first[:r] - base[run_f]) * bb[run_f]
         run_len = (run_last[:r] - run_first[:r] + 1) * bb[run_f]
         key_in_run = s + roff[fidx] - run_off[run_of_key]
+        if pread is not None and int(run_len.max()) <= tb:
+            return self._read_fused(pread, tb, flist, fidx, run_f, run_off, run_len, run_first[:r] - base[run_f],
+                                    run_of_key, key_in_run, out, dest)
         wstart = np.empty(r + 1, dtype=np.int64)
         nw = K.plan_windows(run_len, o.read_buffer_bytes, wstart)
         keys_to = np.searchsorted(run_of_key, wstart[:nw + 1])
@@ -328,12 +335,7 @@ class FileIO:
         used = sorted({paths[i] for i in np.unique(run_f).tolist()})
         handles = dict(zip(used, self._fds.acquire(used)))
         try:
-            fd = np.array([handles.get(p, -1) for p in paths], dtype=np.int64)[run_f]
-            ncrc = np.array([f.crcs.shape[0] if f else 0 for f in flist], dtype=np.int64)
-            crcs = np.concatenate([f.crcs for f in flist if f]).astype(np.uint32, copy=False)
-            blk = run_first[:r] - base[run_f]
-            rd = _Reads(fd, run_off, run_len, bb[run_f], blk, np.cumsum(ncrc)[run_f] - ncrc[run_f] + blk,
-                        crcs, run_f, [p and p[0] for p in paths])
+            rd = self._reads(flist, handles, paths, run_f, run_off, run_len, run_first[:r] - base[run_f])
             for w in range(nw):
                 r0, r1 = int(wstart[w]), int(wstart[w + 1])
                 boff = np.zeros(r1 - r0, dtype=np.int64)
@@ -350,6 +352,57 @@ class FileIO:
                 rows = np.lib.stride_tricks.as_strided(flat, shape=(flat.shape[0] - self.dim + 1, self.dim),
                                                        strides=(isz, isz), writeable=False)
                 out[dest[k0:k1]] = rows[elem]
+        finally:
+            self._fds.release(used)
+        return int(run_len.sum())
+
+    def _reads(self, flist, handles, paths, run_f, run_off, run_len, blk) -> "_Reads":
+        bb = np.array([f.layout.block_bytes if f else 1 for f in flist], dtype=np.int64)
+        fd = np.array([handles.get(p, -1) for p in paths], dtype=np.int64)[run_f]
+        ncrc = np.array([f.crcs.shape[0] if f else 0 for f in flist], dtype=np.int64)
+        crcs = np.concatenate([f.crcs for f in flist if f]).astype(np.uint32, copy=False)
+        return _Reads(fd, run_off, run_len, bb[run_f], blk, np.cumsum(ncrc)[run_f] - ncrc[run_f] + blk,
+                      crcs, run_f, [p and p[0] for p in paths])
+
+    def _read_fused(self, pread, tb, flist, fidx, run_f, run_off, run_len, blk, run_of_key, key_in_run,
+                    out, dest) -> int:
+        """:meth:`_read_blocks` without rounds: each of ``io_threads`` I/O threads makes one nogil
+        kernel call (``read_scatter``) that reads its share of the reads into its own ``tb``-byte
+        buffer, checks their blocks and copies their rows into ``out``, so the threads keep their
+        reads in flight from the first to the last, and take the GIL twice per load, not per read.
+        REQUIRES: every read <= ``tb`` bytes; ``out`` C order."""
+        r = run_f.shape[0]
+        paths = [(self.p(F.param_name(f.seq)), self._direct) if f else None for f in flist]
+        used = sorted({paths[i] for i in np.unique(run_f).tolist()})
+        handles = dict(zip(used, self._fds.acquire(used)))
+        try:
+            rd = self._reads(flist, handles, paths, run_f, run_off, run_len, blk)
+            key_start = np.searchsorted(run_of_key, np.arange(r + 1))
+            out8 = out.reshape(-1).view(np.uint8)
+            tasks = min(r, self.options.io_threads)
+            buf = self._buffer(tasks * tb)
+            env = self.env
+
+            def task(t):
+                mine = np.arange(t, r, tasks, dtype=np.int64)
+                mybuf = buf[t * tb:(t + 1) * tb]
+                st = np.empty(3, dtype=np.int64)
+                K.read_scatter(pread, CRC32, mine, rd.fd, rd.off, rd.len, rd.step, rd.crc0, rd.crcs, mybuf,
+                               key_start, key_in_run, dest, out8, self.row_bytes, st)
+                i, what, x = (int(v) for v in st)
+                if what == 1:    # an error or EOF: repeat it through the Env to say which
+                    ln = int(rd.len[i])
+                    g = env.read_into(int(rd.fd[i]), int(rd.off[i]), memoryview(mybuf)[:ln])
+                    if g != ln:
+                        raise CorruptionError(f"{rd.where(i)}: short read ({g} of {ln} bytes at {rd.off[i]})")
+                    raise CorruptionError(f"{rd.where(i)}: read at {rd.off[i]} failed, then succeeded")
+                if what == 2:
+                    raise CorruptionError(f"{rd.where(i)}: block {int(rd.blk[i]) + x} checksum mismatch "
+                                          "(rows section checksum)")
+
+            self.start(task, tasks)()
+            if self._drop and not self._direct:
+                self._drop_pages(handles, paths, run_f, run_off, run_len)
         finally:
             self._fds.release(used)
         return int(run_len.sum())

@@ -81,3 +81,41 @@ def first_bad_block(crc32, buf, boffs, lens, steps, cstart, want):
             if crc32(0, base + boffs[j] + q * step, step) != want[cstart[j] + q]:
                 return j, q
     return -1, -1
+
+
+@njit(nogil=True, cache=True)
+def read_scatter(pread, crc32, mine, fds, offs, lens, steps, crc0, want, buf, key_start, key_off,
+                 dest, out, row_bytes, status):
+    """One I/O thread's share of a load, without the GIL: for each read ``r`` of ``mine`` (m,) int64,
+    in order, read ``lens[r]`` bytes of ``fds[r]`` at ``offs[r]`` into ``buf`` (its own buffer, >= the
+    longest read, C order), check its blocks (``steps[r]`` bytes each) against ``want[crc0[r]:]``, and
+    copy the ``row_bytes`` bytes of each of its rows ``k`` in ``key_start[r]:key_start[r + 1]`` from
+    ``buf[key_off[k]:]`` to ``out[dest[k] * row_bytes:]`` (``out`` (n * row_bytes,) uint8). ``pread``
+    / ``crc32``: the ctypes pointers of ``hps.ssd._native``; other arrays int64 except ``want``
+    (c,) uint32. Stops at the first failure: fills ``status`` (3,) int64 with (read, 1, bytes got)
+    for a short read or an error (-1), (read, 2, block) for a crc mismatch, else (-1, 0, 0)."""
+    base = np.intp(buf.ctypes.data)
+    for j in range(mine.shape[0]):
+        r = mine[j]
+        done = 0
+        while done < lens[r]:
+            n = pread(fds[r], base + done, lens[r] - done, offs[r] + done)
+            if n <= 0:
+                if n < 0:
+                    done = -1
+                break
+            done += n
+        if done != lens[r]:
+            status[0], status[1], status[2] = r, 1, done
+            return
+        step = steps[r]
+        for q in range(lens[r] // step):
+            if crc32(0, base + q * step, step) != want[crc0[r] + q]:
+                status[0], status[1], status[2] = r, 2, q
+                return
+        for k in range(key_start[r], key_start[r + 1]):
+            src = key_off[k]
+            dst = dest[k] * row_bytes
+            for b in range(row_bytes):
+                out[dst + b] = buf[src + b]
+    status[0], status[1], status[2] = -1, 0, 0
