@@ -12,12 +12,12 @@ from tests.reference.store import DictStore
 W = 4
 
 
-def test_discard_drops_unpinned_rows_dirty_or_not_and_keeps_pinned():
+def test_hand_over_drops_unpinned_rows_dirty_or_not_and_keeps_pinned():
     c = RowCache(8, W)
     k = np.arange(1, 7, dtype=np.uint64)
     c.put(k[:3], np.ones((3, W), np.float32), dirty=True)
     c.put(k[3:], np.ones((3, W), np.float32), pin=True)
-    assert c.discard(np.r_[k, k[:1], [99]].astype(np.uint64)) == 3   # duplicates, absent keys: fine
+    assert c.hand_over(np.r_[k, k[:1], [99]].astype(np.uint64)) == 3   # duplicates, absent keys: fine
     assert c.contains(k).tolist() == [False] * 3 + [True] * 3        # pinned rows stay
     assert len(c) == 3 and c.stats().dirty == 0 and c.stats().evicted == 0
     c.put(np.arange(10, 15, dtype=np.uint64), np.zeros((5, W), np.float32))  # the slots are free again

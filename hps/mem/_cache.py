@@ -412,7 +412,7 @@ class RowCache:
         if bad:
             raise InvalidInputError(f"unpin: {bad} of the keys were not pinned (or not cached)")
 
-    def discard(self, keys) -> int:
+    def hand_over(self, keys) -> int:
         """Drop cached, unpinned ``keys`` (n,) uint64, dirty or not, without dumping them: the caller
         vouches that another tier holds their current rows (the HBM-PS of a batch in flight, which
         writes them back). Their frequencies go to the ghost table, as on an eviction; pinned or
@@ -421,7 +421,7 @@ class RowCache:
         with self.lock:
             if k.shape[0] == 0:
                 return 0
-            return int(K.discard(self._st, self._skey, self._dirty, self._pins, self._freq, self._where,
+            return int(K.hand_over(self._st, self._skey, self._dirty, self._pins, self._freq, self._where,
                                  self._prev, self._nxt, self._bkt, self._bhead, self._btail, self._free,
                                  self._mkeys, self._mvals, self._ghost, k))
 

@@ -455,7 +455,7 @@ def unpin(st, pins, freq, where, stamp, prev, nxt, bkt, bhead, btail, mkeys, mva
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def discard(st, skey, dirty, pins, freq, where, prev, nxt, bkt, bhead, btail, free, mkeys, mvals,
+def hand_over(st, skey, dirty, pins, freq, where, prev, nxt, bkt, bhead, btail, free, mkeys, mvals,
             ghost, keys):
     """Drop cached, unpinned ``keys`` without handing their rows out (another tier holds them now),
     remembering each one's frequency in the ghost table as an eviction does; pinned or absent keys

@@ -110,7 +110,7 @@ class ParameterHierarchy:
             self._working_sets[index] = working_set
             rows = self._fetch(fetch)
             self._in_flight[index] = (fetch, rows)
-            self.memps.discard(fetch)   # exclusive tiers: these rows travel to the HBM-PS now
+            self.memps.hand_over(fetch)   # exclusive tiers: these rows travel to the HBM-PS now
         return Prepared(index, fetch, rows)
 
     def _fetch(self, keys: np.ndarray) -> np.ndarray:
@@ -187,7 +187,7 @@ class ParameterHierarchy:
                 self._write_back_in_flight(in_flight)
             self.memps.flush()
             if keys.shape[0]:   # clean and stored now; the HBM-PS stays their holder (tiers exclusive)
-                self.memps.discard(keys)
+                self.memps.hand_over(keys)
 
     def drop_all(self) -> None:
         """Write back and forget every resident key (end of training)."""
