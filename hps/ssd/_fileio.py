@@ -387,18 +387,26 @@ class FileIO:
                 mine = np.arange(t, r, tasks, dtype=np.int64)
                 mybuf = buf[t * tb:(t + 1) * tb]
                 st = np.empty(3, dtype=np.int64)
-                K.read_scatter(pread, CRC32, mine, rd.fd, rd.off, rd.len, rd.step, rd.crc0, rd.crcs, mybuf,
-                               key_start, key_in_run, dest, out8, self.row_bytes, st)
-                i, what, x = (int(v) for v in st)
-                if what == 1:    # an error or EOF: repeat it through the Env to say which
+                retried = -1
+                while True:
+                    K.read_scatter(pread, CRC32, mine, rd.fd, rd.off, rd.len, rd.step, rd.crc0, rd.crcs,
+                                   mybuf, key_start, key_in_run, dest, out8, self.row_bytes, st)
+                    i, what, x = (int(v) for v in st)
+                    if what == 2:
+                        raise CorruptionError(f"{rd.where(i)}: block {int(rd.blk[i]) + x} checksum "
+                                              "mismatch (rows section checksum)")
+                    if what == 0:
+                        return
+                    # an error or EOF: repeat the read through the Env, which raises the OSError
                     ln = int(rd.len[i])
                     g = env.read_into(int(rd.fd[i]), int(rd.off[i]), memoryview(mybuf)[:ln])
                     if g != ln:
                         raise CorruptionError(f"{rd.where(i)}: short read ({g} of {ln} bytes at {rd.off[i]})")
-                    raise CorruptionError(f"{rd.where(i)}: read at {rd.off[i]} failed, then succeeded")
-                if what == 2:
-                    raise CorruptionError(f"{rd.where(i)}: block {int(rd.blk[i]) + x} checksum mismatch "
-                                          "(rows section checksum)")
+                    if i == retried:
+                        raise CorruptionError(f"{rd.where(i)}: the read at {rd.off[i]} keeps failing in the "
+                                              "read kernel but not through the Env")
+                    retried = i                           # a passing error (EINTR): go on from there
+                    mine = mine[np.searchsorted(mine, i):]
 
             self.start(task, tasks)()
             if self._drop and not self._direct:
@@ -434,7 +442,7 @@ class FileIO:
         self.start(task, tasks)()
 
     def _drop_pages(self, handles, paths, run_f, run_off, run_len) -> None:
-        """Drop the cached pages of one window's reads, one range per file."""
+        """Drop the cached pages of these reads, one range per file."""
         for fi in np.unique(run_f).tolist():
             sel = run_f == fi
             lo = int(run_off[sel].min())
