@@ -12,6 +12,8 @@ every case runs; ``HPS_BENCH_DIR``: where the stores go, default the temp direct
                O_DIRECT preads of those same pages (target >= 0.7x). Read amplification is a byte
                count: it does not depend on the machine's load.
 - ``queue_depth`` a cold load of 1 % of the 512 B rows with 1, 8 and 32 reads in flight.
+- ``busy_neighbour`` loads of 2,000 random 128 B rows alone and beside a thread running pure Python
+               (the GIL: what the nogil read kernels of ``hps.ssd._native`` are for).
 - ``page_cache`` a load of 10 % of the 128 B rows with ``page_cache`` = dontneed / direct / keep,
                the store's files out of the page cache (cold) or in it (warm): rows/s and the
                store's bytes in the page cache before and after.
@@ -278,6 +280,36 @@ def test_queue_depth(benchmark, record, threads):
     with SSDStore(os.path.join(d, "s"), 128, rows_per_file=rpf, options=opts) as s:
         benchmark.pedantic(lambda: s.load(keys[pos]), rounds=3, iterations=1)
     record(op="queue_depth", io_threads=threads, rows_per_s=pos.shape[0] / benchmark.stats.stats.min)
+
+
+@pytest.mark.parametrize("neighbour", ["alone", "busy"])
+def test_busy_neighbour(benchmark, record, neighbour):
+    """Loads of 2,000 uniform random 128 B rows (one 4 KiB read each, 32 in flight), alone or beside
+    one thread running pure Python, as the trainer's stages do. A reader that takes the GIL back
+    after every read waits for that thread at each one (measured before the nogil read kernels:
+    69,869 reads/s alone, 3,837 busy); the kernels take it back once per thread per round."""
+    import threading
+
+    d, keys, rows, rpf = _store(128)
+    rng = np.random.default_rng(3)
+    stop = threading.Event()
+
+    def spin():
+        x = 0
+        while not stop.is_set():
+            for i in range(1000):
+                x += i
+
+    th = threading.Thread(target=spin, daemon=True) if neighbour == "busy" else None
+    with SSDStore(os.path.join(d, "s"), 32, rows_per_file=rpf, options=OPTS) as s:
+        if th is not None:
+            th.start()
+        try:
+            benchmark.pedantic(lambda: s.load(keys[rng.choice(keys.shape[0], 2000, replace=False)]),
+                               rounds=10, iterations=1)
+        finally:
+            stop.set()
+    record(op="busy_neighbour", neighbour=neighbour, rows_per_s=2000 / benchmark.stats.stats.median)
 
 
 def _peer_data():

@@ -427,6 +427,19 @@ class RowCache:
         if bad:
             raise InvalidInputError(f"unpin: {bad} of the keys were not pinned (or not cached)")
 
+    def hand_over(self, keys) -> int:
+        """Drop cached, unpinned ``keys`` (n,) uint64, dirty or not, without dumping them: the caller
+        vouches that another tier holds their current rows (the HBM-PS of a batch in flight, which
+        writes them back). Their frequencies go to the ghost table, as on an eviction; pinned or
+        absent keys are left alone. -> rows dropped. Not an eviction (``evicted`` is unchanged)."""
+        k = as_keys(keys)
+        with self.lock:
+            if k.shape[0] == 0:
+                return 0
+            return int(K.hand_over(self._st, self._skey, self._dirty, self._pins, self._freq, self._where,
+                                 self._prev, self._nxt, self._bkt, self._bhead, self._btail, self._free,
+                                 self._mkeys, self._mvals, self._ghost, k))
+
     def dirty_rows(self):
         """(keys (m,) uint64, rows (m, W)) copies of every dirty cached row, in slot order."""
         with self.lock:

@@ -483,6 +483,31 @@ def unpin(st, pins, freq, where, stamp, prev, nxt, bkt, bhead, btail, mkeys, mva
 
 
 @njit(nogil=True, cache=True, _nrt=False)
+def hand_over(st, skey, dirty, pins, freq, where, prev, nxt, bkt, bhead, btail, free, mkeys, mvals,
+            ghost, keys):
+    """Drop cached, unpinned ``keys`` without handing their rows out (another tier holds them now),
+    remembering each one's frequency in the ghost table as an eviction does; pinned or absent keys
+    are left alone. keys (n,) uint64 (duplicates allowed). Returns the number of rows dropped."""
+    n = 0
+    _prefetch_map(mkeys, mvals, keys)
+    for i in range(keys.shape[0]):
+        s = _map_get(mkeys, mvals, keys[i])
+        if s < 0 or pins[s] > 0:
+            continue
+        _detach(st, where, prev, nxt, bkt, bhead, btail, s)
+        _map_del(mkeys, mvals, keys[i])
+        if ghost.shape[0] > 0:
+            c = _ghost_cell(ghost, keys[i])
+            ghost[c, 0] = keys[i]
+            ghost[c, 1] = np.uint64(freq[s])
+        dirty[s] = False
+        free[st[ST_FREE_TOP]] = s
+        st[ST_FREE_TOP] += 1
+        n += 1
+    return n
+
+
+@njit(nogil=True, cache=True, _nrt=False)
 def gather(rows, mkeys, mvals, keys, out_rows, found):
     """Copy rows of cached keys without counting an access. found (n,) bool written."""
     for i in range(keys.shape[0]):

@@ -172,6 +172,14 @@ class MemPS:
             self.cache.discard(k)
             return self.store.delete(k)
 
+    def hand_over(self, keys) -> int:
+        """Drop cached, unpinned ``keys`` without dumping them -> rows dropped: their holder now is
+        another tier (the HBM-PS, which pushes them back when they leave it), so DRAM holds no
+        second copy. REQUIRES: that holder has the current row of every such key (a dirty one is
+        not written to the store here)."""
+        with self._lock:
+            return self.cache.hand_over(keys)
+
     def unpin(self, keys) -> None:
         """Drop one pin per distinct key without writing (e.g. a batch that was abandoned)."""
         with self._lock:

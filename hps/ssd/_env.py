@@ -11,6 +11,11 @@ from __future__ import annotations
 import errno
 import os
 
+import numpy as np
+
+from . import _read_kernels as K
+from ._native import PREAD
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - non-POSIX
@@ -107,6 +112,34 @@ class PosixEnv:
             if n == 0:
                 break
             got += n
+        return got
+
+    def native_pread(self):
+        """The ctypes ``pread`` (``hps.ssd._native.PREAD``) that nogil kernels may call on this Env's
+        read handles instead of :meth:`read_into` / :meth:`read_many`; None where there is none or
+        a subclass overrides either (its reads must go through it)."""
+        cls = type(self)
+        if cls.read_into is PosixEnv.read_into and cls.read_many is PosixEnv.read_many:
+            return PREAD
+        return None
+
+    def read_many(self, handles, offsets, sizes, buf, buf_offsets) -> np.ndarray:
+        """A list of reads: read ``j`` fills ``buf[buf_offsets[j]:][:sizes[j]]`` from ``handles[j]``
+        at ``offsets[j]`` -> (r,) int64 bytes read by each (fewer at EOF; -1 on an error of the
+        kernel path: the caller repeats that read with :meth:`read_into` to raise its OSError).
+        handles, offsets, sizes, buf_offsets (r,) int64; buf (m,) uint8, C order, host. Blocking.
+
+        One call of a nogil kernel issues them all (``hps.ssd._native``: no GIL taken per read, so
+        Python threads elsewhere in the process cannot stall it). A subclass that overrides
+        :meth:`read_into` (to inject faults) gets one ``read_into`` call per read instead."""
+        got = np.empty(handles.shape[0], dtype=np.int64)
+        if PREAD is not None and type(self).read_into is PosixEnv.read_into:
+            K.pread_many(PREAD, handles, offsets, sizes, buf, buf_offsets, got)
+            return got
+        mv = memoryview(buf)
+        for j, (h, off, n, b) in enumerate(zip(handles.tolist(), offsets.tolist(), sizes.tolist(),
+                                               buf_offsets.tolist())):
+            got[j] = self.read_into(h, off, mv[b:b + n])   # an OSError propagates as it is
         return got
 
     def drop_cache(self, handle: int, offset: int = 0, size: int = 0) -> None:

@@ -2,7 +2,9 @@
 header/keys sections, and the block reader behind ``load`` (format: :mod:`hps.ssd._format`).
 
 Every file operation goes through the store's ``Env``. Reads of rows go through a pool of
-``io_threads`` threads, each issuing ``preadv`` calls, so up to ``io_threads`` reads are in flight.
+``io_threads`` threads, each issuing its share of a round's reads in one ``Env.read_many`` call and
+checking their blocks in one nogil crc pass, so up to ``io_threads`` reads are in flight and no
+read waits for the GIL (``hps.ssd._native`` says why that matters).
 
 Concurrency: thread-safe (the handle cache has its own lock, read buffers are per thread). It holds
 no store state: which files exist is the :class:`~hps.ssd._catalog.Catalog`'s business.
@@ -21,6 +23,7 @@ from ..errors import CorruptionError
 from . import _format as F
 from . import _read_kernels as K
 from ._catalog import FileMeta
+from ._native import CRC32
 
 #: Page-cache policies of ``SSDOptions.page_cache``:
 #: "direct": ``O_DIRECT`` reads, and the pages a dump wrote dropped after its fsync (nothing cached);
@@ -85,6 +88,35 @@ class _FdCache:
             for handle, _ in self._open.values():
                 self._env.close(handle)
             self._open.clear()
+
+
+class _Reads:
+    """The reads of one ``load``, arrays (r,) int64 per read: ``fd`` handle, ``off`` / ``len`` bytes
+    in the file, ``step`` its file's block size, ``blk`` its first block's number in the file,
+    ``crc0`` where that block's crc is in ``crcs`` (c,) uint32, ``file`` its file's index in
+    ``names`` (the files' paths)."""
+
+    __slots__ = ("fd", "off", "len", "step", "blk", "crc0", "crcs", "file", "names")
+
+    def __init__(self, fd, off, ln, step, blk, crc0, crcs, file, names):
+        self.fd, self.off, self.len, self.step, self.blk = fd, off, ln, step, blk
+        self.crc0, self.crcs, self.file, self.names = crc0, crcs, file, names
+
+    def where(self, i: int) -> str:
+        return self.names[int(self.file[i])]
+
+
+def _first_bad_block(buf, boffs, lens, steps, cstart, want):
+    """(j, q) of the first block q of read j whose crc32 differs from ``want[cstart[j] + q]``, or
+    (-1, -1): one nogil kernel call (``hps.ssd._native.CRC32``) where available, else Python's."""
+    if CRC32 is not None:
+        return K.first_bad_block(CRC32, buf, boffs, lens, steps, cstart, want)
+    mv = memoryview(buf)
+    for j, (b, ln, step, c) in enumerate(zip(boffs.tolist(), lens.tolist(), steps.tolist(), cstart.tolist())):
+        for q in range(ln // step):  # pragma: no cover - zlib is always there on POSIX
+            if F.crc32(mv[b + q * step:b + (q + 1) * step]) != int(want[c + q]):
+                return j, q
+    return -1, -1
 
 
 def _aligned(n: int) -> np.ndarray:
@@ -278,7 +310,11 @@ class FileIO:
         b = bb[fidx]
         g0 = base[fidx] + s // b
         g1 = base[fidx] + (s + rb - 1) // b
-        cap = np.maximum(1, o.max_read_bytes // b)
+        pread = self.env.native_pread() if CRC32 is not None and out.flags.c_contiguous else None
+        tb = (o.read_buffer_bytes // o.io_threads) // F.ROWS_ALIGN * F.ROWS_ALIGN  # per I/O thread
+        if tb < int(bb.max()):
+            pread = None
+        cap = np.maximum(1, (min(o.max_read_bytes, tb) if pread is not None else o.max_read_bytes) // b)
         m = g0.shape[0]
         run_of_key = np.empty(m, dtype=np.int64)
         run_first = np.empty(m, dtype=np.int64)
@@ -289,6 +325,9 @@ class FileIO:
         run_off = roff[run_f] + (run_first[:r] - base[run_f]) * bb[run_f]
         run_len = (run_last[:r] - run_first[:r] + 1) * bb[run_f]
         key_in_run = s + roff[fidx] - run_off[run_of_key]
+        if pread is not None and int(run_len.max()) <= tb:
+            return self._read_fused(pread, tb, flist, fidx, run_f, run_off, run_len, run_first[:r] - base[run_f],
+                                    run_of_key, key_in_run, out, dest)
         wstart = np.empty(r + 1, dtype=np.int64)
         nw = K.plan_windows(run_len, o.read_buffer_bytes, wstart)
         keys_to = np.searchsorted(run_of_key, wstart[:nw + 1])
@@ -296,14 +335,16 @@ class FileIO:
         used = sorted({paths[i] for i in np.unique(run_f).tolist()})
         handles = dict(zip(used, self._fds.acquire(used)))
         try:
+            rd = self._reads(flist, handles, paths, run_f, run_off, run_len, run_first[:r] - base[run_f])
             for w in range(nw):
                 r0, r1 = int(wstart[w]), int(wstart[w + 1])
                 boff = np.zeros(r1 - r0, dtype=np.int64)
                 np.cumsum(run_len[r0:r1 - 1], out=boff[1:])
                 total = int(boff[-1] + run_len[r1 - 1])
                 buf = self._buffer(total)
-                self._read_window(flist, paths, handles, buf, run_f[r0:r1], run_off[r0:r1],
-                                  run_len[r0:r1], run_first[r0:r1] - base[run_f[r0:r1]], boff)
+                self._read_window(rd, r0, r1, buf, boff)
+                if self._drop and not self._direct:
+                    self._drop_pages(handles, paths, run_f[r0:r1], run_off[r0:r1], run_len[r0:r1])
                 k0, k1 = int(keys_to[w]), int(keys_to[w + 1])
                 isz = self.dtype.itemsize
                 elem = (boff[run_of_key[k0:k1] - r0] + key_in_run[k0:k1]) // isz
@@ -315,35 +356,97 @@ class FileIO:
             self._fds.release(used)
         return int(run_len.sum())
 
-    def _read_window(self, flist, paths, handles, buf, run_f, run_off, run_len, run_blk, boff) -> None:
-        """Read one window's runs into ``buf`` in parallel (``io_threads`` tasks, runs interleaved)
-        and check every block's crc."""
-        n = run_f.shape[0]
+    def _reads(self, flist, handles, paths, run_f, run_off, run_len, blk) -> "_Reads":
+        bb = np.array([f.layout.block_bytes if f else 1 for f in flist], dtype=np.int64)
+        fd = np.array([handles.get(p, -1) for p in paths], dtype=np.int64)[run_f]
+        ncrc = np.array([f.crcs.shape[0] if f else 0 for f in flist], dtype=np.int64)
+        crcs = np.concatenate([f.crcs for f in flist if f]).astype(np.uint32, copy=False)
+        return _Reads(fd, run_off, run_len, bb[run_f], blk, np.cumsum(ncrc)[run_f] - ncrc[run_f] + blk,
+                      crcs, run_f, [p and p[0] for p in paths])
+
+    def _read_fused(self, pread, tb, flist, fidx, run_f, run_off, run_len, blk, run_of_key, key_in_run,
+                    out, dest) -> int:
+        """:meth:`_read_blocks` without rounds: each of ``io_threads`` I/O threads makes one nogil
+        kernel call (``read_scatter``) that reads its share of the reads into its own ``tb``-byte
+        buffer, checks their blocks and copies their rows into ``out``, so the threads keep their
+        reads in flight from the first to the last, and take the GIL twice per load, not per read.
+        REQUIRES: every read <= ``tb`` bytes; ``out`` C order."""
+        r = run_f.shape[0]
+        paths = [(self.p(F.param_name(f.seq)), self._direct) if f else None for f in flist]
+        used = sorted({paths[i] for i in np.unique(run_f).tolist()})
+        handles = dict(zip(used, self._fds.acquire(used)))
+        try:
+            rd = self._reads(flist, handles, paths, run_f, run_off, run_len, blk)
+            key_start = np.searchsorted(run_of_key, np.arange(r + 1))
+            out8 = out.reshape(-1).view(np.uint8)
+            tasks = min(r, self.options.io_threads)
+            buf = self._buffer(tasks * tb)
+            env = self.env
+
+            def task(t):
+                mine = np.arange(t, r, tasks, dtype=np.int64)
+                mybuf = buf[t * tb:(t + 1) * tb]
+                st = np.empty(3, dtype=np.int64)
+                retried = -1
+                while True:
+                    K.read_scatter(pread, CRC32, mine, rd.fd, rd.off, rd.len, rd.step, rd.crc0, rd.crcs,
+                                   mybuf, key_start, key_in_run, dest, out8, self.row_bytes, st)
+                    i, what, x = (int(v) for v in st)
+                    if what == 2:
+                        raise CorruptionError(f"{rd.where(i)}: block {int(rd.blk[i]) + x} checksum "
+                                              "mismatch (rows section checksum)")
+                    if what == 0:
+                        return
+                    # an error or EOF: repeat the read through the Env, which raises the OSError
+                    ln = int(rd.len[i])
+                    g = env.read_into(int(rd.fd[i]), int(rd.off[i]), memoryview(mybuf)[:ln])
+                    if g != ln:
+                        raise CorruptionError(f"{rd.where(i)}: short read ({g} of {ln} bytes at {rd.off[i]})")
+                    if i == retried:
+                        raise CorruptionError(f"{rd.where(i)}: the read at {rd.off[i]} keeps failing in the "
+                                              "read kernel but not through the Env")
+                    retried = i                           # a passing error (EINTR): go on from there
+                    mine = mine[np.searchsorted(mine, i):]
+
+            self.start(task, tasks)()
+            if self._drop and not self._direct:
+                self._drop_pages(handles, paths, run_f, run_off, run_len)
+        finally:
+            self._fds.release(used)
+        return int(run_len.sum())
+
+    def _read_window(self, rd: "_Reads", r0: int, r1: int, buf, boff) -> None:
+        """Read reads ``r0:r1`` of ``rd`` into ``buf`` at ``boff`` ((r1 - r0,) int64) and check every
+        block's crc: ``io_threads`` tasks (reads interleaved), each one ``Env.read_many`` call and one
+        nogil crc pass, so no task takes the GIL per read."""
+        n = r1 - r0
         tasks = min(n, self.options.io_threads)
-        cols = [a.tolist() for a in (run_f, run_off, run_len, run_blk, boff)]
         env = self.env
-        mv = memoryview(buf)
 
         def task(t):
-            for j in range(t, n, tasks):
-                fi, off, ln, blk, bo = (c[j] for c in cols)
-                f = flist[fi]
-                got = env.read_into(handles[paths[fi]], off, mv[bo:bo + ln])
-                if got != ln:
-                    raise CorruptionError(f"{paths[fi][0]}: short read ({got} of {ln} bytes at {off})")
-                step = f.layout.block_bytes
-                want = f.crcs[blk:blk + ln // step].tolist()
-                for q in range(ln // step):  # one call per block: blocks, not keys
-                    if F.crc32(mv[bo + q * step:bo + (q + 1) * step]) != want[q]:
-                        raise CorruptionError(f"{paths[fi][0]}: block {blk + q} checksum mismatch "
-                                              "(rows section checksum)")
+            sel = np.arange(r0 + t, r1, tasks)
+            bo = boff[sel - r0]
+            got = env.read_many(rd.fd[sel], rd.off[sel], rd.len[sel], buf, bo)
+            for j in np.flatnonzero(got != rd.len[sel]).tolist():   # an error or EOF: say which
+                i = int(sel[j])
+                ln = int(rd.len[i])
+                g = env.read_into(int(rd.fd[i]), int(rd.off[i]), memoryview(buf)[bo[j]:bo[j] + ln])
+                if g != ln:
+                    raise CorruptionError(f"{rd.where(i)}: short read ({g} of {ln} bytes at {rd.off[i]})")
+            j, q = _first_bad_block(buf, bo, rd.len[sel], rd.step[sel], rd.crc0[sel], rd.crcs)
+            if j >= 0:
+                i = int(sel[j])
+                raise CorruptionError(f"{rd.where(i)}: block {int(rd.blk[i]) + q} checksum mismatch "
+                                      "(rows section checksum)")
 
         self.start(task, tasks)()
-        if self._drop and not self._direct:
-            for fi in np.unique(run_f).tolist():
-                sel = run_f == fi
-                lo = int(run_off[sel].min())
-                self.env.drop_cache(handles[paths[fi]], lo, int((run_off[sel] + run_len[sel]).max()) - lo)
+
+    def _drop_pages(self, handles, paths, run_f, run_off, run_len) -> None:
+        """Drop the cached pages of these reads, one range per file."""
+        for fi in np.unique(run_f).tolist():
+            sel = run_f == fi
+            lo = int(run_off[sel].min())
+            self.env.drop_cache(handles[paths[fi]], lo, int((run_off[sel] + run_len[sel]).max()) - lo)
 
     def _buffer(self, n: int) -> np.ndarray:
         """This thread's aligned read buffer, grown to at least ``n`` bytes (thread-local: no lock)."""

@@ -6,6 +6,7 @@ between files, so blocks of two files are never adjacent.
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 
@@ -43,3 +44,78 @@ def plan_windows(run_len, cap, starts):
         acc += run_len[i]
     starts[w] = run_len.shape[0]
     return w
+
+
+@njit(nogil=True, cache=True)
+def pread_many(pread, fds, offs, lens, buf, boffs, got):
+    """Issue reads one after another without the GIL: read ``j`` fills ``buf[boffs[j]:][:lens[j]]``
+    from ``fds[j]`` at ``offs[j]`` (looping over partial reads). ``pread``: the ctypes pointer of
+    ``hps.ssd._native.PREAD``; ``fds``, ``offs``, ``lens``, ``boffs`` (r,) int64; ``buf`` (m,) uint8,
+    C order. Fills ``got`` (r,) int64 with the bytes read (fewer at EOF, -1 on an error: the caller
+    repeats that read in Python for the errno). Blocking."""
+    base = np.intp(buf.ctypes.data)
+    for j in range(fds.shape[0]):
+        done = 0
+        while done < lens[j]:
+            n = pread(fds[j], base + boffs[j] + done, lens[j] - done, offs[j] + done)
+            if n < 0:
+                done = -1
+                break
+            if n == 0:
+                break
+            done += n
+        got[j] = done
+
+
+@njit(nogil=True, cache=True)
+def first_bad_block(crc32, buf, boffs, lens, steps, cstart, want):
+    """Check the blocks of reads: read ``j`` holds ``lens[j] // steps[j]`` blocks of ``steps[j]``
+    bytes at ``buf[boffs[j]:]`` whose crc32s must be ``want[cstart[j]:]``. ``crc32``: the ctypes
+    pointer of ``hps.ssd._native.CRC32``; ``boffs``, ``lens``, ``steps``, ``cstart`` (r,) int64;
+    ``want`` (c,) uint32; ``buf`` (m,) uint8, C order. -> (j, q) of the first mismatching block q
+    of read j, or (-1, -1)."""
+    base = np.intp(buf.ctypes.data)
+    for j in range(boffs.shape[0]):
+        step = steps[j]
+        for q in range(lens[j] // step):
+            if crc32(0, base + boffs[j] + q * step, step) != want[cstart[j] + q]:
+                return j, q
+    return -1, -1
+
+
+@njit(nogil=True, cache=True)
+def read_scatter(pread, crc32, mine, fds, offs, lens, steps, crc0, want, buf, key_start, key_off,
+                 dest, out, row_bytes, status):
+    """One I/O thread's share of a load, without the GIL: for each read ``r`` of ``mine`` (m,) int64,
+    in order, read ``lens[r]`` bytes of ``fds[r]`` at ``offs[r]`` into ``buf`` (its own buffer, >= the
+    longest read, C order), check its blocks (``steps[r]`` bytes each) against ``want[crc0[r]:]``, and
+    copy the ``row_bytes`` bytes of each of its rows ``k`` in ``key_start[r]:key_start[r + 1]`` from
+    ``buf[key_off[k]:]`` to ``out[dest[k] * row_bytes:]`` (``out`` (n * row_bytes,) uint8). ``pread``
+    / ``crc32``: the ctypes pointers of ``hps.ssd._native``; other arrays int64 except ``want``
+    (c,) uint32. Stops at the first failure: fills ``status`` (3,) int64 with (read, 1, bytes got)
+    for a short read or an error (-1), (read, 2, block) for a crc mismatch, else (-1, 0, 0)."""
+    base = np.intp(buf.ctypes.data)
+    for j in range(mine.shape[0]):
+        r = mine[j]
+        done = 0
+        while done < lens[r]:
+            n = pread(fds[r], base + done, lens[r] - done, offs[r] + done)
+            if n <= 0:
+                if n < 0:
+                    done = -1
+                break
+            done += n
+        if done != lens[r]:
+            status[0], status[1], status[2] = r, 1, done
+            return
+        step = steps[r]
+        for q in range(lens[r] // step):
+            if crc32(0, base + q * step, step) != want[crc0[r] + q]:
+                status[0], status[1], status[2] = r, 2, q
+                return
+        for k in range(key_start[r], key_start[r + 1]):
+            src = key_off[k]
+            dst = dest[k] * row_bytes
+            for b in range(row_bytes):
+                out[dst + b] = buf[src + b]
+    status[0], status[1], status[2] = -1, 0, 0

@@ -11,10 +11,12 @@ Inside the budget (the DRAM structures that grow with the working set or the tra
 Printed beside it (they do not depend on the budget):
 
 - the HBM-PS twin on ``--device cpu`` (a CPU hash table holding the working sets of
-  ``window + 1`` batches, sized from the first batch); on ``cuda`` it lives in GPU memory. It is a
-  second copy of rows the MEM-PS may also hold: the train stage reads and writes rows through the
-  HBM-PS table API that is the same code path on the GPU, and with ``--sparse-sync allreduce`` it
-  also holds rows other ranks own, which the MEM-PS (this rank's keys only) cannot hold;
+  ``window + 1`` batches, sized from the first batch); on ``cuda`` it lives in GPU memory. It holds
+  no second copy of a MEM-PS row: a row fetched for it leaves the MEM-PS until it is evicted back
+  (``ParameterHierarchy.prepare``). It stays a table of its own because the train stage reads and
+  writes rows through the HBM-PS table API, the same code path as on the GPU, and with
+  ``--sparse-sync allreduce`` it also holds rows other ranks own, which the MEM-PS (this rank's
+  keys only) cannot hold;
 - the SSD-PS key index, per key of the table (``KeyIndex`` of (file, slot): 8 B key + 4 B state +
   16 B value per slot, 2 to 4 slots per key) and the block crcs (4 B per block of rows).
 

@@ -5,6 +5,12 @@ Rows (embedding | optimizer state) are authoritative in exactly one place at a t
 - a key of an in-flight batch is **resident** in the HBM-PS table and only the train stage changes it;
 - every other key lives in the MEM-PS cache of its owner rank or, evicted from there, in its SSD-PS.
 
+The tiers are exclusive: once ``prepare`` has fetched a row for the HBM-PS, the MEM-PS drops its
+copy (it gets the row back, dirty, when the key leaves the HBM-PS), so DRAM never holds a row twice
+on ``--device cpu`` and the MEM-PS budget goes to rows that are not resident. The drop happens in
+``prepare``, in batch order, so the MEM-PS's content stays independent of timing; until ``place``
+the fetched rows are kept as in flight, which ``sync_to_store`` writes back.
+
 Residency is decided in batch order by the prepare stage, deterministically (whatever the timing):
 batch ``i`` marks the keys it needs resident with ``last_use = i``; keys whose ``last_use <= i -
 window`` are evicted (owners write them back to MEM-PS, every holder erases them from HBM).
@@ -58,6 +64,7 @@ class ParameterHierarchy:
         self.window = int(window)
         self._last_use = KeyIndex(width=1)
         self._working_sets: dict[int, np.ndarray] = {}  # batch index -> its working set, while in window
+        self._in_flight: dict[int, tuple] = {}  # batch index -> (keys, rows) prepared, not placed yet
         self._lock = threading.RLock()
         self._trained = threading.Condition()
         self._trained_upto = -1
@@ -102,6 +109,8 @@ class ParameterHierarchy:
             self._last_use.assign(working_set, np.full(working_set.shape[0], index, np.int64))
             self._working_sets[index] = working_set
             rows = self._fetch(fetch)
+            self._in_flight[index] = (fetch, rows)
+            self.memps.hand_over(fetch)   # exclusive tiers: these rows travel to the HBM-PS now
         return Prepared(index, fetch, rows)
 
     def _fetch(self, keys: np.ndarray) -> np.ndarray:
@@ -147,6 +156,15 @@ class ParameterHierarchy:
                                     "from HBM-PS (residency bug)")
             self.memps.push(mine, rows, unpin=False)
 
+    def _write_back_in_flight(self, in_flight) -> None:
+        """Push the owned rows of ``in_flight`` (``(keys, rows)`` of batches prepared but not placed
+        when the caller looked; the MEM-PS dropped them in ``prepare``; not trained yet, so the
+        fetched rows are current). REQUIRES: lock held."""
+        for keys, rows in in_flight:
+            mine = self.owned_mask(keys)
+            if mine.any():
+                self.memps.push(keys[mine], rows[mine], unpin=False)
+
     # -- place stage -------------------------------------------------------------------------------------
     def place(self, prep: Prepared) -> None:
         """Insert the fetched rows into HBM-PS (blocks until done), first growing the table (to at least
@@ -158,6 +176,7 @@ class ParameterHierarchy:
             if need > self.hbm.capacity:
                 self.hbm.reserve(max(need, 2 * self.hbm.capacity))
             self.hbm.insert(prep.fetch_keys, prep.fetch_rows)
+        self._in_flight.pop(prep.index, None)
 
     # -- consistent cuts ---------------------------------------------------------------------------------
     def sync_to_store(self) -> None:
@@ -167,8 +186,14 @@ class ParameterHierarchy:
         with self._lock:
             keys, _ = self._last_use.items()
             if keys.shape[0]:
+                # ``place`` inserts, then forgets the batch: a batch missing from this snapshot is
+                # in the HBM-PS before the write-back reads it
+                in_flight = list(self._in_flight.values())
                 self._write_back(keys, placed_only=True)
+                self._write_back_in_flight(in_flight)
             self.memps.flush()
+            if keys.shape[0]:   # clean and stored now; the HBM-PS stays their holder (tiers exclusive)
+                self.memps.hand_over(keys)
 
     def drop_all(self) -> None:
         """Write back and forget every resident key (end of training)."""
@@ -179,6 +204,7 @@ class ParameterHierarchy:
                 self.hbm.erase(keys)
             self._last_use.clear()
             self._working_sets.clear()
+            self._in_flight.clear()
             self.memps.flush()
 
     def read_owned(self, keys: np.ndarray) -> np.ndarray:
@@ -188,12 +214,16 @@ class ParameterHierarchy:
         with self._lock:
             rows = np.empty((keys.shape[0], self.memps.row_width), self.memps.dtype)
             res = self._last_use.contains(keys)
-            if res.any():  # a key prepared but not placed yet is still current in MEM-PS
+            if res.any():
+                # ``place`` inserts, then forgets the batch: a key missing from the HBM-PS after this
+                # snapshot is in the snapshot (prepared, not placed; the MEM-PS handed it over)
+                in_flight = list(self._in_flight.values())
                 got, found = self.hbm.get(keys[res])
                 found = np.asarray(_host(found), dtype=bool)
                 where = np.flatnonzero(res)
                 rows[where[found]] = _host(got)[found]
-                res[where[~found]] = False
+                if not found.all():
+                    rows[where[~found]] = _rows_of(keys[where[~found]], in_flight)
             rows[~res] = self.memps.read(keys[~res])
             return rows
 
@@ -254,3 +284,16 @@ def make_hbm(capacity: int, row_width: int, device: str, n_parts: int):
 
         return PartitionedHashTable(n_parts, capacity, row_width, device=device)
     return HashTable(capacity, row_width, device=device)
+
+
+def _rows_of(keys: np.ndarray, in_flight: list) -> np.ndarray:
+    """Rows of ``keys`` (n,) uint64 from ``in_flight`` (``(keys, rows)`` pairs of batches prepared but
+    not placed: their key sets are disjoint) -> (n, row_width). Raises InternalError when one is
+    missing (residency bug)."""
+    have = np.concatenate([k for k, _ in in_flight]) if in_flight else np.empty(0, np.uint64)
+    order = np.argsort(have, kind="stable")
+    at = np.searchsorted(have, keys, sorter=order)
+    at = np.minimum(at, max(have.shape[0] - 1, 0))
+    if have.shape[0] == 0 or not (have[order[at]] == keys).all():
+        raise InternalError("resident keys are neither in the HBM-PS nor in flight to it (residency bug)")
+    return np.concatenate([r for _, r in in_flight])[order[at]]

@@ -1,0 +1,92 @@
+"""The MEM-PS and the HBM-PS are exclusive: a placed row leaves the MEM-PS (on ``--device cpu`` both
+are DRAM, so a row held twice doubles its bytes), and nothing is lost by dropping a dirty copy."""
+
+import numpy as np
+
+from hps import HashTable
+from hps.mem import MemPS, RowCache, RowInitializer
+from hps.train._collectives import Collectives
+from hps.train._hierarchy import ParameterHierarchy
+from tests.reference.store import DictStore
+
+W = 4
+
+
+def test_hand_over_drops_unpinned_rows_dirty_or_not_and_keeps_pinned():
+    c = RowCache(8, W)
+    k = np.arange(1, 7, dtype=np.uint64)
+    c.put(k[:3], np.ones((3, W), np.float32), dirty=True)
+    c.put(k[3:], np.ones((3, W), np.float32), pin=True)
+    assert c.hand_over(np.r_[k, k[:1], [99]].astype(np.uint64)) == 3   # duplicates, absent keys: fine
+    assert c.contains(k).tolist() == [False] * 3 + [True] * 3        # pinned rows stay
+    assert len(c) == 3 and c.stats().dirty == 0 and c.stats().evicted == 0
+    c.put(np.arange(10, 15, dtype=np.uint64), np.zeros((5, W), np.float32))  # the slots are free again
+    assert len(c) == 8
+
+
+def _hierarchy(capacity_rows=64):
+    mem = MemPS(DictStore(W), W, initializer=RowInitializer(2, W, seed=0), capacity_rows=capacity_rows)
+    hier = ParameterHierarchy(HashTable(256, W), mem, window=2, owned_mask=Collectives().owned_mask)
+    return hier, mem
+
+
+def _batches(n, rng):
+    return [np.unique(rng.integers(1, 120, 40).astype(np.uint64)) for _ in range(n)]
+
+
+def test_no_row_is_in_both_tiers_and_training_is_lossless():
+    rng = np.random.default_rng(0)
+    hier, mem = _hierarchy()
+    ref_hier, ref_mem = _hierarchy(capacity_rows=4096)    # never evicts: the reference
+    batches = _batches(30, rng)
+    for h, m in ((hier, mem), (ref_hier, ref_mem)):
+        for i, keys in enumerate(batches):
+            h.place(h.prepare(i, keys))
+            resident = h.hbm.export()[0]
+            assert resident.shape[0] == len(h.hbm) > 0
+            assert not m.cache.contains(resident).any()        # DRAM holds each row once
+            h.hbm.accumulate(keys, np.full((keys.shape[0], W), 1.0 + i, np.float32))  # "training"
+            h.mark_trained(i)
+            if i == 12:
+                h.sync_to_store()                               # a checkpoint keeps them apart too
+                assert not m.cache.contains(h.hbm.export()[0]).any()
+        h.drop_all()
+    keys = np.unique(np.concatenate(batches))
+    np.testing.assert_array_equal(hier.read_owned(keys), ref_hier.read_owned(keys))
+    assert mem.stats()["dumped"] > 0                            # the small one did spill
+
+
+def test_checkpoint_keeps_rows_prepared_but_not_placed():
+    """prepare drops the MEM-PS copy of the rows it fetched; a sync before their place must still
+    store them, dirty ones included (the store never had them)."""
+    hier, mem = _hierarchy()
+    keys = np.arange(1, 11, dtype=np.uint64)
+    rows = np.arange(40, dtype=np.float32).reshape(10, W)
+    mem.push(keys, rows)                                  # dirty in the MEM-PS, not in the store
+    prep = hier.prepare(0, keys)
+    assert not mem.cache.contains(keys).any() and not mem.store.load(keys)[1].any()
+    hier.sync_to_store()                                  # before place
+    got, found = mem.store.load(keys)
+    assert found.all()
+    np.testing.assert_array_equal(got, rows)
+    assert not mem.cache.contains(keys).any()             # still held once (by the batch in flight)
+    hier.place(prep)
+    np.testing.assert_array_equal(hier.read_owned(keys), rows)
+
+
+def test_read_owned_sees_rows_prepared_but_not_placed():
+    """An evaluation during training reads rows of a batch prepared but not placed: the MEM-PS has
+    handed them over and the HBM-PS does not hold them yet; they are read from the batch in flight."""
+    hier, mem = _hierarchy()
+    a, c = np.arange(1, 11, dtype=np.uint64), np.arange(50, 60, dtype=np.uint64)
+    for i, keys in enumerate((a, c, c)):           # a trained, then evicted (dirty) by batch 2's prepare
+        hier.place(hier.prepare(i, keys))
+        hier.hbm.accumulate(keys, np.full((keys.shape[0], W), 2.0, np.float32))
+        hier.mark_trained(i)
+    trained = hier.read_owned(a)
+    assert not np.allclose(trained, RowInitializer(2, W, seed=0)(a))
+    prep = hier.prepare(3, a)                      # a in flight: handed over by the MEM-PS, not placed
+    assert not mem.cache.contains(a).any() and prep.fetch_keys.shape[0] == a.shape[0]
+    np.testing.assert_array_equal(hier.read_owned(a), trained)
+    hier.place(prep)
+    np.testing.assert_array_equal(hier.read_owned(a), trained)
