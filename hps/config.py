@@ -242,6 +242,11 @@ class TrainConfig:
     sparse_sync: str = "owner"          # MPI: owner (rows live at their owner) | allreduce (App. C.3)
     mpi_wait: str = "auto"              # MPI: spin | yield (poll with sleeps) | auto (yield if oversubscribed)
     progress: bool = True               # tqdm progress bar
+    # FAE (README "FAE"): a profile file from python -m hps.profile, or "auto" (profile first)
+    fae: str | None = None
+    hot_bytes: int | str | None = None  # FAE: HBM-PS bytes for the pinned hot rows ("auto" needs it)
+    fae_sample_rate: float = 5.0        # FAE auto: percent of the input the profiler reads
+    fae_holdout: int = 1024             # FAE: held-out eval examples for the Shuffle Scheduler's loss
 
     def __post_init__(self):
         _check_types(self)
@@ -258,6 +263,18 @@ class TrainConfig:
                                     f"({self.batch_size})")
         if self.resume and not self.checkpoint_dir:
             raise InvalidInputError("--resume needs --checkpoint-dir")
+        if self.hot_bytes is not None:
+            self.hot_bytes = parse_bytes(self.hot_bytes)
+            if self.hot_bytes < 0:
+                raise InvalidInputError(f"hot-bytes must be >= 0, got {self.hot_bytes}")
+        if self.fae == "auto" and self.hot_bytes is None:
+            raise InvalidInputError("--fae auto needs --hot-bytes SIZE (HBM-PS bytes for the hot rows)")
+        if self.fae is None and self.hot_bytes is not None:
+            raise InvalidInputError("--hot-bytes is an option of --fae (give --fae auto or --fae PROFILE)")
+        if not 0.0 < self.fae_sample_rate <= 100.0:
+            raise InvalidInputError(f"fae-sample-rate must be a percentage in (0, 100], got {self.fae_sample_rate}")
+        if self.fae_holdout < 0:
+            raise InvalidInputError(f"fae-holdout must be >= 0, got {self.fae_holdout}")
 
 
 #: TOML sections (``[data]`` …): the subsystem whose options each may hold.

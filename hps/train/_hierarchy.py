@@ -177,12 +177,17 @@ class ParameterHierarchy:
 
     def read_owned(self, keys: np.ndarray) -> np.ndarray:
         """Current rows of owned ``keys`` (n,) -> (n, row_width): resident ones from HBM, the others
-        from MEM-PS. Read-only (evaluation). Holds the residency lock."""
+        from MEM-PS (also the keys of a batch prepared but not placed yet). Read-only (evaluation, and
+        FAE's held-out loss during training). Holds the residency lock."""
         with self._lock:
             rows = np.empty((keys.shape[0], self.memps.row_width), self.memps.dtype)
             res = self._last_use.contains(keys)
             if res.any():
-                rows[res] = _host(self.hbm.get(keys[res])[0])
+                idx = np.flatnonzero(res)
+                got, found = self.hbm.get(keys[idx])
+                found = np.asarray(_host(found), np.bool_)
+                rows[idx[found]] = _host(got)[found]
+                res[idx[~found]] = False  # prepared, not placed yet: MEM-PS still holds the current row
             rows[~res] = self._serve(keys[~res])
             return rows
 

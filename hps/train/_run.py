@@ -15,7 +15,7 @@ SHARED_OPTIONS = {
     "data": ("format", "data_shards", "fields", "n_dense", "libsvm_fields", "label_column"),
     "model": None,  # all of them
     "train": ("batch_size", "minibatch_size", "epochs", "seed", "checkpoint_every", "resume",
-              "ranks_per_node", "sparse_sync"),
+              "ranks_per_node", "sparse_sync", "fae", "hot_bytes", "fae_sample_rate", "fae_holdout"),
 }
 
 

@@ -34,7 +34,7 @@ from ..metrics import logloss as logloss_score
 from ..model import ModelConfig, make_model, make_optimizers
 from ..pipeline import STOP_TIMEOUT_S, Pipeline, Stage
 from ..ssd import ScratchEnv, SSDOptions, SSDStore
-from . import _checkpoint, _warmup
+from . import _checkpoint, _fae, _warmup
 from ._budget import plan_memory
 from ._collectives import Collectives
 from ._feed import Feed, LocalBatch, empty_batch
@@ -62,6 +62,7 @@ class Work:
     last_in_epoch: bool = False
     plans: list | None = None
     prepared: object | None = None
+    hot: np.ndarray | None = None  # FAE: (P,) bool, which mini-batches are all-hot (``_fae``)
 
 
 class Trainer:
@@ -113,6 +114,8 @@ class Trainer:
         self.peak_resident = 0
         self.start_index = 0
         self.history = {"loss": []}
+        self.fae = None        # FAE state (``_fae``), from fit() on when --fae is given
+        self._resumed = None   # meta of the checkpoint resume() loaded
 
     def _first_working_set(self) -> tuple[int, int]:
         """(keys this rank will hold resident for the first batch, how many of them it owns): the
@@ -146,12 +149,15 @@ class Trainer:
             while True:
                 nxt = next(it, None)
                 local = cur if cur is not None else self.feed.empty()
+                hot = None
+                if self.fae is not None:  # FAE: regroup into all-cold and all-hot mini-batches
+                    local, hot = self.fae.split(local, ch)
                 n_total, more = ch.agree(local.counts, nxt is not None)
                 if not n_total.any():  # no shard holds an example (each was fine on its own)
                     raise InvalidInputError(f"no valid example in --data {self.cfg.data.data}: every one "
                                             f"of its {self.feed.n_shards} shards is empty")
                 if index >= self.start_index:
-                    yield Work(epoch, b, index, local, n_total, last_in_epoch=not more)
+                    yield Work(epoch, b, index, local, n_total, last_in_epoch=not more, hot=hot)
                 index += 1
                 b += 1
                 if not more:
@@ -171,7 +177,7 @@ class Trainer:
             self.hier.wait_ready(w.index, self.pipeline.stop_event)
 
     def _prepare(self, w: Work) -> Work:
-        resident, w.plans = self.sync.plan(w.local)
+        resident, w.plans = self.sync.plan(w.local, self.fae.hot if self.fae is not None else None)
         self._ensure_hierarchy()
         w.prepared = self.hier.prepare(w.index, resident)
         self.peak_resident = max(self.peak_resident, self.hier.resident)
@@ -187,13 +193,19 @@ class Trainer:
 
     def _train(self, w: Work) -> dict:
         loss_sum = 0.0
-        for j, plan in enumerate(w.plans):
+        fae = self.fae
+        order = range(len(w.plans)) if fae is None else fae.order(w.n_total, w.hot, lambda: _fae.held_out_loss(self))
+        for j in order:
             n = int(w.n_total[j])
             if n == 0:
                 continue  # every shard had run out
-            loss, g_dense = self.sync.step(self.hier.hbm, w.index, plan, w.local.minibatch(j), n)
+            hot_mb = fae is not None and bool(w.hot[j])
+            loss, g_dense = self.sync.step(self.hier.hbm, w.index, w.plans[j], w.local.minibatch(j), n,
+                                           hot=fae.hot if fae is not None else None, hot_only=hot_mb)
             self._dense_step(g_dense)
             loss_sum += loss * n
+            if fae is not None:
+                fae.count(hot_mb, n, loss)
         n_ex = int(w.n_total.sum())
         loss_sum = self.coll.train.allsum(loss_sum)
         if not math.isfinite(loss_sum):
@@ -227,15 +239,20 @@ class Trainer:
     def save_checkpoint(self, index: int, epoch: int, batch: int) -> str:
         """Write a checkpoint after batch ``index``. Collective over the train channel: call it from
         the train stage (or after training)."""
+        meta = {"index": index, "epoch": epoch, "batch": batch}
+        if self.fae is not None:  # pinned hot rows go through MEM-PS/SSD-PS like every other row
+            self.fae.hot.write_back(self.memps, self.coll.owned_mask)
+            meta["fae"] = self.fae.state()
         self.hier.sync_to_store()
         tc = self.cfg.train
         return _checkpoint.save(tc.checkpoint_dir, self.coll.train, self.store, self.model, self.dense_opt,
-                                {"index": index, "epoch": epoch, "batch": batch}, keep=tc.keep_checkpoints)
+                                meta, keep=tc.keep_checkpoints)
 
     def resume(self) -> None:
         meta = _checkpoint.load(self.cfg.train.checkpoint_dir, self.coll.main, self.store, self.model,
                                 self.dense_opt, warn=lambda msg: self.log(f"hps: warning: {msg}"))
         self.start_index = meta["index"] + 1
+        self._resumed = meta
         self.log(f"resumed from {meta['path']} (after batch {meta['index']}, epoch {meta['epoch']})")
 
     # -- run ----------------------------------------------------------------------------------------------
@@ -253,6 +270,8 @@ class Trainer:
             self.resume()
         self.warmup_seconds = _warmup.warm_up(self, self.log) if warm_up else 0.0
         self.first_batch = None
+        if tc.fae and self.fae is None:
+            self.fae = _fae.start(self, self._resumed, self.log)
         rows = self.feed.total_rows  # known for synthetic data; files stream
         total = rows * tc.epochs if rows is not None else None
         bar = _progress(tc.progress and self.coll.rank == 0, total, self.start_index * tc.batch_size)
@@ -288,6 +307,8 @@ class Trainer:
         self.train_seconds = time.perf_counter() - t0
         self.train_cpu_seconds = time.process_time() - c0  # every thread of the process
         self.examples = examples
+        if self.fae is not None:
+            self.fae.hot.write_back(self.memps, self.coll.owned_mask)
         if self.hier is not None:
             self.hier.drop_all()
         elif tc.resume:
@@ -347,6 +368,12 @@ class Trainer:
     def metrics(self) -> dict:
         """Job metrics. Per-rank figures are lists in rank order; SSD-PS figures and bytes sent are
         summed over ranks; cache figures and stage wall seconds are rank 0's. Collective."""
+        out = self._metrics()
+        if self.fae is not None:
+            out["fae"] = self.fae.metrics()
+        return out
+
+    def _metrics(self) -> dict:
         per = self.coll.main.allgather(self.rank_metrics())
         ssd = {k: sum(r["ssd"][k] for r in per) for k in per[0]["ssd"]}
         ms = self.memps.stats()
