@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..data import Batch
+from ..data import Batch, open_dataset, share_bounds
 from ..errors import InvalidInputError
 from ..metrics import logloss as logloss_score
 from ..profile import digest, examples_all_hot, hot_mask, profile, read_profile, row_bytes_of
@@ -266,17 +266,30 @@ def _hot_keys(trainer, log) -> tuple[np.ndarray, np.ndarray, dict]:
 
 
 def _holdout(trainer, n: int):
-    """This rank's share of the ``n`` held-out examples: the first of its eval batches, or None."""
-    if not trainer.feed.has_eval or n == 0:
+    """This rank's share (``share_bounds``) of the first ``n`` examples of the eval data (synthetic:
+    of its eval split), or None without eval data. The same examples whatever the ranks and shards."""
+    d, tc = trainer.cfg.data, trainer.cfg.train
+    if n == 0 or not trainer.feed.has_eval:
         return None
-    want = n * (trainer.coll.rank + 1) // trainer.coll.size - n * trainer.coll.rank // trainer.coll.size
+    opts = _format_options(d, tc.seed, tc.batch_size)
+    if d.eval_data:
+        opts = {k: v for k, v in opts.items() if k not in ("seed", "block_rows")}
+        if d.format == "libsvm":
+            opts["n_fields"] = trainer.feed.n_fields
+        it = open_dataset(d.eval_data, d.format, n, strict=d.strict, max_malformed=d.max_malformed, **opts).batches()
+    else:
+        it = open_dataset(None, "synthetic", n, **opts).eval_batches()
     parts, got = [], 0
-    for b in trainer.feed.eval_batches():
-        parts.append(b.slice(0, min(len(b), want - got)))
+    for b in it:
+        parts.append(b.slice(0, min(len(b), n - got)))
         got += len(parts[-1])
-        if got >= want:
+        if got >= n:
             break
-    return Batch.concat(parts) if parts else None
+    if not parts:
+        return None
+    first = Batch.concat(parts)
+    a, b = share_bounds(len(first), trainer.coll.rank, trainer.coll.size)
+    return first.slice(a, b)
 
 
 def start(trainer, resumed: dict | None, log) -> Fae:

@@ -171,6 +171,7 @@ class Trainer:
         hbm = make_hbm(self.plan.hbm_keys, self.row_width, t.device, t.n_parts)
         pull = self.coll.prepare.pull_rows if self.sync.replicated else None
         self.hier = ParameterHierarchy(hbm, self.memps, WINDOW, self.coll.owned_mask, pull)
+        self.hier.mark_trained(self.start_index - 1)  # resumed: the batches before were trained
 
     def _gate(self, w: Work) -> None:
         if self.hier is not None:
