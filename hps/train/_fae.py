@@ -104,8 +104,13 @@ class HotRows:
     def step(self, slots: np.ndarray, grads: np.ndarray, ch) -> None:
         """Sum every rank's hot-row gradients ``grads`` (k, P) of ``slots`` (k,) unique (one dense
         all-reduce of (h, P + 1) float32 over ``ch``; the last column counts touches) and apply one
-        optimizer step to every touched row, on every rank alike. Collective."""
+        optimizer step to every touched row, on every rank alike. Collective. One rank: no buffer."""
         P = self.row_params
+        if ch.size == 1:  # nothing to sum: apply to this mini-batch's rows
+            if slots.shape[0]:
+                keys = self.keys[slots]
+                self.table.insert(keys, _host(self.opt.apply(_host(self.table.get(keys)[0]), grads)))
+            return
         buf = np.zeros((self.size, P + 1), np.float32)
         buf[slots, :P] = grads
         buf[slots, P] = 1.0
