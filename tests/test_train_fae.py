@@ -89,6 +89,8 @@ def test_bad_fae_options_are_one_clear_line(args, message, capsys):
 class _Local:
     """A one-process channel."""
 
+    rank, size = 0, 1
+
     def allsum_array(self, a):
         return a
 
@@ -100,15 +102,17 @@ def test_split_forms_all_hot_and_all_cold_minibatches():
     batch = Batch(np.arange(n, dtype=np.float32), np.zeros((n, 0), np.float32), keys, np.zeros(16, np.int32),
                   np.ones(16, np.float32), np.arange(0, 17, 2, dtype=np.int64), 2)
     hot = HotRows(np.arange(1, 10, dtype=np.uint64), 4, "cpu", 1, None, 2)
-    fae = Fae(hot, ShuffleScheduler(), 3, None, {})
-    local, flags = fae.split(LocalBatch(batch, np.array([0, 4, 8], np.int64)), _Local())
-    labels = [local.minibatch(j).labels.tolist() for j in range(len(flags))]
-    # hot examples: 0, 2 (mini-batch 0), 4, 6 (mini-batch 1); hot groups: floor(hot before / 3) = 0, 0
-    assert flags.tolist() == [False, False, True] and labels == [[1, 3], [5, 7], [0, 2, 4, 6]]
-    for j, lab in enumerate(labels):  # every example moved with its own keys
-        mb = local.minibatch(j)
-        np.testing.assert_array_equal(mb.keys, np.concatenate([keys[2 * int(i):2 * int(i) + 2] for i in lab]))
-        assert hot.mask(mb.keys).all() == flags[j]
+    # hot examples: 0, 2 (mini-batch 0), 4, 6 (mini-batch 1): round(4 / size) hot mini-batches
+    for size, want in ((3, [[1, 3], [5, 7], [0, 2, 4, 6]]), (2, [[1, 3], [5, 7], [0, 2], [4, 6]]),
+                       (10, [[0, 1, 2, 3], [4, 5, 6, 7]])):  # under half a mini-batch: no hot one
+        fae = Fae(hot, ShuffleScheduler(), size, None, {})
+        local, flags = fae.split(LocalBatch(batch, np.array([0, 4, 8], np.int64)), _Local())
+        labels = [local.minibatch(j).labels.tolist() for j in range(len(flags))]
+        assert flags.tolist() == [False, False] + [True] * (len(want) - 2) and labels == want
+        for j, lab in enumerate(labels):  # every example moved with its own keys
+            mb = local.minibatch(j)
+            np.testing.assert_array_equal(mb.keys, np.concatenate([keys[2 * int(i):2 * int(i) + 2] for i in lab]))
+            assert not flags[j] or hot.mask(mb.keys).all()
 
 
 def test_the_shuffle_scheduler_follows_eq_5():
@@ -136,3 +140,23 @@ def test_strips_alternate_cold_first_by_the_rate():
     got = list(fae.order(n_total, hot, lambda: next(losses)))
     assert got == [0, 1, 5, 2, 3, 6]   # R(50): 2 of 4 cold, 1 of 2 hot, ...; the empty one skipped
     assert fae.sched.swaps == 3
+
+
+def test_read_owned_serves_a_prepared_but_unplaced_row_from_mem_ps():
+    """FAE's held-out loss reads rows while training runs: a key of a batch prepared but not yet
+    placed in HBM-PS has its current row in MEM-PS (it used to read as zeros)."""
+    from hps.mem import MemPS, RowInitializer
+    from hps.table import HashTable
+    from hps.train._collectives import Collectives
+    from hps.train._hierarchy import ParameterHierarchy
+    from tests.reference.store import DictStore
+
+    init = RowInitializer(2, 4, seed=0)
+    mem = MemPS(DictStore(4), 4, initializer=init, capacity_rows=64)
+    hier = ParameterHierarchy(HashTable(64, 4), mem, window=3, owned_mask=Collectives().owned_mask)
+    keys = np.arange(1, 9, dtype=np.uint64)
+    prep = hier.prepare(0, keys)                 # not placed
+    np.testing.assert_array_equal(hier.read_owned(keys), init(keys))
+    hier.place(prep)
+    hier.hbm.insert(keys[:2], np.full((2, 4), 7, np.float32))  # trained rows: HBM-PS is the holder
+    assert (hier.read_owned(keys)[:2] == 7).all()

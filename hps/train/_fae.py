@@ -7,11 +7,12 @@
   (``_sync``), so neither the prepare stage nor the owner exchange touches them.
 - **Classification while reading** (:meth:`Fae.split`, read stage): an example is hot iff all its keys
   are (``hps.profile.examples_all_hot``). Cold mini-batch ``j`` is the original mini-batch ``j`` minus
-  its hot examples (with no hot example the batch is exactly the baseline's); the hot examples of
-  consecutive original mini-batches are grouped into hot mini-batches of about ``--minibatch-size``
-  (group of mini-batch ``j``: ``floor(hot examples before j, all ranks / minibatch_size)``, one small
-  all-reduce of per-mini-batch hot counts), so K ranks form the same mini-batches as one process
-  reading the same K shards. Every mini-batch is all-hot or all-cold.
+  its hot examples (with no hot example the batch is exactly the baseline's); the batch's hot examples,
+  numbered in global order, are cut into ``round(hot / --minibatch-size)`` hot mini-batches of equal
+  share (one small all-reduce of per-rank, per-mini-batch hot counts), so K ranks form the same
+  mini-batches as one process reading the same K shards. Every mini-batch is all-hot or all-cold,
+  except that a batch with fewer than half a mini-batch of hot inputs trains them in their cold
+  mini-batches (a tiny hot mini-batch would take a whole optimizer step on a few inputs).
 - **Training**: a mini-batch's cold keys go through the normal sparse sync; its hot keys' rows come
   from the local replica, and after every mini-batch that may touch hot keys (every one: a cold
   input may hold hot keys too) the ranks all-reduce a dense (h, P + 1) buffer of hot-row gradients
@@ -169,25 +170,38 @@ class Fae:
     # -- read stage --------------------------------------------------------------------------------
     def split(self, local: LocalBatch, ch) -> tuple[LocalBatch, np.ndarray]:
         """``local`` regrouped as [cold mini-batches 0..P-1 | hot mini-batches 0..G-1] -> (the new
-        LocalBatch, (P + G,) bool hot flags). One all-reduce of (P,) counts over ``ch`` (read)."""
+        LocalBatch, (P + G,) bool hot flags). One all-reduce of a (ranks, P) count matrix over ``ch``
+        (read). Hot inputs are numbered in the global order (mini-batch, rank, position) — which is
+        also the order of one process reading the same shards — and cut into G = round(hot inputs /
+        minibatch_size) hot mini-batches of equal share. With G = 0 (fewer than half a mini-batch)
+        they stay in their cold mini-batches: a hot mini-batch of a few inputs would take a whole
+        optimizer step (Adam's steps do not shrink with the batch) on them."""
         data, bounds = local.data, local.bounds
         P = bounds.shape[0] - 1
         hot_ex = examples_all_hot(self.hot.mask(data.keys), data.offsets)
         mb = np.repeat(np.arange(P, dtype=np.int64), np.diff(bounds))        # original mini-batch of each
         local_hot = np.bincount(mb[hot_ex], minlength=P).astype(np.int64)
-        everyone = ch.allsum_array(local_hot)
-        before = np.concatenate([[0], np.cumsum(everyone)[:-1]])
-        group = before // self.minibatch_size
-        present = np.unique(group[everyone > 0])
-        G = present.shape[0]
-        slot = np.where(hot_ex, P + np.searchsorted(present, group[mb]), mb)
-        order = np.argsort(slot, kind="stable")
-        counts = np.bincount(slot, minlength=P + G)
-        new_bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        counts = np.zeros((ch.size, P), np.int64)
+        counts[ch.rank] = local_hot
+        counts = ch.allsum_array(counts)                                     # (ranks, P) hot inputs
+        total = int(counts.sum())
+        slot = mb.copy()
+        G = int(round(total / self.minibatch_size))  # 0: too few to fill half a mini-batch
+        if G:
+            idx = np.flatnonzero(hot_ex)
+            mb_h = mb[idx]
+            first = np.cumsum(local_hot) - local_hot                          # this rank's first hot of each mb
+            g = (np.cumsum(counts.sum(axis=0)) - counts.sum(axis=0))[mb_h] + counts[:ch.rank].sum(axis=0)[mb_h] \
+                + np.arange(idx.shape[0]) - first[mb_h]
+            q, r = divmod(total, G)
+            starts = np.arange(G) * q + np.minimum(np.arange(G), r)          # share_bounds(total, k, G)
+            slot[idx] = P + np.searchsorted(starts, g, side="right") - 1
+        n_slots = np.bincount(slot, minlength=P + G)
+        new_bounds = np.concatenate([[0], np.cumsum(n_slots)]).astype(np.int64)
         flags = np.concatenate([np.zeros(P, np.bool_), np.ones(G, np.bool_)])
         if not hot_ex.any():
             return LocalBatch(data, new_bounds), flags
-        return LocalBatch(take(data, order), new_bounds), flags
+        return LocalBatch(take(data, np.argsort(slot, kind="stable")), new_bounds), flags
 
     # -- train stage ---------------------------------------------------------------------------------
     def order(self, n_total: np.ndarray, hot: np.ndarray, held_out_loss):
