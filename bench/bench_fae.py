@@ -91,7 +91,7 @@ def row_bytes(model_flags: dict) -> int:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.bench_fae", description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=200_000, help="synthetic training rows (200000)")
-    p.add_argument("--fields", type=int, default=8)
+    p.add_argument("--fields", type=int, default=4, help="synthetic categorical fields (4)")
     p.add_argument("--vocab", type=int, default=20_000, help="synthetic values per field (20000)")
     p.add_argument("--alphas", type=lambda s: [float(x) for x in s.split(",")], default=[0.9, 1.1])
     p.add_argument("--criteo", default=str(DEFAULT_CRITEO), help="Criteo-format file ('' to skip)")

@@ -73,13 +73,12 @@ def _plans(local, hot) -> list[Plan]:
     plans = []
     for j in range(len(local.bounds) - 1):
         keys, inv = unique_inverse(local.minibatch(j).keys)
-        plans.append(Plan(keys, inv) if hot is None else Plan(*_cold_first(hot, keys, inv)))
+        if hot is None:
+            plans.append(Plan(keys, inv))
+        else:
+            keys, inv, slots = hot.divide(keys, inv)
+            plans.append(Plan(keys, inv, hot_slots=slots))
     return plans
-
-
-def _cold_first(hot, keys, inv):
-    keys, inv, slots = hot.divide(keys, inv)
-    return keys, inv, None, None, None, None, slots
 
 
 class _Sync:
