@@ -160,3 +160,22 @@ def test_read_owned_serves_a_prepared_but_unplaced_row_from_mem_ps():
     hier.place(prep)
     hier.hbm.insert(keys[:2], np.full((2, 4), 7, np.float32))  # trained rows: HBM-PS is the holder
     assert (hier.read_owned(keys)[:2] == 7).all()
+
+
+def test_resume_without_eval_data_keeps_the_loss_of_the_strip_in_progress(tmp_path):
+    """Without eval data the scheduler's loss is the training loss since the last swap: a checkpoint
+    records the strip in progress (summed over ranks), so resume reproduces the uninterrupted run."""
+    from tests.test_train_mpi import criteo_args, criteo_file
+
+    args = [*criteo_args(criteo_file(tmp_path / "train.txt"), eval_data=False), *FAE]
+    ck = tmp_path / "ck"
+    runs = {"full": ["--epochs", "2"], "half": ["--epochs", "1", "--checkpoint-dir", str(ck)],
+            "resumed": ["--epochs", "2", "--checkpoint-dir", str(ck), "--resume"]}
+    for name, extra in runs.items():
+        assert main([*args, *extra, "--export", str(tmp_path / name)]) == 0
+        if name == "half":
+            saved = json.loads(next(ck.glob("ckpt-*/meta.json")).read_text())["fae"]
+            assert saved["strip_examples"] > 0 and saved["strip_loss"] > 0 and saved["swaps"] > 0
+    from hps.train import load_export
+    assert_same_model(load_export(tmp_path / "full", first_order=True),
+                      load_export(tmp_path / "resumed", first_order=True), 1e-5)

@@ -240,9 +240,22 @@ class Fae:
         self._strip_loss = self._strip_examples = 0.0
         return total
 
-    def state(self) -> dict:
-        """What a checkpoint records (JSON)."""
-        return dict(self.sched.state(), hot_keys=digest(self.hot.keys), hot_rows=self.hot.size)
+    def state(self, ch) -> dict:
+        """What a checkpoint records (JSON), the same on every rank: the scheduler, the hot set's
+        fingerprint and the loss of the strip in progress (summed over ranks). Collective over ``ch``."""
+        strip = ch.allsum_array(np.array([self._strip_loss], np.float64))[0]
+        return dict(self.sched.state(), hot_keys=digest(self.hot.keys), hot_rows=self.hot.size,
+                    strip_loss=float(strip), strip_examples=self._strip_examples)
+
+    def restore(self, saved: dict, rank: int) -> None:
+        """Continue from a checkpoint's :meth:`state` (rank 0 takes the strip's summed loss)."""
+        if saved["hot_keys"] != digest(self.hot.keys):
+            raise InvalidInputError(f"the checkpoint was trained with another hot set ({saved['hot_rows']} rows): "
+                                    "resume with the same --fae profile and --hot-bytes")
+        self.sched = ShuffleScheduler(saved["rate"], saved["prev_loss"], saved["streak"], saved["swaps"],
+                                      saved["last_kind"])
+        self._strip_loss = saved["strip_loss"] if rank == 0 else 0.0
+        self._strip_examples = saved["strip_examples"]
 
     def metrics(self) -> dict:
         n = self.hot_examples + self.cold_examples
@@ -318,20 +331,16 @@ def start(trainer, resumed: dict | None, log) -> Fae:
     keys, _, info = _hot_keys(trainer, log)
     hot = HotRows(keys, trainer.row_width, trainer.cfg.tiers.device, trainer.cfg.tiers.n_parts,
                   trainer.sparse_opt, trainer.row_params)
-    sched = ShuffleScheduler()
+    fae = Fae(hot, ShuffleScheduler(), tc.minibatch_size, _holdout(trainer, tc.fae_holdout), info)
     saved = (resumed or {}).get("fae")
     if saved is not None:
-        if saved["hot_keys"] != digest(keys):
-            raise InvalidInputError(f"the checkpoint was trained with another hot set ({saved['hot_rows']} rows): "
-                                    "resume with the same --fae profile and --hot-bytes")
-        sched = ShuffleScheduler(saved["rate"], saved["prev_loss"], saved["streak"], saved["swaps"],
-                                 saved["last_kind"])
+        fae.restore(saved, trainer.coll.rank)
     trainer._ensure_hierarchy()
     rows = trainer.coll.main.pull_rows(keys, trainer.hier.read_owned) if hot.size else None
     hot.load(rows)
     log(f"hps: FAE: {hot.size:,} hot rows pinned in HBM-PS on every rank "
-        f"({hot.size * row_bytes_of(trainer.row_width) / 2**20:.2f} MiB each), shuffle rate R({sched.rate:g})")
-    return Fae(hot, sched, tc.minibatch_size, _holdout(trainer, tc.fae_holdout), info)
+        f"({hot.size * row_bytes_of(trainer.row_width) / 2**20:.2f} MiB each), shuffle rate R({fae.sched.rate:g})")
+    return fae
 
 
 def held_out_loss(trainer) -> float:

@@ -243,7 +243,7 @@ class Trainer:
         meta = {"index": index, "epoch": epoch, "batch": batch}
         if self.fae is not None:  # pinned hot rows go through MEM-PS/SSD-PS like every other row
             self.fae.hot.write_back(self.memps, self.coll.owned_mask)
-            meta["fae"] = self.fae.state()
+            meta["fae"] = self.fae.state(self.coll.train)
         self.hier.sync_to_store()
         tc = self.cfg.train
         return _checkpoint.save(tc.checkpoint_dir, self.coll.train, self.store, self.model, self.dense_opt,
