@@ -297,6 +297,11 @@ class TrainConfig:
     staleness: int | str = 100          # het: clock bound s >= 0, or "inf"
     het_cache: int | float | str = "64MiB"  # het: per-rank cache, a fraction of the table (synthetic) or bytes
     het_policy: str = "lfu"             # het: cache eviction policy, lfu | lru
+    # FAE (README "FAE"): a profile file from python -m hps.profile, or "auto" (profile first)
+    fae: str | None = None
+    hot_bytes: int | str | None = None  # FAE: HBM-PS bytes for the pinned hot rows ("auto" needs it)
+    fae_sample_rate: float = 5.0        # FAE auto: percent of the input the profiler reads
+    fae_holdout: int = 1024             # FAE: held-out eval examples for the Shuffle Scheduler's loss
 
     def __post_init__(self):
         _check_types(self)
@@ -316,6 +321,24 @@ class TrainConfig:
                                     f"({self.batch_size})")
         if self.resume and not self.checkpoint_dir:
             raise InvalidInputError("--resume needs --checkpoint-dir")
+        if self.hot_bytes is not None:
+            self.hot_bytes = parse_bytes(self.hot_bytes)
+            if self.hot_bytes < 0:
+                raise InvalidInputError(f"hot-bytes must be >= 0, got {self.hot_bytes}")
+        if self.fae == "auto" and self.hot_bytes is None:
+            raise InvalidInputError("--fae auto needs --hot-bytes SIZE (HBM-PS bytes for the hot rows)")
+        if self.fae is None and self.hot_bytes is not None:
+            raise InvalidInputError("--hot-bytes is an option of --fae (give --fae auto or --fae PROFILE)")
+        if not 0.0 < self.fae_sample_rate <= 100.0:
+            raise InvalidInputError(f"fae-sample-rate must be a percentage in (0, 100], got {self.fae_sample_rate}")
+        if self.fae_holdout < 0:
+            raise InvalidInputError(f"fae-holdout must be >= 0, got {self.fae_holdout}")
+        if self.fae is not None and self.consistency != "bsp":
+            raise InvalidInputError("--fae pins hot rows on every rank and synchronises them each mini-batch: "
+                                    "it needs --consistency bsp")
+        if self.fae is not None and self.admit_after > 1:
+            raise InvalidInputError("--fae classifies raw keys as hot before admission could replace them: "
+                                    "drop --admit-after or --fae")
 
     def _check_control(self) -> None:
         """The issue-14 options: admission, expiry, evaluation, schedules, shuffling."""
@@ -446,6 +469,9 @@ class Config:
         if self.train.consistency == "het" and self.tiers.device == "cuda":
             raise InvalidInputError("--consistency het runs on --device cpu only for now (its caches are "
                                     "host arrays); drop --device cuda or use --consistency bsp")
+        if self.train.fae is not None and self.tiers.device == "cuda":
+            raise InvalidInputError("--fae runs on --device cpu only for now (the device step has no pinned "
+                                    "hot table yet); drop --device cuda or --fae")
 
     @staticmethod
     def from_flat(values: dict) -> "Config":

@@ -106,6 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--export", default=S, help="write the trained model as HDF5 into this directory")
     g.add_argument("--metrics-out", default=S, help="write metrics as JSON to this file")
     g.add_argument("--plots", default=S, help="draw figures (PNG) into this directory (matplotlib)")
+    g.add_argument("--fae", default=S, metavar="PROFILE|auto",
+                   help="FAE: pin the hot rows of this profile (python -m hps.profile) on every rank and train "
+                        "all-hot and all-cold mini-batches apart; auto: profile the data first (needs --hot-bytes)")
+    g.add_argument("--hot-bytes", default=S, help="FAE: HBM-PS bytes for the hot rows (512MiB, 2g, bytes)")
+    g.add_argument("--fae-sample-rate", type=float, default=S, help="FAE auto: percent of the input profiled (5)")
+    g.add_argument("--fae-holdout", type=int, default=S,
+                   help="FAE: eval examples whose loss drives the Shuffle Scheduler (1024)")
     g.add_argument("--ranks-per-node", type=int, default=S, help="MPI: ranks per node (auto)")
     g.add_argument("--sparse-sync", choices=SPARSE_SYNCS, default=S,
                    help="MPI: owner = each row lives at its owner rank, which serves it and applies its "

@@ -25,7 +25,9 @@ SHARED_OPTIONS = {
               "lr_decay", "lr_decay_steps", "shuffle_buffer",
               "consistency", "staleness", "het_policy",
               # issue 17: hierarchical training, compression
-              "dense_sync", "groups", "easgd_alpha", "easgd_every", "compress"),
+              "dense_sync", "groups", "easgd_alpha", "easgd_every", "compress",
+              # issue 16: FAE
+              "fae", "hot_bytes", "fae_sample_rate", "fae_holdout"),
 }
 
 

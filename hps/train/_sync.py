@@ -54,6 +54,9 @@ class Plan:
     (v,) the owned keys anyone asked for in this global mini-batch, ``uinv`` (m,) the index into
     ``ukeys`` of every key asked (grouped by asking rank) and ``recv`` (size,) keys asked per rank.
     With one rank ``uinv`` is None (``ukeys`` is ``keys``).
+
+    FAE (``_fae``): ``keys`` are the cold keys only; ``hot_slots`` (h,) the mini-batch's pinned hot
+    rows, and ``inv`` indexes ``[keys | hot rows]``. None without FAE.
     """
 
     keys: np.ndarray
@@ -62,6 +65,20 @@ class Plan:
     ukeys: np.ndarray | None = None
     uinv: np.ndarray | None = None
     recv: np.ndarray | None = None
+    hot_slots: np.ndarray | None = None
+
+
+def _plans(local, hot) -> list[Plan]:
+    """One Plan per local mini-batch of ``local``: its unique keys (the cold ones with FAE ``hot``)."""
+    plans = []
+    for j in range(len(local.bounds) - 1):
+        keys, inv = unique_inverse(local.minibatch(j).keys)
+        if hot is None:
+            plans.append(Plan(keys, inv))
+        else:
+            keys, inv, slots = hot.divide(keys, inv)
+            plans.append(Plan(keys, inv, hot_slots=slots))
+    return plans
 
 
 class _Sync:
@@ -80,20 +97,33 @@ class _Sync:
                                 "HBM-PS (residency bug)")
         return _host(rows)
 
+    def _with_hot(self, params, p: Plan, hot):
+        """(u, P) parameters of ``[p.keys | hot rows]``: the cold ones and the pinned hot rows."""
+        if hot is None or p.hot_slots is None or not p.hot_slots.shape[0]:
+            return params
+        return np.concatenate([_host(params), hot.rows(p.hot_slots)[:, :self.row_params]])
+
+    def _hot_step(self, g, n_cold: int, p: Plan, hot):
+        """Cold gradient rows of ``g``; the hot ones go to the hot rows' all-reduce (collective)."""
+        if hot is None:
+            return g
+        slots = p.hot_slots if p.hot_slots is not None else np.empty(0, np.int64)
+        if hot.size:
+            hot.step(slots, g[n_cold:], self.coll.train)
+        return g[:n_cold]
+
 
 class OwnerSync(_Sync):
     """``--sparse-sync owner``: see the module docstring."""
 
     replicated = False
 
-    def plan(self, local) -> tuple[np.ndarray, list[Plan]]:
+    def plan(self, local, hot=None) -> tuple[np.ndarray, list[Plan]]:
         """(keys this rank must hold resident for the batch, one Plan per local mini-batch) for the
-        LocalBatch ``local``. Collective over the prepare channel (one alltoall, one alltoallv)."""
+        LocalBatch ``local``; FAE ``hot`` rows (``_fae.HotRows``) are left out. Collective over the
+        prepare channel (one alltoall, one alltoallv)."""
         P, size = len(local.bounds) - 1, self.coll.size
-        plans = []
-        for j in range(P):
-            keys, inv = unique_inverse(local.minibatch(j).keys)
-            plans.append(Plan(keys, inv))
+        plans = _plans(local, hot)
         if size == 1:
             for p in plans:
                 p.ukeys = p.keys
@@ -102,8 +132,9 @@ class OwnerSync(_Sync):
         ranks = np.arange(size, dtype=np.int32)
         for p in plans:  # keys grouped by owner, inv pointing at the regrouped keys
             order, offsets = group_by_owner(self.coll.owner(p.keys), size)
-            where = np.empty_like(order)
+            where = np.empty(order.shape[0] + _n_hot(p), np.int64)
             where[order] = np.arange(order.shape[0])
+            where[order.shape[0]:] = np.arange(order.shape[0], where.shape[0])  # hot rows stay last
             p.keys, p.inv, p.send = p.keys[order], where[p.inv], np.diff(offsets)
         # one message per owner: its keys of mini-batch 0, then of mini-batch 1, ...
         flat_keys = np.concatenate([p.keys for p in plans])
@@ -121,19 +152,25 @@ class OwnerSync(_Sync):
             p.recv = asked_counts[:, j].copy()
         return unique_inverse(asked)[0], plans
 
-    def step(self, hbm, index: int, p: Plan, share, n_total: int):
+    def step(self, hbm, index: int, p: Plan, share, n_total: int, hot=None, hot_only: bool = False):
         """One mini-batch: serve the asked rows, forward/backward on ``share``, send the gradients to
         their owners, apply the owned updates. Returns (loss term, dense gradients). Collective over
-        the train channel (two alltoallv)."""
+        the train channel (two alltoallv; FAE: then the hot rows' all-reduce, and a ``hot_only``
+        mini-batch — all-hot on every rank — skips the alltoallv)."""
         P, ch = self.row_params, self.coll.train
-        rows = self._rows(hbm, p.ukeys, index)                               # (v, row_width) owned rows
-        if p.uinv is None:
-            params = rows[:, :P]
-        else:  # (u, P) rows of p.keys: they arrive grouped by owner, the order of p.keys
-            params = self.compress.exchange_rows(ch, rows[p.uinv, :P], p.recv, p.send, SPARSE_ROWS)
-        loss, _, g_rows, g_dense = self.model.forward_backward(self.xp.asarray(params), p.inv, share,
-                                                              n_total=n_total)
-        g = _host(g_rows)
+        if hot_only:
+            rows = params = np.empty((0, P), np.float32)
+        else:
+            rows = self._rows(hbm, p.ukeys, index)                           # (v, row_width) owned rows
+            if p.uinv is None:
+                params = rows[:, :P]
+            else:  # (u, P) rows of p.keys: they arrive grouped by owner, the order of p.keys
+                params = self.compress.exchange_rows(ch, rows[p.uinv, :P], p.recv, p.send, SPARSE_ROWS)
+        loss, _, g_rows, g_dense = self.model.forward_backward(self.xp.asarray(self._with_hot(params, p, hot)),
+                                                              p.inv, share, n_total=n_total)
+        g = self._hot_step(_host(g_rows), p.keys.shape[0], p, hot)
+        if hot_only:
+            return loss, g_dense
         if p.uinv is not None:
             back = self.compress.exchange_grads(ch, g, p.send, p.recv, SPARSE_GRADS)  # aligned with p.uinv
             g = segment_sum(back, p.uinv, p.ukeys.shape[0])                  # rank order: deterministic
@@ -146,26 +183,32 @@ class ReplicaSync(_Sync):
 
     replicated = True
 
-    def plan(self, local) -> tuple[np.ndarray, list[Plan]]:
-        """(the global batch's working set, one Plan per local mini-batch). Collective over the
-        prepare channel (one allgatherv of every rank's unique keys)."""
-        plans = []
-        for j in range(len(local.bounds) - 1):
-            keys, inv = unique_inverse(local.minibatch(j).keys)
-            plans.append(Plan(keys, inv))
+    def plan(self, local, hot=None) -> tuple[np.ndarray, list[Plan]]:
+        """(the global batch's working set, one Plan per local mini-batch; FAE ``hot`` rows left
+        out). Collective over the prepare channel (one allgatherv of every rank's unique keys)."""
+        plans = _plans(local, hot)
         mine = unique_inverse(local.data.keys)[0]
+        if hot is not None:
+            mine = mine[~hot.mask(mine)]
         return unique_inverse(self.coll.prepare.allgatherv(mine, SPARSE_KEYS))[0], plans
 
-    def step(self, hbm, index: int, p: Plan, share, n_total: int):
+    def step(self, hbm, index: int, p: Plan, share, n_total: int, hot=None, hot_only: bool = False):
         P = self.row_params
-        rows = self._rows(hbm, p.keys, index)
-        loss, _, g_rows, g_dense = self.model.forward_backward(self.xp.asarray(rows[:, :P]), p.inv, share,
-                                                              n_total=n_total)
-        keys, grads = self.coll.train.sparse_allreduce(p.keys, _host(g_rows))
+        rows = np.empty((0, P), np.float32) if hot_only else self._rows(hbm, p.keys, index)
+        loss, _, g_rows, g_dense = self.model.forward_backward(self.xp.asarray(self._with_hot(rows[:, :P], p, hot)),
+                                                              p.inv, share, n_total=n_total)
+        g = self._hot_step(_host(g_rows), p.keys.shape[0], p, hot)
+        if hot_only:
+            return loss, g_dense
+        keys, grads = self.coll.train.sparse_allreduce(p.keys, g)
         if keys is not p.keys:
             rows = self._rows(hbm, keys, index)
         hbm.insert(keys, _host(self.opt.apply(rows, grads)))
         return loss, g_dense
+
+
+def _n_hot(p: Plan) -> int:
+    return 0 if p.hot_slots is None else int(p.hot_slots.shape[0])
 
 
 def make_sync(mode: str, *args, compress=None):

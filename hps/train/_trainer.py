@@ -37,7 +37,7 @@ from ..metrics import logloss as logloss_score
 from ..model import ModelConfig, make_model, make_optimizers
 from ..pipeline import STOP_TIMEOUT_S, Pipeline, Stage
 from ..ssd import ScratchEnv, SSDOptions, SSDStore
-from . import _checkpoint, _warmup
+from . import _checkpoint, _fae, _warmup
 from ._admission import FeatureFilter, shared_keys
 from ._budget import plan_memory
 from ._control import TrainingControl, run_name
@@ -73,6 +73,7 @@ class Work:
     prepared: object | None = None
     filter_state: dict | None = None   # admission/expiry state after this batch's prepare (checkpoints)
     staged: list | None = None   # the plans on the device (--device cuda, _device_step)
+    hot: np.ndarray | None = None  # FAE: (P,) bool, which mini-batches are all-hot (``_fae``)
 
 
 class Trainer:
@@ -133,6 +134,8 @@ class Trainer:
         self.peak_resident = 0
         self.start_index = 0
         self.history = {"loss": []}
+        self.fae = None        # FAE state (``_fae``), from fit() on when --fae is given
+        self._resumed = None   # meta of the checkpoint resume() loaded
 
     def _init_control(self) -> None:
         """Issue 14: admission and expiry (``_admission``), the learning-rate schedule (``_schedule``),
@@ -181,12 +184,15 @@ class Trainer:
             while True:
                 nxt = next(it, None)
                 local = cur if cur is not None else self.feed.empty()
+                hot = None
+                if self.fae is not None:  # FAE: regroup into all-cold and all-hot mini-batches
+                    local, hot = self.fae.split(local, ch)
                 n_total, more = ch.agree(local.counts, nxt is not None and not self._read_past_stop(index))
                 if not n_total.any():  # no shard holds an example (each was fine on its own)
                     raise InvalidInputError(f"no valid example in --data {self.cfg.data.data}: every one "
                                             f"of its {self.feed.n_shards} shards is empty")
                 if index >= self.start_index:
-                    yield Work(epoch, b, index, local, n_total, last_in_epoch=not more)
+                    yield Work(epoch, b, index, local, n_total, last_in_epoch=not more, hot=hot)
                 index += 1
                 b += 1
                 if not more:
@@ -206,6 +212,7 @@ class Trainer:
         self.hier = ParameterHierarchy(hbm, self.memps, WINDOW, self.coll.owned_mask, pull)
         if self.het:
             self.sync.bind(self.hier)
+        self.hier.mark_trained(self.start_index - 1)  # resumed: the batches before were trained
 
     def _gate(self, w: Work) -> None:
         if self.hier is not None:
@@ -224,7 +231,7 @@ class Trainer:
             return w
         if self.filter is not None:  # admission: keys not admitted become their field's shared key
             w.local = LocalBatch(replace(w.local.data, keys=self.filter.admit(w.local.data.keys)), w.local.bounds)
-        resident, w.plans = self.sync.plan(w.local)
+        resident, w.plans = self.sync.plan(w.local) if self.fae is None else self.sync.plan(w.local, self.fae.hot)
         self._ensure_hierarchy()
         w.prepared = self.hier.prepare(w.index, resident)
         self.peak_resident = max(self.peak_resident, self.hier.resident)
@@ -286,16 +293,22 @@ class Trainer:
 
     def _train_host(self, w: Work, schedule) -> float:
         loss_sum = 0.0
-        for j, plan in enumerate(w.plans):
+        fae = self.fae
+        order = range(len(w.plans)) if fae is None else fae.order(w.n_total, w.hot, lambda: _fae.held_out_loss(self))
+        for j in order:
             n = int(w.n_total[j])
             if n == 0:
                 continue  # every shard had run out
             if schedule is not None:
                 schedule(w.index, j)
             share = w.local.minibatch(j)
-            loss, g_dense = self.sync.step(self.hier.hbm, w.index, plan, share, n)
+            hot_mb = fae is not None and bool(w.hot[j])
+            hot = {} if fae is None else {"hot": fae.hot, "hot_only": hot_mb}
+            loss, g_dense = self.sync.step(self.hier.hbm, w.index, w.plans[j], share, n, **hot)
             self._dense_step(g_dense, len(share), n)
             loss_sum += loss * n
+            if fae is not None:
+                fae.count(hot_mb, n, loss)
         return loss_sum
 
     def _dense_step(self, grads: dict, n_local: int, n_total: int) -> None:
@@ -324,6 +337,10 @@ class Trainer:
         """Write a checkpoint after batch ``index`` (with the admission/expiry state ``filter_state``
         taken by that batch's prepare). Collective over the train channel: call it from the train
         stage (or after training)."""
+        meta = {"index": index, "epoch": epoch, "batch": batch, "control": self.control.state()}
+        if self.fae is not None:  # pinned hot rows go through MEM-PS/SSD-PS like every other row
+            self.fae.hot.write_back(self.memps, self.coll.owned_mask)
+            meta["fae"] = self.fae.state(self.coll.train)
         self.hier.sync_to_store()
         tc = self.cfg.train
         writers = []
@@ -334,9 +351,7 @@ class Trainer:
         writers += [easgd] if easgd is not None else []
         extra = (lambda h: [write(h) for write in writers]) if writers else None
         return _checkpoint.save(tc.checkpoint_dir, self.coll.train, self.store, self.model, self.dense_opt,
-                                {"index": index, "epoch": epoch, "batch": batch, "control": self.control.state()},
-                                keep=tc.keep_checkpoints,
-                                extra=extra, pinned=self.control.pinned())
+                                meta, keep=tc.keep_checkpoints, extra=extra, pinned=self.control.pinned())
 
     def resume(self) -> None:
         meta = _checkpoint.load(self.cfg.train.checkpoint_dir, self.coll.main, self.store, self.model,
@@ -346,6 +361,7 @@ class Trainer:
         self.start_index = meta["index"] + 1
         if "control" in meta:  # the eval curve, the best, early stopping (absent before issue 14)
             self.control.load_state(meta["control"])
+        self._resumed = meta
         self.log(f"resumed from {meta['path']} (after batch {meta['index']}, epoch {meta['epoch']})")
 
     def _read_checkpoint_extra(self, h) -> None:
@@ -369,6 +385,8 @@ class Trainer:
             self.resume()
         self.warmup_seconds = _warmup.warm_up(self, self.log) if warm_up else 0.0
         self.first_batch = None
+        if tc.fae and self.fae is None:
+            self.fae = _fae.start(self, self._resumed, self.log)
         rows = self.feed.total_rows  # known for synthetic data; files stream
         total = rows * tc.epochs if rows is not None else None
         bar = _progress(tc.progress and self.coll.rank == 0, total, self.start_index * tc.batch_size)
@@ -407,6 +425,8 @@ class Trainer:
         self.train_seconds = time.perf_counter() - t0
         self.train_cpu_seconds = time.process_time() - c0  # every thread of the process
         self.examples = examples
+        if self.fae is not None:
+            self.fae.hot.write_back(self.memps, self.coll.owned_mask)
         if self.hier is not None:
             self.hier.drop_all()
         elif tc.resume:
@@ -474,6 +494,12 @@ class Trainer:
     def metrics(self) -> dict:
         """Job metrics. Per-rank figures are lists in rank order; SSD-PS figures and bytes sent are
         summed over ranks; cache figures and stage wall seconds are rank 0's. Collective."""
+        out = self._metrics()
+        if self.fae is not None:
+            out["fae"] = self.fae.metrics()
+        return out
+
+    def _metrics(self) -> dict:
         per = self.coll.main.allgather(self.rank_metrics())
         ssd = {k: sum(r["ssd"][k] for r in per) for k in per[0]["ssd"]}
         ms = self.memps.stats()

@@ -74,7 +74,7 @@ def _scratch_run(trainer, first) -> None:
         train=replace(cfg.train, batch_size=WARMUP_EXAMPLES,
                       minibatch_size=min(cfg.train.minibatch_size, WARMUP_EXAMPLES // 2), epochs=1,
                       checkpoint_dir=None, checkpoint_every=0, resume=False, export=None, metrics_out=None,
-                      plots=None, progress=False, eval_every=0, early_stop=0))
+                      plots=None, progress=False, eval_every=0, early_stop=0, fae=None, hot_bytes=None))
     feed = Feed.replay(parts, trainer.feed.n_fields, trainer.feed.n_dense, scratch_cfg.train.minibatch_size)
     scratch = type(trainer)(scratch_cfg, Collectives(), log=lambda *a, **k: None, feed=feed)
     try:

@@ -1,0 +1,363 @@
+"""FAE in the trainer (``--fae PROFILE`` / ``--fae auto --hot-bytes SIZE``; ``seeds/003`` §4.2-4.3).
+
+- **Hot rows** (:class:`HotRows`): the profile's hot keys are pinned, on every rank, in a partition
+  of HBM-PS of their own (a table on the tier's device sized for them) for the whole run: loaded
+  once at the start (from their owners' MEM-PS/SSD-PS, after a resume too), never evicted, never
+  fetched again. The residency window never sees them: the sparse-sync plans leave hot keys out
+  (``_sync``), so neither the prepare stage nor the owner exchange touches them.
+- **Classification while reading** (:meth:`Fae.split`, read stage): an example is hot iff all its keys
+  are (``hps.profile.examples_all_hot``). Cold mini-batch ``j`` is the original mini-batch ``j`` minus
+  its hot examples (with no hot example the batch is exactly the baseline's); the batch's hot examples,
+  numbered in global order, are cut into ``round(hot / --minibatch-size)`` hot mini-batches of equal
+  share (one small all-reduce of per-rank, per-mini-batch hot counts), so K ranks form the same
+  mini-batches as one process reading the same K shards. Every mini-batch is all-hot or all-cold,
+  except that a batch with fewer than half a mini-batch of hot inputs trains them in their cold
+  mini-batches (a tiny hot mini-batch would take a whole optimizer step on a few inputs).
+- **Training**: a mini-batch's cold keys go through the normal sparse sync; its hot keys' rows come
+  from the local replica, and after every mini-batch that may touch hot keys (every one: a cold
+  input may hold hot keys too) the ranks all-reduce a dense (h, P + 1) buffer of hot-row gradients
+  and touch counts and each applies the optimizer to the touched rows, so replicas stay identical.
+  A hot mini-batch skips the cold exchange entirely.
+- **Shuffle Scheduler** (:class:`ShuffleScheduler`, Eq. 5): inside each batch, strips of
+  ``ceil(rate % of the batch's cold mini-batches)`` cold mini-batches alternate with strips of hot
+  ones, cold first. At every swap of kind (across batches too) the held-out loss is measured
+  (``--fae-holdout`` examples of the eval data; without eval data, the training loss of the strip
+  just trained) and the rate halves when it did not fall, doubles after ``u = 4`` falls in a row
+  (bounds R(1), R(100); start R(50)). Its state is saved in checkpoints (meta.json ``fae``).
+- **Write-back**: at every checkpoint and at the end, each owner pushes its hot rows into its MEM-PS
+  (which the checkpoint flushes to SSD-PS), so exports, evaluation and resume see every update.
+
+Thread safety: ``split`` runs in the read thread; ``order``, the hot step and ``write_back`` in the
+train thread (``write_back`` also at the end, from the caller's thread, once the pipeline stopped).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..data import Batch, open_dataset, share_bounds
+from ..errors import InvalidInputError
+from ..metrics import logloss as logloss_score
+from ..profile import digest, examples_all_hot, hot_mask, profile, read_profile, row_bytes_of
+from ._feed import LocalBatch, _format_options
+from ._hierarchy import _host, make_hbm
+
+#: Eq. 5: swaps of falling loss before the rate doubles (u), its bounds and its start (R(50)).
+SWAP_PATIENCE = 4
+RATE_MIN, RATE_MAX, RATE_START = 1.0, 100.0, 50.0
+
+
+def take(batch: Batch, idx: np.ndarray) -> Batch:
+    """Examples ``idx`` (k,) int64 of ``batch`` in that order, as a new Batch (vectorised gathers)."""
+    lengths = np.diff(batch.offsets)[idx]
+    starts = batch.offsets[:-1][idx]
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    kidx = np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]), dtype=np.int64)
+    return Batch(batch.labels[idx], batch.dense[idx], batch.keys[kidx], batch.field[kidx], batch.weights[kidx],
+                 offsets, batch.n_fields)
+
+
+class HotRows:
+    """The pinned hot rows of one rank: ``keys`` (h,) uint64 ascending, their rows in ``table`` (a
+    HashTable-like partition of HBM-PS on ``device``). ``opt``: the row optimizer; ``row_params``: P."""
+
+    def __init__(self, keys: np.ndarray, row_width: int, device: str, n_parts: int, opt, row_params: int):
+        self.keys = np.ascontiguousarray(keys, np.uint64)
+        self.opt, self.row_params, self.row_width = opt, int(row_params), int(row_width)
+        self.table = make_hbm(max(1, self.size), self.row_width, device, n_parts)
+
+    @property
+    def size(self) -> int:
+        return int(self.keys.shape[0])
+
+    def mask(self, keys: np.ndarray) -> np.ndarray:
+        """(n,) bool: which of ``keys`` (n,) uint64 are hot."""
+        return hot_mask(self.keys, keys)
+
+    def slots(self, keys: np.ndarray) -> np.ndarray:
+        """(n,) int64 positions of hot ``keys`` in ``self.keys``. REQUIRES every key hot."""
+        return np.searchsorted(self.keys, keys).astype(np.int64)
+
+    def load(self, rows: np.ndarray) -> None:
+        """Pin ``rows`` (h, row_width) float32 of ``keys``."""
+        if self.size:
+            self.table.insert(self.keys, rows)
+
+    def rows(self, slots: np.ndarray) -> np.ndarray:
+        """(k, row_width) host rows of ``keys[slots]``."""
+        return _host(self.table.get(self.keys[slots])[0])
+
+    def divide(self, keys: np.ndarray, inv: np.ndarray):
+        """Unique ``keys`` (u,) of a mini-batch and their ``inv`` (nnz,) -> (cold keys (c,), inv into
+        ``[cold keys | hot keys]``, hot slots (u - c,))."""
+        hot = self.mask(keys)
+        if not hot.any():
+            return keys, inv, np.empty(0, np.int64)
+        pos = np.empty(keys.shape[0], np.int64)
+        n_cold = int((~hot).sum())
+        pos[~hot] = np.arange(n_cold)
+        pos[hot] = n_cold + np.arange(keys.shape[0] - n_cold)
+        return keys[~hot], pos[inv], self.slots(keys[hot])
+
+    def step(self, slots: np.ndarray, grads: np.ndarray, ch) -> None:
+        """Sum every rank's hot-row gradients ``grads`` (k, P) of ``slots`` (k,) unique (one dense
+        all-reduce of (h, P + 1) float32 over ``ch``; the last column counts touches) and apply one
+        optimizer step to every touched row, on every rank alike. Collective. One rank: no buffer."""
+        P = self.row_params
+        if ch.size == 1:  # nothing to sum: apply to this mini-batch's rows
+            if slots.shape[0]:
+                keys = self.keys[slots]
+                self.table.insert(keys, _host(self.opt.apply(_host(self.table.get(keys)[0]), grads)))
+            return
+        buf = np.zeros((self.size, P + 1), np.float32)
+        buf[slots, :P] = grads
+        buf[slots, P] = 1.0
+        buf = ch.dense_allreduce(buf.ravel()).reshape(self.size, P + 1)
+        touched = np.flatnonzero(buf[:, P] > 0)
+        if touched.shape[0]:
+            keys = self.keys[touched]
+            rows = _host(self.table.get(keys)[0])
+            self.table.insert(keys, _host(self.opt.apply(rows, buf[touched, :P])))
+
+    def write_back(self, memps, owned_mask) -> None:
+        """Push the rows of the hot keys this rank owns into ``memps`` (dirty)."""
+        mine = self.keys[owned_mask(self.keys)]
+        if mine.shape[0]:
+            memps.push(mine, _host(self.table.get(mine)[0]), unpin=False)
+
+
+@dataclass
+class ShuffleScheduler:
+    """Eq. 5 of ``seeds/003``: ``rate`` in percent of a batch's mini-batches per strip."""
+
+    rate: float = RATE_START
+    prev_loss: float | None = None
+    streak: int = 0          # swaps in a row whose loss fell
+    swaps: int = 0
+    last_kind: bool | None = None   # kind of the last trained mini-batch (True = hot)
+
+    def swap(self, loss: float) -> None:
+        """A swap happened with held-out ``loss``: update the rate (Eq. 5)."""
+        if self.prev_loss is not None:
+            if loss >= self.prev_loss:                      # loss did not fall: shuffle more
+                self.rate, self.streak = max(self.rate / 2.0, RATE_MIN), 0
+            else:
+                self.streak += 1
+                if self.streak >= SWAP_PATIENCE:           # fell u times in a row: shuffle less
+                    self.rate, self.streak = min(self.rate * 2.0, RATE_MAX), 0
+        self.prev_loss = float(loss)
+        self.swaps += 1
+
+    def state(self) -> dict:
+        return {"rate": self.rate, "prev_loss": self.prev_loss, "streak": self.streak, "swaps": self.swaps,
+                "last_kind": self.last_kind}
+
+
+class Fae:
+    """FAE state of one rank (module docstring). Built by :func:`start`."""
+
+    def __init__(self, hot: HotRows, sched: ShuffleScheduler, minibatch_size: int, holdout, info: dict):
+        self.hot, self.sched = hot, sched
+        self.minibatch_size = int(minibatch_size)
+        self.holdout = holdout          # this rank's held-out Batch, or None (no eval data)
+        self.info = info
+        self.hot_examples = self.cold_examples = self.hot_minibatches = self.cold_minibatches = 0
+        self._strip_loss = self._strip_examples = 0.0
+
+    # -- read stage --------------------------------------------------------------------------------
+    def split(self, local: LocalBatch, ch) -> tuple[LocalBatch, np.ndarray]:
+        """``local`` regrouped as [cold mini-batches 0..P-1 | hot mini-batches 0..G-1] -> (the new
+        LocalBatch, (P + G,) bool hot flags). One all-reduce of a (ranks, P) count matrix over ``ch``
+        (read). Hot inputs are numbered in the global order (mini-batch, rank, position) — which is
+        also the order of one process reading the same shards — and cut into G = round(hot inputs /
+        minibatch_size) hot mini-batches of equal share. With G = 0 (fewer than half a mini-batch)
+        they stay in their cold mini-batches: a hot mini-batch of a few inputs would take a whole
+        optimizer step (Adam's steps do not shrink with the batch) on them."""
+        data, bounds = local.data, local.bounds
+        P = bounds.shape[0] - 1
+        hot_ex = examples_all_hot(self.hot.mask(data.keys), data.offsets)
+        mb = np.repeat(np.arange(P, dtype=np.int64), np.diff(bounds))        # original mini-batch of each
+        local_hot = np.bincount(mb[hot_ex], minlength=P).astype(np.int64)
+        counts = np.zeros((ch.size, P), np.int64)
+        counts[ch.rank] = local_hot
+        counts = ch.allsum_array(counts)                                     # (ranks, P) hot inputs
+        total = int(counts.sum())
+        slot = mb.copy()
+        G = int(round(total / self.minibatch_size))  # 0: too few to fill half a mini-batch
+        if G:
+            idx = np.flatnonzero(hot_ex)
+            mb_h = mb[idx]
+            first = np.cumsum(local_hot) - local_hot                          # this rank's first hot of each mb
+            g = (np.cumsum(counts.sum(axis=0)) - counts.sum(axis=0))[mb_h] + counts[:ch.rank].sum(axis=0)[mb_h] \
+                + np.arange(idx.shape[0]) - first[mb_h]
+            q, r = divmod(total, G)
+            starts = np.arange(G) * q + np.minimum(np.arange(G), r)          # share_bounds(total, k, G)
+            slot[idx] = P + np.searchsorted(starts, g, side="right") - 1
+        n_slots = np.bincount(slot, minlength=P + G)
+        new_bounds = np.concatenate([[0], np.cumsum(n_slots)]).astype(np.int64)
+        flags = np.concatenate([np.zeros(P, np.bool_), np.ones(G, np.bool_)])
+        if not hot_ex.any():
+            return LocalBatch(data, new_bounds), flags
+        return LocalBatch(take(data, np.argsort(slot, kind="stable")), new_bounds), flags
+
+    # -- train stage ---------------------------------------------------------------------------------
+    def order(self, n_total: np.ndarray, hot: np.ndarray, held_out_loss):
+        """Indices of the mini-batches to train, in the Shuffle Scheduler's order; calls
+        ``held_out_loss()`` (collective) at every swap of kind before the next mini-batch."""
+        live = np.flatnonzero(n_total > 0)
+        queues = {False: [int(j) for j in live if not hot[j]], True: [int(j) for j in live if hot[j]]}
+        totals = {k: len(q) for k, q in queues.items()}
+        kind = False if queues[False] else True
+        while queues[False] or queues[True]:
+            if not queues[kind]:
+                kind = not kind
+            if self.sched.last_kind is not None and kind != self.sched.last_kind:
+                self.sched.swap(held_out_loss())
+            strip = max(1, math.ceil(self.sched.rate / 100.0 * totals[kind]))
+            for _ in range(min(strip, len(queues[kind]))):
+                j = queues[kind].pop(0)
+                self.sched.last_kind = kind
+                yield j
+            kind = not kind
+
+    def count(self, hot: bool, n: int, loss_term: float) -> None:
+        """Book one trained mini-batch of ``n`` examples (all ranks) and this rank's loss term."""
+        if hot:
+            self.hot_examples += n
+            self.hot_minibatches += 1
+        else:
+            self.cold_examples += n
+            self.cold_minibatches += 1
+        self._strip_loss += loss_term * n
+        self._strip_examples += n
+
+    def strip_loss(self, ch) -> float:
+        """Mean training loss of the mini-batches since the last call, over all ranks. Collective."""
+        total = ch.allsum(self._strip_loss) / max(self._strip_examples, 1.0)
+        self._strip_loss = self._strip_examples = 0.0
+        return total
+
+    def state(self, ch) -> dict:
+        """What a checkpoint records (JSON), the same on every rank: the scheduler, the hot set's
+        fingerprint and the loss of the strip in progress (summed over ranks). Collective over ``ch``."""
+        strip = ch.allsum_array(np.array([self._strip_loss], np.float64))[0]
+        return dict(self.sched.state(), hot_keys=digest(self.hot.keys), hot_rows=self.hot.size,
+                    strip_loss=float(strip), strip_examples=self._strip_examples)
+
+    def restore(self, saved: dict, rank: int) -> None:
+        """Continue from a checkpoint's :meth:`state` (rank 0 takes the strip's summed loss)."""
+        if saved["hot_keys"] != digest(self.hot.keys):
+            raise InvalidInputError(f"the checkpoint was trained with another hot set ({saved['hot_rows']} rows): "
+                                    "resume with the same --fae profile and --hot-bytes")
+        self.sched = ShuffleScheduler(saved["rate"], saved["prev_loss"], saved["streak"], saved["swaps"],
+                                      saved["last_kind"])
+        self._strip_loss = saved["strip_loss"] if rank == 0 else 0.0
+        self._strip_examples = saved["strip_examples"]
+
+    def metrics(self) -> dict:
+        n = self.hot_examples + self.cold_examples
+        return dict(self.info, hot_rows=self.hot.size, hot_examples=self.hot_examples,
+                    hot_input_fraction=self.hot_examples / n if n else 0.0, hot_minibatches=self.hot_minibatches,
+                    cold_minibatches=self.cold_minibatches, swaps=self.sched.swaps, final_rate=self.sched.rate)
+
+
+def _hot_keys(trainer, log) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(hot keys ascending, their sampled counts, profile facts) from --fae PROFILE or by profiling
+    (--fae auto), on rank 0, shared with every rank (main channel)."""
+    tc, d = trainer.cfg.train, trainer.cfg.data
+    row_bytes = row_bytes_of(trainer.row_width)
+    prof, problem = None, None
+    if trainer.coll.rank == 0:
+        try:
+            if tc.fae == "auto":
+                prof = profile(d.data, d.format, tc.hot_bytes, row_bytes, tc.fae_sample_rate, seed=tc.seed,
+                               fmt_options=_format_options(d, tc.seed, tc.batch_size))
+            else:
+                prof = read_profile(tc.fae)
+        except InvalidInputError as e:
+            problem = str(e)
+    problem = trainer.coll.main.allgather(problem)[0]
+    if problem:
+        raise InvalidInputError(problem)
+    keys, counts = (prof.hot_keys, prof.hot_counts) if prof is not None else (None, None)
+    keys, counts = trainer.coll.main.allgather((keys, counts))[0]
+    info = {}
+    if prof is not None:
+        log(f"hps: {prof.describe()}")
+        info = {"profile": {k: getattr(prof, k) for k in ("threshold_count", "estimate", "interval_low",
+                                                          "interval_high", "logged_hot", "hot_input_fraction",
+                                                          "sample_rate", "seconds", "budget_rows")}}
+    info = trainer.coll.main.allgather(info)[0]
+    if tc.hot_bytes is not None and keys.shape[0] * row_bytes > tc.hot_bytes:  # a profile made for more
+        keep = np.lexsort((keys, -counts))[:tc.hot_bytes // row_bytes]
+        keys, counts = keys[np.sort(keep)], counts[np.sort(keep)]
+    return keys, counts, info
+
+
+def _holdout(trainer, n: int):
+    """This rank's share (``share_bounds``) of the first ``n`` examples of the eval data (synthetic:
+    of its eval split), or None without eval data. The same examples whatever the ranks and shards."""
+    d, tc = trainer.cfg.data, trainer.cfg.train
+    if n == 0 or not trainer.feed.has_eval:
+        return None
+    opts = _format_options(d, tc.seed, tc.batch_size)
+    if d.eval_data:
+        opts = {k: v for k, v in opts.items() if k not in ("seed", "block_rows")}
+        if d.format == "libsvm":
+            opts["n_fields"] = trainer.feed.n_fields
+        it = open_dataset(d.eval_data, d.format, n, strict=d.strict, max_malformed=d.max_malformed, **opts).batches()
+    else:
+        it = open_dataset(None, "synthetic", n, **opts).eval_batches()
+    parts, got = [], 0
+    for b in it:
+        parts.append(b.slice(0, min(len(b), n - got)))
+        got += len(parts[-1])
+        if got >= n:
+            break
+    if not parts:
+        return None
+    first = Batch.concat(parts)
+    a, b = share_bounds(len(first), trainer.coll.rank, trainer.coll.size)
+    return first.slice(a, b)
+
+
+def start(trainer, resumed: dict | None, log) -> Fae:
+    """Pin the hot rows on every rank (main channel, collective) and restore the scheduler state of
+    the checkpoint ``resumed`` (its meta, or None)."""
+    tc = trainer.cfg.train
+    keys, _, info = _hot_keys(trainer, log)
+    hot = HotRows(keys, trainer.row_width, trainer.cfg.tiers.device, trainer.cfg.tiers.n_parts,
+                  trainer.sparse_opt, trainer.row_params)
+    fae = Fae(hot, ShuffleScheduler(), tc.minibatch_size, _holdout(trainer, tc.fae_holdout), info)
+    saved = (resumed or {}).get("fae")
+    if saved is not None:
+        fae.restore(saved, trainer.coll.rank)
+    trainer._ensure_hierarchy()
+    rows = trainer.coll.main.pull_rows(keys, trainer.hier.read_owned) if hot.size else None
+    hot.load(rows)
+    log(f"hps: FAE: {hot.size:,} hot rows pinned in HBM-PS on every rank "
+        f"({hot.size * row_bytes_of(trainer.row_width) / 2**20:.2f} MiB each), shuffle rate R({fae.sched.rate:g})")
+    return fae
+
+
+def held_out_loss(trainer) -> float:
+    """Logloss of the model now on the held-out examples of every rank (train channel; collective).
+    Without eval data: the training loss since the last swap."""
+    fae, ch = trainer.fae, trainer.coll.train
+    if not ch.any(fae.holdout is not None):
+        return fae.strip_loss(ch)
+    from ._feed import empty_batch
+    from ._sync import unique_inverse
+
+    batch = fae.holdout if fae.holdout is not None else empty_batch(trainer.feed.n_fields, trainer.feed.n_dense)
+    keys, inv = unique_inverse(batch.keys)
+    cold, inv, slots = fae.hot.divide(keys, inv)
+    P = trainer.row_params
+    rows = np.concatenate([ch.pull_owned(cold, trainer.hier.read_owned)[:, :P], fae.hot.rows(slots)[:, :P]])
+    probs = _host(trainer.model.predict(trainer.xp.asarray(rows), inv, batch)) if len(batch) else np.empty(0)
+    local = logloss_score(batch.labels, probs) * len(batch) if len(batch) else 0.0
+    sums = ch.allsum_array(np.array([local, len(batch)], np.float64))
+    return float(sums[0] / max(sums[1], 1.0))
