@@ -80,7 +80,13 @@ def test_a_profile_file_trains_like_auto(tmp_path, capsys):
 @pytest.mark.parametrize("args, message", [(["--fae", "auto"], "needs --hot-bytes"),
                                            (["--hot-bytes", "1k"], "option of --fae"),
                                            (["--fae", "auto", "--hot-bytes", "1k", "--fae-sample-rate", "0"],
-                                            "fae-sample-rate")])
+                                            "fae-sample-rate"),
+                                           (["--fae", "auto", "--hot-bytes", "1k", "--consistency", "het"],
+                                            "it needs --consistency bsp"),
+                                           (["--fae", "auto", "--hot-bytes", "1k", "--admit-after", "3"],
+                                            "drop --admit-after or --fae"),
+                                           (["--fae", "auto", "--hot-bytes", "1k", "--device", "cuda"],
+                                            "--fae runs on --device cpu only")])
 def test_bad_fae_options_are_one_clear_line(args, message, capsys):
     assert main([*SMALL, *args]) == 2
     assert message in capsys.readouterr().err

@@ -20,7 +20,7 @@ FAE = ["--fae", "auto", "--hot-bytes", "32KiB", "--fae-sample-rate", "50"]
     ("synthetic", ["--sparse-sync", "allreduce"]),
 ])
 def test_two_ranks_with_fae_end_with_the_model_of_one_process(mpiexec, tmp_path, data, extra):
-    args = SMALL if data == "synthetic" else criteo_args(criteo_file(tmp_path / "train.txt"))
+    args = SMALL if data == "synthetic" else criteo_args(criteo_file(tmp_path / "train.txt", n=30000))
     assert main([*args, *FAE, "--data-shards", "2", "--export", str(tmp_path / "one"),
                  "--metrics-out", str(tmp_path / "one.json")]) == 0
     proc = mpirun(mpiexec, 2, [*args, *FAE, *extra, "--export", str(tmp_path / "two"),
