@@ -2,16 +2,11 @@
 (resume reproduces an uninterrupted run), the caches cut embedding traffic, a killed rank ends the job."""
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
 from hps.train import load_export
-from tests.test_train_mpi import SMALL, compare, criteo_args, criteo_file, mpirun
+from tests.test_train_mpi import SMALL, compare, criteo_args, criteo_file, kill_rank_mid_run, mpirun
 
 pytestmark = pytest.mark.mpi
 
@@ -88,24 +83,5 @@ def test_het_sends_fewer_embedding_bytes_than_bsp(mpiexec, tmp_path):
 
 
 def test_a_killed_rank_ends_a_het_job(mpiexec, tmp_path):
-    marker = str(tmp_path / "ssd-kill")
-    proc = subprocess.Popen([mpiexec, "-n", "2", sys.executable, "-m", "hps.train", *SMALL, "--rows", "5000000",
-                             "--consistency", "het", "--ssd-path", marker],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    victim, deadline = None, time.time() + 60
-    while victim is None and time.time() < deadline:
-        time.sleep(0.2)
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-                env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-            except OSError:
-                continue
-            if marker.encode() in cmd and b"PMI_RANK=1" in env and b"hps.train" in cmd:
-                victim = int(pid)
-    assert victim is not None, "rank 1 never started"
-    time.sleep(1)
-    t = time.time()
-    os.kill(victim, signal.SIGKILL)
-    proc.wait(timeout=90)
-    assert proc.returncode != 0 and time.time() - t < 60
+    proc, took = kill_rank_mid_run(mpiexec, tmp_path, "--consistency", "het")
+    assert proc.returncode != 0 and took < 60
