@@ -185,3 +185,38 @@ def test_resume_without_eval_data_keeps_the_loss_of_the_strip_in_progress(tmp_pa
     from hps.train import load_export
     assert_same_model(load_export(tmp_path / "full", first_order=True),
                       load_export(tmp_path / "resumed", first_order=True), 1e-5)
+
+
+class _TwoRanks:
+    """A channel of two ranks whose other rank sent the same buffer: the sum doubles it."""
+
+    rank, size = 0, 2
+
+    def __init__(self):
+        self.calls = 0
+
+    def dense_allreduce(self, a):
+        self.calls += 1
+        return 2 * a
+
+
+def test_a_fused_hot_step_leaves_its_buffer_and_applies_like_the_unfused_one():
+    from hps.model import SparseAdagrad
+
+    keys = np.array([3, 5, 9, 11], np.uint64)
+    rows = np.arange(4 * 4, dtype=np.float32).reshape(4, 4) / 10
+    slots, grads = np.array([0, 2]), np.array([[0.1, -0.2], [0.3, 0.4]], np.float32)
+    plain, fused = (HotRows(keys, 4, "cpu", 1, SparseAdagrad(lr=0.1), 2, fused=f) for f in (False, True))
+    for hot in (plain, fused):
+        hot.load(rows)
+    ch_plain, ch_fused = _TwoRanks(), _TwoRanks()
+    plain.step(slots, grads, ch_plain)                       # all-reduces and applies at once
+    fused.step(slots, grads, ch_fused)                       # leaves its buffer to the trainer
+    buf = fused.take_pending()
+    assert ch_plain.calls == 1 and ch_fused.calls == 0
+    assert buf.shape == (4 * 3,) and fused.take_pending() is None
+    np.testing.assert_array_equal(fused.rows(np.arange(4)), rows)   # nothing applied yet
+    fused.apply(2 * buf)                                     # what the trainer's fused all-reduce gives
+    np.testing.assert_array_equal(fused.rows(np.arange(4)), plain.rows(np.arange(4)))
+    assert not np.array_equal(plain.rows(np.array([0, 2])), rows[[0, 2]])   # touched rows moved
+    np.testing.assert_array_equal(plain.rows(np.array([1, 3])), rows[[1, 3]])  # untouched rows stay

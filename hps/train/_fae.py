@@ -64,10 +64,15 @@ class HotRows:
     """The pinned hot rows of one rank: ``keys`` (h,) uint64 ascending, their rows in ``table`` (a
     HashTable-like partition of HBM-PS on ``device``). ``opt``: the row optimizer; ``row_params``: P."""
 
-    def __init__(self, keys: np.ndarray, row_width: int, device: str, n_parts: int, opt, row_params: int):
+    def __init__(self, keys: np.ndarray, row_width: int, device: str, n_parts: int, opt, row_params: int,
+                 fused: bool = False):
         self.keys = np.ascontiguousarray(keys, np.uint64)
         self.opt, self.row_params, self.row_width = opt, int(row_params), int(row_width)
         self.table = make_hbm(max(1, self.size), self.row_width, device, n_parts)
+        # fused: step() leaves its buffer for the trainer, which sums it in the same all-reduce as
+        # the dense gradients (one collective per mini-batch instead of two) and calls apply()
+        self.fused = bool(fused)
+        self._pending: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -115,7 +120,21 @@ class HotRows:
         buf = np.zeros((self.size, P + 1), np.float32)
         buf[slots, :P] = grads
         buf[slots, P] = 1.0
-        buf = ch.dense_allreduce(buf.ravel()).reshape(self.size, P + 1)
+        if self.fused:
+            self._pending = buf.ravel()
+            return
+        self.apply(ch.dense_allreduce(buf.ravel()))
+
+    def take_pending(self) -> np.ndarray | None:
+        """The (h * (P + 1),) float32 buffer a fused ``step`` left to be summed over the ranks, or None."""
+        buf, self._pending = self._pending, None
+        return buf
+
+    def apply(self, summed: np.ndarray) -> None:
+        """One optimizer step on every row touched on some rank, from ``summed`` (h * (P + 1),) float32:
+        every rank's gradients and touch counts of the hot rows, summed."""
+        P = self.row_params
+        buf = summed.reshape(self.size, P + 1)
         touched = np.flatnonzero(buf[:, P] > 0)
         if touched.shape[0]:
             keys = self.keys[touched]
@@ -329,8 +348,10 @@ def start(trainer, resumed: dict | None, log) -> Fae:
     the checkpoint ``resumed`` (its meta, or None)."""
     tc = trainer.cfg.train
     keys, _, info = _hot_keys(trainer, log)
+    # the hot rows' all-reduce rides in the dense one when that one is a plain all-reduce of all ranks
+    fused = trainer.coll.size > 1 and tc.dense_sync == "allreduce" and tc.compress == "none"
     hot = HotRows(keys, trainer.row_width, trainer.cfg.tiers.device, trainer.cfg.tiers.n_parts,
-                  trainer.sparse_opt, trainer.row_params)
+                  trainer.sparse_opt, trainer.row_params, fused=fused)
     fae = Fae(hot, ShuffleScheduler(), tc.minibatch_size, _holdout(trainer, tc.fae_holdout), info)
     saved = (resumed or {}).get("fae")
     if saved is not None:

@@ -313,9 +313,15 @@ class Trainer:
 
     def _dense_step(self, grads: dict, n_local: int, n_total: int) -> None:
         names = list(grads)
+        hot = self.fae.hot.take_pending() if self.fae is not None else None  # FAE: fused hot-row sums
         if self.coll.size > 1:
             flat = np.concatenate([_host(grads[k]).ravel() for k in names])
-            flat = self.dense_sync.allreduce(flat, n_local, n_total)  # all ranks, or this rank's group
+            if hot is not None:  # one all-reduce of [dense gradients | hot rows' buffer]
+                both = self.dense_sync.allreduce(np.concatenate([flat, hot]), n_local, n_total)
+                flat = both[:flat.shape[0]]
+                self.fae.hot.apply(both[flat.shape[0]:])
+            else:
+                flat = self.dense_sync.allreduce(flat, n_local, n_total)  # all ranks, or this rank's group
             if flat is None:  # this rank's group had no example in the mini-batch
                 self.dense_sync.after_step(self.model.params)
                 return
