@@ -101,13 +101,14 @@ class Trainer:
         self.initializer = RowInitializer(self.row_params, self.row_width, cfg.train.seed, m.init_scale,
                                           state_value=self.sparse_opt.initial_state_value)
         self.dense_sync = make_dense_sync(cfg, self.coll, self.model.params)  # --dense-sync, --compress
-        self.sync = make_sync(cfg.train.sparse_sync, self.coll, self.model, self.sparse_opt, self.row_params,
-                              self.xp, compress=self.dense_sync.compress)
-        self._init_control()
         self.het = cfg.train.consistency == "het"  # HET caches (_het_sync): hooks marked "het" below
         if self.het:
             self.sync = make_het_sync(cfg, self.coll, self.model, self.sparse_opt, self.row_params,
                                       self.row_width, self.xp)
+        else:
+            self.sync = make_sync(cfg.train.sparse_sync, self.coll, self.model, self.sparse_opt,
+                                  self.row_params, self.xp, compress=self.dense_sync.compress)
+        self._init_control()
         # GPU-resident training on --device cuda (None on the CPU): rows stay in the HBM-PS
         self.device = make_device_step(cfg, self.coll, self.model, self.sparse_opt, self.dense_opt,
                                        self.row_params, self.xp, self.sync.replicated)
