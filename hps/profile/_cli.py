@@ -52,14 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from ..train._feed import _format_options
+    from ..train._feed import format_options
 
     data_opts = {k: getattr(args, k) for k in ("data", "rows", "fields", "vocab_per_field", "zipf", "n_dense",
                                                 "libsvm_fields", "label_column") if hasattr(args, k)}
     d = DataConfig(format=args.format, **data_opts)
     row_bytes = args.row_bytes if args.row_bytes is not None else default_row_bytes()
     prof = profile(d.data, d.format, parse_bytes(args.hot_bytes), row_bytes, args.sample_rate, args.confidence,
-                   args.exact, args.seed, _format_options(d, args.seed, args.batch_size), args.chunks,
+                   args.exact, args.seed, format_options(d, args.seed, args.batch_size), args.chunks,
                    args.chunk_entries)
     write_profile(args.out, prof)
     print(prof.describe())

@@ -42,7 +42,7 @@ from ..data import Batch, open_dataset, share_bounds
 from ..errors import InvalidInputError
 from ..metrics import logloss as logloss_score
 from ..profile import digest, examples_all_hot, hot_mask, profile, read_profile, row_bytes_of
-from ._feed import LocalBatch, _format_options
+from ._feed import LocalBatch, format_options
 from ._hierarchy import _host, make_hbm
 
 #: Eq. 5: swaps of falling loss before the rate doubles (u), its bounds and its start (R(50)).
@@ -293,7 +293,7 @@ def _hot_keys(trainer, log) -> tuple[np.ndarray, np.ndarray, dict]:
         try:
             if tc.fae == "auto":
                 prof = profile(d.data, d.format, tc.hot_bytes, row_bytes, tc.fae_sample_rate, seed=tc.seed,
-                               fmt_options=_format_options(d, tc.seed, tc.batch_size))
+                               fmt_options=format_options(d, tc.seed, tc.batch_size))
             else:
                 prof = read_profile(tc.fae)
         except InvalidInputError as e:
@@ -322,7 +322,7 @@ def _holdout(trainer, n: int):
     d, tc = trainer.cfg.data, trainer.cfg.train
     if n == 0 or not trainer.feed.has_eval:
         return None
-    opts = _format_options(d, tc.seed, tc.batch_size)
+    opts = format_options(d, tc.seed, tc.batch_size)
     if d.eval_data:
         opts = {k: v for k, v in opts.items() if k not in ("seed", "block_rows")}
         if d.format == "libsvm":

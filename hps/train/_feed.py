@@ -83,7 +83,7 @@ class Feed:
         self.shuffle_buffer, self.seed = tc.shuffle_buffer, tc.seed  # --shuffle-buffer (_shuffle)
         self.sizes = minibatch_sizes(tc.batch_size, tc.minibatch_size)
         self._local = [shard_minibatch_sizes(self.sizes, s, k) for s in self.shards]
-        opts = _format_options(d, tc.seed, tc.batch_size)
+        opts = format_options(d, tc.seed, tc.batch_size)
         self.format_options = opts  # the readers' options (the export records them)
         read = {"strict": d.strict, "max_malformed": d.max_malformed}
         self.readers = [open_dataset(d.data, d.format, int(local.sum()), shard=(s, k), **read, **opts)
@@ -214,7 +214,7 @@ def _malformed(readers) -> tuple[int, list[str]]:
     return (sum(r.stats.malformed for r in readers), [x for r in readers for x in r.stats.first_malformed()])
 
 
-def _format_options(d, seed: int, batch_size: int) -> dict:
+def format_options(d, seed: int, batch_size: int) -> dict:
     if d.format == "synthetic":  # generated in blocks of the global batch size: the same data for any K
         return {"rows": d.rows, "fields": d.fields, "vocab_per_field": d.vocab_per_field, "zipf": d.zipf,
                 "n_dense": d.n_dense, "seed": seed, "block_rows": batch_size, "drift": d.drift}
