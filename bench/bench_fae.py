@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench._jobs import train_job
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CRITEO = ROOT.parent / "shared" / "data" / "criteo_sample" / "train-10k.txt"
@@ -31,15 +32,7 @@ DEFAULT_CRITEO = ROOT.parent / "shared" / "data" / "criteo_sample" / "train-10k.
 
 def train(n_ranks: int, args: list[str], work: Path, name: str) -> dict:
     """Metrics of ``python -m hps.train args`` on ``n_ranks`` ranks."""
-    metrics = work / f"{name}.json"
-    cmd = [sys.executable, "-m", "hps.train", "--no-progress", "--metrics-out", str(metrics), *args]
-    if n_ranks > 1:
-        mpiexec = Path(sys.executable).parent / "mpiexec"
-        cmd = [str(mpiexec if mpiexec.exists() else "mpiexec"), "-n", str(n_ranks), *cmd]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"job failed ({' '.join(cmd)}):\n{proc.stderr[-4000:]}")
-    return json.loads(metrics.read_text())
+    return train_job(args, work / f"{name}.json", ranks=n_ranks)
 
 
 def summary(m: dict) -> dict:
@@ -56,7 +49,7 @@ def summary(m: dict) -> dict:
 
 def datasets(a, work: Path) -> list[tuple[str, list[str], dict]]:
     """(name, hps.train data flags, hps.profile data arguments) of every data set."""
-    from hps.train._feed import _format_options
+    from hps.train._feed import format_options
     from hps.config import DataConfig
 
     out = []
@@ -65,7 +58,7 @@ def datasets(a, work: Path) -> list[tuple[str, list[str], dict]]:
                  "--vocab-per-field", str(a.vocab), "--zipf", str(alpha)]
         d = DataConfig(format="synthetic", rows=a.rows, fields=a.fields, vocab_per_field=a.vocab, zipf=alpha)
         out.append((f"zipf-{alpha}", flags, {"data": None, "fmt": "synthetic",
-                                             "fmt_options": _format_options(d, 0, a.batch_size)}))
+                                             "fmt_options": format_options(d, 0, a.batch_size)}))
     if a.criteo and Path(a.criteo).exists():
         lines = Path(a.criteo).read_text().splitlines(keepends=True)
         cut = len(lines) * 9 // 10

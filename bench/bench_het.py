@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from bench._jobs import train_job
 
 CRITEO = Path(__file__).resolve().parents[2] / "shared" / "data" / "criteo_sample" / "train-10k.txt"
 STALENESS = ("10", "100", "1000", "inf")
@@ -41,15 +41,7 @@ COMMON = ["--model", "wdl", "--embedding-dim", "16", "--hidden", "128,64", "--no
 
 def run(n: int, args: list[str], work: Path, name: str) -> dict:
     """``mpiexec -n n python -m hps.train args`` -> its metrics."""
-    mpiexec = Path(sys.executable).parent / "mpiexec"
-    out = work / f"{name}.json"
-    cmd = [str(mpiexec if mpiexec.exists() else "mpiexec"), "-n", str(n), sys.executable, "-m", "hps.train",
-           *args, "--metrics-out", str(out)]
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        raise SystemExit(f"job failed ({' '.join(cmd)}):\n{proc.stderr[-4000:]}")
-    return json.loads(out.read_text())
+    return train_job(args, work / f"{name}.json", ranks=n, single_threaded=True)
 
 
 def summarize(m: dict) -> dict:

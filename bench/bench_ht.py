@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from bench._jobs import train_job
 
 RESULTS = Path(__file__).resolve().parent / "results"
 W_BITS = 10e9
@@ -37,15 +37,7 @@ COMPRESS = ("none", "bf16", "int8")
 
 
 def run_job(n: int, args: list[str], work: Path) -> dict:
-    mpiexec = Path(sys.executable).parent / "mpiexec"
-    metrics = work / "m.json"
-    cmd = [str(mpiexec if mpiexec.exists() else "mpiexec"), "-n", str(n), sys.executable, "-m", "hps.train",
-           "--no-progress", "--metrics-out", str(metrics), *args]
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        raise SystemExit(f"job failed ({' '.join(cmd)}):\n{proc.stderr[-4000:]}")
-    return json.loads(metrics.read_text())
+    return train_job(args, work / "m.json", ranks=n, single_threaded=True)
 
 
 def summarise(m: dict) -> dict:

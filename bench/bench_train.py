@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench._jobs import train_command
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -30,10 +32,7 @@ def run_job(args: list[str], ranks: int = 1) -> dict:
     """Run one training job in a child process; returns its metrics plus wall time and peak RSS."""
     with tempfile.TemporaryDirectory(prefix="hps-bench-") as tmp:
         metrics = Path(tmp) / "m.json"
-        cmd = [sys.executable, "-m", "hps.train", "--no-progress", "--metrics-out", str(metrics), *args]
-        if ranks > 1:
-            mpiexec = Path(sys.executable).parent / "mpiexec"
-            cmd = [str(mpiexec if mpiexec.exists() else "mpiexec"), "-n", str(ranks), *cmd]
+        cmd = train_command(args, metrics, ranks)
         before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         t = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)
