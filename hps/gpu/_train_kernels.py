@@ -94,6 +94,16 @@ def pool_backward(grad_pooled, inv, field, weights, offsets, grads):
             cuda.atomic.add(grads, (r, j), wk * grad_pooled[e, base + j])
 
 
+@cuda.jit(device=True)
+def _l2_grad(grads, tvals, i, s, j, l2):
+    """Gradient of parameter column j of key i with the L2 term of its row at slot s:
+    ``grads[i, j] + l2 * tvals[s, j]`` (the term only when ``l2 != 0``)."""
+    g = grads[i, j]
+    if l2 != 0:
+        g = g + l2 * tvals[s, j]
+    return g
+
+
 @cuda.jit
 def sgd_rows(tvals, slots, grads, lr, l2):
     """Row kernel over the u unique keys, in place on the table rows: ``tvals[s, j] -= lr * g`` with
@@ -107,9 +117,7 @@ def sgd_rows(tvals, slots, grads, lr, l2):
     if s < 0:
         return
     for j in range(cuda.threadIdx.x, grads.shape[1], cuda.blockDim.x):
-        g = grads[i, j]
-        if l2 != 0:
-            g = g + l2 * tvals[s, j]
+        g = _l2_grad(grads, tvals, i, s, j, l2)
         tvals[s, j] -= lr * g
 
 
@@ -129,9 +137,7 @@ def adagrad_rows(tvals, slots, grads, lr, eps, l2, state_col):
     if s < 0:
         return
     for j in range(cuda.threadIdx.x, grads.shape[1], cuda.blockDim.x):
-        g = grads[i, j]
-        if l2 != 0:
-            g = g + l2 * tvals[s, j]
+        g = _l2_grad(grads, tvals, i, s, j, l2)
         acc = tvals[s, state_col + j] + g * g
         tvals[s, state_col + j] = acc
         tvals[s, j] -= lr * g / (math.sqrt(acc) + eps)
@@ -154,17 +160,13 @@ def rowwise_adagrad_rows(tvals, slots, grads, lr, eps, l2):
     p = grads.shape[1]
     sq = 0.0
     for j in range(p):
-        g = grads[i, j]
-        if l2 != 0:
-            g = g + l2 * tvals[s, j]
+        g = _l2_grad(grads, tvals, i, s, j, l2)
         sq += np.float64(g) * np.float64(g)
     acc = tvals[s, p] + tvals.dtype.type(sq / p)
     tvals[s, p] = acc
     den = math.sqrt(acc) + eps
     for j in range(p):
-        g = grads[i, j]
-        if l2 != 0:
-            g = g + l2 * tvals[s, j]
+        g = _l2_grad(grads, tvals, i, s, j, l2)
         tvals[s, j] -= lr * g / den
 
 
@@ -194,9 +196,7 @@ def adam_rows(tvals, slots, grads, lr64, b1, b2, eps, l2):
     step = ft(lr64 / (1.0 - b1 ** tf))
     bc2 = ft(math.sqrt(1.0 - b2 ** tf))
     for j in range(p):
-        g = grads[i, j]
-        if l2 != 0:
-            g = g + l2 * tvals[s, j]
+        g = _l2_grad(grads, tvals, i, s, j, l2)
         m = b1_ * tvals[s, p + j] + c1 * g
         v = b2_ * tvals[s, 2 * p + j] + c2 * (g * g)
         tvals[s, p + j] = m
