@@ -42,10 +42,12 @@ def main(argv=None) -> int:
     p.add_argument("--embedding-dim", type=int, default=32)
     p.add_argument("--model", default="ctr")
     p.add_argument("--sparse-optimizer", default="adagrad")
+    p.add_argument("--n-parts", type=int, default=1, help="HBM-PS parts, over every visible GPU (1)")
     a = p.parse_args(argv)
     job = ["--rows", str(a.rows), "--fields", str(a.fields), "--vocab-per-field", str(a.vocab_per_field),
            "--batch-size", str(a.batch_size), "--minibatch-size", str(a.minibatch_size), "--hidden", a.hidden,
-           "--embedding-dim", str(a.embedding_dim), "--model", a.model, "--sparse-optimizer", a.sparse_optimizer]
+           "--embedding-dim", str(a.embedding_dim), "--model", a.model, "--sparse-optimizer", a.sparse_optimizer,
+           "--n-parts", str(a.n_parts)]
     gpu = "CUDA simulator" if a.simulate else gpu_name()
     if gpu is None:
         raise SystemExit("no CUDA GPU: run on a machine with one, or --simulate for a tiny proof run")
@@ -56,13 +58,14 @@ def main(argv=None) -> int:
         m = run_job([*job, "--device", device])
         per_mb = m["d2h_bytes"]["minibatch"] + m["h2d_bytes"]["minibatch"]
         out[device] = {k: m[k] for k in ("examples_per_sec", "auc", "examples", "h2d_bytes", "d2h_bytes",
-                                         "minibatches", "command")}
+                                         "peer_bytes", "minibatches", "command")}
         print(f"{device:5s} {m['examples_per_sec']:>12,.0f} examples/s  AUC {m['auc']:.4f}  "
               f"h2d {m['h2d_bytes']}  d2h {m['d2h_bytes']}  "
               f"in-loop bytes per mini-batch {per_mb / max(1, m['minibatches']):.1f}")
     if not a.simulate:
         RESULTS.mkdir(exist_ok=True)
-        path = RESULTS / f"device-{gpu.replace(' ', '_')}.json"
+        parts = f"-{a.n_parts}parts" if a.n_parts > 1 else ""
+        path = RESULTS / f"device-{gpu.replace(' ', '_')}{parts}.json"
         path.write_text(json.dumps(out, indent=1))
         print(f"wrote {path}")
     return 0

@@ -246,7 +246,8 @@ class TierConfig:
     keep_ssd: bool = False              # keep this job's SSD-PS at the end (it is removed otherwise)
     rows_per_file: int = 16_384         # SSD-PS rows per parameter file (the write unit; loads read 4 KiB blocks)
     hbm_capacity: int | None = None     # HBM-PS initial keys (grows); None = sized from the first batch
-    n_parts: int = 1                    # HBM-PS parts (GPUs) per process
+    n_parts: int = 1                    # HBM-PS parts per process
+    gpus: int | None = None             # GPUs the parts spread over (part p on p % gpus); None = all visible
     ssd_page_cache: str = "direct"      # SSD-PS reads: direct (O_DIRECT) | dontneed | keep
 
     def __post_init__(self):
@@ -255,7 +256,7 @@ class TierConfig:
         _one_of("ssd-page-cache", self.ssd_page_cache, PAGE_CACHE_MODES)
         if self.mem_budget is not None:
             self.mem_budget = parse_bytes(self.mem_budget)
-        _positive(self, "mem_budget", "rows_per_file", "hbm_capacity", "n_parts")
+        _positive(self, "mem_budget", "rows_per_file", "hbm_capacity", "n_parts", "gpus")
 
 
 @dataclass

@@ -81,6 +81,7 @@ def _arg_types(ftype, rows_type=None):
         "dz": ftype[::1],
         "loss": types.float64[::1],
         "cells": types.float64[::1],
+        "src": types.float64[::1],
     }
 
 
@@ -142,7 +143,7 @@ def test_kernels_are_discovered():
                                    "contains", "erase", "clear", "live_slots", "gather_keys")} <= names
     assert {f"train.{k}" for k in ("find_slots", "pool_forward", "pool_backward", "sgd_rows", "adagrad_rows",
                                    "rowwise_adagrad_rows", "adam_rows", "gather_rows", "part_of", "bce_loss_grad",
-                                   "zero_rows", "zero_cells")} <= names
+                                   "zero_rows", "zero_cells", "add_cells")} <= names
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])

@@ -46,7 +46,7 @@ def test_cuda_without_a_gpu_is_one_clear_error(monkeypatch):
 def test_ledger_counts_bytes_by_direction_and_purpose():
     led = TransferLedger(np)
     assert led.metrics() == {"h2d_bytes": dict.fromkeys(PURPOSES, 0), "d2h_bytes": dict.fromkeys(PURPOSES, 0),
-                             "minibatches": 0}
+                             "peer_bytes": 0, "minibatches": 0}
     host = np.arange(10, dtype=np.int64)
     dev = led.to_device(host, "plan")
     assert isinstance(dev, np.ndarray) and dev is not host and dev.tolist() == host.tolist()
@@ -98,3 +98,42 @@ def test_ledger_is_thread_safe():
         t.join()
     m = led.metrics()
     assert m["h2d_bytes"]["plan"] == 4 * 500 * 8 and m["minibatches"] == 2000
+
+
+def test_recorded_and_peer_copies_are_counted_apart():
+    led = TransferLedger(np)
+    led.record("h2d", "fetch", 40)
+    led.record("d2h", "writeback", 8)
+    led.peer(24)
+    m = led.metrics()
+    assert m["h2d_bytes"]["fetch"] == 40 and m["d2h_bytes"]["writeback"] == 8 and m["peer_bytes"] == 24
+    with pytest.raises(InvalidInputError, match="direction"):
+        led.record("d2d", "fetch", 1)
+    with pytest.raises(InvalidInputError, match="purpose"):
+        led.record("h2d", "rows", 1)
+
+
+def test_placement_spreads_parts_round_robin_and_refuses_gpus_it_has_not(monkeypatch):
+    from numba import config
+
+    from hps.gpu import Placement, _placement
+
+    monkeypatch.setattr(config, "ENABLE_CUDASIM", 0)
+    monkeypatch.setattr(_placement, "visible_gpus", lambda: 2)
+    pl = Placement(5)
+    assert pl.gpus == 2 and [pl.device(p) for p in range(5)] == [0, 1, 0, 1, 0] and pl.spans_gpus
+    assert Placement(1).gpus == 1 and not Placement(1).spans_gpus  # never more GPUs than parts
+    with pytest.raises(InvalidInputError, match="only 2 GPU"):
+        Placement(4, gpus=3)
+    with pytest.raises(InvalidInputError, match="gpus must be a positive integer"):
+        Placement(4, gpus=0)
+    with pytest.raises(InvalidInputError, match="n_parts"):
+        Placement(0)
+    # the simulator's one GPU stands in for any number; a copy between two of them is a counted copy
+    monkeypatch.setattr(config, "ENABLE_CUDASIM", 1)
+    monkeypatch.setattr(_placement, "visible_gpus", lambda: 1)
+    pl, led = Placement(4, gpus=3), TransferLedger(np)
+    a = np.arange(6, dtype=np.float32)
+    assert pl.peer(a, 1, 1, led) is a
+    b = pl.peer(a, 0, 2, led)
+    assert b is not a and (b == a).all() and led.metrics()["peer_bytes"] == a.nbytes

@@ -6,6 +6,7 @@ transfer ledger and the asynchronous training operations over a table's ``device
 
 from ._ledger import PURPOSES, TransferLedger
 from ._partition_ops import part_of_async, partition_keys
+from ._placement import Placement, visible_gpus
 from ._row_ops import (
     adagrad_update_async,
     adam_update_async,
@@ -26,6 +27,8 @@ from .partitioned import PartitionedHashTable
 
 __all__ = [
     "PartitionedHashTable",
+    "Placement",
+    "visible_gpus",
     "TransferLedger",
     "PURPOSES",
     "BatchScalars",

@@ -12,6 +12,9 @@ Purposes (``PURPOSES``; metrics keys, so never renamed):
 - ``mpi``        host staging for MPI when it is not CUDA-aware (0 with CUDA-aware MPI);
 - ``minibatch``  everything else inside the mini-batch loop: scalars only (at most 16 bytes a mini-batch).
 
+Copies between two GPUs of one process (HBM-PS parts on several GPUs, ``Placement.peer``) do not
+cross the host; they are counted apart, as ``peer_bytes``.
+
 Device arrays are those of the ledger's array module ``xp`` (``hps._xp.array_module``): CuPy on a GPU,
 NumPy under the CUDA simulator, where a NumPy array stands for a device array and a "copy" is a NumPy
 copy, counted exactly as the real one would be. :meth:`to_host` also takes Numba device arrays (the
@@ -52,6 +55,7 @@ class TransferLedger:
         self._h2d = dict.fromkeys(PURPOSES, 0)
         self._d2h = dict.fromkeys(PURPOSES, 0)
         self._minibatches = 0
+        self._peer = 0
 
     @staticmethod
     def _check(purpose: str) -> None:
@@ -107,6 +111,19 @@ class TransferLedger:
         self._count(self._d2h, purpose, host.nbytes)
         return host
 
+    def record(self, direction: str, purpose: str, nbytes: int) -> None:
+        """Count a copy another component makes on the training path's behalf (``direction`` "h2d" or
+        "d2h"): the parts of a ``PartitionedHashTable`` upload their own shares of a host batch."""
+        self._check(purpose)
+        if direction not in ("h2d", "d2h"):
+            raise InvalidInputError(f"direction must be 'h2d' or 'd2h', got {direction!r}")
+        self._count(self._h2d if direction == "h2d" else self._d2h, purpose, nbytes)
+
+    def peer(self, nbytes: int) -> None:
+        """Count a device-to-device copy of ``nbytes`` (``Placement.peer`` makes it)."""
+        with self._lock:
+            self._peer += int(nbytes)
+
     # -- mini-batches and metrics ------------------------------------------------------------------
     def minibatch(self) -> None:
         """Count one mini-batch (the train stage calls it once per mini-batch)."""
@@ -114,8 +131,8 @@ class TransferLedger:
             self._minibatches += 1
 
     def metrics(self) -> dict:
-        """``{"h2d_bytes": {purpose: int}, "d2h_bytes": {purpose: int}, "minibatches": int}``, every
-        purpose of ``PURPOSES`` present (0 when nothing of it crossed)."""
+        """``{"h2d_bytes": {purpose: int}, "d2h_bytes": {purpose: int}, "peer_bytes": int,
+        "minibatches": int}``, every purpose of ``PURPOSES`` present (0 when nothing of it crossed)."""
         with self._lock:
-            return {"h2d_bytes": dict(self._h2d), "d2h_bytes": dict(self._d2h),
+            return {"h2d_bytes": dict(self._h2d), "d2h_bytes": dict(self._d2h), "peer_bytes": self._peer,
                     "minibatches": self._minibatches}

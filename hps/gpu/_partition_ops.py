@@ -7,8 +7,9 @@ keys of each part with atomics; the stable order is one sort of ``part * m + i``
 (distinct values, so any sort gives the input order inside each part). Only the n_parts counts come
 back to the host, to size the per-part work.
 
-Not used by ``PartitionedHashTable`` or the trainer yet: both still partition on the host (issue 12,
-item 5 is open), see the README.
+``--device cuda`` training with ``--n-parts`` > 1 partitions every mini-batch's keys with it
+(``hps/train/_device_rows.py``); ``PartitionedHashTable``'s own batch calls, whose inputs come from the
+host, partition on the host.
 """
 
 from __future__ import annotations

@@ -265,6 +265,14 @@ def zero_cells(cells):
 
 
 @cuda.jit
+def add_cells(cells, src):
+    """1-D. cells (m,) += src (m,) (per-GPU accumulators summed on the main GPU)."""
+    i = cuda.grid(1)
+    if i < cells.shape[0]:
+        cells[i] += src[i]
+
+
+@cuda.jit
 def part_of(keys, salt, n_parts, parts, counts):
     """1-D over the m keys, Algorithm 2's partition policy on the device (the twin of
     ``hps._hashing.owner_of``): parts (m,) int32 = ``mix64(keys[i] ^ salt) % n_parts``; counts

@@ -304,6 +304,13 @@ class BatchScalars:
         """Reset both accumulators on the device (a kernel, no copy). Asynchronous."""
         _launch_zero(self.cells, _stream(stream))
 
+    def add(self, other, stream=0) -> None:
+        """Add ``other``'s accumulators into these (a kernel; ``other.cells`` must be on this GPU,
+        e.g. a part's scalars after ``Placement.peer``). Asynchronous."""
+        cells = _dev(other.cells if isinstance(other, BatchScalars) else other, "other", np.float64, 1)
+        _check_len(cells, len(self.NAMES), "other", "one cell per accumulator")
+        K.add_cells[_grid1(cells.shape[0]) + (_stream(stream),)](self.cells, cells)
+
     def read(self, ledger, stream=0) -> dict:
         """``{"loss": float, "missing": int}``: one 16-byte copy to the host, counted by ``ledger``
         (a :class:`~hps.gpu.TransferLedger`) as ``minibatch`` bytes. Blocks until the values are

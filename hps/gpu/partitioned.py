@@ -2,9 +2,12 @@
 ``shared/seeds/004``, Section 4.1): keys are partitioned by a key -> part policy, scattered to their
 part, applied per part, and the results gathered back in input order.
 
-Parts live on ``device``: on ``"cuda"`` part ``p`` lives on GPU ``p % n_gpus`` (with one GPU all
-parts share it); on ``"cpu"`` they are CPU tables. Partitioning is done on the host with Numba kernels
-(device inputs are staged); the per-part operations run on each part's device.
+Parts live on ``device``: on ``"cuda"`` part ``p`` lives on GPU ``p % gpus`` (``hps.gpu.Placement``;
+with one GPU all parts share it); on ``"cpu"`` they are CPU tables. The batch calls here partition on
+the host with Numba kernels (device inputs are staged); the per-part operations run on each part's
+device. GPU-resident training partitions its device batches on the device instead
+(``hps.gpu.partition_keys``) and runs its kernels on every part's rows in place through
+:meth:`device_views`.
 
 Policy: part of ``key`` = ``mix64(key ^ PART_SALT) % n_parts`` (``hps._hashing``), independent of the
 slot hash and of the key -> node policy.
@@ -28,6 +31,7 @@ from .._hashing import PART_SALT, group_by_owner, owner_of
 from .._keys import as_keys, check_rows
 from ..errors import HashTableFullError, InvalidInputError
 from ..table import DEFAULT_MAX_LOAD_FACTOR, HashTable
+from ._placement import Placement
 
 
 def _to_host(arr):
@@ -43,21 +47,12 @@ def _default_part_capacity(capacity: int, n_parts: int) -> int:
     return min(capacity, math.ceil(1.25 * capacity / n_parts) + 64)
 
 
-def _part_devices(device: str, n_parts: int):
-    """Context managers selecting the device of each part."""
-    if device != "cuda":
-        return [contextlib.nullcontext] * n_parts
-    from numba import cuda
-
-    n_gpus = len(cuda.gpus) if cuda.is_available() else 1
-    return [(lambda g=p % max(1, n_gpus): cuda.gpus[g]) for p in range(n_parts)]
-
-
 class PartitionedHashTable:
     """Same API and answers as :class:`hps.HashTable`, over ``n_parts`` part tables."""
 
     def __init__(self, n_parts: int, capacity: int, dim: int, device: str = "cpu", dtype=np.float32,
-                 max_load_factor: float = DEFAULT_MAX_LOAD_FACTOR, part_capacity: int | None = None):
+                 max_load_factor: float = DEFAULT_MAX_LOAD_FACTOR, part_capacity: int | None = None,
+                 gpus: int | None = None):
         if int(n_parts) != n_parts or n_parts <= 0:
             raise InvalidInputError(f"n_parts must be a positive integer, got {n_parts!r}")
         if int(capacity) != capacity or capacity <= 0:
@@ -67,7 +62,10 @@ class PartitionedHashTable:
         if part_capacity is None:
             part_capacity = _default_part_capacity(self._capacity, self.n_parts)
         self.part_capacity = int(part_capacity)
-        self._ctx = _part_devices(device, self.n_parts)
+        #: which GPU each part is on (``device == "cuda"``; None on the CPU)
+        self.placement = Placement(self.n_parts, gpus) if device == "cuda" else None
+        self._ctx = ([lambda p=p: self.placement.use(p) for p in range(self.n_parts)] if self.placement
+                     else [contextlib.nullcontext] * self.n_parts)
         self.parts: list[HashTable] = []
         for p in range(self.n_parts):
             with self._ctx[p]():
@@ -129,6 +127,18 @@ class PartitionedHashTable:
 
             return cuda.to_device(arr)
         return arr
+
+    @contextlib.contextmanager
+    def device_views(self):
+        """``with table.device_views() as views:`` the :class:`~hps.table.TableView` of every part (part
+        p's on its own device), every part's lock held for the block, taken in part order; see
+        :meth:`HashTable.device_view` for what kernels may do with them."""
+        with contextlib.ExitStack() as stack:
+            views = []
+            for p, part in enumerate(self.parts):
+                with self._ctx[p]():
+                    views.append(stack.enter_context(part.device_view()))
+            yield views
 
     # -- operations -----------------------------------------------------------------------------------
     def insert(self, keys, values) -> None:

@@ -90,7 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ssd-page-cache", choices=PAGE_CACHE_MODES, default=S,
                    help="SSD-PS reads: O_DIRECT, or through the page cache dropping what was read, or plain (direct)")
     g.add_argument("--hbm-capacity", type=int, default=S, help="HBM-PS initial keys (from batch 1; grows)")
-    g.add_argument("--n-parts", type=int, default=S, help="HBM-PS parts / GPUs per process (1)")
+    g.add_argument("--n-parts", type=int, default=S, help="HBM-PS parts per process (1)")
+    g.add_argument("--gpus", type=int, default=S, help="cuda: GPUs the parts spread over, part p on GPU "
+                   "p %% gpus (every visible GPU)")
     g = p.add_argument_group("training")
     g.add_argument("--batch-size", type=int, default=S, help="examples per batch, whole job (16384)")
     g.add_argument("--minibatch-size", type=int, default=S, help="examples per update, whole job (1024)")

@@ -29,6 +29,11 @@ directly is not implemented).
 Rows enter and leave the HBM-PS only between batches, through :class:`LedgerTable` (``fetch`` in,
 ``writeback`` out: evictions, checkpoints, evaluation lookups).
 
+With ``--n-parts`` > 1 the HBM-PS is a ``PartitionedHashTable`` over the node's GPUs: the place stage
+also partitions each mini-batch's keys on the device, and the train step reaches the rows part by
+part (``_device_rows.Parts``: slots, gathers and updates on each part's GPU, peer copies to and from
+the main GPU). The step above is written once over ``self.rows`` (``OneTable`` or ``Parts``).
+
 Under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the array module is NumPy (``hps._xp``), the
 kernels run in the simulator, and the ledger counts the copies a GPU would make.
 """
@@ -45,15 +50,13 @@ from ..errors import InternalError
 from ..gpu import (
     PURPOSES,
     BatchScalars,
+    Placement,
     TransferLedger,
     bce_loss_grad_async,
-    find_slots_async,
-    gather_rows_async,
     pool_backward_async,
-    pool_forward_async,
     pool_forward_rows_async,
-    sparse_update_async,
 )
+from ._device_rows import OneTable, Parts
 
 __all__ = ["DeviceStep", "LedgerTable", "make_device_step", "transfer_metrics"]
 
@@ -62,29 +65,47 @@ class LedgerTable:
     """The HBM-PS as :class:`~hps.train._hierarchy.ParameterHierarchy` uses it on ``--device cuda``: the
     table's batch calls on host arrays, every copy counted by the ledger — keys and rows going in as
     ``fetch``, keys of evictions and lookups and the rows coming out as ``writeback``. The train stage
-    reaches the rows through :meth:`device_view` only. Thread safety: the table's (its lock)."""
+    reaches the rows through :meth:`device_view` only. Thread safety: the table's (its lock).
+
+    A :class:`~hps.gpu.PartitionedHashTable` gets the host arrays themselves: they are split on the
+    host, where they are, and each part uploads its own share to its GPU (the ledger records those
+    copies); ``device_view`` then yields the list of the parts' views."""
 
     def __init__(self, table, ledger: TransferLedger):
         self.table = table
         self.ledger = ledger
+        self.parted = hasattr(table, "device_views")
 
     def insert(self, keys: np.ndarray, rows: np.ndarray) -> None:
         """keys (n,) uint64, rows (n, row_width) host arrays. Blocking."""
-        self.table.insert(self.ledger.to_device(keys, "fetch"), self.ledger.to_device(rows, "fetch"))
+        if self.parted:
+            self.ledger.record("h2d", "fetch", keys.nbytes + rows.nbytes)
+            self.table.insert(keys, rows)
+        else:
+            self.table.insert(self.ledger.to_device(keys, "fetch"), self.ledger.to_device(rows, "fetch"))
 
     def get(self, keys: np.ndarray):
         """(rows (n, row_width), found (n,) bool) host arrays of host ``keys``. Blocking."""
+        if self.parted:
+            rows, found = self.table.get(keys)
+            self.ledger.record("h2d", "writeback", keys.nbytes)
+            self.ledger.record("d2h", "writeback", rows.nbytes + found.nbytes)
+            return rows, found
         rows, found = self.table.get(self.ledger.to_device(keys, "writeback"))
         return self.ledger.to_host(rows, "writeback"), self.ledger.to_host(found, "writeback")
 
     def erase(self, keys: np.ndarray) -> int:
+        if self.parted:
+            self.ledger.record("h2d", "writeback", keys.nbytes)
+            return self.table.erase(keys)
         return self.table.erase(self.ledger.to_device(keys, "writeback"))
 
     def reserve(self, capacity: int) -> None:
         self.table.reserve(capacity)
 
     def device_view(self):
-        return self.table.device_view()
+        """The table's view (one part) or the list of its parts' views, its lock(s) held."""
+        return self.table.device_views() if self.parted else self.table.device_view()
 
     @property
     def capacity(self) -> int:
@@ -103,7 +124,7 @@ class DevicePlan:
     ``hps.data.Batch`` (``inv`` (nnz,) int64, ``field`` (nnz,) int32, ``weights`` (nnz,) float,
     ``offsets`` (n + 1,) int64, ``labels`` (n,) float, ``dense`` (n, n_dense) float or None)."""
 
-    keys: object
+    keys: object      # (u,) uint64, or with several parts their ``_device_rows.PartKeys``
     inv: object
     field: object
     weights: object
@@ -123,11 +144,15 @@ class DeviceStep:
     holding the table's lock (``device_view``), which also serialises it with the table's own kernels
     of other threads: Numba's CUDA simulator cannot run two threads' kernels at once."""
 
-    def __init__(self, coll, model, sparse_opt, dense_opt, row_params: int, xp, replicated: bool):
+    def __init__(self, coll, model, sparse_opt, dense_opt, row_params: int, xp, replicated: bool,
+                 placement=None):
         self.coll, self.model, self.sparse_opt, self.dense_opt = coll, model, sparse_opt, dense_opt
         self.row_params, self.xp, self.replicated = int(row_params), xp, bool(replicated)
         self.ledger = TransferLedger(xp)
         self.scalars = BatchScalars()
+        # where the rows are: one table on the main GPU, or parts over the node's GPUs (_device_rows)
+        self.rows = (OneTable(xp, row_params) if placement is None
+                     else Parts(xp, row_params, placement, self.ledger))
         self.cuda_aware = False
         if coll.size > 1:
             from ..comm import cuda_aware
@@ -144,9 +169,11 @@ class DeviceStep:
         return not self.replicated and self.coll.size > 1
 
     # -- place stage --------------------------------------------------------------------------------------
-    def upload(self, local, plans) -> list[DevicePlan]:
+    def upload(self, local, plans, table) -> list[DevicePlan]:
         """Upload the plans of a batch (``local``: its LocalBatch, ``plans``: its ``_sync.Plan`` list),
-        counted as ``plan``. Blocks the calling (place) thread until the copies are done."""
+        counted as ``plan``; with several HBM-PS parts, partition each mini-batch's keys on the device
+        (under ``table``'s locks: the simulator runs one thread's kernels at a time). Blocks the
+        calling (place) thread until the copies are done."""
         dt = self.model.dtype
         s = self._plan_stream
 
@@ -164,6 +191,10 @@ class DeviceStep:
                 uinv=up(p.uinv, np.int64) if owner else None))
         if s is not None:
             s.synchronize()
+        if isinstance(self.rows, Parts):
+            with table.device_view():
+                for d in out:
+                    d.keys = self.rows.split(d.keys, "plan")
         return out
 
     # -- train stage --------------------------------------------------------------------------------------
@@ -184,6 +215,8 @@ class DeviceStep:
                 grads = self._minibatch(view, p, d, n)
             self._dense_step(grads)
             self.ledger.minibatch()
+        with table.device_view():
+            self.rows.finish(self.scalars)
         got = self.scalars.read(self.ledger)
         if got["missing"]:
             raise InternalError(f"{got['missing']} working-set keys were missing from HBM-PS in this batch "
@@ -191,23 +224,24 @@ class DeviceStep:
         return got["loss"]
 
     def _minibatch(self, view, p, d: DevicePlan, n_total: int) -> dict:
-        """One mini-batch on the device; returns the dense gradients (xp)."""
-        xp, P, m = self.xp, self.row_params, self.model
+        """One mini-batch on the device; returns the dense gradients (xp). ``view``: the table's view,
+        or its parts' views (``self.rows`` knows which)."""
+        xp, P, m, R = self.xp, self.row_params, self.model, self.rows
         ch = self.coll.train
         n = d.offsets.shape[0] - 1
-        slots = xp.empty(d.keys.shape[0], np.int64)
-        find_slots_async(view, d.keys, slots, self.scalars.missing)
+        keys = d.keys
+        slots = R.find(view, keys, self.scalars)
         pooled = xp.empty((n, m.n_fields * P), m.dtype)
         u = p.keys.shape[0]  # this rank's unique keys
         if self._owner_exchange:  # rows of the asked keys go to the asking ranks
             sent = xp.empty((d.uinv.shape[0], P), m.dtype)
-            gather_rows_async(view, slots, d.uinv, sent)
+            R.gather(view, slots, keys, d.uinv, sent)
             got = ch.alltoallv(self.ledger.to_host(sent, "mpi"), p.recv, p.send, SPARSE_ROWS)
             params = self.ledger.to_device(got, "mpi")
             pool_forward_rows_async(params, xp.arange(u, dtype=np.int64), d.inv, d.field, d.weights,
                                     d.offsets, pooled)
         else:
-            pool_forward_async(view, slots, d.inv, d.field, d.weights, d.offsets, pooled, width=P)
+            R.pool(view, slots, keys, d, pooled)
         d_pooled, g_dense = m.forward_backward_pooled(pooled, d.dense,
                                                       lambda z: self._loss_grad(z, d.labels, n_total))
         grads = xp.empty((u, P), m.dtype)
@@ -216,11 +250,11 @@ class DeviceStep:
             back = ch.alltoallv(self.ledger.to_host(grads, "mpi"), p.send, p.recv, SPARSE_GRADS)
             grads = self.ledger.to_device(segment_sum(back, p.uinv, p.ukeys.shape[0]), "mpi")
         elif self.coll.size > 1:  # allreduce: every replica applies every update
-            keys, g = ch.sparse_allreduce(p.keys, self.ledger.to_host(grads, "mpi"))
+            reduced, g = ch.sparse_allreduce(p.keys, self.ledger.to_host(grads, "mpi"))
             grads = self.ledger.to_device(g, "mpi")
-            slots = xp.empty(keys.shape[0], np.int64)
-            find_slots_async(view, self.ledger.to_device(keys, "mpi"), slots, self.scalars.missing)
-        sparse_update_async(view, slots, grads, self.sparse_opt)
+            keys = R.split(self.ledger.to_device(reduced, "mpi"), "mpi")
+            slots = R.find(view, keys, self.scalars)
+        R.update(view, slots, keys, grads, self.sparse_opt)
         return g_dense
 
     def _loss_grad(self, z, labels, n_total: int):
@@ -243,20 +277,24 @@ class DeviceStep:
 
 
 def make_device_step(cfg, coll, model, sparse_opt, dense_opt, row_params: int, xp, replicated: bool):
-    """The :class:`DeviceStep` of a ``--device cuda`` job with one HBM-PS part, else None (the CPU
-    backend, and ``--n-parts`` > 1, whose partitioned table keeps the host-side step)."""
+    """The :class:`DeviceStep` of a ``--device cuda`` job, else None (the CPU backend). With
+    ``--n-parts`` > 1 the HBM-PS parts spread over ``--gpus`` GPUs (:class:`~hps.gpu.Placement`;
+    ``make_hbm`` must be given the same ``gpus``)."""
     t = cfg.tiers
-    if t.device != "cuda" or t.n_parts > 1:
+    if t.device != "cuda":
         return None
-    return DeviceStep(coll, model, sparse_opt, dense_opt, row_params, xp, replicated)
+    placement = Placement(t.n_parts, t.gpus) if t.n_parts > 1 else None
+    return DeviceStep(coll, model, sparse_opt, dense_opt, row_params, xp, replicated, placement)
 
 
 def transfer_metrics(per_rank: list) -> dict:
-    """``h2d_bytes`` / ``d2h_bytes`` (purpose -> bytes, summed over ranks) and ``minibatches`` (rank 0's
-    count: every rank runs every global mini-batch) from the ledgers' ``metrics()`` of every rank
-    (None for a rank without a device step: zeros)."""
+    """``h2d_bytes`` / ``d2h_bytes`` (purpose -> bytes, summed over ranks), ``peer_bytes`` (between
+    the GPUs of a rank, summed) and ``minibatches`` (rank 0's count: every rank runs every global
+    mini-batch) from the ledgers' ``metrics()`` of every rank (None for a rank without a device step:
+    zeros)."""
     zero = TransferLedger().metrics()
     per = [m or zero for m in per_rank]
     return {"h2d_bytes": {k: sum(m["h2d_bytes"][k] for m in per) for k in PURPOSES},
             "d2h_bytes": {k: sum(m["d2h_bytes"][k] for m in per) for k in PURPOSES},
+            "peer_bytes": sum(m["peer_bytes"] for m in per),
             "minibatches": per[0]["minibatches"]}

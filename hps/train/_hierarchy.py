@@ -278,11 +278,11 @@ def _host(a):
     return a
 
 
-def make_hbm(capacity: int, row_width: int, device: str, n_parts: int):
+def make_hbm(capacity: int, row_width: int, device: str, n_parts: int, gpus: int | None = None):
     if n_parts > 1:
         from ..gpu import PartitionedHashTable
 
-        return PartitionedHashTable(n_parts, capacity, row_width, device=device)
+        return PartitionedHashTable(n_parts, capacity, row_width, device=device, gpus=gpus)
     return HashTable(capacity, row_width, device=device)
 
 

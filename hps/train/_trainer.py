@@ -206,7 +206,7 @@ class Trainer:
         if self.hier is not None:
             return
         t = self.cfg.tiers
-        hbm = make_hbm(self.plan.hbm_keys, self.row_width, t.device, t.n_parts)
+        hbm = make_hbm(self.plan.hbm_keys, self.row_width, t.device, t.n_parts, t.gpus)
         if self.device is not None:
             hbm = self.device.wrap(hbm)
         pull = self.coll.prepare.pull_rows if self.sync.replicated else None
@@ -252,7 +252,7 @@ class Trainer:
             raise HashTableFullError(f"{e} (HBM-PS holds the working sets of {WINDOW + 1} batches: raise "
                                      "--hbm-capacity or lower --batch-size)") from None
         if self.device is not None:
-            w.staged = self.device.upload(w.local, w.plans)
+            w.staged = self.device.upload(w.local, w.plans, self.hier.hbm)
         return w
 
     def _train(self, w: Work) -> dict:

@@ -56,14 +56,16 @@ def assert_same_model(cpu_export, gpu_export):
         assert np.abs(dc[name] - dg[name]).max() <= 1e-5, name
 
 
-def assert_ledger(m, width, batches, ranks=1, fetched=None, written=None):
+def assert_ledger(m, width, batches, ranks=1, fetched=None, written=None, n_parts=1):
     """No row, key or gradient crosses inside the mini-batch loop; rows cross only entering the HBM-PS
     (``fetched`` of them, over all ranks, if given) and leaving it (``written``: default every fetched
-    row once, as there are no checkpoints in these jobs; only owners write back)."""
+    row once, as there are no checkpoints in these jobs; only owners write back). With ``n_parts``
+    parts, partitioning a mini-batch's keys on the device brings its n_parts counts to the host."""
     h2d, d2h = m["h2d_bytes"], m["d2h_bytes"]
     assert h2d["minibatch"] == 0
     assert d2h["minibatch"] == 16 * batches * ranks <= 16 * m["minibatches"] * ranks
-    assert h2d["plan"] > 0 and d2h["plan"] == 0 and h2d["fetch"] > 0 and d2h["fetch"] == 0
+    assert h2d["plan"] > 0 and h2d["fetch"] > 0 and d2h["fetch"] == 0
+    assert d2h["plan"] == (8 * n_parts * m["minibatches"] * ranks if n_parts > 1 else 0)
     k, rem = divmod(h2d["fetch"], 8 + 4 * width)              # key + row in
     assert rem == 0 and fetched in (None, k)
     written = k if written is None else written
@@ -87,6 +89,23 @@ def test_device_cuda_trains_on_the_simulated_gpu_like_the_cpu(tmp_path, case):
     assert mc["h2d_bytes"] == mc["d2h_bytes"] == dict.fromkeys(mc["h2d_bytes"], 0)  # the CPU copies nothing
 
 
+@pytest.mark.parametrize("parts,gpus", [(2, 1), (3, 2)])
+def test_parts_on_several_simulated_gpus_train_like_the_cpu(tmp_path, parts, gpus):
+    """--n-parts over --gpus (Algorithm 2 on one node): each mini-batch's keys are partitioned on the
+    device, every part's rows are found, read and updated on its own GPU, and only what the main GPU
+    needs crosses between GPUs (``peer_bytes``; none with one GPU). The simulator has one GPU; ``--gpus
+    2`` there makes every cross-GPU copy a real (NumPy) copy, counted like the GPU's would be. The
+    HBM-PS starts at 8 keys and grows between batches."""
+    args = ["--n-parts", str(parts), "--gpus", str(gpus), "--sparse-optimizer", "adam", "--hbm-capacity", "8"]
+    ec, mc = run(tmp_path, "cpu", args[:2] + args[4:])
+    eg, mg = run(tmp_path, "cuda", args)
+    assert_same_model(ec, eg)
+    assert round(mg["auc"], 4) == round(mc["auc"], 4)
+    assert np.allclose(mg["loss_per_batch"], mc["loss_per_batch"], rtol=1e-5)
+    assert_ledger(mg, 3 + 7, batches=3, fetched=mg["table_rows"], n_parts=parts)  # ctr rows: 3 + Adam state 7
+    assert (mg["peer_bytes"] > 0) == (gpus > 1)
+
+
 def mpirun(mpiexec, args, tmp_path, name):
     out, metrics = tmp_path / name, tmp_path / f"{name}.json"
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(REPO))
@@ -98,16 +117,21 @@ def mpirun(mpiexec, args, tmp_path, name):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("sync", ["owner", "allreduce"])
-def test_two_ranks_on_the_simulated_gpu_end_like_the_cpu(tmp_path, mpiexec, sync):
-    """Two ranks, each on its simulated GPU: MPI's buffers are staged through the host (mpi4py here is
-    not CUDA-aware) and counted as ``mpi``; the mini-batch loop still moves nothing else."""
-    args = ["--sparse-sync", sync]
+@pytest.mark.parametrize("sync,parts", [("owner", 1), ("allreduce", 1), ("allreduce", 2)])
+def test_two_ranks_on_the_simulated_gpu_end_like_the_cpu(tmp_path, mpiexec, sync, parts):
+    """Two ranks, each on its simulated GPU (or two, with parts): MPI's buffers are staged through the
+    host (mpi4py here is not CUDA-aware) and counted as ``mpi``; the mini-batch loop still moves
+    nothing else. With parts, the all-reduced keys are partitioned on the device again."""
+    args = ["--sparse-sync", sync] + (["--n-parts", str(parts), "--gpus", "2"] if parts > 1 else [])
     ec, mc = mpirun(mpiexec, [*args, "--device", "cpu"], tmp_path, "cpu")
     eg, mg = mpirun(mpiexec, [*args, "--device", "cuda"], tmp_path, "cuda")
     assert_same_model(ec, eg)
     assert round(mg["auc"], 4) == round(mc["auc"], 4)
     rows = mg["table_rows"]  # every key once, at its owner; with allreduce every rank holds every key
-    assert_ledger(mg, CASES["ctr-adagrad"][1], batches=3, ranks=2, fetched=rows * (2 if sync == "allreduce" else 1),
-                  written=rows)
+    if parts == 1:
+        assert_ledger(mg, CASES["ctr-adagrad"][1], batches=3, ranks=2,
+                      fetched=rows * (2 if sync == "allreduce" else 1), written=rows)
+    else:  # the counts of the all-reduced keys' partition are staged as mpi; the rest as above
+        assert mg["d2h_bytes"]["minibatch"] == 16 * 3 * 2 and mg["h2d_bytes"]["minibatch"] == 0
+        assert mg["peer_bytes"] > 0
     assert mg["h2d_bytes"]["mpi"] > 0 and mg["d2h_bytes"]["mpi"] > 0

@@ -323,6 +323,18 @@ def test_empty_minibatch_is_a_noop():
     assert (table.get(np.array([3], np.uint64))[0] == 1).all()
 
 
+def test_batch_scalars_add_another_gpus_counters():
+    main, part = ops.BatchScalars(), np.array([0.0, 3.0])  # a part's [loss, missing], as _device_rows keeps
+    ops.bce_loss_grad_async(np.zeros(2, np.float32), np.ones(2, np.float32), 2, np.empty(2, np.float32),
+                            main.loss)
+    main.add(part)
+    main.add(part)
+    got = main.read(TransferLedger(np))
+    assert got["missing"] == 6 and got["loss"] == pytest.approx(2 * np.log(2))
+    with pytest.raises(InvalidInputError, match="one cell per accumulator"):
+        main.add(np.zeros(3))
+
+
 def test_the_ledger_reads_simulated_device_arrays():
     from numba import cuda
 

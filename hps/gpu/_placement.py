@@ -1,0 +1,96 @@
+"""``Placement``: which GPU each HBM-PS part lives on (Algorithm 2 of ``shared/seeds/004``: one node's
+parameters split over its GPUs), and the device-to-device copies between them.
+
+Part ``p`` lives on GPU ``p % gpus``; GPU 0 (the *main* device) also holds the dense model and a
+mini-batch's plan. ``use(p)`` selects part ``p``'s GPU for the block (Numba's context and CuPy's
+current device both), so kernels launched and arrays allocated inside it are on that GPU.
+``peer(a, src, dst)`` copies a device array between GPUs (``cudaMemcpyPeer`` under CuPy; the same
+object when ``src == dst``), counted as ``peer_bytes`` by the copy's :class:`TransferLedger`.
+
+Under Numba's CUDA simulator there is one simulated GPU, and ``gpus`` may be any count: every
+"GPU" is that one, ``use`` is a no-op, and ``peer`` between two distinct ids is a NumPy copy, counted
+like the real one would be. This is how CI runs the multi-GPU path (``--gpus 2`` on the simulator).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from .._xp import simulated
+from ..errors import InvalidInputError
+
+__all__ = ["Placement", "visible_gpus"]
+
+
+def visible_gpus() -> int:
+    """GPUs this process can use (1 under the simulator, 0 without numba-cuda or a driver)."""
+    try:
+        from numba import cuda
+
+        return len(cuda.gpus) if cuda.is_available() else 0
+    except Exception:  # numba-cuda missing or broken
+        return 0
+
+
+class Placement:
+    """The GPU of each of ``n_parts`` parts: part p on GPU ``p % gpus``.
+
+    Args:
+        n_parts: HBM-PS parts (>= 1).
+        gpus: GPUs to spread them over; None = every visible GPU (``visible_gpus()``, at least 1).
+            More than are visible is an :class:`InvalidInputError`, except under the simulator.
+    """
+
+    def __init__(self, n_parts: int, gpus: int | None = None):
+        if int(n_parts) != n_parts or n_parts < 1:
+            raise InvalidInputError(f"n_parts must be a positive integer, got {n_parts!r}")
+        visible = visible_gpus()
+        if gpus is None:
+            gpus = max(1, visible)
+        if int(gpus) != gpus or gpus < 1:
+            raise InvalidInputError(f"gpus must be a positive integer, got {gpus!r}")
+        self.simulated = simulated()
+        if gpus > max(1, visible) and not self.simulated:
+            raise InvalidInputError(f"--gpus {gpus}: only {visible} GPU(s) visible to this process "
+                                    "(CUDA_VISIBLE_DEVICES); ask for at most that many")
+        self.n_parts, self.gpus = int(n_parts), int(min(gpus, n_parts))
+
+    def device(self, p: int) -> int:
+        """The GPU id of part ``p``."""
+        return p % self.gpus
+
+    @property
+    def spans_gpus(self) -> bool:
+        """True when the parts are on more than one GPU."""
+        return self.gpus > 1
+
+    def use(self, p: int):
+        """Context manager: part ``p``'s GPU is current in the block (no-op on the simulator)."""
+        return self.use_device(self.device(p))
+
+    def use_device(self, g: int):
+        if self.simulated:
+            return contextlib.nullcontext()
+        from numba import cuda
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(cuda.gpus[g])
+        try:
+            import cupy
+        except ImportError:  # a table without CuPy (the library use of PartitionedHashTable)
+            return stack
+        stack.enter_context(cupy.cuda.Device(g))
+        return stack
+
+    def peer(self, a, src: int, dst: int, ledger=None):
+        """Device array ``a`` (of the array module, on GPU ``src``) on GPU ``dst``: ``a`` itself when
+        ``src == dst``, else a copy (counted by ``ledger`` as ``peer_bytes`` when given). Ordered on
+        the current streams of both devices (the legacy default stream)."""
+        if src == dst:
+            return a
+        if ledger is not None:
+            ledger.peer(a.nbytes)
+        if self.simulated:
+            return a.copy()
+        with self.use_device(dst):
+            return a.copy()  # CuPy copies an array of another device onto the current one
