@@ -2,6 +2,7 @@
 are DRAM, so a row held twice doubles its bytes), and nothing is lost by dropping a dirty copy."""
 
 import numpy as np
+import pytest
 
 from hps import HashTable
 from hps.mem import MemPS, RowCache, RowInitializer
@@ -12,12 +13,14 @@ from tests.reference.store import DictStore
 W = 4
 
 
-def test_hand_over_drops_unpinned_rows_dirty_or_not_and_keeps_pinned():
+def test_cache_take_drops_unpinned_rows_dirty_or_not_and_keeps_pinned():
     c = RowCache(8, W)
     k = np.arange(1, 7, dtype=np.uint64)
     c.put(k[:3], np.ones((3, W), np.float32), dirty=True)
-    c.put(k[3:], np.ones((3, W), np.float32), pin=True)
-    assert c.hand_over(np.r_[k, k[:1], [99]].astype(np.uint64)) == 3   # duplicates, absent keys: fine
+    c.put(k[3:], np.full((3, W), 2.0, np.float32), pin=True)
+    rows, hit = c.take(np.r_[k, [99]].astype(np.uint64))
+    assert hit.tolist() == [True] * 6 + [False]
+    np.testing.assert_array_equal(rows[:6, 0], [1, 1, 1, 2, 2, 2])
     assert c.contains(k).tolist() == [False] * 3 + [True] * 3        # pinned rows stay
     assert len(c) == 3 and c.stats().dirty == 0 and c.stats().evicted == 0
     c.put(np.arange(10, 15, dtype=np.uint64), np.zeros((5, W), np.float32))  # the slots are free again
@@ -90,3 +93,40 @@ def test_read_owned_sees_rows_prepared_but_not_placed():
     np.testing.assert_array_equal(hier.read_owned(a), trained)
     hier.place(prep)
     np.testing.assert_array_equal(hier.read_owned(a), trained)
+
+
+class FailingLoads(DictStore):
+    def load(self, keys):
+        raise OSError("injected read failure")
+
+
+def test_take_moves_rows_out_without_inserting_or_evicting():
+    """take: cached rows leave the cache (a pinned one stays), stored ones are read straight into the
+    result, new ones are born there; nothing is inserted, so a full cache evicts nothing; each
+    access is remembered while the key is away, so it counts when the row comes back."""
+    init = RowInitializer(2, W, seed=0)
+    store = DictStore(W)
+    mem = MemPS(store, W, initializer=init, capacity_rows=4)
+    cached, pinned, stored, new = (np.array([k], np.uint64) for k in (1, 2, 3, 4))
+    mem.push(np.r_[cached, pinned], np.array([[1.0] * W, [2.0] * W], np.float32))
+    mem.pull(pinned)  # pinned now (and its row is the pushed one)
+    mem.push(np.arange(10, 12, dtype=np.uint64), np.zeros((2, W), np.float32))   # the cache is full
+    store.dump(stored, np.full((1, W), 3.0, np.float32))
+    keys = np.r_[cached, pinned, stored, new]
+    rows = mem.take(keys)
+    np.testing.assert_array_equal(rows[:3], [[1.0] * W, [2.0] * W, [3.0] * W])
+    np.testing.assert_array_equal(rows[3], init(new)[0])
+    assert mem.cache.contains(keys).tolist() == [False, True, False, False]
+    s = mem.stats()
+    assert s["evicted"] == 0 and s["ssd_loads"] == 1 and s["new_rows"] == 1 and s["size"] == 3
+    mem.push(cached, rows[:1])                    # back from the HBM-PS, dirty
+    assert mem.cache.contains(cached)[0] and mem.stats()["dirty"] >= 1
+
+
+def test_take_that_fails_to_read_leaves_the_cache_as_it_was():
+    mem = MemPS(FailingLoads(W), W, initializer=RowInitializer(2, W, seed=0), capacity_rows=8)
+    mem.push(np.array([1], np.uint64), np.ones((1, W), np.float32))
+    with pytest.raises(OSError, match="injected"):
+        mem.take(np.array([1, 2], np.uint64))
+    assert mem.cache.contains(np.array([1], np.uint64))[0]            # the cached row was not lost
+    np.testing.assert_array_equal(mem.read(np.array([1], np.uint64))[0], np.ones(W))

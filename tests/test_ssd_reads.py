@@ -8,7 +8,7 @@ import zlib
 import numpy as np
 import pytest
 
-from hps.errors import CorruptionError
+from hps.errors import CorruptionError, InvalidInputError
 from hps.ssd import PosixEnv, SSDOptions, SSDStore
 from hps.ssd import _format as F
 from hps.ssd import _native
@@ -143,3 +143,16 @@ def test_one_kernel_call_per_thread_or_rounds_read_the_same(tmp_path, monkeypatc
             s.load(k[:2000])
     finally:
         s.close()
+
+
+def test_load_into_reads_found_rows_straight_into_place(tmp_path):
+    s = SSDStore(str(tmp_path / "s"), 4)
+    keys = np.arange(1, 6, dtype=np.uint64)
+    s.dump(keys, np.arange(20, dtype=np.float32).reshape(5, 4))
+    out = np.full((4, 4), -1.0, np.float32)
+    found = s.load_into(np.array([3, 99, 1], np.uint64), out, np.array([0, 1, 3]))
+    assert found.tolist() == [True, False, True]
+    np.testing.assert_array_equal(out, [[8, 9, 10, 11], [-1] * 4, [-1] * 4, [0, 1, 2, 3]])
+    with pytest.raises(InvalidInputError, match="load_into"):
+        s.load_into(keys, out, np.arange(4))
+    s.close()

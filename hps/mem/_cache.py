@@ -193,7 +193,12 @@ class RowCache:
 
     def contains(self, keys) -> np.ndarray:
         """(n,) bool: which keys are cached. No access is counted."""
-        return self.peek(keys)[1]
+        k = as_keys(keys)
+        found = np.empty(k.shape[0], dtype=np.bool_)
+        with self.lock:
+            if k.shape[0]:
+                K.contains(self._mkeys, self._mvals, k, found)
+        return found
 
     def peek(self, keys):
         """(rows (n, W), found (n,) bool) of cached keys without counting an access; zeros where absent."""
@@ -427,18 +432,33 @@ class RowCache:
         if bad:
             raise InvalidInputError(f"unpin: {bad} of the keys were not pinned (or not cached)")
 
-    def hand_over(self, keys) -> int:
-        """Drop cached, unpinned ``keys`` (n,) uint64, dirty or not, without dumping them: the caller
-        vouches that another tier holds their current rows (the HBM-PS of a batch in flight, which
-        writes them back). Their frequencies go to the ghost table, as on an eviction; pinned or
-        absent keys are left alone. -> rows dropped. Not an eviction (``evicted`` is unchanged)."""
+    def take(self, keys, out=None):
+        """Move the rows of distinct ``keys`` (n,) uint64 out to another tier: -> (rows (n, W), hit
+        (n,) bool), rows of misses left as they were in ``out`` (an (n, W) array to fill; default
+        new, with undefined rows at misses). Hit rows leave the cache unless pinned, dirty or not,
+        without being dumped (the caller now holds their current rows and puts them back, dirty,
+        when done); each key's access (one per key) goes to its frequency, for a miss to the ghost
+        table, so it counts when the key comes back. Counts hits and misses like :meth:`lookup`.
+        Nothing is inserted, so nothing is evicted."""
         k = as_keys(keys)
+        n = k.shape[0]
+        if out is None:
+            out = np.empty((n, self.row_width), dtype=self.dtype)
+        elif out.shape != (n, self.row_width) or out.dtype != self.dtype:
+            raise InvalidInputError(f"out must be ({n}, {self.row_width}) {self.dtype}, got {out.shape} {out.dtype}")
+        hit = np.zeros(n, dtype=np.bool_)
         with self.lock:
-            if k.shape[0] == 0:
-                return 0
-            return int(K.hand_over(self._st, self._skey, self._dirty, self._pins, self._freq, self._where,
-                                 self._prev, self._nxt, self._bkt, self._bhead, self._btail, self._free,
-                                 self._mkeys, self._mvals, self._ghost, k))
+            n_hit = 0
+            if n:
+                n_hit = int(K.take(self._st, self._skey, self._rows, self._dirty, self._pins, self._freq,
+                                   self._where, self._prev, self._nxt, self._bkt, self._bhead, self._btail,
+                                   self._free, self._mkeys, self._mvals, self._ghost, k,
+                                   np.ones(n, np.int64), out, hit))
+            self._hits += n_hit
+            self._misses += n - n_hit
+            self._batch_hits.append(n_hit)
+            self._batch_misses.append(n - n_hit)
+        return out, hit
 
     def dirty_rows(self):
         """(keys (m,) uint64, rows (m, W)) copies of every dirty cached row, in slot order."""

@@ -483,28 +483,54 @@ def unpin(st, pins, freq, where, stamp, prev, nxt, bkt, bhead, btail, mkeys, mva
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def hand_over(st, skey, dirty, pins, freq, where, prev, nxt, bkt, bhead, btail, free, mkeys, mvals,
-            ghost, keys):
-    """Drop cached, unpinned ``keys`` without handing their rows out (another tier holds them now),
-    remembering each one's frequency in the ghost table as an eviction does; pinned or absent keys
-    are left alone. keys (n,) uint64 (duplicates allowed). Returns the number of rows dropped."""
-    n = 0
+def contains(mkeys, mvals, keys, found):
+    """found[i] = keys[i] is cached. keys (n,) uint64, found (n,) bool (written)."""
     _prefetch_map(mkeys, mvals, keys)
     for i in range(keys.shape[0]):
-        s = _map_get(mkeys, mvals, keys[i])
-        if s < 0 or pins[s] > 0:
+        found[i] = _map_get(mkeys, mvals, keys[i]) >= 0
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def take(st, skey, rows, dirty, pins, freq, where, prev, nxt, bkt, bhead, btail, free, mkeys, mvals, ghost,
+         keys, counts, out_rows, hit):
+    """Move rows out to another tier: for each of the distinct ``keys`` (n,) uint64 that is cached,
+    copy its row into ``out_rows[i]`` (n, W) and set ``hit[i]``; an unpinned one then leaves the
+    cache (its slot freed, its frequency + ``counts[i]`` remembered in the ghost table, as on an
+    eviction), a pinned one stays (frequency += ``counts[i]``). A key not cached gets
+    ``counts[i]`` added to its ghost frequency (a ghost cell holding another key is taken over), so
+    the accesses count when the key comes back with ``put``. Returns the number of hits."""
+    n_hit = 0
+    _prefetch_map(mkeys, mvals, keys)
+    for i in range(keys.shape[0]):
+        key = keys[i]
+        s = _map_get(mkeys, mvals, key)
+        if s < 0:
+            hit[i] = False
+            if ghost.shape[0] > 0:
+                c = _ghost_cell(ghost, key)
+                f = np.uint64(counts[i])
+                if ghost[c, 0] == key:
+                    f += ghost[c, 1]
+                ghost[c, 0] = key
+                ghost[c, 1] = f
+            continue
+        hit[i] = True
+        n_hit += 1
+        for j in range(rows.shape[1]):
+            out_rows[i, j] = rows[s, j]
+        freq[s] += counts[i]
+        if pins[s] > 0:
             continue
         _detach(st, where, prev, nxt, bkt, bhead, btail, s)
-        _map_del(mkeys, mvals, keys[i])
+        _map_del(mkeys, mvals, key)
         if ghost.shape[0] > 0:
-            c = _ghost_cell(ghost, keys[i])
-            ghost[c, 0] = keys[i]
+            c = _ghost_cell(ghost, key)
+            ghost[c, 0] = key
             ghost[c, 1] = np.uint64(freq[s])
         dirty[s] = False
         free[st[ST_FREE_TOP]] = s
         st[ST_FREE_TOP] += 1
-        n += 1
-    return n
+    return n_hit
 
 
 @njit(nogil=True, cache=True, _nrt=False)

@@ -36,8 +36,18 @@ class RowInitializer:
     def __call__(self, keys) -> np.ndarray:
         k = as_keys(keys)
         out = np.empty((k.shape[0], self.row_width), dtype=np.float32)
+        return self.fill(k, out, np.arange(k.shape[0], dtype=np.int64))
+
+    def fill(self, keys, out, at) -> np.ndarray:
+        """Write the initial row of ``keys[i]`` into ``out[at[i]]`` (out (m, row_width) float32, C
+        order; at (n,) int64) -> ``out``."""
+        k = as_keys(keys)
+        at = np.ascontiguousarray(at, dtype=np.int64)
+        if at.shape != k.shape or out.shape[1:] != (self.row_width,) or out.dtype != np.float32:
+            raise InvalidInputError(f"fill needs at of shape {k.shape} and out of (m, {self.row_width}) "
+                                    f"float32; got at {at.shape}, out {out.shape} {out.dtype}")
         if k.shape[0]:
-            init_rows(k, np.uint64(self.seed), self.emb_dim, self.scale, np.float32(self.state_value), out)
+            init_rows(k, at, np.uint64(self.seed), self.emb_dim, self.scale, np.float32(self.state_value), out)
         return out
 
     def __repr__(self) -> str:

@@ -9,14 +9,16 @@ from .._hashing import mix64
 
 
 @njit(nogil=True, cache=True)
-def init_rows(keys, seed, emb_dim, scale, state_value, out):
-    """out[i, :emb_dim] uniform in [-scale, scale) from (keys[i], seed, column) only;
-    out[i, emb_dim:] = state_value. keys (n,) uint64, out (n, W) float32."""
+def init_rows(keys, at, seed, emb_dim, scale, state_value, out):
+    """out[at[i], :emb_dim] uniform in [-scale, scale) from (keys[i], seed, column) only;
+    out[at[i], emb_dim:] = state_value. keys (n,) uint64, at (n,) int64 rows of out, out (m, W)
+    float32."""
     golden = np.uint64(0x9E3779B97F4A7C15)
     base = mix64(np.uint64(seed) ^ np.uint64(0xD1B54A32D192ED03))
     inv = 1.0 / 9007199254740992.0  # 2**-53
     fs = np.float32(scale)
     for i in range(keys.shape[0]):
+        r = at[i]
         h = mix64(keys[i] ^ base)
         for j in range(emb_dim):
             x = mix64(h + np.uint64(j + 1) * golden)
@@ -24,6 +26,6 @@ def init_rows(keys, seed, emb_dim, scale, state_value, out):
             v = np.float32((2.0 * u - 1.0) * scale)
             if v >= fs:  # float32 rounding must not reach the open end
                 v = -fs
-            out[i, j] = v
+            out[r, j] = v
         for j in range(emb_dim, out.shape[1]):
-            out[i, j] = state_value
+            out[r, j] = state_value

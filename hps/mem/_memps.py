@@ -16,10 +16,11 @@ class MemPS:
     """The MEM-PS of one node's shard: a DRAM ``RowCache`` in front of ``store``.
 
     - ``store``: an object with the ``hps.ssd.SSDStore`` API — ``dump(keys, rows)`` (durable on
-      return), ``load(keys) -> (rows, found)``, and ``delete(keys)`` for :meth:`delete` — holding
-      rows of ``row_width`` values.
+      return), ``load(keys) -> (rows, found)``, ``load_into(keys, out, at) -> found`` for
+      :meth:`take`, and ``delete(keys)`` for :meth:`delete` — holding rows of ``row_width`` values.
     - ``budget_bytes`` or ``capacity_rows``: the DRAM budget (exactly one).
-    - ``initializer``: ``keys -> (n, row_width)`` rows for keys never seen (``RowInitializer``).
+    - ``initializer``: ``keys -> (n, row_width)`` rows for keys never seen, with ``fill(keys, out,
+      at)`` writing them in place for :meth:`take` (``RowInitializer``).
 
     Life of a row: ``pull`` pins it (cache hit, else loaded from the store, else born from the
     initializer); ``push`` writes it back dirty and drops the pin; rows leave the cache only when
@@ -72,7 +73,10 @@ class MemPS:
         if not d.any():
             return
         try:
-            self.store.dump(ev.keys[d], ev.rows[d])
+            if d.all():  # the usual case: no copy of the rows
+                self.store.dump(ev.keys, ev.rows)
+            else:
+                self.store.dump(ev.keys[d], ev.rows[d])
         except BaseException:
             self.cache.restore(ev)
             raise
@@ -123,6 +127,28 @@ class MemPS:
                 rows[miss] = loaded
         return rows[inverse]
 
+    def take(self, keys) -> np.ndarray:
+        """Rows of distinct ``keys`` (n,) uint64 -> (n, row_width) host array, moved out to the caller
+        (the HBM-PS), which holds them from now on and ``push``-es them back when done: cached rows
+        leave the cache without a dump (a pinned one stays), the others are read from the store
+        straight into the result, else born from the initializer there. Nothing is inserted, so
+        nothing is evicted or dumped; each key counts one access (kept in the ghost table while
+        away). What the hierarchy fetches with, so DRAM never holds a row twice."""
+        k = as_keys(keys)
+        rows = np.empty((k.shape[0], self.row_width), dtype=self.dtype)
+        with self._lock:
+            miss = np.flatnonzero(~self.cache.contains(k))
+            if miss.shape[0]:  # first, so that a failing read leaves the cache as it was
+                mk = k[miss]
+                found = self.store.load_into(mk, rows, miss)
+                if not found.all():
+                    self.initializer.fill(mk[~found], rows, miss[~found])
+                n_found = int(found.sum())
+                self._ssd_loads += n_found
+                self._new_rows += miss.shape[0] - n_found
+            self.cache.take(k, out=rows)
+        return rows
+
     def push(self, keys, rows, unpin: bool = True) -> None:
         """Write ``rows`` (n, row_width) of ``keys`` (n,) back (dirty; later duplicates win) and,
         with ``unpin``, drop the pin ``pull`` took on each distinct key that holds one. Keys not
@@ -134,11 +160,13 @@ class MemPS:
                 return
             found = self.cache.update(k, r)
             if not found.all():
-                nk, nr = k[~found], r[~found]
+                nk, nr = (k, r) if not found.any() else (k[~found], r[~found])  # no copy in the usual case
                 uniq, _, inverse = K.unique_counts(nk)
-                last = np.empty(uniq.shape[0], dtype=np.int64)
-                last[inverse] = np.arange(nk.shape[0])  # later duplicates win
-                self._insert(uniq, nr[last], dirty=True, pin=False, freq=1)
+                if uniq.shape[0] < nk.shape[0]:  # duplicates: later ones win
+                    last = np.empty(uniq.shape[0], dtype=np.int64)
+                    last[inverse] = np.arange(nk.shape[0])
+                    nk, nr = uniq, nr[last]
+                self._insert(nk, nr, dirty=True, pin=False, freq=1)
             if unpin and found.any():
                 fk = k[found]
                 pinned = fk[self.cache.pin_counts(fk) > 0]
@@ -172,13 +200,22 @@ class MemPS:
             self.cache.discard(k)
             return self.store.delete(k)
 
-    def hand_over(self, keys) -> int:
-        """Drop cached, unpinned ``keys`` without dumping them -> rows dropped: their holder now is
-        another tier (the HBM-PS, which pushes them back when they leave it), so DRAM holds no
-        second copy. REQUIRES: that holder has the current row of every such key (a dirty one is
-        not written to the store here)."""
+    def write_through(self, keys, rows) -> None:
+        """Make the store hold ``rows`` (n, row_width) of distinct ``keys`` (n,), rows another tier
+        holds (the HBM-PS, at a checkpoint): straight to the store, not into the cache, whose content
+        stays as it was; a key the cache does hold (pinned while taken) gets its row there, dirty,
+        and reaches the store with the next flush or eviction."""
+        k = as_keys(keys)
+        r = check_rows(rows, k.shape[0], self.row_width, self.dtype, "rows")
         with self._lock:
-            return self.cache.hand_over(keys)
+            if k.shape[0] == 0:
+                return
+            cached = self.cache.update(k, r)
+            if not cached.any():
+                self.store.dump(k, r)
+            elif not cached.all():
+                self.store.dump(k[~cached], r[~cached])
+            self._dumped += int((~cached).sum())
 
     def unpin(self, keys) -> None:
         """Drop one pin per distinct key without writing (e.g. a batch that was abandoned)."""

@@ -207,16 +207,37 @@ class SSDStore:
     def load(self, keys):
         """-> (rows (n, dim) of dtype, found (n,) bool): newest version of each key, zeros where missing."""
         k = as_keys(keys)
-        n = k.shape[0]
-        out = np.zeros((n, self.dim), dtype=self._disk_dtype)
+        out = np.zeros((k.shape[0], self.dim), dtype=self._disk_dtype)
+        found = self._read_into(k, out, None)
+        return out.astype(self.dtype, copy=False), found
+
+    def load_into(self, keys, out, at) -> np.ndarray:
+        """Read the newest version of each found key straight into ``out[at[i]]`` -> found (n,) bool;
+        rows of keys not found are left as they were. keys (n,) uint64; out (m, dim) of the store's
+        dtype, C order; at (n,) int64 rows of ``out``. No copy besides the read when the store's
+        dtype is its disk dtype."""
+        k = as_keys(keys)
+        at = np.asarray(at, dtype=np.int64)
+        if at.shape != k.shape or out.ndim != 2 or out.shape[1] != self.dim or out.dtype != self.dtype:
+            raise InvalidInputError(f"load_into needs at of shape {k.shape} and out of (m, {self.dim}) "
+                                    f"{self.dtype}; got at {at.shape}, out {out.shape} {out.dtype}")
+        if out.dtype == self._disk_dtype and out.flags.c_contiguous:
+            return self._read_into(k, out, at)
+        tmp = np.zeros((k.shape[0], self.dim), dtype=self._disk_dtype)
+        found = self._read_into(k, tmp, None)
+        out[at[found]] = tmp[found]
+        return found
+
+    def _read_into(self, k, out, at) -> np.ndarray:
+        """out[at[i]] (out[i] when ``at`` is None) = row of found key k[i] -> found."""
         loc, found, files = self._cat.locate(k, self.path)
         nread = 0
         try:
             pos = np.flatnonzero(found)
-            nread = self._io.read_rows(files, loc[pos, 0], loc[pos, 1], out, pos)
+            nread = self._io.read_rows(files, loc[pos, 0], loc[pos, 1], out, pos if at is None else at[pos])
         finally:
             self._unlink(self._cat.release(files.values(), nread))
-        return out.astype(self.dtype, copy=False), found
+        return found
 
     def iter_rows(self, chunk_rows: int = 1 << 16):
         """Yield (keys (m,) uint64, rows (m, dim)) chunks of every live row, file by file: a snapshot

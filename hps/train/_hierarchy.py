@@ -7,9 +7,12 @@ Rows (embedding | optimizer state) are authoritative in exactly one place at a t
 
 The tiers are exclusive: once ``prepare`` has fetched a row for the HBM-PS, the MEM-PS drops its
 copy (it gets the row back, dirty, when the key leaves the HBM-PS), so DRAM never holds a row twice
-on ``--device cpu`` and the MEM-PS budget goes to rows that are not resident. The drop happens in
-``prepare``, in batch order, so the MEM-PS's content stays independent of timing; until ``place``
-the fetched rows are kept as in flight, which ``sync_to_store`` writes back.
+on ``--device cpu`` and the MEM-PS budget goes to rows that are not resident. The fetch is a
+``MemPS.take``, in ``prepare``, in batch order, so the MEM-PS's content stays independent of timing:
+a cached row moves out, a row not cached is read from the SSD-PS (or born) straight into the fetched
+rows and never enters the MEM-PS, so fetching evicts nothing. Until ``place`` the fetched rows are
+kept as in flight; ``sync_to_store`` (checkpoints) writes resident and in-flight rows through to the
+SSD-PS without touching the MEM-PS's content.
 
 Residency is decided in batch order by the prepare stage, deterministically (whatever the timing):
 batch ``i`` marks the keys it needs resident with ``last_use = i``; keys whose ``last_use <= i -
@@ -108,9 +111,8 @@ class ParameterHierarchy:
             fetch = working_set[~found]
             self._last_use.assign(working_set, np.full(working_set.shape[0], index, np.int64))
             self._working_sets[index] = working_set
-            rows = self._fetch(fetch)
+            rows = self._fetch(fetch)     # exclusive tiers: the owned rows leave the MEM-PS (take)
             self._in_flight[index] = (fetch, rows)
-            self.memps.hand_over(fetch)   # exclusive tiers: these rows travel to the HBM-PS now
         return Prepared(index, fetch, rows)
 
     def _fetch(self, keys: np.ndarray) -> np.ndarray:
@@ -119,13 +121,10 @@ class ParameterHierarchy:
         return self._serve(keys) if self.pull is None else self.pull(keys, self._serve)
 
     def _serve(self, keys: np.ndarray) -> np.ndarray:
-        """Rows of owned, non-resident ``keys`` from MEM-PS (SSD-PS, initializer), unpinned."""
-        chunk = max(1, self.memps.cache.capacity_rows // 2)
-        out = np.empty((keys.shape[0], self.memps.row_width), self.memps.dtype)
-        for a in range(0, keys.shape[0], chunk):  # O(keys / budget) calls, never one per key
-            out[a:a + chunk] = self.memps.pull(keys[a:a + chunk])
-            self.memps.unpin(keys[a:a + chunk])
-        return out
+        """Rows of owned, non-resident, distinct ``keys``, taken out of the MEM-PS (else read from the
+        SSD-PS or born): the HBM-PS holds them from now on and pushes them back when they leave it,
+        so DRAM never holds a row twice; nothing is inserted into the MEM-PS, so nothing is evicted."""
+        return self.memps.take(keys)
 
     def _evict_older_than(self, limit: int) -> None:
         """Write back and drop resident keys with ``last_use <= limit``. Earlier calls evicted up to
@@ -141,29 +140,31 @@ class ParameterHierarchy:
             self.hbm.erase(old)
             self._last_use.erase(old)
 
-    def _write_back(self, keys: np.ndarray, placed_only: bool = False) -> None:
-        """Push the HBM rows of the keys this rank owns into its MEM-PS. With ``placed_only``, skip
-        keys of batches prepared but not placed yet (their MEM-PS row is still the current one).
+    def _write_back(self, keys: np.ndarray) -> None:
+        """Push the HBM rows of the keys this rank owns into its MEM-PS (they leave the HBM-PS).
         REQUIRES: lock held."""
         mine = keys[self.owned_mask(keys)]
         if mine.shape[0]:
             rows, found = self.hbm.get(mine)
-            rows = _host(rows)
-            if placed_only:
-                mine, rows = mine[found], rows[found]
-            elif not found.all():
+            if not found.all():
                 raise InternalError(f"{int((~found).sum())} resident keys of trained batches are missing "
                                     "from HBM-PS (residency bug)")
-            self.memps.push(mine, rows, unpin=False)
+            self.memps.push(mine, _host(rows), unpin=False)
 
-    def _write_back_in_flight(self, in_flight) -> None:
-        """Push the owned rows of ``in_flight`` (``(keys, rows)`` of batches prepared but not placed
-        when the caller looked; the MEM-PS dropped them in ``prepare``; not trained yet, so the
-        fetched rows are current). REQUIRES: lock held."""
-        for keys, rows in in_flight:
-            mine = self.owned_mask(keys)
-            if mine.any():
-                self.memps.push(keys[mine], rows[mine], unpin=False)
+    def _store_resident(self, keys: np.ndarray, in_flight) -> None:
+        """Write the current rows of the resident ``keys`` this rank owns through to the SSD-PS, the
+        HBM-PS staying their holder: placed ones from the HBM-PS, those of ``in_flight`` batches
+        (``(keys, rows)`` prepared but not placed when the caller looked; not trained yet, so the
+        fetched rows are current) from there. ``place`` inserts, then forgets the batch, so a batch
+        missing from ``in_flight`` is in the HBM-PS before this reads it. REQUIRES: lock held."""
+        mine = keys[self.owned_mask(keys)]
+        if mine.shape[0]:
+            rows, found = self.hbm.get(mine)
+            self.memps.write_through(mine[found], _host(rows)[found])
+        for fk, rows in in_flight:
+            own = self.owned_mask(fk)
+            if own.any():
+                self.memps.write_through(fk[own], rows[own])
 
     # -- place stage -------------------------------------------------------------------------------------
     def place(self, prep: Prepared) -> None:
@@ -180,20 +181,15 @@ class ParameterHierarchy:
 
     # -- consistent cuts ---------------------------------------------------------------------------------
     def sync_to_store(self) -> None:
-        """Copy every resident row this rank owns into MEM-PS and flush MEM-PS to SSD-PS, so the
-        store alone holds every owned row as of the last trained batch. Call between batches
-        (the train stage is idle); holds the residency lock so prepare cannot run meanwhile."""
+        """Write every resident row this rank owns through to the SSD-PS and flush the MEM-PS, so the
+        store alone holds every owned row as of the last trained batch; the MEM-PS's content does
+        not change (tiers stay exclusive). Call between batches (the train stage is idle); holds
+        the residency lock so prepare cannot run meanwhile."""
         with self._lock:
             keys, _ = self._last_use.items()
             if keys.shape[0]:
-                # ``place`` inserts, then forgets the batch: a batch missing from this snapshot is
-                # in the HBM-PS before the write-back reads it
-                in_flight = list(self._in_flight.values())
-                self._write_back(keys, placed_only=True)
-                self._write_back_in_flight(in_flight)
+                self._store_resident(keys, list(self._in_flight.values()))
             self.memps.flush()
-            if keys.shape[0]:   # clean and stored now; the HBM-PS stays their holder (tiers exclusive)
-                self.memps.hand_over(keys)
 
     def drop_all(self) -> None:
         """Write back and forget every resident key (end of training)."""

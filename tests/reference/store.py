@@ -26,6 +26,11 @@ class DictStore:
                 out[i], found[i] = self.d[k], True
         return out, found
 
+    def load_into(self, keys, out, at):
+        rows, found = self.load(keys)
+        out[np.asarray(at)[found]] = rows[found]
+        return found
+
     def items(self):
         ks = sorted(self.d)
         rows = np.array([self.d[k] for k in ks], dtype=self.dtype).reshape(len(ks), self.dim)
