@@ -25,6 +25,7 @@ setup(
         "tqdm>=4.66",
         "pyarrow>=15",
         "zstandard>=0.22",
+        "threadpoolctl>=3.1",
         "tomli>=2.0; python_version<'3.11'",
     ],
     extras_require=EXTRAS,

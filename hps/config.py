@@ -266,6 +266,7 @@ class TrainConfig:
     epochs: int = 1
     seed: int = 0                       # in [0, MAX_SEED = 2**64 - 1]
     queue_depth: int = 1                # items waiting between two pipeline stages
+    blas_threads: int | None = None     # BLAS pool while training; None = cores per rank - 1 (>= 1)
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0           # batches between checkpoints; 0 = end of every epoch only
     resume: bool = False                # continue from checkpoint_dir
@@ -307,7 +308,7 @@ class TrainConfig:
     def __post_init__(self):
         _check_types(self)
         self._check_control()
-        _positive(self, "batch_size", "minibatch_size", "epochs", "queue_depth", "ranks_per_node",
+        _positive(self, "batch_size", "minibatch_size", "epochs", "queue_depth", "blas_threads", "ranks_per_node",
                   "keep_checkpoints", "groups", "easgd_every")
         _check_hierarchical_training(self)
         _one_of("sparse-sync", self.sparse_sync, SPARSE_SYNCS)

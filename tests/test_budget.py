@@ -35,6 +35,7 @@ def test_plan_fits_the_budget(budget):
     assert plan_memory(budget, 32, 1000, 1500, window=3, device="cuda").hbm_dram_bytes == 0
     line = p.describe()
     assert line.startswith("budget ") and "MEM-PS cache" in line and "per key of the table" in line
+    assert p.pipeline_bytes == 3 * 1000 * 128 and "batches in flight 375.0 KiB" in line
     SSDOptions(**p.ssd_options())      # valid SSD-PS options
 
 

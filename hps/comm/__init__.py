@@ -21,7 +21,7 @@ from ._stats import (DENSE_ALLREDUCE, DENSE_EASGD, KINDS, OWNER_WRITEBACK, SPARS
                      SPARSE_PULL, SPARSE_ROWS, CommStats)
 from ._stats import HET_CLOCKS, HET_CONTROL, HET_PUSH
 from ._topology import Topology
-from ._wait import WAIT_MODES, poll, require_thread_multiple, resolve_wait_mode
+from ._wait import WAIT_MODES, node_cores, node_share, poll, require_thread_multiple, resolve_wait_mode
 
 __all__ = [
     "Topology",
@@ -50,6 +50,8 @@ __all__ = [
     "WAIT_MODES",
     "poll",
     "resolve_wait_mode",
+    "node_share",
+    "node_cores",
     "require_thread_multiple",
     "cuda_aware",
     "local_cuda_support",

@@ -41,18 +41,25 @@ def node_cores() -> int:
         return os.cpu_count() or 1
 
 
+def node_share(comm) -> tuple[int, int]:
+    """(ranks of ``comm`` on this node, cores they may run on: the fewest any of them sees).
+    Collective over ``comm``; (1, ``node_cores()``) without one."""
+    if comm is None:
+        return 1, node_cores()
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    try:
+        return node.Get_size(), node.allreduce(node_cores(), op=MPI.MIN)
+    finally:
+        node.Free()
+
+
 def resolve_wait_mode(comm, mode: str) -> str:
     """``"spin"`` or ``"yield"`` for ``mode`` (one of :data:`WAIT_MODES`); ``auto`` yields when the
     ranks of ``comm`` sharing this node outnumber its cores. Collective over ``comm`` (the answer is
     the same on every rank of a node)."""
     if mode not in WAIT_MODES:
         raise InvalidInputError(f"mpi-wait must be one of {', '.join(WAIT_MODES)}; got {mode!r}")
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
-    try:
-        local = node.Get_size()
-        cores = node.allreduce(node_cores(), op=MPI.MIN)
-    finally:
-        node.Free()
+    local, cores = node_share(comm)
     if mode != "auto":
         return mode
     return "yield" if local > cores else "spin"

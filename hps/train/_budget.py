@@ -18,7 +18,12 @@ Printed beside it (they do not depend on the budget):
   ``--sparse-sync allreduce`` it also holds rows other ranks own, which the MEM-PS (this rank's
   keys only) cannot hold;
 - the SSD-PS key index, per key of the table (``KeyIndex`` of (file, slot): 8 B key + 4 B state +
-  16 B value per slot, 2 to 4 slots per key) and the block crcs (4 B per block of rows).
+  16 B value per slot, 2 to 4 slots per key; for a moment while it doubles, the old and the new
+  arrays and the entries copied between them, ``INDEX_GROWING_BYTES``) and the block crcs (4 B per
+  block of rows);
+- the pipeline's batches in flight: the rows prepare has fetched for up to ``window`` batches
+  ahead of training (``window`` x the first batch's working set, the best estimate before
+  training; a later, larger working set takes more).
 
 A budget whose cache cannot hold one batch's working set on this rank is an InvalidInputError.
 """
@@ -42,6 +47,9 @@ SSD_SHARE = 64
 _MIN_BUF, _MAX_READ_BUF, _MAX_COMPACT = 16 << 10, 16 << 20, 64 << 20
 #: KeyIndex bytes per slot (key u64, state i32, value 2 x i64) and slots per key (load <= 0.5, doubling).
 INDEX_SLOT_BYTES, INDEX_SLOTS_PER_KEY = 28, (2, 4)
+#: KeyIndex bytes per key for a moment while it doubles: the old slots (2 per key), the new ones (4)
+#: and the entries copied between them (key + value, 24 B).
+INDEX_GROWING_BYTES = 6 * INDEX_SLOT_BYTES + 24
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,7 @@ class MemoryPlan:
     hbm_keys: int               # HBM-PS capacity (keys)
     hbm_dram_bytes: int         # the HBM-PS twin's DRAM (0 on cuda)
     working_set: int            # rows this rank pins for the first batch
+    pipeline_bytes: int = 0     # rows fetched for the batches in flight (window x working set)
 
     def ssd_options(self):
         """The SSD-PS buffer options this plan counted."""
@@ -67,11 +76,12 @@ class MemoryPlan:
         lo, hi = (INDEX_SLOT_BYTES * s for s in INDEX_SLOTS_PER_KEY)
         twin = (f"HBM-PS twin {_size(self.hbm_dram_bytes)} ({self.hbm_keys:,} keys on the CPU)"
                 if self.hbm_dram_bytes else "HBM-PS in GPU memory")
+        grow = INDEX_GROWING_BYTES
         return (f"budget {_size(self.budget)}: MEM-PS cache {_size(self.cache_bytes)} "
                 f"({self.cache_rows:,} rows of {self.row_bytes} B with their maps and ghost table), "
-                f"SSD-PS buffers {_size(self.ssd_buffer_bytes)}; beside it: {twin}, SSD-PS index "
-                f"{lo}-{hi} B per key of the table (about {_size(16e6 * (lo + hi) / 2)} for 16 M keys) "
-                f"+ 4 B per 4 KiB of rows")
+                f"SSD-PS buffers {_size(self.ssd_buffer_bytes)}; beside it: {twin}, batches in flight "
+                f"{_size(self.pipeline_bytes)}, SSD-PS index {lo}-{hi} B per key of the table ({grow} B "
+                f"while it doubles; about {_size(16e6 * (lo + hi) / 2)} for 16 M keys) + 4 B per 4 KiB of rows")
 
 
 def _size(n: float) -> str:
@@ -132,4 +142,4 @@ def plan_memory(budget: int, row_width: int, owned_working_set: int, working_set
             f"and ghost table) beside the SSD-PS buffers; raise --mem-budget to at least {need} B "
             f"({_size(need)}) or lower --batch-size")
     return MemoryPlan(budget, rows, RowCache.bytes_for(rows, row_width, dtype), row_bytes, read_buf, compact,
-                      ssd, hbm_keys, twin, owned_working_set)
+                      ssd, hbm_keys, twin, owned_working_set, window * owned_working_set * row_bytes)

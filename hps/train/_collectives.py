@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from .._hashing import group_by_owner, owner_of
-from ..comm import SPARSE_PULL, CommStats
+from ..comm import SPARSE_PULL, CommStats, node_cores
 
 #: The channels, by the thread that uses each.
 CHANNELS = ("read", "prepare", "train", "main")
@@ -230,21 +230,25 @@ class Collectives:
 
     ``mpi_wait``: ``auto``/``spin``/``yield`` (``hps.comm.resolve_wait_mode``); ``hierarchical``: give
     the train channel a Topology for the Appendix C.3 all-reduces (``ranks_per_node`` groups ranks
-    into nodes). Construction is collective; raises CommError below MPI_THREAD_MULTIPLE.
+    into nodes). ``cores_per_rank``: this node's cores over its ranks (at least 1). Construction is
+    collective; raises CommError below MPI_THREAD_MULTIPLE.
     """
 
     def __init__(self, comm=None, ranks_per_node=None, mpi_wait: str = "auto", hierarchical: bool = False):
         self.stats = CommStats()
         if comm is None or comm.Get_size() == 1:
             self.rank, self.size, self.wait_mode = 0, 1, "local"
+            self.cores_per_rank = node_cores()
             for name in CHANNELS:
                 setattr(self, name, Channel(name, None, self.stats))
             return
-        from ..comm import Topology, require_thread_multiple, resolve_wait_mode
+        from ..comm import Topology, node_share, require_thread_multiple, resolve_wait_mode
 
         require_thread_multiple()
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.wait_mode = resolve_wait_mode(comm, mpi_wait)
+        local, cores = node_share(comm)
+        self.cores_per_rank = max(1, cores // local)
         for name in CHANNELS:
             dup = comm.Dup()
             topo = Topology(dup, ranks_per_node=ranks_per_node) if hierarchical and name == "train" else None

@@ -39,6 +39,7 @@ from ..pipeline import STOP_TIMEOUT_S, Pipeline, Stage
 from ..ssd import ScratchEnv, SSDOptions, SSDStore
 from . import _checkpoint, _fae, _warmup
 from ._admission import FeatureFilter, shared_keys
+from ._blas import blas_threads, limit_blas
 from ._budget import plan_memory
 from ._control import TrainingControl, run_name
 from ._collectives import Collectives
@@ -91,6 +92,7 @@ class Trainer:
         self.on_fatal = on_fatal
         m, t = cfg.model, cfg.tiers
         self.xp = _array_module(t.device)
+        self.blas_threads = blas_threads(cfg.train.blas_threads, self.coll.cores_per_rank)
         self.feed = feed or Feed(cfg, self.coll.rank, self.coll.size)
         check_memory(self.feed.n_fields, self.feed.n_dense, cfg, self.coll.size)
         mcfg = ModelConfig.from_options(m, self.feed.n_fields, self.feed.n_dense, cfg.train.seed)
@@ -386,7 +388,12 @@ class Trainer:
 
     def fit(self, warm_up: bool = True) -> dict:
         """Train every batch (after the checkpoint, with ``resume``) -> :meth:`metrics`. With ``warm_up``
-        the kernels are compiled first (``_warmup``), outside the timed part."""
+        the kernels are compiled first (``_warmup``), outside the timed part. The BLAS pool is capped
+        meanwhile (``_blas``: ``--blas-threads``)."""
+        with limit_blas(self.blas_threads):
+            return self._fit(warm_up)
+
+    def _fit(self, warm_up: bool) -> dict:
         tc = self.cfg.train
         if tc.resume:  # first: a missing or damaged checkpoint is reported before the warm-up's compile
             self.resume()
@@ -539,6 +546,7 @@ class Trainer:
             "sparse_sync": self.cfg.train.sparse_sync,
             **self.dense_sync.metrics(),
             "mpi_wait": self.coll.wait_mode,
+            "blas_threads": self.blas_threads,
             "comm_seconds": self.coll.mpi_seconds(),
             "bytes_parsed": [r["bytes_parsed"] for r in per],
             "resident_rows": [r["resident_rows"] for r in per],
