@@ -237,3 +237,18 @@ def test_make_optimizers_for_every_name(sparse, dense):
         assert d.initial_accumulator == 0.2
     with pytest.raises(InvalidInputError):
         make_sparse_optimizer(sparse, 0.1, l2=-1.0)
+
+
+@pytest.mark.parametrize("opt", [SparseSGD(0.1, l2=0.01), SparseAdagrad(0.1), SparseRowwiseAdagrad(0.1),
+                                 SparseAdam(0.01)], ids=lambda o: o.name)
+def test_apply_in_place_equals_apply_and_reuses_the_rows(opt):
+    rng = np.random.default_rng(3)
+    rows = opt.init_rows(rng.normal(size=(5, 3)).astype(np.float32))
+    g = rng.normal(size=(5, 3)).astype(np.float32)
+    want = opt.apply(rows, g)
+    got = opt.apply_in_place(rows, g)
+    assert got is rows
+    np.testing.assert_array_equal(got, want)
+    frozen = opt.init_rows(np.ones((2, 3), np.float32))
+    frozen.flags.writeable = False                 # not writable: updated in a copy
+    assert opt.apply_in_place(frozen, np.ones((2, 3), np.float32)) is not frozen

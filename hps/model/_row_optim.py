@@ -91,17 +91,32 @@ class _SparseRowOptimizer:
         """New rows after one step. rows (u, >= row_width(P)) float; grads (u, P) float, the gradient
         of each unique key summed over the (global) mini-batch. Returns a new (u, row_width+) array
         of rows' dtype and module; ``rows`` is not modified. Blocking."""
+        self._check(rows, grads)
+        out = rows.copy(order="C") if _xp_of(rows) is np else rows.copy()
+        return self._step(out, grads)
+
+    def apply_in_place(self, rows, grads):
+        """:meth:`apply` on ``rows`` itself (the caller's own copy, e.g. rows just read from a table):
+        saves a copy of every row. Returns ``rows`` updated; a NumPy ``rows`` that is not writable and
+        C-contiguous is copied first (then the copy is returned)."""
+        self._check(rows, grads)
+        if _xp_of(rows) is np and not (rows.flags.c_contiguous and rows.flags.writeable):
+            rows = rows.copy(order="C")
+        return self._step(rows, grads)
+
+    def _check(self, rows, grads) -> None:
         if rows.ndim != 2 or grads.ndim != 2 or rows.shape[0] != grads.shape[0] \
                 or rows.shape[1] < self.row_width(grads.shape[1]):
             raise InvalidInputError(f"need grads (u, P) and rows (u, >= row_width(P)) for {self!r}; got "
                                     f"rows {tuple(rows.shape)}, grads {tuple(grads.shape)}")
-        xp = _xp_of(rows)
-        g = grads.astype(rows.dtype, copy=False)
+
+    def _step(self, out, grads):
+        """One step on ``out`` in place (C-contiguous when NumPy) -> ``out``."""
+        xp = _xp_of(out)
+        g = grads.astype(out.dtype, copy=False)
         if xp is np and self.use_cpu_kernels:
-            out = np.array(rows, order="C", copy=True)
             self._kernel(out, np.ascontiguousarray(g))
         else:
-            out = rows.copy()
             P = g.shape[1]
             if self.l2:
                 g = g + out.dtype.type(self.l2) * out[:, :P]

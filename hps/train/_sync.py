@@ -174,7 +174,7 @@ class OwnerSync(_Sync):
         if p.uinv is not None:
             back = self.compress.exchange_grads(ch, g, p.send, p.recv, SPARSE_GRADS)  # aligned with p.uinv
             g = segment_sum(back, p.uinv, p.ukeys.shape[0])                  # rank order: deterministic
-        hbm.insert(p.ukeys, _host(self.opt.apply(rows, g)))
+        hbm.insert(p.ukeys, _host(self.opt.apply_in_place(rows, g)))  # rows: this step's own copy
         return loss, g_dense
 
 
@@ -203,7 +203,7 @@ class ReplicaSync(_Sync):
         keys, grads = self.coll.train.sparse_allreduce(p.keys, g)
         if keys is not p.keys:
             rows = self._rows(hbm, keys, index)
-        hbm.insert(keys, _host(self.opt.apply(rows, grads)))
+        hbm.insert(keys, _host(self.opt.apply_in_place(rows, grads)))  # rows: this step's own copy
         return loss, g_dense
 
 
