@@ -121,8 +121,8 @@ def test_placement_spreads_parts_round_robin_and_refuses_gpus_it_has_not(monkeyp
     monkeypatch.setattr(config, "ENABLE_CUDASIM", 0)
     monkeypatch.setattr(_placement, "visible_gpus", lambda: 2)
     pl = Placement(5)
-    assert pl.gpus == 2 and [pl.device(p) for p in range(5)] == [0, 1, 0, 1, 0] and pl.spans_gpus
-    assert Placement(1).gpus == 1 and not Placement(1).spans_gpus  # never more GPUs than parts
+    assert pl.gpus == 2 and [pl.device(p) for p in range(5)] == [0, 1, 0, 1, 0]
+    assert Placement(1).gpus == 1  # never more GPUs than parts
     with pytest.raises(InvalidInputError, match="only 2 GPU"):
         Placement(4, gpus=3)
     with pytest.raises(InvalidInputError, match="gpus must be a positive integer"):

@@ -59,28 +59,28 @@ class Placement:
         """The GPU id of part ``p``."""
         return p % self.gpus
 
-    @property
-    def spans_gpus(self) -> bool:
-        """True when the parts are on more than one GPU."""
-        return self.gpus > 1
-
     def use(self, p: int):
         """Context manager: part ``p``'s GPU is current in the block (no-op on the simulator)."""
         return self.use_device(self.device(p))
 
+    @contextlib.contextmanager
     def use_device(self, g: int):
+        """Context manager: GPU ``g`` is current in the block, for Numba and CuPy (no-op on the
+        simulator)."""
         if self.simulated:
-            return contextlib.nullcontext()
+            yield
+            return
         from numba import cuda
 
-        stack = contextlib.ExitStack()
-        stack.enter_context(cuda.gpus[g])
-        try:
-            import cupy
-        except ImportError:  # a table without CuPy (the library use of PartitionedHashTable)
-            return stack
-        stack.enter_context(cupy.cuda.Device(g))
-        return stack
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(cuda.gpus[g])
+            try:
+                import cupy
+            except ImportError:  # a table without CuPy (the library use of PartitionedHashTable)
+                pass
+            else:
+                stack.enter_context(cupy.cuda.Device(g))
+            yield
 
     def peer(self, a, src: int, dst: int, ledger=None):
         """Device array ``a`` (of the array module, on GPU ``src``) on GPU ``dst``: ``a`` itself when

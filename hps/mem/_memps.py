@@ -26,7 +26,9 @@ class MemPS:
     initializer); ``push`` writes it back dirty and drops the pin; rows leave the cache only when
     room is needed, and dirty ones are dumped to the store *before* their slots are reused. If the
     dump raises, the evicted rows go back into the cache still dirty and the error propagates:
-    no update is ever lost. ``flush`` dumps every dirty row.
+    no update is ever lost. ``flush`` dumps every dirty row. With an exclusive tier above (the
+    training hierarchy's HBM-PS), ``take`` moves rows out instead of pinning them, ``push`` brings
+    them back dirty, and ``write_through`` stores rows that tier holds without caching them.
 
     Thread-safe: every public method holds the MemPS lock for its whole call, store I/O included.
     Arrays are host NumPy; every call blocks.
