@@ -452,8 +452,7 @@ class RowCache:
             if n:
                 n_hit = int(K.take(self._st, self._skey, self._rows, self._dirty, self._pins, self._freq,
                                    self._where, self._prev, self._nxt, self._bkt, self._bhead, self._btail,
-                                   self._free, self._mkeys, self._mvals, self._ghost, k,
-                                   np.ones(n, np.int64), out, hit))
+                                   self._free, self._mkeys, self._mvals, self._ghost, k, out, hit))
             self._hits += n_hit
             self._misses += n - n_hit
             self._batch_hits.append(n_hit)

@@ -248,6 +248,20 @@ def _place_lru(st, where, freq, prev, nxt, bkt, bhead, btail, s):
 
 
 @njit(nogil=True, cache=True, inline="always")
+def _release(st, dirty, freq, free, mkeys, mvals, ghost, s, key):
+    """Slot ``s`` of ``key``, already detached, leaves the cache: the key leaves the map, its
+    frequency goes to the ghost table, the slot goes on the free stack."""
+    _map_del(mkeys, mvals, key)
+    if ghost.shape[0] > 0:
+        c = _ghost_cell(ghost, key)
+        ghost[c, 0] = key
+        ghost[c, 1] = np.uint64(freq[s])
+    dirty[s] = False
+    free[st[ST_FREE_TOP]] = s
+    st[ST_FREE_TOP] += 1
+
+
+@njit(nogil=True, cache=True, inline="always")
 def _evict_one(st, skey, rows, dirty, freq, where, prev, nxt, bkt, bhead, btail, free,
                mkeys, mvals, ghost, ev_keys, ev_rows, ev_dirty, ev_freq, n_ev):
     """Evict the LFU minimum (else the LRU tail) into ``ev_*[n_ev]``; its slot goes on the free stack.
@@ -265,15 +279,8 @@ def _evict_one(st, skey, rows, dirty, freq, where, prev, nxt, bkt, bhead, btail,
         ev_rows[n_ev, j] = rows[s, j]
     ev_dirty[n_ev] = dirty[s]
     ev_freq[n_ev] = freq[s]
-    _map_del(mkeys, mvals, key)
-    if ghost.shape[0] > 0:
-        c = _ghost_cell(ghost, key)
-        ghost[c, 0] = key
-        ghost[c, 1] = np.uint64(freq[s])
     where[s] = W_FREE
-    dirty[s] = False
-    free[st[ST_FREE_TOP]] = s
-    st[ST_FREE_TOP] += 1
+    _release(st, dirty, freq, free, mkeys, mvals, ghost, s, key)
     return True
 
 
@@ -492,13 +499,13 @@ def contains(mkeys, mvals, keys, found):
 
 @njit(nogil=True, cache=True, _nrt=False)
 def take(st, skey, rows, dirty, pins, freq, where, prev, nxt, bkt, bhead, btail, free, mkeys, mvals, ghost,
-         keys, counts, out_rows, hit):
+         keys, out_rows, hit):
     """Move rows out to another tier: for each of the distinct ``keys`` (n,) uint64 that is cached,
     copy its row into ``out_rows[i]`` (n, W) and set ``hit[i]``; an unpinned one then leaves the
-    cache (its slot freed, its frequency + ``counts[i]`` remembered in the ghost table, as on an
-    eviction), a pinned one stays (frequency += ``counts[i]``). A key not cached gets
-    ``counts[i]`` added to its ghost frequency (a ghost cell holding another key is taken over), so
-    the accesses count when the key comes back with ``put``. Returns the number of hits."""
+    cache (its slot freed, its frequency + 1 remembered in the ghost table, as on an eviction), a
+    pinned one stays (frequency += 1). A key not cached gets 1 added to its ghost frequency (a
+    ghost cell holding another key is taken over), so the access counts when the key comes back
+    with ``put``. Returns the number of hits."""
     n_hit = 0
     _prefetch_map(mkeys, mvals, keys)
     for i in range(keys.shape[0]):
@@ -508,7 +515,7 @@ def take(st, skey, rows, dirty, pins, freq, where, prev, nxt, bkt, bhead, btail,
             hit[i] = False
             if ghost.shape[0] > 0:
                 c = _ghost_cell(ghost, key)
-                f = np.uint64(counts[i])
+                f = np.uint64(1)
                 if ghost[c, 0] == key:
                     f += ghost[c, 1]
                 ghost[c, 0] = key
@@ -518,18 +525,11 @@ def take(st, skey, rows, dirty, pins, freq, where, prev, nxt, bkt, bhead, btail,
         n_hit += 1
         for j in range(rows.shape[1]):
             out_rows[i, j] = rows[s, j]
-        freq[s] += counts[i]
+        freq[s] += 1
         if pins[s] > 0:
             continue
         _detach(st, where, prev, nxt, bkt, bhead, btail, s)
-        _map_del(mkeys, mvals, key)
-        if ghost.shape[0] > 0:
-            c = _ghost_cell(ghost, key)
-            ghost[c, 0] = key
-            ghost[c, 1] = np.uint64(freq[s])
-        dirty[s] = False
-        free[st[ST_FREE_TOP]] = s
-        st[ST_FREE_TOP] += 1
+        _release(st, dirty, freq, free, mkeys, mvals, ghost, s, key)
     return n_hit
 
 
