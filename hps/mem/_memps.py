@@ -16,11 +16,11 @@ class MemPS:
     """The MEM-PS of one node's shard: a DRAM ``RowCache`` in front of ``store``.
 
     - ``store``: an object with the ``hps.ssd.SSDStore`` API — ``dump(keys, rows)`` (durable on
-      return), ``load(keys) -> (rows, found)``, ``load_into(keys, out, at) -> found`` for
-      :meth:`take`, and ``delete(keys)`` for :meth:`delete` — holding rows of ``row_width`` values.
+      return), ``load_into(keys, out, at) -> found`` (rows read straight into place), and
+      ``delete(keys)`` for :meth:`delete` — holding rows of ``row_width`` values of ``dtype``.
     - ``budget_bytes`` or ``capacity_rows``: the DRAM budget (exactly one).
-    - ``initializer``: ``keys -> (n, row_width)`` rows for keys never seen, with ``fill(keys, out,
-      at)`` writing them in place for :meth:`take` (``RowInitializer``).
+    - ``initializer``: rows for keys never seen, ``fill(keys, out, at)`` writing them in place
+      (``RowInitializer``).
 
     Life of a row: ``pull`` pins it (cache hit, else loaded from the store, else born from the
     initializer); ``push`` writes it back dirty and drops the pin; rows leave the cache only when
@@ -111,23 +111,30 @@ class MemPS:
         uniq, counts, inverse = K.unique_counts(k)
         with self._lock:
             rows, hit = self.cache.lookup(uniq, pin=True, counts=counts)
-            miss = ~hit
-            if miss.any():
+            miss = np.flatnonzero(~hit)
+            if miss.shape[0]:
                 mk = uniq[miss]
                 try:
-                    loaded, found = self.store.load(mk)
-                    loaded = np.asarray(loaded, dtype=self.dtype).reshape(mk.shape[0], self.row_width)
-                    if not found.all():
-                        loaded = loaded.copy()
-                        loaded[~found] = self.initializer(mk[~found])
-                    self._insert(mk, loaded, dirty=False, pin=True, freq=counts[miss])
+                    found = self._fill_misses(mk, rows, miss)
+                    self._insert(mk, rows[miss], dirty=False, pin=True, freq=counts[miss])
                 except BaseException:
                     self.cache.unpin(uniq[hit])
                     raise
-                self._ssd_loads += int(found.sum())
-                self._new_rows += int((~found).sum())
-                rows[miss] = loaded
+                self._count_loads(found)
         return rows[inverse]
+
+    def _fill_misses(self, keys, rows, at) -> np.ndarray:
+        """``rows[at[i]]`` = the row of uncached ``keys[i]``: the store's, read straight into place,
+        else born there from the initializer -> found in the store (n,) bool. REQUIRES: lock held."""
+        found = self.store.load_into(keys, rows, at)
+        if not found.all():
+            self.initializer.fill(keys[~found], rows, at[~found])
+        return found
+
+    def _count_loads(self, found) -> None:
+        n_found = int(found.sum())
+        self._ssd_loads += n_found
+        self._new_rows += found.shape[0] - n_found
 
     def take(self, keys) -> np.ndarray:
         """Rows of distinct ``keys`` (n,) uint64 -> (n, row_width) host array, moved out to the caller
@@ -141,13 +148,7 @@ class MemPS:
         with self._lock:
             miss = np.flatnonzero(~self.cache.contains(k))
             if miss.shape[0]:  # first, so that a failing read leaves the cache as it was
-                mk = k[miss]
-                found = self.store.load_into(mk, rows, miss)
-                if not found.all():
-                    self.initializer.fill(mk[~found], rows, miss[~found])
-                n_found = int(found.sum())
-                self._ssd_loads += n_found
-                self._new_rows += miss.shape[0] - n_found
+                self._count_loads(self._fill_misses(k[miss], rows, miss))
             self.cache.take(k, out=rows)
         return rows
 
@@ -181,14 +182,9 @@ class MemPS:
         k = as_keys(keys)
         with self._lock:
             rows, hit = self.cache.peek(k)
-            if not hit.all():
-                mk = k[~hit]
-                loaded, found = self.store.load(mk)
-                loaded = np.asarray(loaded, dtype=self.dtype).reshape(mk.shape[0], self.row_width)
-                if not found.all():
-                    loaded = loaded.copy()
-                    loaded[~found] = self.initializer(mk[~found])
-                rows[~hit] = loaded
+            miss = np.flatnonzero(~hit)
+            if miss.shape[0]:
+                self._fill_misses(k[miss], rows, miss)
         return rows
 
     def delete(self, keys) -> int:
