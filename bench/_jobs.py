@@ -21,6 +21,15 @@ def train_command(args: list[str], metrics: Path, ranks: int = 1) -> list[str]:
     return cmd
 
 
+def write_result(out, module: str, argv, payload: dict) -> None:
+    """Write ``payload`` as JSON to ``out`` (its folder made), led by the ``command`` that reproduces
+    it: ``python -m bench.<module>`` with ``argv`` (default: this process's arguments)."""
+    args = argv if argv is not None else sys.argv[1:]
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps({"command": " ".join([f"python -m bench.{module}", *args]), **payload},
+                                    indent=1, default=float))
+
+
 def train_job(args: list[str], metrics: Path, ranks: int = 1, single_threaded: bool = False) -> dict:
     """Run a training job to the end -> its metrics; SystemExit with its stderr's tail if it fails."""
     cmd = train_command(args, metrics, ranks)

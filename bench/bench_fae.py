@@ -18,13 +18,12 @@ stdout. Timing is only meaningful on a quiet machine with one core per rank.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench._jobs import train_job
+from bench._jobs import train_job, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CRITEO = ROOT.parent / "shared" / "data" / "criteo_sample" / "train-10k.txt"
@@ -140,9 +139,7 @@ def main(argv=None) -> int:
                           f"{rec['examples_per_sec']:,.0f} ex/s ({rec['speedup']:.2f}x), "
                           f"{rec['bytes_sent_per_example']:.0f} B/ex, AUC {rec['auc']:.4f} "
                           f"({rec['auc_delta']:+.4f}), logloss {rec['logloss']:.4f}", flush=True)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps({"command": "python -m bench.bench_fae " + " ".join(argv or sys.argv[1:]),
-                                       "records": records}, indent=1))
+    write_result(a.out, "bench_fae", argv, {"records": records})
     print(f"bench_fae: {len(records)} records in {a.out}")
     return 0
 

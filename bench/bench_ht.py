@@ -20,12 +20,11 @@ Raw metrics and the summary go to ``bench/results/ht.json`` (``--out``).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
 
-from bench._jobs import train_job
+from bench._jobs import train_job, write_result
 
 RESULTS = Path(__file__).resolve().parent / "results"
 W_BITS = 10e9
@@ -113,11 +112,8 @@ def main(argv=None) -> int:
                 print(f"{sync} {c}: AUC {m['auc']:.4f}", flush=True)
     text = report(summary)
     print(text)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    with open(a.out, "w") as f:
-        json.dump({"command": "python -m bench.bench_ht " + " ".join(argv if argv is not None else sys.argv[1:]),
-                   "ranks": a.ranks, "rows": a.rows, "link_bits_per_s": W_BITS, "summary": summary,
-                   "targets": targets(summary), "metrics": raw}, f, indent=1, default=float)
+    write_result(a.out, "bench_ht", argv, {"ranks": a.ranks, "rows": a.rows, "link_bits_per_s": W_BITS,
+                                           "summary": summary, "targets": targets(summary), "metrics": raw})
     return 0
 
 

@@ -21,6 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench._jobs import write_result
 from hps.train import main as train
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -85,10 +86,7 @@ def main(argv=None) -> int:
                 print(f"{data} {name}: AUC {m['auc']:.4f}, {m['table_rows']:,} keys", flush=True)
     text = report(summary)
     print(text)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    with open(a.out, "w") as f:
-        json.dump({"command": "python -m bench.bench_oposrp " + " ".join(argv if argv is not None else sys.argv[1:]),
-                   "rows": a.rows, "summary": summary, "metrics": raw}, f, indent=1, default=float)
+    write_result(a.out, "bench_oposrp", argv, {"rows": a.rows, "summary": summary, "metrics": raw})
     return 0
 
 
