@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hps.errors import CacheBudgetError
+from hps.errors import CacheBudgetError, InvalidInputError
 from hps.mem import MemPS, RowInitializer, owner_of
 from tests.reference.store import DictStore
 
@@ -236,3 +236,16 @@ def test_flush_dumps_in_bounded_chunks():
     assert sorted(got.tolist()) == keys.tolist()
     assert all((c[1][:, 0] == c[0]).all() for c in calls)
     assert cache.flush(dump) == 0  # all clean now
+
+
+def test_initializer_fill_writes_rows_in_place_and_checks_shapes():
+    init = RowInitializer(EMB, W, seed=7)
+    out = np.full((4, W), -1.0, np.float32)
+    keys = _u([9, 3])
+    init.fill(keys, out, np.array([2, 0]))
+    np.testing.assert_array_equal(out[[2, 0]], init(keys))
+    assert (out[[1, 3]] == -1).all()                                 # other rows untouched
+    with pytest.raises(InvalidInputError, match="fill needs"):
+        init.fill(keys, np.zeros((4, W + 1), np.float32), np.array([0, 1]))
+    with pytest.raises(InvalidInputError, match="fill needs"):
+        init.fill(keys, out, np.array([0]))
