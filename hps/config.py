@@ -467,13 +467,6 @@ class Config:
     tiers: TierConfig = field(default_factory=TierConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
-    def __post_init__(self):
-        if self.train.consistency == "het" and self.tiers.device == "cuda":
-            raise InvalidInputError("--consistency het runs on --device cpu only for now (its caches are "
-                                    "host arrays); drop --device cuda or use --consistency bsp")
-        if self.train.fae is not None and self.tiers.device == "cuda":
-            raise InvalidInputError("--fae runs on --device cpu only for now (the device step has no pinned "
-                                    "hot table yet); drop --device cuda or --fae")
 
     @staticmethod
     def from_flat(values: dict) -> "Config":

@@ -2,7 +2,7 @@
 multi-device partitioned table of Algorithm 2, and the pieces of GPU-resident training: the
 transfer ledger and the asynchronous training operations over a table's ``device_view()``
 (``hps/gpu/_train_ops.py``, ``_row_ops.py``), which ``--device cuda`` training runs
-(``hps/train/_device_step.py``)."""
+(``hps/train/_device_backend.py``)."""
 
 from ._ledger import PURPOSES, TransferLedger
 from ._partition_ops import part_of_async, partition_keys

@@ -33,7 +33,7 @@ def _args(view, slots, grads, lr, l2, state: int):
     if p == 0 or p + state > tvals.shape[1]:
         raise InvalidInputError(f"grads of {p} columns need rows of at least {p} + {state} (state) columns "
                                 f"and P >= 1; the table's rows have {tvals.shape[1]}")
-    _finite(lr, "learning rate", True)
+    _finite(lr, "learning rate", False)  # a schedule may reach 0 (cosine decay), as on the CPU
     _finite(l2, "l2", False)
     t = tvals.dtype.type
     return tvals, slots, grads, t(lr), t(l2)

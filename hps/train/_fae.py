@@ -41,9 +41,9 @@ import numpy as np
 from ..data import Batch, open_dataset, share_bounds
 from ..errors import InvalidInputError
 from ..metrics import logloss as logloss_score
-from ..profile import digest, examples_all_hot, hot_mask, profile, read_profile, row_bytes_of
+from ..profile import digest, examples_all_hot, profile, read_profile, row_bytes_of
 from ._feed import LocalBatch, format_options
-from ._hierarchy import _host, make_hbm
+from ._hierarchy import _host
 
 #: Eq. 5: swaps of falling loss before the rate doubles (u), its bounds and its start (R(50)).
 SWAP_PATIENCE = 4
@@ -58,94 +58,6 @@ def take(batch: Batch, idx: np.ndarray) -> Batch:
     kidx = np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]), dtype=np.int64)
     return Batch(batch.labels[idx], batch.dense[idx], batch.keys[kidx], batch.field[kidx], batch.weights[kidx],
                  offsets, batch.n_fields)
-
-
-class HotRows:
-    """The pinned hot rows of one rank: ``keys`` (h,) uint64 ascending, their rows in ``table`` (a
-    HashTable-like partition of HBM-PS on ``device``). ``opt``: the row optimizer; ``row_params``: P."""
-
-    def __init__(self, keys: np.ndarray, row_width: int, device: str, n_parts: int, opt, row_params: int,
-                 fused: bool = False):
-        self.keys = np.ascontiguousarray(keys, np.uint64)
-        self.opt, self.row_params, self.row_width = opt, int(row_params), int(row_width)
-        self.table = make_hbm(max(1, self.size), self.row_width, device, n_parts)
-        # fused: step() leaves its buffer for the trainer, which sums it in the same all-reduce as
-        # the dense gradients (one collective per mini-batch instead of two) and calls apply()
-        self.fused = bool(fused)
-        self._pending: np.ndarray | None = None
-
-    @property
-    def size(self) -> int:
-        return int(self.keys.shape[0])
-
-    def mask(self, keys: np.ndarray) -> np.ndarray:
-        """(n,) bool: which of ``keys`` (n,) uint64 are hot."""
-        return hot_mask(self.keys, keys)
-
-    def slots(self, keys: np.ndarray) -> np.ndarray:
-        """(n,) int64 positions of hot ``keys`` in ``self.keys``. REQUIRES every key hot."""
-        return np.searchsorted(self.keys, keys).astype(np.int64)
-
-    def load(self, rows: np.ndarray) -> None:
-        """Pin ``rows`` (h, row_width) float32 of ``keys``."""
-        if self.size:
-            self.table.insert(self.keys, rows)
-
-    def rows(self, slots: np.ndarray) -> np.ndarray:
-        """(k, row_width) host rows of ``keys[slots]``."""
-        return _host(self.table.get(self.keys[slots])[0])
-
-    def divide(self, keys: np.ndarray, inv: np.ndarray):
-        """Unique ``keys`` (u,) of a mini-batch and their ``inv`` (nnz,) -> (cold keys (c,), inv into
-        ``[cold keys | hot keys]``, hot slots (u - c,))."""
-        hot = self.mask(keys)
-        if not hot.any():
-            return keys, inv, np.empty(0, np.int64)
-        pos = np.empty(keys.shape[0], np.int64)
-        n_cold = int((~hot).sum())
-        pos[~hot] = np.arange(n_cold)
-        pos[hot] = n_cold + np.arange(keys.shape[0] - n_cold)
-        return keys[~hot], pos[inv], self.slots(keys[hot])
-
-    def step(self, slots: np.ndarray, grads: np.ndarray, ch) -> None:
-        """Sum every rank's hot-row gradients ``grads`` (k, P) of ``slots`` (k,) unique (one dense
-        all-reduce of (h, P + 1) float32 over ``ch``; the last column counts touches) and apply one
-        optimizer step to every touched row, on every rank alike. Collective. One rank: no buffer."""
-        P = self.row_params
-        if ch.size == 1:  # nothing to sum: apply to this mini-batch's rows
-            if slots.shape[0]:
-                keys = self.keys[slots]
-                self.table.insert(keys, _host(self.opt.apply(_host(self.table.get(keys)[0]), grads)))
-            return
-        buf = np.zeros((self.size, P + 1), np.float32)
-        buf[slots, :P] = grads
-        buf[slots, P] = 1.0
-        if self.fused:
-            self._pending = buf.ravel()
-            return
-        self.apply(ch.dense_allreduce(buf.ravel()))
-
-    def take_pending(self) -> np.ndarray | None:
-        """The (h * (P + 1),) float32 buffer a fused ``step`` left to be summed over the ranks, or None."""
-        buf, self._pending = self._pending, None
-        return buf
-
-    def apply(self, summed: np.ndarray) -> None:
-        """One optimizer step on every row touched on some rank, from ``summed`` (h * (P + 1),) float32:
-        every rank's gradients and touch counts of the hot rows, summed."""
-        P = self.row_params
-        buf = summed.reshape(self.size, P + 1)
-        touched = np.flatnonzero(buf[:, P] > 0)
-        if touched.shape[0]:
-            keys = self.keys[touched]
-            rows = _host(self.table.get(keys)[0])
-            self.table.insert(keys, _host(self.opt.apply(rows, buf[touched, :P])))
-
-    def write_back(self, memps, owned_mask) -> None:
-        """Push the rows of the hot keys this rank owns into ``memps`` (dirty)."""
-        mine = self.keys[owned_mask(self.keys)]
-        if mine.shape[0]:
-            memps.push(mine, _host(self.table.get(mine)[0]), unpin=False)
 
 
 @dataclass
@@ -176,9 +88,10 @@ class ShuffleScheduler:
 
 
 class Fae:
-    """FAE state of one rank (module docstring). Built by :func:`start`."""
+    """FAE state of one rank (module docstring). Built by :func:`start`; ``hot``: the pinned hot rows
+    (``_hot_rows.HotRows``)."""
 
-    def __init__(self, hot: HotRows, sched: ShuffleScheduler, minibatch_size: int, holdout, info: dict):
+    def __init__(self, hot, sched: ShuffleScheduler, minibatch_size: int, holdout, info: dict):
         self.hot, self.sched = hot, sched
         self.minibatch_size = int(minibatch_size)
         self.holdout = holdout          # this rank's held-out Batch, or None (no eval data)
@@ -348,17 +261,13 @@ def start(trainer, resumed: dict | None, log) -> Fae:
     the checkpoint ``resumed`` (its meta, or None)."""
     tc = trainer.cfg.train
     keys, _, info = _hot_keys(trainer, log)
-    # the hot rows' all-reduce rides in the dense one when that one is a plain all-reduce of all ranks
-    fused = trainer.coll.size > 1 and tc.dense_sync == "allreduce" and tc.compress == "none"
-    hot = HotRows(keys, trainer.row_width, trainer.cfg.tiers.device, trainer.cfg.tiers.n_parts,
-                  trainer.sparse_opt, trainer.row_params, fused=fused)
+    hot = trainer.hot
+    trainer._ensure_hierarchy()
+    hot.pin(keys, trainer.coll.main.pull_rows(keys, trainer.hier.read_owned) if keys.shape[0] else None)
     fae = Fae(hot, ShuffleScheduler(), tc.minibatch_size, _holdout(trainer, tc.fae_holdout), info)
     saved = (resumed or {}).get("fae")
     if saved is not None:
         fae.restore(saved, trainer.coll.rank)
-    trainer._ensure_hierarchy()
-    rows = trainer.coll.main.pull_rows(keys, trainer.hier.read_owned) if hot.size else None
-    hot.load(rows)
     log(f"hps: FAE: {hot.size:,} hot rows pinned in HBM-PS on every rank "
         f"({hot.size * row_bytes_of(trainer.row_width) / 2**20:.2f} MiB each), shuffle rate R({fae.sched.rate:g})")
     return fae
@@ -376,9 +285,11 @@ def held_out_loss(trainer) -> float:
     batch = fae.holdout if fae.holdout is not None else empty_batch(trainer.feed.n_fields, trainer.feed.n_dense)
     keys, inv = unique_inverse(batch.keys)
     cold, inv, slots = fae.hot.divide(keys, inv)
+    slots = np.empty(0, np.int64) if slots is None else slots
     P = trainer.row_params
-    rows = np.concatenate([ch.pull_owned(cold, trainer.hier.read_owned)[:, :P], fae.hot.rows(slots)[:, :P]])
-    probs = _host(trainer.model.predict(trainer.xp.asarray(rows), inv, batch)) if len(batch) else np.empty(0)
+    xp = trainer.xp
+    rows = xp.concatenate([xp.asarray(ch.pull_owned(cold, trainer.hier.read_owned)[:, :P]), fae.hot.params(slots)])
+    probs = _host(trainer.model.predict(rows, inv, batch)) if len(batch) else np.empty(0)
     local = logloss_score(batch.labels, probs) * len(batch) if len(batch) else 0.0
     sums = ch.allsum_array(np.array([local, len(batch)], np.float64))
     return float(sums[0] / max(sums[1], 1.0))

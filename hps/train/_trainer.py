@@ -9,13 +9,12 @@ has its own duplicate of the job's communicator (``_collectives``):
 2. ``prepare`` plan the mini-batches and find the keys this rank holds resident for the batch
                (``_sync``: keys sent to their owners, or gathered from every rank); evict what left
                the residency window and fetch the rest from MEM-PS/SSD-PS;
-3. ``place``   insert the fetched rows into HBM-PS (growing it if needed); on ``--device cuda`` also
-               upload the batch's plan (``_device_step``);
-4. ``train``   per global mini-batch: rows -> forward/backward on this rank's examples -> summed
-               gradient of every key -> one optimizer step per key -> dense all-reduce and step
-               (on ``--device cuda``: on the HBM-PS rows in place, ``_device_step``; with
-               ``--dense-sync easgd`` over the rank's group, ``_easgd``).
-               Checkpoints happen here, at batch boundaries.
+3. ``place``   insert the fetched rows into HBM-PS (growing it if needed) and stage the batch's
+               inputs for the step (``Backend.stage``: on ``--device cuda`` one upload of its plan);
+4. ``train``   per global mini-batch, one step written once over the array module (``_backend``):
+               rows -> forward/backward on this rank's examples -> summed gradient of every key ->
+               one optimizer step per key (``_sync``, ``_het_sync``) -> dense sync and step
+               (``_dense_sync``, ``_easgd``). Checkpoints happen here, at batch boundaries.
 
 Not thread-safe: one Trainer per process, driven by one caller.
 """
@@ -41,17 +40,20 @@ from . import _checkpoint, _fae, _warmup
 from ._admission import FeatureFilter, shared_keys
 from ._blas import blas_threads, limit_blas
 from ._budget import plan_memory
+from ._backend import HostBackend
 from ._control import TrainingControl, run_name
 from ._collectives import Collectives
-from ._device_step import make_device_step, transfer_metrics
+from ._device_backend import transfer_metrics
 from ._easgd import make_dense_sync
 from ._feed import Feed, LocalBatch, empty_batch
-from ._het_sync import het_metrics, is_cut, make_het_sync
+from ._het import cache_entries
+from ._het_sync import HetSync, het_metrics
 from ._hierarchy import ParameterHierarchy, _host, make_hbm
+from ._hot_rows import HotRows
 from ._preflight import check_memory
 from ._schedule import LRSchedule
 from ._ssd_dir import SSDDir
-from ._sync import make_sync, unique_inverse
+from ._sync import SYNCS, unique_inverse
 
 #: prepare(i) waits for train(i - WINDOW); keys unused for WINDOW batches leave HBM-PS.
 WINDOW = 3
@@ -73,7 +75,7 @@ class Work:
     plans: list | None = None
     prepared: object | None = None
     filter_state: dict | None = None   # admission/expiry state after this batch's prepare (checkpoints)
-    staged: list | None = None   # the plans on the device (--device cuda, _device_step)
+    staged: list | None = None   # the step's inputs of every mini-batch (Backend.stage)
     hot: np.ndarray | None = None  # FAE: (P,) bool, which mini-batches are all-hot (``_fae``)
 
 
@@ -102,18 +104,29 @@ class Trainer:
         self.row_width = self.sparse_opt.row_width(self.row_params)
         self.initializer = RowInitializer(self.row_params, self.row_width, cfg.train.seed, m.init_scale,
                                           state_value=self.sparse_opt.initial_state_value)
-        self.dense_sync = make_dense_sync(cfg, self.coll, self.model.params)  # --dense-sync, --compress
-        self.het = cfg.train.consistency == "het"  # HET caches (_het_sync): hooks marked "het" below
+        self.backend = _backend(t, self.model, self.xp, self.coll)  # the device-specific part of the step
+        tc = cfg.train
+        # FAE's pinned hot rows (empty until fit pins them; always empty without --fae); their
+        # all-reduce rides in the dense one when that one is a plain all-reduce of all ranks
+        fused = self.coll.size > 1 and tc.dense_sync == "allreduce" and tc.compress == "none"
+        self.hot = HotRows(self.sparse_opt, self.row_params, self.row_width, self.backend, fused=fused)
+        self.dense_sync = make_dense_sync(tc.dense_sync, self.coll, self.model.params, self.dense_opt, self.backend,
+                                          compress=tc.compress, groups=tc.groups, alpha=tc.easgd_alpha,
+                                          every=tc.easgd_every)
+        if fused:
+            self.dense_sync.add_rider(self.hot)
+        self.het = tc.consistency == "het"  # HET caches (_het_sync): hooks marked "het" below
         if self.het:
-            self.sync = make_het_sync(cfg, self.coll, self.model, self.sparse_opt, self.row_params,
-                                      self.row_width, self.xp)
+            d = cfg.data
+            table = d.fields * d.vocab_per_field if d.format == "synthetic" else None
+            self.sync = HetSync(self.coll, self.sparse_opt, self.row_params, self.hot, row_width=self.row_width,
+                                capacity=cache_entries(tc.het_cache, self.row_width, self.row_params, table),
+                                staleness=tc.staleness, policy=tc.het_policy, window=WINDOW,
+                                checkpoint_every=tc.checkpoint_every)
         else:
-            self.sync = make_sync(cfg.train.sparse_sync, self.coll, self.model, self.sparse_opt,
-                                  self.row_params, self.xp, compress=self.dense_sync.compress)
+            self.sync = SYNCS[tc.sparse_sync](self.coll, self.sparse_opt, self.row_params, self.hot,
+                                              compress=self.dense_sync.compress)
         self._init_control()
-        # GPU-resident training on --device cuda (None on the CPU): rows stay in the HBM-PS
-        self.device = make_device_step(cfg, self.coll, self.model, self.sparse_opt, self.dense_opt,
-                                       self.row_params, self.xp, self.sync.replicated)
         self.store = None
         # this job's own directory (never one another job or the user holds), removed by close()
         self._ssd = SSDDir.claim(t.ssd_path, self.coll.rank, self.coll.size, keep=t.keep_ssd)
@@ -208,9 +221,7 @@ class Trainer:
         if self.hier is not None:
             return
         t = self.cfg.tiers
-        hbm = make_hbm(self.plan.hbm_keys, self.row_width, t.device, t.n_parts, t.gpus)
-        if self.device is not None:
-            hbm = self.device.wrap(hbm)
+        hbm = self.backend.wrap(make_hbm(self.plan.hbm_keys, self.row_width, t.device, t.n_parts, t.gpus))
         pull = self.coll.prepare.pull_rows if self.sync.replicated else None
         self.hier = ParameterHierarchy(hbm, self.memps, WINDOW, self.coll.owned_mask, pull)
         if self.het:
@@ -220,10 +231,9 @@ class Trainer:
     def _gate(self, w: Work) -> None:
         if self.hier is not None:
             self.hier.wait_ready(w.index, self.pipeline.stop_event)
-            after_cut = w.batch == 0 or is_cut(self.cfg.train, w.index - 1, False)
-            if self.het and w.index > self.start_index and after_cut:
-                # het: a consistent cut ends batch index - 1 (flushed by train); nothing is prepared past it
-                self.hier.wait_ready(w.index - 1 + WINDOW, self.pipeline.stop_event)
+            horizon = self.sync.prepare_horizon(w.index, w.batch) if w.index > self.start_index else None
+            if horizon is not None:  # e.g. HET: nothing is prepared past a consistent cut
+                self.hier.wait_ready(horizon, self.pipeline.stop_event)
 
     def _read_past_stop(self, index: int) -> bool:
         """Early stopping decided and batch ``index`` is past what ``prepare`` still runs (_control)."""
@@ -234,7 +244,7 @@ class Trainer:
             return w
         if self.filter is not None:  # admission: keys not admitted become their field's shared key
             w.local = LocalBatch(replace(w.local.data, keys=self.filter.admit(w.local.data.keys)), w.local.bounds)
-        resident, w.plans = self.sync.plan(w.local) if self.fae is None else self.sync.plan(w.local, self.fae.hot)
+        resident, w.plans = self.sync.plan(w.local, w.hot)
         self._ensure_hierarchy()
         w.prepared = self.hier.prepare(w.index, resident)
         self.peak_resident = max(self.peak_resident, self.hier.resident)
@@ -253,8 +263,7 @@ class Trainer:
         except HashTableFullError as e:
             raise HashTableFullError(f"{e} (HBM-PS holds the working sets of {WINDOW + 1} batches: raise "
                                      "--hbm-capacity or lower --batch-size)") from None
-        if self.device is not None:
-            w.staged = self.device.upload(w.local, w.plans, self.hier.hbm)
+        w.staged = self.backend.stage(w.local, w.plans, self.hier.hbm)
         return w
 
     def _train(self, w: Work) -> dict:
@@ -262,18 +271,13 @@ class Trainer:
             if self.hier is not None:
                 self.hier.mark_trained(w.index)
             return {"index": w.index, "loss": None, "examples": 0}
-        schedule = self.schedule.apply if self.schedule.active else None
-        if self.device is not None:
-            loss_sum = self.device.train_batch(self.hier.hbm, w.plans, w.staged, w.n_total, w.index, schedule)
-        else:
-            loss_sum = self._train_host(w, schedule)
+        loss_sum = self._train_batch(w)
         n_ex = int(w.n_total.sum())
         loss_sum = self.coll.train.allsum(loss_sum)
         if not math.isfinite(loss_sum):
             raise NumericalError(f"training loss became {loss_sum} at epoch {w.epoch} batch {w.batch}; "
                                  "lower --lr/--dense-lr or check the data for inf/NaN features")
-        if self.het and is_cut(self.cfg.train, w.index, w.last_in_epoch):
-            self.sync.flush()
+        self.sync.after_batch(w.index, w.last_in_epoch)  # HET: a consistent cut flushes the caches
         self.hier.mark_trained(w.index)
         saved = []  # at most one checkpoint of this batch: for the best model, and when it is due
 
@@ -294,9 +298,12 @@ class Trainer:
         auc, logloss = self.coll.train.allgather((m.get("auc"), m.get("logloss")))[0]
         return float(auc), float(logloss)
 
-    def _train_host(self, w: Work, schedule) -> float:
-        loss_sum = 0.0
-        fae = self.fae
+    def _train_batch(self, w: Work) -> float:
+        """Train the mini-batches of ``w`` -> this rank's sum of per-example losses. Collective over
+        the train channel per mini-batch."""
+        be, table, fae = self.backend, self.hier.hbm, self.fae
+        schedule = self.schedule.apply if self.schedule.active else None
+        be.begin_batch(table)
         order = range(len(w.plans)) if fae is None else fae.order(w.n_total, w.hot, lambda: _fae.held_out_loss(self))
         for j in order:
             n = int(w.n_total[j])
@@ -304,37 +311,12 @@ class Trainer:
                 continue  # every shard had run out
             if schedule is not None:
                 schedule(w.index, j)
-            share = w.local.minibatch(j)
-            hot_mb = fae is not None and bool(w.hot[j])
-            hot = {} if fae is None else {"hot": fae.hot, "hot_only": hot_mb}
-            loss, g_dense = self.sync.step(self.hier.hbm, w.index, w.plans[j], share, n, **hot)
-            self._dense_step(g_dense, len(share), n)
-            loss_sum += loss * n
+            g_dense = self.sync.step(be, table, w.plans[j], w.staged[j], n)
+            self.dense_sync.step(g_dense, int(w.local.counts[j]), n)
+            be.end_minibatch()
             if fae is not None:
-                fae.count(hot_mb, n, loss)
-        return loss_sum
-
-    def _dense_step(self, grads: dict, n_local: int, n_total: int) -> None:
-        names = list(grads)
-        hot = self.fae.hot.take_pending() if self.fae is not None else None  # FAE: fused hot-row sums
-        if self.coll.size > 1:
-            flat = np.concatenate([_host(grads[k]).ravel() for k in names])
-            if hot is not None:  # one all-reduce of [dense gradients | hot rows' buffer]
-                both = self.dense_sync.allreduce(np.concatenate([flat, hot]), n_local, n_total)
-                flat = both[:flat.shape[0]]
-                self.fae.hot.apply(both[flat.shape[0]:])
-            else:
-                flat = self.dense_sync.allreduce(flat, n_local, n_total)  # all ranks, or this rank's group
-            if flat is None:  # this rank's group had no example in the mini-batch
-                self.dense_sync.after_step(self.model.params)
-                return
-            off = 0
-            for k in names:
-                n = grads[k].size
-                grads[k] = self.xp.asarray(flat[off:off + n].reshape(grads[k].shape))
-                off += n
-        self.dense_opt.step(self.model.params, grads)
-        self.dense_sync.after_step(self.model.params)
+                fae.count(bool(w.hot[j]), n, be.minibatch_loss())
+        return be.end_batch(table)
 
     # -- checkpoints ------------------------------------------------------------------------------------
     def _checkpoint_due(self, w: Work) -> bool:
@@ -356,7 +338,7 @@ class Trainer:
         if self.filter is not None:  # admission/expiry state as of batch index
             st = filter_state if filter_state is not None else self.filter.state()
             writers.append(self.filter.checkpoint_writer(st))
-        easgd = self.dense_sync.checkpoint_writer(self.model.params, self.dense_opt)  # None without groups
+        easgd = self.dense_sync.checkpoint_writer()  # None without groups
         writers += [easgd] if easgd is not None else []
         extra = (lambda h: [write(h) for write in writers]) if writers else None
         return _checkpoint.save(tc.checkpoint_dir, self.coll.train, self.store, self.model, self.dense_opt,
@@ -366,7 +348,7 @@ class Trainer:
         meta = _checkpoint.load(self.cfg.train.checkpoint_dir, self.coll.main, self.store, self.model,
                                 self.dense_opt, warn=lambda msg: self.log(f"hps: warning: {msg}"),
                                 extra=self._read_checkpoint_extra)
-        self.dense_sync.restore(self.model.params, self.dense_opt)  # this rank's group copy (--groups)
+        self.dense_sync.restore()  # this rank's group copy (--groups)
         self.start_index = meta["index"] + 1
         if "control" in meta:  # the eval curve, the best, early stopping (absent before issue 14)
             self.control.load_state(meta["control"])
@@ -430,7 +412,7 @@ class Trainer:
 
         try:
             self.pipeline.run(sink)
-            self.dense_sync.finish(self.model.params)  # easgd: every rank takes the centre copy
+            self.dense_sync.finish()  # easgd: every rank takes the centre copy
         finally:
             if self.hier is not None:
                 self.hier.abort()
@@ -502,7 +484,7 @@ class Trainer:
                 "filter": self.filter.metrics() if self.filter is not None else None,
                 "ssd_rows_loaded": self.memps.stats()["ssd_loads"],
                 "ssd": {k: st[k] for k in ("bytes_read", "bytes_written", "disk_bytes", "files", "live_rows")},
-                "transfers": self.device.ledger.metrics() if self.device is not None else None,
+                "transfers": self.backend.transfers(),
                 "het": self.sync.stats() if self.het else None}
 
     def metrics(self) -> dict:
@@ -600,6 +582,18 @@ class Trainer:
 
 
 _DEFAULT_BUDGET = 256 << 20
+
+
+def _backend(tiers, model, xp, coll):
+    """The train step's backend: NumPy and the CPU kernels, or the HBM-PS on the GPU (``--device cuda``;
+    with ``--n-parts`` > 1 the parts spread over ``--gpus`` GPUs, as ``make_hbm`` places them)."""
+    if tiers.device == "cpu":
+        return HostBackend(model)
+    from ..gpu import Placement
+    from ._device_backend import DeviceBackend
+
+    placement = Placement(tiers.n_parts, tiers.gpus) if tiers.n_parts > 1 else None
+    return DeviceBackend(model, xp, coll, placement)
 
 
 def _array_module(device: str):
