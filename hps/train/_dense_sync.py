@@ -23,6 +23,7 @@ import numpy as np
 
 from ..comm import Compression
 from ..errors import InvalidInputError
+from ._features import Feature
 
 #: Group of the dense sync's state in each rank's checkpoint file (``_checkpoint.save(extra=...)``;
 #: EASGD's group copies). Written to disk: never rename.
@@ -38,12 +39,16 @@ def check_groups(g, groups: int) -> None:
                                 f"--dense-sync); resume with the same, not {groups}")
 
 
-class DenseSync:
+class DenseSync(Feature):
     """``--dense-sync allreduce``. ``coll``: Collectives; ``params``: the model's dense parameters
     (name -> xp array, updated in place); ``dense_opt``: their optimizer; ``backend``: the train step's
     backend (``xp``, ``to_host``, ``to_device``: the staging of what MPI carries); ``compress``: the
     codec of the all-reduce; ``mode``: the ``--dense-sync`` it stands for (``easgd`` with one group is
-    this job exactly). Construction compiles the codecs with several ranks (cached on disk)."""
+    this job exactly). Construction compiles the codecs with several ranks (cached on disk). A feature
+    (``_features``) of its own: EASGD's state plugs into checkpoints and the end of training through
+    its hooks."""
+
+    name = "dense_sync"
 
     def __init__(self, coll, params: dict, dense_opt, backend, compress: Compression | None = None,
                  mode: str = "allreduce"):
@@ -91,28 +96,13 @@ class DenseSync:
         """The summed gradient (host) this rank's copy steps with, or None for no step."""
         return self.compress.allreduce_dense(self.coll.train, flat)
 
-    # -- hooks of the strategies with state of their own (``_easgd``) ------------------------------------
     def after_step(self) -> None:
-        """After every global mini-batch (stepped or not)."""
-
-    def finish(self) -> None:
-        """End of training (every rank calls it). Collective for the strategies that average."""
-
-    def checkpoint_writer(self):
-        """None, or ``write(h5file)`` putting this rank's state into its checkpoint file."""
-        return None
+        """After every global mini-batch (stepped or not): EASGD's rounds (``_easgd``)."""
 
     def read_checkpoint(self, h) -> None:
-        """Read this rank's state from its checkpoint file ``h`` (an open h5py File). One dense copy:
-        refuses a checkpoint written with several groups."""
+        """One dense copy: refuses a checkpoint written with several groups."""
         check_groups(h.get(CKPT_GROUP), 1)
 
-    def restore(self) -> None:
-        """After ``_checkpoint.load``: apply what :meth:`read_checkpoint` read."""
-
-    def metrics(self) -> dict:
+    def metrics(self, per_rank: list) -> dict:
         return {"dense_sync": self.mode, "groups": self.G, "easgd_alpha": None, "easgd_rounds": 0,
                 "easgd_wait_seconds": 0.0, "compress": self.compress.mode}
-
-    def close(self) -> None:
-        pass

@@ -1,8 +1,6 @@
-"""How the ranks keep the dense parameters in step (``--dense-sync``): Hierarchical Training's
-groups with background EASGD between them (Huang et al., KDD 2021, §3.1; Zhang et al., EASGD).
-
-``allreduce`` (the default, BSP): the dense gradients of every global mini-batch are summed over all
-ranks (``Channel.dense_allreduce``) and every rank takes the same optimizer step: one dense copy.
+"""``--dense-sync easgd``: Hierarchical Training's groups with background EASGD between them (Huang et
+al., KDD 2021, §3.1; Zhang et al., EASGD), a dense sync strategy (``_dense_sync``; ``allreduce``, the
+default, is one dense copy stepped in BSP there).
 
 ``easgd`` with ``--groups G``: the ranks form G contiguous groups of N/G (rank r is in group
 ``r // (N / G)``); each group holds one dense copy. Per mini-batch the dense gradients are summed over
@@ -48,6 +46,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 from ..comm import DENSE_EASGD, Compression
+from ..comm._compress import from_bf16, to_bf16
 from ..errors import InvalidInputError
 from ._collectives import Channel
 from ._dense_sync import CKPT_GROUP, DenseSync, check_groups
@@ -122,11 +121,14 @@ class EasgdSync(DenseSync):
             self._result()
         self._set(self._centre(compressed=False))
 
+    def save(self, w, ckpt) -> None:
+        """Add to ``ckpt`` this rank's EASGD state, written into its own checkpoint file: the group
+        copy, its optimizer state, the pending d, the round counter and, on a leader, its slice of the
+        centre. Waits for a round in flight (its d stays pending). Train thread."""
+        ckpt.writers.append(self.checkpoint_writer())
+
     def checkpoint_writer(self):
-        """``write(h5file)``, which puts this rank's EASGD state into its own checkpoint file
-        (``_checkpoint.save(extra=...)``): the group copy, its optimizer state, the pending d, the
-        round counter and, on a leader, its slice of the centre. Waits for a round in flight (its d
-        stays pending). Train thread."""
+        """``write(h5file)`` of :meth:`save`."""
         pending = self._result() if self._pending is not None else None
         flat, st = self._flatten()[:self.n], self.dense_opt.state_dict()
         centre = None if self.centre is None else self.centre.copy()
@@ -159,7 +161,7 @@ class EasgdSync(DenseSync):
                           "opt": {slot: {name: g[f"opt/{slot}/{name}"][()] for name in g[f"opt/{slot}"]}
                                   for slot in (g["opt"] if "opt" in g else ())}}
 
-    def restore(self) -> None:
+    def restore(self, meta: dict | None = None) -> None:
         """After ``_checkpoint.load`` (which set rank 0's dense state): this rank's group copy,
         optimizer state, pending d, counter and centre slice as :meth:`read_checkpoint` read them."""
         r = self._restored
@@ -175,8 +177,8 @@ class EasgdSync(DenseSync):
             self.centre = np.array(r["centre"], np.float32)
         self._restored = None
 
-    def metrics(self) -> dict:
-        return dict(super().metrics(), easgd_alpha=self.alpha, easgd_rounds=self.rounds,
+    def metrics(self, per_rank: list) -> dict:
+        return dict(super().metrics(per_rank), easgd_alpha=self.alpha, easgd_rounds=self.rounds,
                     easgd_wait_seconds=self.wait_seconds)
 
     def close(self) -> None:
@@ -207,8 +209,6 @@ class EasgdSync(DenseSync):
         channel; bf16 when ``compressed`` and the mode compresses)."""
         mine = self.centre.reshape(1, -1) if self.leader else np.empty((0, self.m), np.float32)
         if compressed and self.compress.dense != "none":
-            from ..comm._compress import from_bf16, to_bf16
-
             return from_bf16(self.bg_ch.allgatherv(to_bf16(mine), DENSE_EASGD)).reshape(-1)
         return self.bg_ch.allgatherv(np.ascontiguousarray(mine), DENSE_EASGD).reshape(-1)
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from .._hashing import group_by_owner
 from ..comm import HET_CLOCKS, HET_CONTROL, HET_PUSH, SPARSE_ROWS
+from ..config import STALENESS_UNBOUNDED
 from ._het import HetCache, HetOwner, Pushes
 from ._sync import OwnerSync
 
@@ -42,6 +43,8 @@ class HetSync(OwnerSync):
     serves are gathered from the HBM-PS and the rows a step uses go up to the device (``mpi`` bytes),
     and pushes update the owner's rows through the hierarchy (``fetch``/``writeback`` bytes)."""
 
+    consistency = "het"
+
     def __init__(self, coll, opt, row_params: int, hot, *, row_width: int, capacity: int, staleness: int,
                  policy: str, window: int, checkpoint_every: int):
         super().__init__(coll, opt, row_params, hot)
@@ -50,8 +53,8 @@ class HetSync(OwnerSync):
         self.owner = HetOwner(opt, row_params)
         self.hier = None
 
-    def bind(self, hier) -> None:
-        self.hier = hier
+    def start(self, job) -> None:
+        self.hier = job.hier  # owners update their rows wherever they live
 
     def is_cut(self, index: int, last_in_epoch: bool) -> bool:
         """Whether batch ``index`` ends at a consistent cut: a checkpoint point (the end of an epoch,
@@ -59,11 +62,11 @@ class HetSync(OwnerSync):
         trajectory does not depend on --checkpoint-dir and a resumed run reproduces an uninterrupted one."""
         return last_in_epoch or bool(self.every and (index + 1) % self.every == 0)
 
-    def prepare_horizon(self, index: int, batch: int) -> int | None:
-        """After a cut nothing is prepared past it: when batch ``index - 1`` ended at one (``batch``:
-        ``index``'s place in its epoch), it must be trained — and flushed — before batch ``index`` is
-        prepared, i.e. the prepare stage also waits for ``index - 1 + window``."""
-        return index - 1 + self.window if batch == 0 or self.is_cut(index - 1, False) else None
+    def prepare_horizon(self, w) -> int | None:
+        """After a cut nothing is prepared past it: when batch ``w.index - 1`` ended at one, it must be
+        trained — and flushed — before ``w`` is prepared (the prepare stage also waits for
+        ``w.index - 1 + window``)."""
+        return w.index - 1 + self.window if w.batch == 0 or self.is_cut(w.index - 1, False) else None
 
     def step(self, be, table, p, d, n_total: int):
         """One mini-batch of the HET protocol (module docstring) -> the dense gradients. Collective over
@@ -104,9 +107,9 @@ class HetSync(OwnerSync):
         self._push(Pushes.concat([mine, self.cache.write(slots[remote], g[remote])]))
         return g_dense
 
-    def after_batch(self, index: int, last_in_epoch: bool) -> None:
+    def end_batch(self, w) -> None:
         """At a consistent cut, :meth:`flush`. Collective over the train channel."""
-        if self.is_cut(index, last_in_epoch):
+        if self.is_cut(w.index, w.last_in_epoch):
             self.flush()
 
     def flush(self) -> None:
@@ -134,10 +137,13 @@ class HetSync(OwnerSync):
                                            got[:, P + 2].astype(np.int64),
                                            np.ascontiguousarray(got[:, :P]).view(np.float32)))
 
-    def stats(self) -> dict:
+    def rank_metrics(self) -> dict:
         """This rank's cache counters (reads of remote keys, hits, misses, invalidations, fetches,
         pushes, evictions) and its capacity."""
         return {**self.cache.stats, "capacity": self.cache.capacity}
+
+    def metrics(self, per_rank: list) -> dict:
+        return dict(super().metrics(per_rank), **het_metrics(per_rank, self.cache.s))
 
 
 def _nbytes(counts: np.ndarray) -> np.ndarray:
@@ -166,10 +172,8 @@ def _segment_counts(mask: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 def het_metrics(per_rank: list, staleness: int) -> dict:
-    """Job metrics from every rank's :meth:`HetSync.stats` (summed; the hit rate over all reads of
-    remote keys)."""
-    from ..config import STALENESS_UNBOUNDED
-
+    """Job metrics from every rank's :meth:`HetSync.rank_metrics` (summed; the hit rate over all reads
+    of remote keys)."""
     tot = {k: sum(r[k] for r in per_rank) for k in per_rank[0]}
     return {"staleness": "inf" if staleness >= STALENESS_UNBOUNDED else staleness,
             "het_hit_rate": tot["hits"] / tot["reads"] if tot["reads"] else 0.0,

@@ -37,6 +37,7 @@ from .._hashing import group_by_owner
 from ..comm import SPARSE_GRADS, SPARSE_KEYS, SPARSE_ROWS, Compression
 from ..comm._kernels import segment_sum
 from ..mem import unique_counts
+from ._features import Feature
 
 
 def unique_inverse(keys):
@@ -80,10 +81,15 @@ def _plans(local, hot, hot_flags) -> list[Plan]:
     return plans
 
 
-class _Sync:
+class _Sync(Feature):
     """What both BSP strategies share: ``coll`` the job's Collectives, ``opt`` the row optimizer,
     ``row_params`` P, ``compress`` the codec of rows and gradients on their way to and from owners,
-    ``hot`` FAE's pinned hot rows (``_hot_rows.HotRows``; empty without ``--fae``)."""
+    ``hot`` FAE's pinned hot rows (``_hot_rows.HotRows``; empty without ``--fae``). A feature
+    (``_features``) of its own: HET's caches plug into the pipeline through its hooks."""
+
+    name = "sparse_sync"
+    mode = ""
+    consistency = "bsp"
 
     def __init__(self, coll, opt, row_params: int, hot, compress=None):
         self.coll = coll
@@ -92,16 +98,8 @@ class _Sync:
         self.row_params = int(row_params)
         self.hot = hot
 
-    def prepare_horizon(self, index: int, batch: int) -> int | None:
-        """A batch the prepare stage must also wait for (beyond the residency window) before it prepares
-        batch ``index`` (the ``batch``-th of its epoch), or None. BSP: none."""
-        return None
-
-    def after_batch(self, index: int, last_in_epoch: bool) -> None:
-        """After batch ``index`` was trained (train stage). BSP: nothing to do."""
-
-    def stats(self) -> dict | None:
-        return None
+    def metrics(self, per_rank: list) -> dict:
+        return {"consistency": self.consistency, "sparse_sync": self.mode}
 
     def _hot_only(self, be, p: Plan, d, n_total: int):
         """A mini-batch all-hot on every rank: only the hot rows' step (no exchange)."""
@@ -119,6 +117,7 @@ class _Sync:
 class OwnerSync(_Sync):
     """``--sparse-sync owner``: see the module docstring."""
 
+    mode = "owner"
     replicated = False
 
     def plan(self, local, hot_flags=None) -> tuple[np.ndarray, list[Plan]]:
@@ -185,6 +184,7 @@ class OwnerSync(_Sync):
 class ReplicaSync(_Sync):
     """``--sparse-sync allreduce``: see the module docstring."""
 
+    mode = "allreduce"
     replicated = True
 
     def plan(self, local, hot_flags=None) -> tuple[np.ndarray, list[Plan]]:

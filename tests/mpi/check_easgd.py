@@ -93,7 +93,7 @@ def run(coll, G, compress, steps=STEPS, stop_at=None, state=None):
     if state is not None and stop_at is None:
         with h5py.File(state, "r") as h:
             ds.read_checkpoint(h)
-        ds.restore()
+        ds.restore({})
         start = ds.steps
     try:
         for s in range(start, steps):

@@ -1,0 +1,53 @@
+"""Training control (``--eval-every``, ``--early-stop``: ``_control.TrainingControl``) as a feature of the
+trainer's pipeline (``_features``): it evaluates after the batches it is due, keeps the best checkpoint,
+stops reading, preparing and training past an early stop, and switches ``LATEST`` to the best
+checkpoint at the end of a stopped run."""
+
+from __future__ import annotations
+
+from ._checkpoint import point_latest
+from ._control import TrainingControl
+from ._features import Feature
+
+
+class ControlFeature(Feature):
+    """``control``: the TrainingControl; ``run_name``: the run's name in the metrics (plots);
+    ``checkpoint_dir``: where checkpoints go (None: none are written)."""
+
+    name = "control"
+
+    def __init__(self, control: TrainingControl, run_name: str, checkpoint_dir: str | None):
+        self.c, self.run_name, self.checkpoint_dir = control, run_name, checkpoint_dir
+
+    def stops_reading(self, index: int) -> bool:
+        """Early stopping decided and batch ``index`` is past what ``prepare`` still runs."""
+        return self.c.skip_prepare(index + 1)
+
+    def stops_epochs(self, ch) -> bool:
+        """Early stop: no next epoch (collective over ``ch`` when stopping is possible)."""
+        return bool(self.c.patience) and ch.any(self.c.stopping)
+
+    def skips(self, index: int, stage: str) -> bool:
+        return self.c.skip_train(index) if stage == "train" else self.c.skip_prepare(index)
+
+    def keeps_state(self, index: int) -> bool:
+        return self.c.keeps_best(index)
+
+    def after_batch(self, w, job) -> None:
+        self.c.after_batch(w.index, int(w.n_total.sum()), job.evaluate, job.save)
+
+    def finish(self) -> None:
+        """A stopped run ends with ``LATEST`` at the best checkpoint, so ``--resume`` continues from it."""
+        if self.c.stop is not None and self.c.pinned():
+            point_latest(self.checkpoint_dir, self.c.pinned()[0])
+
+    def save(self, w, ckpt) -> None:
+        ckpt.meta["control"] = self.c.state()
+        ckpt.pinned.extend(self.c.pinned())
+
+    def restore(self, meta: dict) -> None:
+        if "control" in meta:  # the eval curve, the best, early stopping (absent before it existed)
+            self.c.load_state(meta["control"])
+
+    def metrics(self, per_rank: list) -> dict:
+        return {"run_name": self.run_name, **self.c.metrics()}
