@@ -12,15 +12,12 @@ from hps.data import Batch
 from hps.mem import MemPS, RowInitializer
 from hps.model import ModelConfig, make_model, make_optimizers
 from hps.table import HashTable
-from hps.train import Trainer
-from hps.train._backend import HostBackend
+from hps.train import DenseSync, Feature, HostBackend, OwnerSync, ParameterHierarchy, ReplicaSync, Trainer
 from hps.train._collectives import Collectives
-from hps.train._dense_sync import DenseSync
-from hps.train._features import Feature
 from hps.train._feed import LocalBatch
-from hps.train._hierarchy import WINDOW, ParameterHierarchy
+from hps.train._hierarchy import WINDOW
 from hps.train._hot_rows import HotRows
-from hps.train._sync import OwnerSync, ReplicaSync, unique_inverse
+from hps.train._sync import unique_inverse
 from tests.reference.store import DictStore
 
 

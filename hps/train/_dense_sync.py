@@ -71,19 +71,19 @@ class DenseSync(Feature):
         if self.coll.size > 1:
             names = list(grads)
             flat = self.be.to_host(self.be.xp.concatenate([grads[k].ravel() for k in names]))
-            pending = [(r, r.take_pending()) for r in self._riders]
-            pending = [(r, b) for r, b in pending if b is not None]
             n = flat.shape[0]
-            if pending:  # one all-reduce of [dense gradients | riders' buffers]
-                flat = np.concatenate([flat] + [b for _, b in pending])
+            riders = [(r, buf) for r in self._riders if (buf := r.take_pending()) is not None]
+            if riders:  # one all-reduce of [dense gradients | riders' buffers]
+                flat = np.concatenate([flat] + [buf for _, buf in riders])
             flat = self._allreduce(flat, n_local, n_total)
             if flat is None:  # this rank's group had no example in the mini-batch
                 self.after_step()
                 return
-            for r, b in pending:
-                r.apply(flat[n:n + b.shape[0]])
-                n += b.shape[0]
-            flat = self.be.to_device(flat[:flat.shape[0] - sum(b.shape[0] for _, b in pending)])
+            off = n
+            for r, buf in riders:
+                r.apply(flat[off:off + buf.shape[0]])
+                off += buf.shape[0]
+            flat = self.be.to_device(flat[:n])
             off = 0
             for k in names:
                 size = grads[k].size

@@ -108,6 +108,16 @@ class _Sync(Feature):
         self.hot.step(p.hot_slots, d.hot, g, self.coll.train)
         return g_dense
 
+    def _forward(self, be, R, found, params, d, n_total: int):
+        """Forward/backward of this rank's share over the resident rows ``found`` (pooled straight from
+        them), or over ``params`` (u, P) xp when given; FAE's hot rows join either after the cold ones.
+        -> (per-key gradients (u [+ hot], P) xp, dense gradients)."""
+        if params is None and d.hot is None:
+            return be.forward_backward_resident(R, found, d, n_total)
+        if params is None:
+            params = R.gather(found, None, self.row_params)
+        return be.forward_backward(self.hot.with_params(params, d.hot), d, n_total)
+
     def _cold(self, g, n_cold: int, p: Plan, d):
         """Cold gradient rows of ``g``; the hot ones go to the hot rows' step (collective)."""
         self.hot.step(p.hot_slots, d.hot, g[n_cold:], self.coll.train)
@@ -163,16 +173,11 @@ class OwnerSync(_Sync):
         with be.rows(table) as R:
             if p.hot_only:
                 return self._hot_only(be, p, d, n_total)
-            found = R.find(d.keys)                                           # owned rows of p.ukeys
-            if p.uinv is None and d.hot is None:
-                g, g_dense = be.forward_backward_resident(R, found, d, n_total)
-            else:
-                if p.uinv is None:
-                    params = R.gather(found, None, P)
-                else:  # (u, P) rows of p.keys: they arrive grouped by owner, the order of p.keys
-                    sent = be.to_host(R.gather(found, d.uinv, P))
-                    params = be.to_device(self.compress.exchange_rows(ch, sent, p.recv, p.send, SPARSE_ROWS))
-                g, g_dense = be.forward_backward(self.hot.with_params(params, d.hot), d, n_total)
+            found, params = R.find(d.keys), None                             # owned rows of p.ukeys
+            if p.uinv is not None:  # (u, P) rows of p.keys: they arrive grouped by owner, the order of p.keys
+                sent = be.to_host(R.gather(found, d.uinv, P))
+                params = be.to_device(self.compress.exchange_rows(ch, sent, p.recv, p.send, SPARSE_ROWS))
+            g, g_dense = self._forward(be, R, found, params, d, n_total)
             g = self._cold(g, p.keys.shape[0], p, d)
             if p.uinv is not None:
                 back = self.compress.exchange_grads(ch, be.to_host(g), p.send, p.recv, SPARSE_GRADS)  # p.uinv order
@@ -199,15 +204,12 @@ class ReplicaSync(_Sync):
     def step(self, be, table, p: Plan, d, n_total: int):
         """As :meth:`OwnerSync.step`, the gradients summed by the sparse all-reduce and every update
         applied to every replica. Collective over the train channel."""
-        P, ch = self.row_params, self.coll.train
+        ch = self.coll.train
         with be.rows(table) as R:
             if p.hot_only:
                 return self._hot_only(be, p, d, n_total)
             found = R.find(d.keys)
-            if d.hot is None:
-                g, g_dense = be.forward_backward_resident(R, found, d, n_total)
-            else:
-                g, g_dense = be.forward_backward(self.hot.with_params(R.gather(found, None, P), d.hot), d, n_total)
+            g, g_dense = self._forward(be, R, found, None, d, n_total)
             g = self._cold(g, p.keys.shape[0], p, d)
             if self.coll.size > 1:  # every replica applies every update
                 keys, grads = ch.sparse_allreduce(p.keys, be.to_host(g))
