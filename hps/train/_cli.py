@@ -243,9 +243,9 @@ def main(argv=None) -> int:
     try:
         cfg = parse_config(argv)
         if _mpi_launched():
-            from mpi4py import MPI
+            from ..comm._mpi import load_mpi
 
-            comm = MPI.COMM_WORLD
+            comm = load_mpi().COMM_WORLD
         from ._run import run
 
         run(cfg, comm=comm, on_fatal=(lambda e: _abort(comm, e)) if comm is not None else None)
