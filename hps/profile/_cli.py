@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .._argparse import ArgumentParser
 from ..config import DataConfig, ModelOptions, parse_bytes
 from ..errors import HpsError, InvalidInputError
 from ._estimate import CHUNK_ENTRIES, CHUNKS
@@ -23,8 +24,8 @@ def default_row_bytes() -> int:
     return row_bytes_of(width)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m hps.profile",
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="python -m hps.profile", error_prefix="hps.profile",
                                 description="FAE profiler: sample the input, log key accesses, estimate the hot-set "
                                             "size per threshold (Student-t interval) and pick the threshold "
                                             "that fits --hot-bytes; write the hot keys as HDF5.")

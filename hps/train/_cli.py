@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 
+from .._argparse import ArgumentParser
 from ..config import (COMPRESS_MODES, CONSISTENCIES, DENSE_OPTIMIZERS, DENSE_SYNCS, DEVICES, FORMATS,
                       HET_POLICIES, LR_DECAYS, MODELS, MPI_WAITS, PAGE_CACHE_MODES, SPARSE_OPTIMIZERS,
                       SPARSE_SYNCS, Config, flatten_options)
@@ -26,8 +27,8 @@ EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(
         prog="python -m hps.train",
         description="Train a CTR model over the HBM/DRAM/SSD parameter hierarchy. With no arguments: "
                     "synthetic data on the CPU, in about a minute.")
@@ -342,8 +343,8 @@ def _fail(comm, e: BaseException, code: int) -> int:
 # -- python -m hps.predict ---------------------------------------------------------------------------------
 
 
-def build_predict_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def build_predict_parser() -> ArgumentParser:
+    p = ArgumentParser(
         prog="python -m hps.predict",
         description="Score raw data with a model exported by python -m hps.train --export DIR: one "
                     "probability per valid example, in input order.")
