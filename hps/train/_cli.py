@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 from .._argparse import ArgumentParser
 from ..config import (COMPRESS_MODES, CONSISTENCIES, DENSE_OPTIMIZERS, DENSE_SYNCS, DEVICES, FORMATS,
@@ -35,7 +36,9 @@ def build_parser() -> ArgumentParser:
     S = argparse.SUPPRESS  # unset flags stay absent, so TOML values and dataclass defaults apply
     g = p.add_argument_group("data")
     g.add_argument("--config", help="TOML file with any of these options as keys")
-    g.add_argument("--format", choices=FORMATS, default=S, help="data format (default synthetic)")
+    g.add_argument("--format", choices=FORMATS, default=S,
+                   help="data format (default: told by the --data file names, .csv .parquet .libsvm .libfm, or "
+                        "a .txt/.tsv file's first line; synthetic without --data)")
     g.add_argument("--data", nargs="+", default=S,
                    help="training data: files, directories or globs (quoted), plain, .gz or .zst")
     g.add_argument("--eval-data", nargs="+", default=S,
@@ -369,10 +372,17 @@ def predict_main(argv=None) -> int:
     try:
         if args.batch_size < 1:
             raise InvalidInputError(f"--batch-size must be positive, got {args.batch_size}")
+        from ..data import infer_format
         from ..predict import Predictor
+        from ._preflight import check_writable
 
+        check_writable("--out", Path(args.out), is_dir=False)
         pred = Predictor(args.model_dir, unknown=args.unknown)
         data = args.data[0] if len(args.data) == 1 else args.data
+        named = infer_format(data, required=False)
+        if named not in (None, pred.format):
+            raise InvalidInputError(f"--data is {named} data by its file names, but the model in {args.model_dir} "
+                                    f"was trained on {pred.format} data (hps.predict reads the training format)")
         res = pred.write_csv(data, args.out, batch_size=args.batch_size, strict=args.strict,
                              max_malformed=args.max_malformed)
     except (HpsError, OSError) as e:
