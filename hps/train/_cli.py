@@ -230,8 +230,13 @@ class _Terminated(KeyboardInterrupt):
     """SIGTERM (what schedulers send), raised in the main thread so it unwinds like Ctrl-C."""
 
 
-def _raise_terminated(signum, frame):
-    raise _Terminated()
+def _stop(signum, frame):
+    """SIGINT / SIGTERM handler: stop the job by raising in the main thread; from then on both signals
+    are ignored, so the job's clean-up runs to its end. (A terminal's Ctrl-C reaches each rank of
+    ``mpiexec`` twice: from the terminal, and forwarded by mpiexec.)"""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise _Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
 def main(argv=None) -> int:
@@ -243,7 +248,10 @@ def main(argv=None) -> int:
     rank: each rank cleans up, the ranks wait for each other (a bounded wait) and all exit."""
     comm, cfg = None, None
     in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
+    for sig, handler in previous.items():
+        if handler is not signal.SIG_IGN or sig == signal.SIGTERM:  # a background job ignores SIGINT
+            signal.signal(sig, _stop)
     try:
         cfg = parse_config(argv)
         if _mpi_launched():
@@ -263,8 +271,8 @@ def main(argv=None) -> int:
             _abort(comm, e)
         raise
     finally:
-        if in_main:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 #: Under MPI, how long an interrupted rank waits for the others to finish cleaning up before it
@@ -276,8 +284,9 @@ def _interrupted(comm, cfg, signum) -> int:
     """Report an interrupt (the job's own files are already removed by ``run``) -> 128 + signum."""
     code = 128 + int(signum)
     if comm is None or comm.Get_rank() == 0:
-        print(f"hps: interrupted by {signal.Signals(signum).name}: training stopped. {_resume_hint(cfg)}",
-              file=sys.stderr, flush=True)
+        from ..comm._failure import write_line
+
+        write_line(f"hps: interrupted by {signal.Signals(signum).name}: training stopped. {_resume_hint(cfg)}")
     if comm is not None and comm.Get_size() > 1:
         _leave_together(comm, code)
     return code
@@ -333,13 +342,13 @@ def _is_bad_input(e: BaseException) -> bool:
 
 
 def _fail(comm, e: BaseException, code: int) -> int:
-    if comm is not None and comm.Get_size() > 1:
-        from ..comm._failure import abort, failure_message
+    from ..comm._failure import abort, failure_message, write_line
 
-        print(failure_message(comm, e), file=sys.stderr, flush=True)
+    if comm is not None and comm.Get_size() > 1:
+        write_line(failure_message(comm, e))
         abort(comm, code)
         return code
-    print(f"hps: error: {e}", file=sys.stderr)
+    write_line(f"hps: error: {e}")
     return code
 
 
