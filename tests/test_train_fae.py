@@ -221,3 +221,13 @@ def test_a_fused_hot_step_leaves_its_buffer_and_applies_like_the_unfused_one():
     np.testing.assert_array_equal(fused.rows, plain.rows)
     assert not np.array_equal(plain.rows[[0, 2]], rows[[0, 2]])   # touched rows moved
     np.testing.assert_array_equal(plain.rows[[1, 3]], rows[[1, 3]])  # untouched rows stay
+
+
+def test_an_evaluation_during_training_sees_the_hot_rows_as_they_are(tmp_path):
+    """--eval-every with FAE: the hot rows train in their pinned copies, and the MEM-PS/SSD-PS get them
+    only at write-backs (checkpoints, the end); an evaluation during training must read the pinned
+    ones. The one after the last batch and the final one see the same model (they once differed: the
+    first read the hot rows as pinned at the start)."""
+    _, m = run_cli(tmp_path, "fae", *FAE, "--eval-every", "1")
+    assert m["fae"]["hot_rows"] > 0 and m["eval_curve"][-1]["examples"] == m["examples"]
+    assert m["eval_curve"][-1]["auc"] == m["auc"] and m["eval_curve"][-1]["logloss"] == m["logloss"]

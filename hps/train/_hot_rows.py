@@ -120,6 +120,16 @@ class HotRows:
         """(k, P) xp: the parameters of the hot rows at ``slots`` (k,) host (held-out evaluation)."""
         return self.rows[self.be.to_device(slots, "plan"), :self.row_params]
 
+    def current(self, keys: np.ndarray, params: np.ndarray):
+        """``params`` (n, P) host, the parameters of ``keys`` (n,) read from the tiers, with those of the
+        hot keys replaced by the pinned rows' (the tiers get them only at write-backs) -> (n, P) xp
+        (``params`` itself, on the step's device, without hot keys)."""
+        out = self.xp.asarray(params)
+        hot = np.flatnonzero(self.mask(keys)) if self.size else np.empty(0, np.int64)
+        if hot.shape[0]:
+            out[self.be.to_device(hot, "plan")] = self.params(self.slots(keys[hot]))
+        return out
+
     def write_back(self, memps, owned_mask) -> None:
         """Push the rows of the hot keys this rank owns into ``memps`` (dirty): checkpoints and the end
         of training, so the MEM-PS/SSD-PS hold every update."""

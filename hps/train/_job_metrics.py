@@ -5,10 +5,9 @@ job's metrics)."""
 
 from __future__ import annotations
 
+from ._collectives import STAGE_CHANNELS
 from ._device_backend import transfer_metrics
 
-#: Pipeline stages and the channel whose MPI time each one's thread spends.
-STAGE_CHANNELS = {"read": "read", "prepare": "prepare", "place": None, "train": "train"}
 #: The SSD-PS figures each rank reports (``SSDStore.stats``).
 SSD_FIGURES = ("bytes_read", "bytes_written", "disk_bytes", "files", "live_rows")
 

@@ -42,7 +42,7 @@ from ..ssd import ScratchEnv, SSDOptions, SSDStore
 from . import _build, _checkpoint, _warmup
 from ._blas import blas_threads, limit_blas
 from ._budget import plan_memory
-from ._collectives import Collectives
+from ._collectives import STAGE_CHANNELS, Collectives
 from ._features import Checkpoint
 from ._feed import Feed, empty_batch
 from ._hierarchy import WINDOW, ParameterHierarchy, _host, make_hbm
@@ -364,8 +364,8 @@ class Trainer:
                 keys, again = unique_inverse(looked_up)
                 inv = again[inv]
             rows = ch.pull_owned(keys, self.hier.read_owned)
-            labels.append(batch.labels)
-            probs.append(self._predict(self.xp.asarray(rows[:, :P]), inv, batch))
+            labels.append(batch.labels)  # FAE: the pinned hot rows are newer than the tiers' copies
+            probs.append(self._predict(self.hot.current(keys, rows[:, :P]), inv, batch))
         lab = ch.gather(np.concatenate(labels) if labels else np.empty(0, np.float32))
         pr = ch.gather(np.concatenate(probs) if probs else np.empty(0, np.float32))
         malformed = ch.allgather(self.feed.eval_malformed())
