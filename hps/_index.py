@@ -20,9 +20,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import _table_cpu_kernels as K
+from .table import _cpu_kernels as K
 from ._keys import as_keys
-from ._table_cpu import CpuTableImpl
+from .table._cpu import CpuTableImpl
 from .table import DEFAULT_MAX_LOAD_FACTOR, slots_for
 
 

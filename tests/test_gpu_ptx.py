@@ -23,7 +23,7 @@ except ImportError:  # pragma: no cover - numba-cuda missing
     pytest.skip("numba-cuda is not importable", allow_module_level=True)
 from numba import types  # noqa: E402
 
-from hps.gpu import _table_kernels as K  # noqa: E402
+from hps.table import _cuda_kernels as K  # noqa: E402
 from hps.gpu import _train_kernels as T  # noqa: E402
 
 MODULES = {"table": K, "train": T}

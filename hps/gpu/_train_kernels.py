@@ -1,7 +1,7 @@
 """CUDA kernels of GPU-resident training: rows stay in the HBM-PS table (issue 12).
 
 Kernels and device functions only (no state, no I/O; every constant is an argument or a literal).
-The table arrays come from :meth:`hps.HashTable.device_view` (layout in ``hps/_table_cpu_kernels.py``):
+The table arrays come from :meth:`hps.HashTable.device_view` (layout in ``hps/table/_cpu_kernels.py``):
 ``tkeys`` (S,) uint64, ``tstate`` (S,) int32, ``tvals`` (S, W) float. A row is laid out as
 ``[parameters (P) | optimizer state (Q) | ...]`` (``hps/model/_row_optim.py``); kernels take the column
 ranges they touch as arguments (``col0``, ``width``, ``state_col``, the gradient's width P), never a
@@ -17,7 +17,7 @@ CPU twins, which the tests hold these to: ``pool_forward`` / ``pool_backward`` =
 ``SparseAdam`` (``hps/model/_row_optim.py``, the same formulas in the same order); ``bce_loss_grad``
 = the loss and logit gradient of ``CTRModel.forward_backward``.
 
-Launch shapes (as in ``_table_kernels``): "1-D" kernels take one thread per item; "row" kernels take
+Launch shapes (as in ``hps/table/_cuda_kernels.py``): "1-D" kernels take one thread per item; "row" kernels take
 a 2-D block ``(bx, by)``: ``threadIdx.y`` picks one of ``by`` items (examples or unique keys) of the
 block, ``threadIdx.x`` strides over columns, so a warp touches consecutive columns (coalesced).
 """
@@ -30,7 +30,7 @@ import numpy as np
 from numba import cuda
 
 from .._hashing import mix64
-from ._table_kernels import _find
+from ..table._cuda_kernels import _find
 
 
 @cuda.jit

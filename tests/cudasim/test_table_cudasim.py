@@ -25,7 +25,7 @@ DIM = 3
 
 @pytest.fixture(scope="module", autouse=True)
 def small_blocks():
-    from hps.gpu import _table_cuda
+    from hps.table import _cuda as _table_cuda
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(_table_cuda, "BLOCK_SIZE", 16)
@@ -165,7 +165,7 @@ def test_duplicates_in_one_insert_last_wins(fill_first):
 def test_owner_scratch_marks_last_occurrence_and_is_reset():
     """The dedup protocol itself (the simulator runs threads in order, so a missing dedup could
     still pass the test above by luck; this checks the marks the row kernel relies on)."""
-    from hps.gpu import _table_kernels as K
+    from hps.table import _cuda_kernels as K
 
     table = HashTable(40, 1, device="cuda")
     impl = table._impl
@@ -304,7 +304,7 @@ def test_export_clear_and_properties():
 
 
 def test_no_gpu_raises_device_unavailable(monkeypatch):
-    from hps.gpu import _table_cuda
+    from hps.table import _cuda as _table_cuda
 
     monkeypatch.setattr(_table_cuda.cuda, "is_available", lambda: False)
     with pytest.raises(DeviceUnavailableError, match="no usable CUDA GPU"):

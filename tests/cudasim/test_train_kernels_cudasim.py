@@ -26,7 +26,7 @@ pytestmark = pytest.mark.cudasim
 
 @pytest.fixture(scope="module", autouse=True)
 def small_blocks():
-    from hps.gpu import _table_cuda
+    from hps.table import _cuda as _table_cuda
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(_table_cuda, "BLOCK_SIZE", 16)

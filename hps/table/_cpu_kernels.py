@@ -1,4 +1,4 @@
-"""CPU kernels of the open-addressing hash table (the twin of ``hps/gpu/_table_kernels.py``; the
+"""CPU kernels of the open-addressing hash table (the twin of ``_cuda_kernels.py``; the
 two-phase ``slot_order``/``claim_hidden``/``publish`` serve :class:`hps._index.KeyIndex` only).
 
 Layout, shared with the GPU kernels (see ``hps/table.py`` for the contract):
@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._hashing import mix64
+from .._hashing import mix64
 
 
 @njit(nogil=True, cache=True, inline="always")

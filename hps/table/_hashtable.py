@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .errors import HashTableFullError, InvalidInputError, InvalidTypeError
+from ..errors import HashTableFullError, InvalidInputError, InvalidTypeError
 
 #: Default fraction of slots the table may fill at ``capacity`` live keys.
 DEFAULT_MAX_LOAD_FACTOR = 0.5
@@ -51,7 +51,7 @@ def slots_for(capacity: int, max_load_factor: float) -> int:
 
 class TableView(NamedTuple):
     """Non-owning view of a table's slot arrays for kernels (device arrays on ``cuda``, NumPy on
-    ``cpu``); see :meth:`HashTable.device_view`. Layout: ``hps/_table_cpu_kernels.py``."""
+    ``cpu``); see :meth:`HashTable.device_view`. Layout: ``hps/table/_cpu_kernels.py``."""
 
     keys: object        #: (S,) uint64, the key of each slot; all ones where empty
     state: object       #: (S,) int32, 0 live, 1 tombstone
@@ -61,11 +61,11 @@ class TableView(NamedTuple):
 
 def _make_impl(device: str, n_slots: int, dim: int, dtype):
     if device == "cpu":
-        from ._table_cpu import CpuTableImpl
+        from ._cpu import CpuTableImpl
 
         return CpuTableImpl(n_slots, dim, dtype)
     if device == "cuda":
-        from .gpu._table_cuda import CudaTableImpl
+        from ._cuda import CudaTableImpl
 
         return CudaTableImpl(n_slots, dim, dtype)
     raise InvalidInputError(f"device must be 'cpu' or 'cuda', got {device!r}")

@@ -1,4 +1,4 @@
-"""CUDA backend of :class:`hps.HashTable`: owns the device slot arrays, launches ``_table_kernels``.
+"""CUDA backend of :class:`hps.HashTable`: owns the device slot arrays, launches ``_cuda_kernels``.
 
 The host object owns all table memory (slots, rows, the per-slot ``owner`` scratch, the counters),
 allocated once at construction; kernels get non-owning views and never allocate. Per call, only
@@ -23,7 +23,7 @@ from ..errors import DeviceUnavailableError, InternalError, InvalidInputError, I
 try:
     from numba import cuda
 
-    from . import _table_kernels as K
+    from . import _cuda_kernels as K
 except Exception as e:  # numba-cuda missing or broken: reported at construction
     cuda = None
     K = None
@@ -73,7 +73,7 @@ def _next_pow2(x: int) -> int:
 
 
 class CudaTableImpl:
-    """Slot arrays on the current CUDA device; the interface of :class:`hps._table_cpu.CpuTableImpl`.
+    """Slot arrays on the current CUDA device; the interface of :class:`hps.table._cpu.CpuTableImpl`.
 
     Device arrays: ``tkeys`` (S,) uint64, ``tstate`` (S,) int32, ``tvals`` (S, dim) dtype,
     ``owner`` (S,) int32 scratch (-1 between calls), ``counts`` (3,) int64, ``hit`` (1,) int64.

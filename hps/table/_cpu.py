@@ -1,4 +1,4 @@
-"""CPU backend of :class:`hps.HashTable`: owns the slot arrays, launches ``_table_cpu_kernels``.
+"""CPU backend of :class:`hps.HashTable`: owns the slot arrays, launches ``_cpu_kernels``.
 
 Not thread-safe on its own; :class:`hps.HashTable` serialises calls. Inputs are validated host
 arrays (keys (n,) uint64 contiguous, rows (n, dim) of the table dtype).
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _table_cpu_kernels as K
-from ._keys import EMPTY_KEY, as_keys, check_rows
-from .errors import InvalidInputError, InvalidTypeError
+from . import _cpu_kernels as K
+from .._keys import EMPTY_KEY, as_keys, check_rows
+from ..errors import InvalidInputError, InvalidTypeError
 
 
 class CpuTableImpl:

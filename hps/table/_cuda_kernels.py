@@ -1,4 +1,4 @@
-"""CUDA kernels of the open-addressing hash table (the twin of ``hps/_table_cpu_kernels.py``).
+"""CUDA kernels of the open-addressing hash table (the twin of ``_cpu_kernels.py``).
 
 Same slot layout as the CPU kernels (see that module and ``hps/table.py`` for the contract):
 
