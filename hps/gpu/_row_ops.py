@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidInputError
-from ._train_ops import K, _check_len, _dev, _grid1, _grid_rows, _stream, _view
+from .. import _launch as L
+from ._train_ops import K, _check_len, _dev, _view
 
 __all__ = ["sgd_update_async", "adagrad_update_async", "rowwise_adagrad_update_async", "adam_update_async",
            "sparse_update_async"]
@@ -43,7 +44,7 @@ def sgd_update_async(view, slots, grads, lr: float, l2: float = 0.0, stream=0) -
     """``w -= lr * (g + l2 w)`` on the first P = grads.shape[1] columns of each slot's row."""
     tvals, slots, grads, lr, l2 = _args(view, slots, grads, lr, l2, 0)
     if slots.shape[0]:
-        K.sgd_rows[_grid_rows(slots.shape[0], grads.shape[1]) + (_stream(stream),)](tvals, slots, grads, lr, l2)
+        L.launch(K.sgd_rows, L.grid_rows(slots.shape[0], grads.shape[1]), stream, tvals, slots, grads, lr, l2)
 
 
 def adagrad_update_async(view, slots, grads, lr: float, eps: float = 1e-10, state_col: int | None = None,
@@ -60,8 +61,8 @@ def adagrad_update_async(view, slots, grads, lr: float, eps: float = 1e-10, stat
                                 f"{p} parameter columns and within the row width {tvals.shape[1]}")
     _finite(eps, "eps", False)
     if slots.shape[0]:
-        K.adagrad_rows[_grid_rows(slots.shape[0], p) + (_stream(stream),)](
-            tvals, slots, grads, lr, tvals.dtype.type(eps), l2, state_col)
+        L.launch(K.adagrad_rows, L.grid_rows(slots.shape[0], p), stream, tvals, slots, grads, lr,
+                 tvals.dtype.type(eps), l2, state_col)
 
 
 def rowwise_adagrad_update_async(view, slots, grads, lr: float, eps: float = 1e-10, l2: float = 0.0,
@@ -73,8 +74,8 @@ def rowwise_adagrad_update_async(view, slots, grads, lr: float, eps: float = 1e-
     tvals, slots, grads, lr, l2 = _args(view, slots, grads, lr, l2, 1)
     _finite(eps, "eps", False)
     if slots.shape[0]:
-        K.rowwise_adagrad_rows[_grid1(slots.shape[0]) + (_stream(stream),)](
-            tvals, slots, grads, lr, tvals.dtype.type(eps), l2)
+        L.launch(K.rowwise_adagrad_rows, L.grid1(slots.shape[0]), stream, tvals, slots, grads, lr,
+                 tvals.dtype.type(eps), l2)
 
 
 def adam_update_async(view, slots, grads, lr: float, betas=(0.9, 0.999), eps: float = 1e-8, l2: float = 0.0,
@@ -86,8 +87,8 @@ def adam_update_async(view, slots, grads, lr: float, betas=(0.9, 0.999), eps: fl
         raise InvalidInputError(f"betas must lie in [0, 1), got {betas!r}")
     _finite(eps, "eps", False)
     if slots.shape[0]:
-        K.adam_rows[_grid1(slots.shape[0]) + (_stream(stream),)](
-            tvals, slots, grads, float(lr), b1, b2, tvals.dtype.type(eps), l2)
+        L.launch(K.adam_rows, L.grid1(slots.shape[0]), stream, tvals, slots, grads, float(lr), b1, b2,
+                 tvals.dtype.type(eps), l2)
 
 
 def sparse_update_async(view, slots, grads, optimizer, stream=0) -> None:

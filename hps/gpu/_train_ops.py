@@ -33,75 +33,39 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import _launch as L
 from .._xp import simulated
-from ..errors import DeviceUnavailableError, InvalidInputError, InvalidTypeError
+from ..errors import InvalidInputError, InvalidTypeError
 
 try:
-    from numba import cuda
-
     from . import _train_kernels as K
-except Exception as e:  # numba-cuda missing or broken: reported when an operation is called
-    cuda = None
+except Exception:  # numba-cuda missing or broken: reported when an operation is called (_launch.cuda)
     K = None
-    _IMPORT_ERROR: Exception | None = e
-else:
-    _IMPORT_ERROR = None
 
 __all__ = ["find_slots_async", "pool_forward_async", "pool_forward_rows_async", "pool_backward_async",
-           "gather_rows_async", "bce_loss_grad_async", "BatchScalars"]
-
-#: Threads per block of every launch (tests patch it small so tiny inputs span several blocks).
-BLOCK_SIZE = 256
+           "gather_rows_async",
+           "bce_loss_grad_async", "BatchScalars"]
 
 
 # -- device arrays, streams, launch shapes ------------------------------------------------------------
 def _require_cuda() -> None:
-    if _IMPORT_ERROR is not None:
-        raise DeviceUnavailableError(f"GPU training kernels need numba-cuda, which failed to import "
-                                     f"({_IMPORT_ERROR!r}); pip install 'hps[gpu]'") from _IMPORT_ERROR
+    L.cuda("GPU training kernels")
 
 
 def _dev(x, name: str, dtype=None, ndim: int | None = None):
     """A device array the kernels take for ``x`` (zero-copy), after checking dtype and ndim."""
     _require_cuda()
-    if getattr(x, "__cuda_ndarray__", False):  # Numba device array (or the simulator's)
+    d = L.view(x)
+    if d is None:
+        if not (isinstance(x, np.ndarray) and simulated()):
+            raise InvalidTypeError(f"{name} must be a device array (CuPy or Numba; NumPy only under the CUDA "
+                                   f"simulator), got {type(x).__name__}: upload it with TransferLedger.to_device")
         d = x
-    elif hasattr(x, "__cuda_array_interface__"):
-        d = cuda.as_cuda_array(x, sync=False)
-    elif isinstance(x, np.ndarray) and simulated():
-        d = x
-    else:
-        raise InvalidTypeError(f"{name} must be a device array (CuPy or Numba; NumPy only under the CUDA "
-                               f"simulator), got {type(x).__name__}: upload it with TransferLedger.to_device")
     if ndim is not None and d.ndim != ndim:
         raise InvalidInputError(f"{name} must be {ndim}-D, got shape {tuple(d.shape)}")
     if dtype is not None and d.dtype != np.dtype(dtype):
         raise InvalidTypeError(f"{name} must be {np.dtype(dtype)}, got {d.dtype}")
     return d
-
-
-def _stream(stream):
-    """A Numba stream for ``stream``: 0 (default stream), a Numba stream, or a CuPy stream (by pointer)."""
-    if stream is None or (isinstance(stream, int) and stream == 0):
-        return 0
-    if type(stream).__module__.split(".")[0] == "cupy":
-        return cuda.external_stream(stream.ptr)
-    return stream
-
-
-def _next_pow2(x: int) -> int:
-    return 1 << (max(1, x) - 1).bit_length()
-
-
-def _grid1(n: int):
-    return (n + BLOCK_SIZE - 1) // BLOCK_SIZE, BLOCK_SIZE
-
-
-def _grid_rows(n: int, width: int):
-    """(blocks, (bx, by)): bx threads stride ``width`` columns, by items per block."""
-    bx = min(32, _next_pow2(width), BLOCK_SIZE)
-    by = max(1, BLOCK_SIZE // bx)
-    return (n + by - 1) // by, (bx, by)
 
 
 def _view(view):
@@ -134,29 +98,16 @@ def _plan(inv, field, weights, offsets, dtype):
 
 
 # -- private launchers (launch shape and stream only) ----------------------------------------------------
-def _launch_find_slots(tkeys, tstate, keys, slots, missing, stream):
-    K.find_slots[_grid1(keys.shape[0]) + (stream,)](tkeys, tstate, keys, slots, missing)
-
-
 def _launch_pool_forward(tvals, slots, inv, field, weights, offsets, col0, width, out, stream):
-    K.pool_forward[_grid_rows(out.shape[0], width) + (stream,)](tvals, slots, inv, field, weights, offsets,
-                                                               col0, width, out)
+    L.launch(K.pool_forward, L.grid_rows(out.shape[0], width), stream, tvals, slots, inv, field, weights,
+             offsets, col0, width, out)
 
 
 def _launch_zero(a, stream):
     if a.ndim == 1:
-        K.zero_cells[_grid1(a.shape[0]) + (stream,)](a)
+        L.launch(K.zero_cells, L.grid1(a.shape[0]), stream, a)
     else:
-        K.zero_rows[_grid_rows(a.shape[0], a.shape[1]) + (stream,)](a)
-
-
-def _launch_pool_backward(grad_pooled, inv, field, weights, offsets, grads, stream):
-    K.pool_backward[_grid_rows(grad_pooled.shape[0], grads.shape[1]) + (stream,)](
-        grad_pooled, inv, field, weights, offsets, grads)
-
-
-def _launch_bce(z, labels, denom, dz, loss, stream):
-    K.bce_loss_grad[_grid1(z.shape[0]) + (stream,)](z, labels, denom, dz, loss)
+        L.launch(K.zero_rows, L.grid_rows(a.shape[0], a.shape[1]), stream, a)
 
 
 # -- public functions ----------------------------------------------------------------------------------
@@ -173,7 +124,7 @@ def find_slots_async(view, keys, slots, missing, stream=0) -> None:
     missing = _dev(missing, "missing", np.float64, 1)
     _check_len(slots, keys.shape[0], "slots", "one per key")
     if keys.shape[0]:
-        _launch_find_slots(tkeys, tstate, keys, slots, missing, _stream(stream))
+        L.launch(K.find_slots, L.grid1(keys.shape[0]), stream, tkeys, tstate, keys, slots, missing)
 
 
 def pool_forward_async(view, slots, inv, field, weights, offsets, out, width: int, col0: int = 0,
@@ -198,7 +149,7 @@ def pool_forward_async(view, slots, inv, field, weights, offsets, out, width: in
     if out.shape[0] != n or out.shape[1] % width:
         raise InvalidInputError(f"out must be (n={n}, n_fields * {width}), got {tuple(out.shape)}")
     if n and out.shape[1]:
-        _launch_pool_forward(tvals, slots, inv, field, weights, offsets, col0, width, out, _stream(stream))
+        _launch_pool_forward(tvals, slots, inv, field, weights, offsets, col0, width, out, stream)
 
 
 def pool_backward_async(grad_pooled, inv, field, weights, offsets, grads, stream=0) -> None:
@@ -219,11 +170,10 @@ def pool_backward_async(grad_pooled, inv, field, weights, offsets, grads, stream
     if grad_pooled.shape[0] != n or p == 0 or grad_pooled.shape[1] % p:
         raise InvalidInputError(f"grad_pooled must be (n={n}, n_fields * {p}) for grads of width {p}, got "
                                 f"{tuple(grad_pooled.shape)}")
-    s = _stream(stream)
     if grads.shape[0]:
-        _launch_zero(grads, s)
+        _launch_zero(grads, stream)
     if n and inv.shape[0]:
-        _launch_pool_backward(grad_pooled, inv, field, weights, offsets, grads, s)
+        L.launch(K.pool_backward, L.grid_rows(n, p), stream, grad_pooled, inv, field, weights, offsets, grads)
 
 
 def pool_forward_rows_async(rows, ident, inv, field, weights, offsets, out, stream=0) -> None:
@@ -239,7 +189,7 @@ def pool_forward_rows_async(rows, ident, inv, field, weights, offsets, out, stre
     if width == 0 or out.shape[0] != n or out.shape[1] % width:
         raise InvalidInputError(f"out must be (n={n}, n_fields * {width}), got {tuple(out.shape)}")
     if n and out.shape[1]:
-        _launch_pool_forward(rows, ident, inv, field, weights, offsets, 0, width, out, _stream(stream))
+        _launch_pool_forward(rows, ident, inv, field, weights, offsets, 0, width, out, stream)
 
 
 def gather_rows_async(view, slots, idx, out, stream=0) -> None:
@@ -255,7 +205,7 @@ def gather_rows_async(view, slots, idx, out, stream=0) -> None:
     if out.shape[1] > tvals.shape[1]:
         raise InvalidInputError(f"out has {out.shape[1]} columns, more than the row width {tvals.shape[1]}")
     if out.shape[0] and out.shape[1]:
-        K.gather_rows[_grid_rows(out.shape[0], out.shape[1]) + (_stream(stream),)](tvals, slots, idx, out)
+        L.launch(K.gather_rows, L.grid_rows(out.shape[0], out.shape[1]), stream, tvals, slots, idx, out)
 
 
 def bce_loss_grad_async(z, labels, n_total: int, dz, loss, stream=0) -> None:
@@ -273,7 +223,7 @@ def bce_loss_grad_async(z, labels, n_total: int, dz, loss, stream=0) -> None:
     if int(n_total) < max(1, z.shape[0]):
         raise InvalidInputError(f"n_total must be >= the {z.shape[0]} examples and > 0, got {n_total}")
     if z.shape[0]:
-        _launch_bce(z, labels, z.dtype.type(n_total), dz, loss, _stream(stream))
+        L.launch(K.bce_loss_grad, L.grid1(z.shape[0]), stream, z, labels, z.dtype.type(n_total), dz, loss)
 
 
 class BatchScalars:
@@ -288,8 +238,7 @@ class BatchScalars:
     NAMES = ("loss", "missing")
 
     def __init__(self, stream=0):
-        _require_cuda()
-        self.cells = cuda.device_array(len(self.NAMES), dtype=np.float64)
+        self.cells = L.cuda("GPU training kernels").device_array(len(self.NAMES), dtype=np.float64)
         self.zero(stream)
 
     @property
@@ -302,20 +251,20 @@ class BatchScalars:
 
     def zero(self, stream=0) -> None:
         """Reset both accumulators on the device (a kernel, no copy). Asynchronous."""
-        _launch_zero(self.cells, _stream(stream))
+        _launch_zero(self.cells, stream)
 
     def add(self, other, stream=0) -> None:
         """Add ``other``'s accumulators into these (a kernel; ``other.cells`` must be on this GPU,
         e.g. a part's scalars after ``Placement.peer``). Asynchronous."""
         cells = _dev(other.cells if isinstance(other, BatchScalars) else other, "other", np.float64, 1)
         _check_len(cells, len(self.NAMES), "other", "one cell per accumulator")
-        K.add_cells[_grid1(cells.shape[0]) + (_stream(stream),)](self.cells, cells)
+        L.launch(K.add_cells, L.grid1(cells.shape[0]), stream, self.cells, cells)
 
     def read(self, ledger, stream=0) -> dict:
         """``{"loss": float, "missing": int}``: one 16-byte copy to the host, counted by ``ledger``
         (a :class:`~hps.gpu.TransferLedger`) as ``minibatch`` bytes. Blocks until the values are
         on the host (the copy waits for the work queued before it on ``stream``)."""
-        s = _stream(stream)
+        s = L.stream_of(stream)
         host = ledger.to_host(self.cells, "minibatch", stream=s)
         if s != 0:
             s.synchronize()

@@ -24,62 +24,93 @@ class CpuTableImpl:
         self.tstate = np.zeros(n_slots, dtype=np.int32)
         self.tvals = np.zeros((n_slots, dim), dtype=self.dtype)
         self.tombstones = 0  # lookups skip tstate while there are none
+        self._pending = np.zeros(4, np.int64)
 
-    # -- input conversion -------------------------------------------------------------------
-    def keys_in(self, keys, name="keys"):
+    # -- input conversion (``stream`` is accepted for the CUDA twin's interface and ignored) --------
+    def keys_in(self, keys, name="keys", stream=None, blocking=True):
         """(host keys, on_device=False). Device arrays are refused: the CPU table is host-only."""
         if hasattr(keys, "__cuda_array_interface__"):
             raise InvalidTypeError(f"{name} is a GPU array but this table lives on the CPU; "
                                    "pass a NumPy array or build the table with device='cuda'")
         return as_keys(keys, name), False
 
-    def rows_in(self, rows, n, name="values"):
+    def check_sentinel(self, keys, name="keys", stream=None) -> None:
+        """Host keys were checked by ``keys_in``."""
+
+    def rows_in(self, rows, n, name="values", stream=None, blocking=True):
         if hasattr(rows, "__cuda_array_interface__"):
             raise InvalidTypeError(f"{name} is a GPU array but this table lives on the CPU")
         return check_rows(rows, n, self.dim, self.dtype, name)
 
-    def out(self, arr, on_device):
+    def out(self, arr, on_device, stream=None):
         return arr
 
+    def device_out(self, a):
+        """``a`` as an output array of an ``*_async`` call: a writable C-contiguous NumPy array."""
+        if not isinstance(a, np.ndarray) or not (a.flags.c_contiguous and a.flags.writeable):
+            raise InvalidTypeError(f"outputs of a CPU table are writable C-contiguous NumPy arrays, got "
+                                   f"{type(a).__name__}")
+        return a
+
     # -- operations (validated inputs) ------------------------------------------------------------
-    def upsert(self, keys, rows, accumulate: bool):
+    def upsert(self, keys, rows, accumulate: bool, stream=None):
         """-> (n_new, n_revived)"""
         n_new, n_revived = K.upsert(self.tkeys, self.tstate, self.tvals, keys, rows, accumulate)
         self.tombstones -= int(n_revived)
         return int(n_new), int(n_revived)
 
-    def claim(self, keys):
+    def claim(self, keys, stream=None):
         slots = np.empty(keys.shape[0], dtype=np.int64)
         is_new = np.empty(keys.shape[0], dtype=np.int8)
         n_new, n_revived, n_failed = K.claim(self.tkeys, self.tstate, keys, slots, is_new)
         self.tombstones -= int(n_revived)
         return slots, is_new, int(n_new), int(n_revived), int(n_failed)
 
-    def rollback(self, slots, is_new) -> None:
+    def rollback(self, slots, is_new, stream=None) -> None:
         K.rollback(self.tkeys, self.tstate, slots, is_new)
         self.tombstones += int((is_new == 2).sum())
 
-    def write(self, slots, rows, accumulate: bool) -> None:
+    def write(self, slots, rows, accumulate: bool, stream=None) -> None:
         K.write(self.tvals, slots, rows, accumulate)
 
-    def get(self, keys, out=None):
+    def get(self, keys, out=None, on_device=False, stream=None):
         if out is None:
             out = np.empty((keys.shape[0], self.dim), dtype=self.dtype)
         else:
             _check_out(out, (keys.shape[0], self.dim), self.dtype)
         found = np.empty(keys.shape[0], dtype=np.bool_)
-        K.get(self.tkeys, self.tstate, self.tvals, keys, out, found, self.tombstones > 0)
+        self.get_async(keys, out, found)
         return out, found
 
-    def contains(self, keys):
+    def contains(self, keys, on_device=False, stream=None):
         found = np.empty(keys.shape[0], dtype=np.bool_)
-        K.contains(self.tkeys, self.tstate, keys, found, self.tombstones > 0)
+        self.contains_async(keys, found)
         return found
 
-    def erase(self, keys) -> int:
+    def erase(self, keys, stream=None) -> int:
         n = int(K.erase(self.tkeys, self.tstate, self.tvals, keys))
         self.tombstones += n
         return n
+
+    # -- the asynchronous interface: on the CPU each call completes at once; counts wait for settle --
+    def upsert_async(self, keys, rows, accumulate: bool, stream=None) -> None:
+        n_new, n_revived = self.upsert(keys, rows, accumulate)
+        self._pending[0] += n_new
+        self._pending[1] += n_revived
+
+    def get_async(self, keys, out, found, stream=None) -> None:
+        K.get(self.tkeys, self.tstate, self.tvals, keys, out, found, self.tombstones > 0)
+
+    def contains_async(self, keys, found, stream=None) -> None:
+        K.contains(self.tkeys, self.tstate, keys, found, self.tombstones > 0)
+
+    def erase_async(self, keys, stream=None) -> None:
+        self._pending[3] += self.erase(keys)
+
+    def settle(self) -> np.ndarray:
+        """(4,) int64 counts of the ``*_async`` calls since the last settle: new, revived, failed, erased."""
+        got, self._pending = self._pending, np.zeros(4, np.int64)
+        return got
 
     def export(self, n_live: int | None = None):
         """(keys (m,) uint64, rows (m, dim)) of the live entries, in slot order (``n_live``: the CUDA

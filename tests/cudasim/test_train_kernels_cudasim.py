@@ -24,16 +24,6 @@ from tests.reference import model as ref
 pytestmark = pytest.mark.cudasim
 
 
-@pytest.fixture(scope="module", autouse=True)
-def small_blocks():
-    from hps.table import _cuda as _table_cuda
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(_table_cuda, "BLOCK_SIZE", 16)
-        mp.setattr(ops, "BLOCK_SIZE", 16)
-        yield
-
-
 def make_case(seed, n=12, n_fields=3, row_width=7, dtype=np.float32, weighted=True, extra_keys=5):
     """A batch (duplicates inside and across examples, some examples empty), its plan, and a CUDA table
     holding the rows of its unique keys plus a few other keys."""
