@@ -12,9 +12,9 @@ keys, ``inv`` (nnz,) int64 the unique index of each key occurrence, ``field`` (n
 ``weights`` (nnz,) float, ``offsets`` (n + 1,) int64 CSR of the n examples (``hps.data.Batch``).
 
 CPU twins, which the tests hold these to: ``pool_forward`` / ``pool_backward`` = ``pool_fields`` /
-``pool_fields_backward`` (``hps/model/_kernels.py``); ``sgd_rows`` / ``adagrad_rows`` /
-``rowwise_adagrad_rows`` / ``adam_rows`` = ``SparseSGD`` / ``SparseAdagrad`` / ``SparseRowwiseAdagrad`` /
-``SparseAdam`` (``hps/model/_row_optim.py``, the same formulas in the same order); ``bce_loss_grad`` = the loss and logit gradient of ``CTRModel.forward_backward``.
+``pool_fields_backward`` (``hps/model/_kernels.py``); ``sgd_rows`` / ``adagrad_rows`` / ``rowwise_adagrad_rows`` / ``adam_rows``
+call the very per-row functions the CPU kernels call (``hps/model/_optim_kernels.py``: the math is
+written once); ``bce_loss_grad`` = the loss and logit gradient of ``CTRModel.forward_backward``.
 
 Launch shapes (``hps._launch``; as in ``hps/table/_cuda_kernels.py``): every kernel loops grid-stride.
 "1-D" kernels take one thread per item per round; "row" kernels take a 2-D block ``(bx, by)``:
@@ -30,6 +30,7 @@ import numpy as np
 from numba import cuda
 
 from .._hashing import mix64
+from ..model._optim_kernels import adagrad_row, adam_row, rowwise_adagrad_row, sgd_row
 from ..table._cuda_kernels import _find, _row0, _row_step
 
 
@@ -89,106 +90,47 @@ def pool_backward(grad_pooled, inv, field, weights, offsets, grads):
                 cuda.atomic.add(grads, (r, j), wk * grad_pooled[e, base + j])
 
 
-@cuda.jit(device=True)
-def _l2_grad(grads, tvals, i, s, j, l2):
-    """Gradient of parameter column j of key i with the L2 term of its row at slot s:
-    ``grads[i, j] + l2 * tvals[s, j]`` (the term only when ``l2 != 0``)."""
-    g = grads[i, j]
-    if l2 != 0:
-        g = g + l2 * tvals[s, j]
-    return g
-
-
 @cuda.jit
 def sgd_rows(tvals, slots, grads, lr, l2):
-    """Row kernel over the u unique keys, in place on the table rows: ``tvals[s, j] -= lr * g`` with
-    ``g = grads[i, j] + l2 * tvals[s, j]`` (the L2 term only when ``l2 != 0``) for the P =
-    grads.shape[1] parameter columns of slot s = slots[i]; slots of -1 are skipped.
-    REQUIRES: slots distinct (one update per key)."""
+    """Row kernel over the u unique keys, in place on the table rows: ``sgd_row`` on the P =
+    grads.shape[1] parameter columns of slot s = slots[i], the x-threads striding the columns; slots
+    of -1 are skipped. REQUIRES: slots distinct (one update per key)."""
     for i in range(_row0(), slots.shape[0], _row_step()):
         s = slots[i]
-        if s < 0:
-            continue
-        for j in range(cuda.threadIdx.x, grads.shape[1], cuda.blockDim.x):
-            g = _l2_grad(grads, tvals, i, s, j, l2)
-            tvals[s, j] -= lr * g
+        if s >= 0:
+            sgd_row(tvals, s, grads, i, lr, l2, cuda.threadIdx.x, cuda.blockDim.x)
 
 
 @cuda.jit
 def adagrad_rows(tvals, slots, grads, lr, eps, l2, state_col):
-    """Row kernel over the u unique keys, element-wise Adagrad in place on the table rows, with the
-    accumulator of parameter column j at column ``state_col + j`` (g with its L2 term as in
-    ``sgd_rows``)::
-
-        acc += g * g;   w -= lr * g / (sqrt(acc) + eps)
-
-    Slots of -1 are skipped. REQUIRES: slots distinct (one update per key)."""
+    """Row kernel over the u unique keys, element-wise Adagrad in place (``adagrad_row``), the
+    accumulator of parameter column j at column ``state_col + j``. Slots of -1 are skipped.
+    REQUIRES: slots distinct (one update per key)."""
     for i in range(_row0(), slots.shape[0], _row_step()):
         s = slots[i]
-        if s < 0:
-            continue
-        for j in range(cuda.threadIdx.x, grads.shape[1], cuda.blockDim.x):
-            g = _l2_grad(grads, tvals, i, s, j, l2)
-            acc = tvals[s, state_col + j] + g * g
-            tvals[s, state_col + j] = acc
-            tvals[s, j] -= lr * g / (math.sqrt(acc) + eps)
+        if s >= 0:
+            adagrad_row(tvals, s, grads, i, lr, eps, l2, state_col, cuda.threadIdx.x, cuda.blockDim.x)
 
 
 @cuda.jit
 def rowwise_adagrad_rows(tvals, slots, grads, lr, eps, l2):
     """1-D over the u unique keys (one thread per row: the row's mean needs every column), row-wise
-    Adagrad in place (``SparseRowwiseAdagrad``): the accumulator is column P = grads.shape[1]::
-
-        acc += mean_j(g_j^2)  (summed in float64, then cast);   w -= lr * g / (sqrt(acc) + eps)
-
-    Slots of -1 are skipped. REQUIRES: slots distinct."""
-    p = grads.shape[1]
+    Adagrad in place (``rowwise_adagrad_row``). Slots of -1 are skipped. REQUIRES: slots distinct."""
     for i in range(cuda.grid(1), slots.shape[0], cuda.gridsize(1)):
         s = slots[i]
-        if s < 0:
-            continue
-        sq = 0.0
-        for j in range(p):
-            g = _l2_grad(grads, tvals, i, s, j, l2)
-            sq += np.float64(g) * np.float64(g)
-        acc = tvals[s, p] + tvals.dtype.type(sq / p)
-        tvals[s, p] = acc
-        den = math.sqrt(acc) + eps
-        for j in range(p):
-            g = _l2_grad(grads, tvals, i, s, j, l2)
-            tvals[s, j] -= lr * g / den
+        if s >= 0:
+            rowwise_adagrad_row(tvals, s, grads, i, lr, eps, l2)
 
 
 @cuda.jit
 def adam_rows(tvals, slots, grads, lr64, b1, b2, eps, l2):
     """1-D over the u unique keys (one thread per row: the row's step count is shared by its
-    columns), Adam in place with the row's own step count (``SparseAdam``), state
-    ``[m (P) | v (P) | t (1)]`` after the P = grads.shape[1] parameters::
-
-        t += 1;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
-        w -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
-
-    ``lr64``, ``b1``, ``b2`` float64; the bias corrections are computed in float64 and cast to the
-    rows' dtype, the rest in it (as the CPU kernel). Slots of -1 are skipped. REQUIRES: slots distinct."""
-    p = grads.shape[1]
-    ft = tvals.dtype.type
-    c1, c2, b1_, b2_ = ft(1.0 - b1), ft(1.0 - b2), ft(b1), ft(b2)
+    columns), Adam in place with the row's own step count (``adam_row``). ``lr64``, ``b1``, ``b2``
+    float64. Slots of -1 are skipped. REQUIRES: slots distinct."""
     for i in range(cuda.grid(1), slots.shape[0], cuda.gridsize(1)):
         s = slots[i]
-        if s < 0:
-            continue
-        t = tvals[s, 3 * p] + ft(1.0)
-        tvals[s, 3 * p] = t
-        tf = np.float64(t)
-        step = ft(lr64 / (1.0 - b1 ** tf))
-        bc2 = ft(math.sqrt(1.0 - b2 ** tf))
-        for j in range(p):
-            g = _l2_grad(grads, tvals, i, s, j, l2)
-            m = b1_ * tvals[s, p + j] + c1 * g
-            v = b2_ * tvals[s, 2 * p + j] + c2 * (g * g)
-            tvals[s, p + j] = m
-            tvals[s, 2 * p + j] = v
-            tvals[s, j] -= step * m / (math.sqrt(v) / bc2 + eps)
+        if s >= 0:
+            adam_row(tvals, s, grads, i, lr64, b1, b2, eps, l2)
 
 
 @cuda.jit
