@@ -82,6 +82,14 @@ def _arg_types(ftype, rows_type=None):
         "loss": types.float64[::1],
         "cells": types.float64[::1],
         "src": types.float64[::1],
+        # the deterministic backward (BackwardPlan)
+        "ex": types.int64[::1],
+        "fld": types.int32[::1],
+        "wts": ftype[::1],
+        "cstart": types.int64[::1],
+        "cend": types.int64[::1],
+        "cptr": types.int64[::1],
+        "partial": ftype[:, ::1],
     }
 
 
@@ -143,7 +151,8 @@ def test_kernels_are_discovered():
                                    "contains", "erase", "clear", "live_slots", "gather_keys")} <= names
     assert {f"train.{k}" for k in ("find_slots", "pool_forward", "pool_backward", "sgd_rows", "adagrad_rows",
                                    "rowwise_adagrad_rows", "adam_rows", "gather_rows", "part_of", "bce_loss_grad",
-                                   "zero_rows", "zero_cells", "add_cells")} <= names
+                                   "zero_rows", "zero_cells", "add_cells", "pool_backward_chunks",
+                                   "sum_chunks")} <= names
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
@@ -169,7 +178,8 @@ def test_float32_training_kernels_compute_rows_in_float32():
     f64; the one f64 division is log1p's, in the float64 loss)."""
     ptx = _compile(T.bce_loss_grad.py_func, _arg_types(types.float32))
     assert ptx.count("div.rn.f32") >= 2
-    for kernel in (T.adagrad_rows, T.pool_forward, T.pool_backward, T.sgd_rows, T.gather_rows):
+    for kernel in (T.adagrad_rows, T.pool_forward, T.pool_backward, T.sgd_rows, T.gather_rows,
+                   T.pool_backward_chunks, T.sum_chunks):
         assert ".f64" not in _compile(kernel.py_func, _arg_types(types.float32)), kernel.__name__
 
 

@@ -18,12 +18,15 @@ from ._row_ops import (
     sparse_update_async,
 )
 from ._train_ops import (
+    BackwardPlan,
     BatchScalars,
+    backward_plan,
     bce_loss_grad_async,
     find_slots_async,
     gather_rows_async,
     pool_backward_async,
     pool_forward_async,
+    pool_backward_sorted_async,
     pool_forward_rows_async,
 )
 
@@ -34,6 +37,9 @@ __all__ = [
     "TransferLedger",
     "PURPOSES",
     "BatchScalars",
+    "BackwardPlan",
+    "backward_plan",
+    "pool_backward_sorted_async",
     "find_slots_async",
     "pool_forward_async",
     "pool_forward_rows_async",

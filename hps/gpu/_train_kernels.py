@@ -11,8 +11,9 @@ The plan of a mini-batch (built on the host, uploaded once per batch): ``keys`` 
 keys, ``inv`` (nnz,) int64 the unique index of each key occurrence, ``field`` (nnz,) int32,
 ``weights`` (nnz,) float, ``offsets`` (n + 1,) int64 CSR of the n examples (``hps.data.Batch``).
 
-CPU twins, which the tests hold these to: ``pool_forward`` / ``pool_backward`` = ``pool_fields`` /
-``pool_fields_backward`` (``hps/model/_kernels.py``); ``sgd_rows`` / ``adagrad_rows`` / ``rowwise_adagrad_rows`` / ``adam_rows``
+CPU twins, which the tests hold these to: ``pool_forward`` / ``pool_backward`` /
+``pool_backward_chunks`` + ``sum_chunks`` = ``pool_fields`` / ``pool_fields_backward``
+(``hps/model/_kernels.py``); ``sgd_rows`` / ``adagrad_rows`` / ``rowwise_adagrad_rows`` / ``adam_rows``
 call the very per-row functions the CPU kernels call (``hps/model/_optim_kernels.py``: the math is
 written once); ``bce_loss_grad`` = the loss and logit gradient of ``CTRModel.forward_backward``.
 
@@ -88,6 +89,36 @@ def pool_backward(grad_pooled, inv, field, weights, offsets, grads):
             wk = weights[k]
             for j in range(cuda.threadIdx.x, p, cuda.blockDim.x):
                 cuda.atomic.add(grads, (r, j), wk * grad_pooled[e, base + j])
+
+
+@cuda.jit
+def pool_backward_chunks(grad_pooled, ex, fld, wts, cstart, cend, partial):
+    """Row kernel over the c chunks of a :class:`~hps.gpu.BackwardPlan`, the deterministic transpose of
+    pooling: ``partial[c, j]`` = the sum, from 0 in the plan's order (each key's occurrences in CSR
+    order, the order of ``pool_fields_backward``), of ``wts[t] * grad_pooled[ex[t], fld[t]*P + j]``
+    over t in ``[cstart[c], cend[c])``. ex, fld, wts (nnz,) the example, field and weight of each
+    occurrence in the plan's order; partial (c, P), every element written. No atomics: one x-thread
+    owns a column of a chunk."""
+    p = partial.shape[1]
+    for c in range(_row0(), partial.shape[0], _row_step()):
+        for j in range(cuda.threadIdx.x, p, cuda.blockDim.x):
+            acc = partial.dtype.type(0)
+            for t in range(cstart[c], cend[c]):
+                acc += wts[t] * grad_pooled[ex[t], fld[t] * p + j]
+            partial[c, j] = acc
+
+
+@cuda.jit
+def sum_chunks(partial, cptr, grads):
+    """Row kernel over the u keys: ``grads[i, j]`` = the sum, from 0 in chunk order, of ``partial[c,
+    j]`` over key i's chunks ``[cptr[i], cptr[i + 1])`` (one chunk: its partial exactly). Every
+    element written (zeros for a key without occurrences)."""
+    for i in range(_row0(), grads.shape[0], _row_step()):
+        for j in range(cuda.threadIdx.x, grads.shape[1], cuda.blockDim.x):
+            acc = grads.dtype.type(0)
+            for c in range(cptr[i], cptr[i + 1]):
+                acc += partial[c, j]
+            grads[i, j] = acc
 
 
 @cuda.jit

@@ -31,6 +31,8 @@ Not thread-safe per stream: one thread enqueues a mini-batch's work.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .. import _launch as L
@@ -43,7 +45,7 @@ except Exception:  # numba-cuda missing or broken: reported when an operation is
     K = None
 
 __all__ = ["find_slots_async", "pool_forward_async", "pool_forward_rows_async", "pool_backward_async",
-           "gather_rows_async",
+           "pool_backward_sorted_async", "backward_plan", "BackwardPlan", "gather_rows_async",
            "bce_loss_grad_async", "BatchScalars"]
 
 
@@ -174,6 +176,80 @@ def pool_backward_async(grad_pooled, inv, field, weights, offsets, grads, stream
         _launch_zero(grads, stream)
     if n and inv.shape[0]:
         L.launch(K.pool_backward, L.grid_rows(n, p), stream, grad_pooled, inv, field, weights, offsets, grads)
+
+
+#: Occurrences of one key a thread of the deterministic backward sums serially (``pool_backward_chunks``);
+#: a key with more is summed in chunks of this many, then the chunks in order.
+BACKWARD_CHUNK = 64
+
+
+class BackwardPlan(NamedTuple):
+    """A mini-batch's occurrences grouped by key, on the device, for :func:`pool_backward_sorted_async`
+    (from :func:`backward_plan`). ``nnz`` occurrences, ``u`` keys, ``c`` chunks (an upper bound; the
+    unused ones are empty)."""
+
+    ex: object       #: (nnz,) int64, the example of each occurrence, in key order (CSR order within a key)
+    fld: object      #: (nnz,) int32, its field
+    wts: object      #: (nnz,) float, its weight
+    cstart: object   #: (c,) int64, first position of each chunk (chunks never cross keys)
+    cend: object     #: (c,) int64, one past its last
+    cptr: object     #: (u + 1,) int64, the chunks of key i are ``cptr[i]:cptr[i + 1]``
+    partial: object  #: (c, P) float scratch, the sum of each chunk
+
+
+def backward_plan(inv, field, weights, offsets, u: int, width: int, xp, chunk: int = BACKWARD_CHUNK):
+    """:class:`BackwardPlan` of a mini-batch plan (inv (nnz,) int64, field (nnz,) int32, weights (nnz,)
+    float, offsets (n + 1,) int64: device arrays of ``xp``, CuPy, or NumPy under the simulator) with
+    ``u`` keys and gradients of ``width`` columns, built with ``xp`` on the device: one sort of
+    ``inv * nnz + k`` (distinct values, so any sort keeps CSR order within a key), counts, scans and
+    binary searches; nothing is read back. Asynchronous on ``xp``'s current stream; allocates the plan
+    (build it where a batch is staged, e.g. the place stage, not inside the mini-batch loop)."""
+    nnz, u, chunk = int(inv.shape[0]), int(u), int(chunk)
+    if chunk < 1 or u < 0 or width < 1:
+        raise InvalidInputError(f"need chunk >= 1, u >= 0 and width >= 1, got {chunk}, {u}, {width}")
+    cptr = xp.zeros(u + 1, np.int64)
+    c = u + nnz // chunk if nnz and u else 0  # sum over keys of ceil(count / chunk) is at most this
+    if c == 0:
+        empty = xp.zeros(0, np.int64)
+        return BackwardPlan(empty, xp.zeros(0, np.int32), xp.zeros(0, weights.dtype), empty, empty, cptr,
+                            xp.zeros((0, width), weights.dtype))
+    order = xp.sort(inv * nnz + xp.arange(nnz, dtype=np.int64)) % nnz
+    counts = xp.bincount(inv, minlength=u).astype(np.int64)
+    kptr = xp.zeros(u + 1, np.int64)
+    kptr[1:] = xp.cumsum(counts)
+    cptr[1:] = xp.cumsum((counts + chunk - 1) // chunk)
+    ids = xp.arange(c, dtype=np.int64)
+    ckey = xp.minimum(xp.searchsorted(cptr[1:], ids, side="right"), u - 1)  # key of each chunk
+    used = ids < cptr[u]
+    cstart = xp.where(used, kptr[ckey] + (ids - cptr[ckey]) * chunk, 0)
+    cend = xp.where(used, xp.minimum(cstart + chunk, kptr[ckey + 1]), 0)
+    ex = xp.searchsorted(offsets[1:], order, side="right").astype(np.int64)
+    return BackwardPlan(ex, field[order], weights[order], cstart, cend, cptr, xp.empty((c, width), weights.dtype))
+
+
+def pool_backward_sorted_async(grad_pooled, plan: BackwardPlan, grads, stream=0) -> None:
+    """:func:`pool_backward_async` without atomics, the same sums in a fixed order, so a run repeats
+    bit for bit (and a key with at most ``BACKWARD_CHUNK`` occurrences sums in ``pool_fields_backward``'s
+    order): chunk sums (``pool_backward_chunks``), then each key's chunks in order (``sum_chunks``).
+    grad_pooled (n, F * P); plan from :func:`backward_plan` with width P; grads (u, P), fully written.
+    Asynchronous."""
+    grad_pooled = _dev(grad_pooled, "grad_pooled", None, 2)
+    dt = grad_pooled.dtype
+    grads = _dev(grads, "grads", dt, 2)
+    partial = _dev(plan.partial, "plan.partial", dt, 2)
+    cptr = _dev(plan.cptr, "plan.cptr", np.int64, 1)
+    u, p = grads.shape
+    _check_len(cptr, u + 1, "plan.cptr", "u + 1 for grads of u keys")
+    if partial.shape[1] != p or p == 0 or grad_pooled.shape[1] % p:
+        raise InvalidInputError(f"grads (u, {p}), the plan's width {partial.shape[1]} and grad_pooled "
+                                f"{tuple(grad_pooled.shape)} (n, F * P) do not agree")
+    c = partial.shape[0]
+    if c:
+        L.launch(K.pool_backward_chunks, L.grid_rows(c, p), stream, grad_pooled, _dev(plan.ex, "plan.ex", np.int64, 1),
+                 _dev(plan.fld, "plan.fld", np.int32, 1), _dev(plan.wts, "plan.wts", dt, 1),
+                 _dev(plan.cstart, "plan.cstart", np.int64, 1), _dev(plan.cend, "plan.cend", np.int64, 1), partial)
+    if u:
+        L.launch(K.sum_chunks, L.grid_rows(u, p), stream, partial, cptr, grads)
 
 
 def pool_forward_rows_async(rows, ident, inv, field, weights, offsets, out, stream=0) -> None:
