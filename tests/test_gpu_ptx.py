@@ -23,10 +23,11 @@ except ImportError:  # pragma: no cover - numba-cuda missing
     pytest.skip("numba-cuda is not importable", allow_module_level=True)
 from numba import types  # noqa: E402
 
+from hps.table import _cache_kernels_cuda as C  # noqa: E402
 from hps.table import _cuda_kernels as K  # noqa: E402
 from hps.gpu import _train_kernels as T  # noqa: E402
 
-MODULES = {"table": K, "train": T}
+MODULES = {"table": K, "train": T, "cache": C}
 
 #: Kernels whose float32 version sums in float64 on purpose (as their CPU twins do).
 F64_BY_DESIGN = {"train.rowwise_adagrad_rows"}
@@ -90,6 +91,22 @@ def _arg_types(ftype, rows_type=None):
         "cend": types.int64[::1],
         "cptr": types.int64[::1],
         "partial": ftype[:, ::1],
+        # the HBM-PS cache (scores, victims)
+        "tscore": types.uint64[::1],
+        "batch": types.uint64,
+        "protect": types.uint64,
+        "c_score": types.uint64[::1],
+        "c_key": types.uint64[::1],
+        "c_slot": types.int64[::1],
+        "m": types.int64,
+        "prefix": types.uint64[::1],
+        "pas": types.int64,
+        "hist": types.int64[::1],
+        "rank": types.int64[::1],
+        "out_slot": types.int64[::1],
+        "out_score": types.uint64[::1],
+        "out_key": types.uint64[::1],
+        "scores": types.uint64[::1],
     }
 
 
@@ -148,7 +165,9 @@ def _device_functions_without_gpu(monkeypatch):
 def test_kernels_are_discovered():
     names = set(_kernels())
     assert {f"table.{k}" for k in ("upsert_claim", "upsert_rows", "claim", "rollback", "write_rows", "get",
-                                   "contains", "erase", "clear", "live_slots", "gather_keys")} <= names
+                                   "contains", "erase", "clear", "live_entries", "gather_keys")} <= names
+    assert {f"cache.{k}" for k in ("lookup", "radix_hist", "radix_pick", "select_upto", "erase_slots",
+                                   "set_scores")} <= names
     assert {f"train.{k}" for k in ("find_slots", "pool_forward", "pool_backward", "sgd_rows", "adagrad_rows",
                                    "rowwise_adagrad_rows", "adam_rows", "gather_rows", "part_of", "bce_loss_grad",
                                    "zero_rows", "zero_cells", "add_cells", "pool_backward_chunks",

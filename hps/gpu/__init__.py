@@ -8,6 +8,7 @@ re-exported here, where the multi-GPU training code has always found them.
 """
 
 from ..table import PartitionedHashTable, Placement, visible_gpus
+from ._dedup import missing_keys, unique_inverse
 from ._ledger import PURPOSES, TransferLedger
 from ._partition_ops import part_of_async, partition_keys
 from ._row_ops import (
@@ -53,4 +54,6 @@ __all__ = [
     "bce_loss_grad_async",
     "part_of_async",
     "partition_keys",
+    "unique_inverse",
+    "missing_keys",
 ]

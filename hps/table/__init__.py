@@ -8,6 +8,8 @@ whose training operations work on a table's :class:`TableView`):
 - ``_cpu`` / ``_cpu_kernels``    the CPU backend and its ``@njit`` kernels;
 - ``_cuda`` / ``_cuda_kernels``  the CUDA backend (host object owning device memory) and its kernels;
 - ``_partitioned`` :class:`PartitionedHashTable`; ``_placement`` :class:`Placement` (part -> GPU).
+- ``_cache`` / ``_cache_kernels_cpu`` / ``_cache_kernels_cuda``: the table as the HBM-PS cache across
+  batches (a score per slot, victims chosen on the device), :meth:`HashTable.lookup` / ``evict``.
 
 CUDA launches go through the one launch helper, ``hps._launch``.
 """

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _cache_kernels_cpu as C
 from . import _cpu_kernels as K
 from .._keys import EMPTY_KEY, as_keys, check_rows
 from ..errors import InvalidInputError, InvalidTypeError
@@ -23,6 +24,7 @@ class CpuTableImpl:
         self.tkeys = np.full(n_slots, EMPTY_KEY, dtype=np.uint64)
         self.tstate = np.zeros(n_slots, dtype=np.int32)
         self.tvals = np.zeros((n_slots, dim), dtype=self.dtype)
+        self.tscore = np.zeros(n_slots, dtype=np.uint64)  # cache scores (_cache.py)
         self.tombstones = 0  # lookups skip tstate while there are none
         self._pending = np.zeros(4, np.int64)
 
@@ -44,6 +46,13 @@ class CpuTableImpl:
 
     def out(self, arr, on_device, stream=None):
         return arr
+
+    def empty(self, name, shape, dtype, on_device=False):
+        """A new host array for an output (``name``: the CUDA twin's scratch name)."""
+        return np.empty(shape, dtype)
+
+    def sync(self, stream=None) -> None:
+        """Every CPU call has completed when it returns."""
 
     def device_out(self, a):
         """``a`` as an output array of an ``*_async`` call: a writable C-contiguous NumPy array."""
@@ -88,7 +97,7 @@ class CpuTableImpl:
         return found
 
     def erase(self, keys, stream=None) -> int:
-        n = int(K.erase(self.tkeys, self.tstate, self.tvals, keys))
+        n = int(K.erase(self.tkeys, self.tstate, self.tvals, self.tscore, keys))
         self.tombstones += n
         return n
 
@@ -107,6 +116,18 @@ class CpuTableImpl:
     def erase_async(self, keys, stream=None) -> None:
         self._pending[3] += self.erase(keys)
 
+    def lookup_async(self, keys, batch: int, slots, stream=None) -> None:
+        C.lookup(self.tkeys, self.tstate, self.tscore, keys, batch, slots)
+
+    def evict(self, n: int, protect: int, n_live: int, stream=None):
+        """(keys (k,) uint64, rows (k, dim)) of the k <= n victims (``_cache.py``), erased; key order."""
+        slots = C.victim_slots(self.tkeys, self.tstate, self.tscore, protect, n)
+        keys, rows = self.tkeys[slots], self.tvals[slots]
+        C.erase_slots(self.tstate, self.tvals, self.tscore, slots)
+        self.tombstones += slots.shape[0]
+        o = np.argsort(keys, kind="stable")
+        return keys[o], rows[o]
+
     def settle(self) -> np.ndarray:
         """(4,) int64 counts of the ``*_async`` calls since the last settle: new, revived, failed, erased."""
         got, self._pending = self._pending, np.zeros(4, np.int64)
@@ -122,19 +143,22 @@ class CpuTableImpl:
         """Re-lay the live entries into ``n_slots`` (>= the current count) slots, dropping every
         tombstone; growing allocates the new arrays before anything changes."""
         slots = K.live_slots(self.tkeys, self.tstate)
-        keys, rows = self.tkeys[slots], self.tvals[slots]
+        keys, rows, scores = self.tkeys[slots], self.tvals[slots], self.tscore[slots]
         if n_slots != self.n_slots:
             tkeys = np.empty(n_slots, dtype=np.uint64)
             tstate = np.empty(n_slots, dtype=np.int32)
             tvals = np.empty((n_slots, self.dim), dtype=self.dtype)
-            self.tkeys, self.tstate, self.tvals, self.n_slots = tkeys, tstate, tvals, n_slots
+            tscore = np.empty(n_slots, dtype=np.uint64)
+            self.tkeys, self.tstate, self.tvals, self.tscore, self.n_slots = tkeys, tstate, tvals, tscore, n_slots
         self.clear()
         K.upsert(self.tkeys, self.tstate, self.tvals, keys, rows, False)
+        C.set_scores(self.tkeys, self.tscore, keys, scores)
 
     def clear(self) -> None:
         self.tkeys.fill(EMPTY_KEY)
         self.tstate.fill(0)
         self.tvals.fill(0)
+        self.tscore.fill(0)
         self.tombstones = 0
 
 

@@ -28,9 +28,11 @@ import numpy as np
 
 from .. import _launch as L
 from .._keys import as_keys, check_rows
+from .._xp import simulated
 from ..errors import DeviceUnavailableError, InternalError, InvalidInputError, InvalidTypeError
 
 try:
+    from . import _cache_kernels_cuda as C
     from . import _cuda_kernels as K
 except Exception:  # numba-cuda missing or broken: reported at construction (_launch.cuda)
     K = None
@@ -64,8 +66,8 @@ def _require_gpu():
 class CudaTableImpl:
     """Slot arrays on the current CUDA device; the interface of :class:`hps.table._cpu.CpuTableImpl`.
 
-    Device arrays: ``tkeys`` (S,) uint64, ``tstate`` (S,) int32, ``tvals`` (S, dim) dtype, ``owner``
-    (S,) int32 scratch (-1 between calls), ``counts`` (3,) int64 (one blocking call's), ``pending``
+    Device arrays: ``tkeys`` (S,) uint64, ``tstate`` (S,) int32, ``tvals`` (S, dim) dtype, ``tscore``
+    (S,) uint64 cache scores (``_cache.py``), ``owner`` (S,) int32 scratch (-1 between calls), ``counts`` (3,) int64 (one blocking call's), ``pending``
     (4,) int64 (asynchronous calls', see ``PENDING``), ``hit`` (1,) int64 (sentinel seen).
     """
 
@@ -89,15 +91,15 @@ class CudaTableImpl:
         self.clear()
 
     def _alloc_slots(self, n_slots: int):
-        """New (uninitialised) slot arrays: tkeys (S,) uint64, tstate (S,) int32, tvals (S, dim), owner
-        (S,) int32. Raises (CUDA out of memory) before anything of the table changed."""
+        """New (uninitialised) slot arrays: tkeys (S,) uint64, tstate (S,) int32, tvals (S, dim), tscore
+        (S,) uint64, owner (S,) int32. Raises (CUDA out of memory) before anything of the table changed."""
         cuda = self.cuda
         return (cuda.device_array(n_slots, dtype=np.uint64), cuda.device_array(n_slots, dtype=np.int32),
                 cuda.device_array((n_slots, self.dim), dtype=self.dtype),
-                cuda.device_array(n_slots, dtype=np.int32))
+                cuda.device_array(n_slots, dtype=np.uint64), cuda.device_array(n_slots, dtype=np.int32))
 
-    def _set_slots(self, tkeys, tstate, tvals, owner) -> None:
-        self.tkeys, self.tstate, self.tvals, self.owner = tkeys, tstate, tvals, owner
+    def _set_slots(self, tkeys, tstate, tvals, tscore, owner) -> None:
+        self.tkeys, self.tstate, self.tvals, self.tscore, self.owner = tkeys, tstate, tvals, tscore, owner
         self.n_slots = tkeys.shape[0]
 
     # -- streams -------------------------------------------------------------------------------
@@ -137,7 +139,7 @@ class CudaTableImpl:
         """(device keys (n,) uint64, on_device). Host keys (blocking calls only) are validated, then
         copied into scratch; device keys are used in place (int64 reinterpreted bitwise). A blocking
         call first waits for the stream the producer exported."""
-        d = L.view(keys, sync=blocking)
+        d = L.view(keys, sync=blocking) if blocking else _async_view(keys)
         if d is None:
             if not blocking:
                 raise InvalidTypeError(f"{name} must be a device array for an asynchronous call; "
@@ -177,7 +179,7 @@ class CudaTableImpl:
         """Device rows (n, dim) of the table dtype. Host rows (blocking calls only) are validated (and
         cast like ``check_rows``) then copied into scratch; device rows of the right dtype are used in
         place, other numeric dtypes are converted on the GPU into a new array."""
-        d = L.view(rows, sync=blocking)
+        d = L.view(rows, sync=blocking) if blocking else _async_view(rows)
         if d is None:
             if not blocking:
                 raise InvalidTypeError(f"{name} must be a device array for an asynchronous call")
@@ -198,9 +200,13 @@ class CudaTableImpl:
             L.launch(K.cast_rows, L.grid_rows(n, self.dim), L.stream_of(stream), d, out)
         return out
 
+    def empty(self, name, shape, dtype, on_device):
+        """An output array: a new device array for a device caller, else scratch ``name`` (blocking)."""
+        return self.cuda.device_array(shape, dtype=dtype) if on_device else self._buf(name, shape, dtype)
+
     def device_out(self, a):
         """``a`` as an output of an asynchronous call: a zero-copy device view."""
-        d = L.view(a)
+        d = _async_view(a)
         if d is None:
             raise InvalidTypeError(f"outputs of an asynchronous call are device arrays, got {type(a).__name__}")
         return d
@@ -242,7 +248,33 @@ class CudaTableImpl:
         if keys.shape[0]:
             counts = self.pending[3:4] if counts is None else counts
             L.launch(K.erase, L.grid1(keys.shape[0]), self.enter(stream), self.tkeys, self.tstate, self.tvals,
-                     keys, counts)
+                     self.tscore, keys, counts)
+
+    def lookup_async(self, keys, batch: int, slots, stream=0) -> None:
+        """slots (n,) int64 = each live key's slot (-1 elsewhere); live keys' scores count a use in
+        ``batch`` (``_cache.py``)."""
+        if keys.shape[0]:
+            L.launch(C.lookup, L.grid1(keys.shape[0]), self.enter(stream), self.tkeys, self.tstate, self.tscore,
+                     keys, np.uint64(batch), slots)
+
+    def evict(self, n: int, protect: int, n_live: int, stream=0):
+        """(keys (k,) uint64, rows (k, dim)) host arrays of the k <= n victims (``_cache.py``), in key
+        order, erased from the table. Blocking."""
+        from ._cache import victim_slots  # the radix select's host side
+
+        s = self.enter(stream)
+        slots = victim_slots(self, n, protect, n_live, s)
+        k = slots.shape[0]
+        keys = self.cuda.device_array(k, dtype=np.uint64)
+        rows = self.cuda.device_array((k, self.dim), dtype=self.dtype)
+        if k:
+            L.launch(K.gather_keys, L.grid1(k), s, self.tkeys, slots, keys)
+            L.launch(K.gather_rows, L.grid_rows(k, self.dim), s, self.tvals, slots, rows)
+            L.launch(C.erase_slots, L.grid_rows(k, self.dim), s, self.tstate, self.tvals, self.tscore, slots)
+        hk, hr = keys.copy_to_host(stream=s), rows.copy_to_host(stream=s)  # the one batched transfer
+        self.sync(s)
+        o = np.argsort(hk, kind="stable")
+        return hk[o], hr[o]
 
     def settle(self) -> np.ndarray:
         """(4,) int64 host counts of the asynchronous calls since the last settle (``PENDING`` order),
@@ -338,27 +370,34 @@ class CudaTableImpl:
         return int(self._read(self.counts, s)[0])
 
     def _live(self, n_live: int):
-        """Device (live slots (m,) int64, their keys (m,) uint64, their rows (m, dim)), m = n_live,
-        the table's live-key count (kept by HashTable), checked against the kernel's count."""
-        cuda = self.cuda
-        slots = cuda.device_array(n_live, dtype=np.int64)
-        keys = cuda.device_array(n_live, dtype=np.uint64)
-        rows = cuda.device_array((n_live, self.dim), dtype=self.dtype)
+        """Device (live slots (m,) int64, their keys (m,) uint64, their rows (m, dim), their scores (m,)
+        uint64), m = n_live, the table's live-key count (kept by HashTable), checked against the
+        kernel's count."""
         s = self.enter(0)
-        self._zero(self.counts, s)
-        L.launch(K.live_slots, L.grid1(self.n_slots), s, self.tkeys, self.tstate, slots, self.counts)
+        scores, keys, slots = self.entries(n_live, 2**32, s)
         found = int(self._read(self.counts, s)[0])
         if found != n_live:
             raise InternalError(f"CUDA table holds {found} live keys but its host counts {n_live} (a bug)")
+        rows = self.cuda.device_array((n_live, self.dim), dtype=self.dtype)
         if n_live:
-            L.launch(K.gather_keys, L.grid1(n_live), s, self.tkeys, slots, keys)
             L.launch(K.gather_rows, L.grid_rows(n_live, self.dim), s, self.tvals, slots, rows)
-        return slots, keys, rows
+        return slots, keys, rows, scores
+
+    def entries(self, n_live: int, protect: int, s):
+        """Device (scores (n_live,) uint64, keys, slots int64) of the live slots last used before batch
+        ``protect`` (2**32: all), compacted in no particular order; their number lands in counts[0]."""
+        cuda = self.cuda
+        out = (cuda.device_array(n_live, dtype=np.uint64), cuda.device_array(n_live, dtype=np.uint64),
+               cuda.device_array(n_live, dtype=np.int64))
+        self._zero(self.counts, s)
+        L.launch(K.live_entries, L.grid1(self.n_slots), s, self.tkeys, self.tstate, self.tscore, np.uint64(protect),
+                 *out, self.counts)
+        return out
 
     def export(self, n_live: int):
         """(keys (m,) uint64, values (m, dim)) host arrays of the ``n_live`` live entries, in no
         particular order. Only the live keys and rows cross to the host, not the slot arrays."""
-        _, keys, rows = self._live(n_live)
+        _, keys, rows, _ = self._live(n_live)
         return keys.copy_to_host(), rows.copy_to_host()
 
     def rebuild(self, n_slots: int, n_live: int) -> None:
@@ -367,18 +406,30 @@ class CudaTableImpl:
         of scratch), the slot arrays are cleared (or, to grow, new ones allocated first, so a failed
         allocation changes nothing) and the entries re-inserted. Nothing crosses to the host but
         counters. Blocking."""
-        _, keys, rows = self._live(n_live)
+        _, keys, rows, scores = self._live(n_live)
         if n_slots != self.n_slots:
             self._set_slots(*self._alloc_slots(int(n_slots)))
         self.clear()
         n_new, _ = self.upsert(keys, rows, False)
         if n_new != n_live:
             raise InternalError(f"CUDA table rebuild re-inserted {n_new} of {n_live} keys (a bug)")
+        if n_live:
+            L.launch(C.set_scores, L.grid1(n_live), self.enter(0), self.tkeys, self.tscore, keys, scores)
 
     def clear(self) -> None:
         s = self.enter(0)
-        L.launch(K.clear, L.grid_rows(self.n_slots, self.dim), s, self.tkeys, self.tstate, self.tvals, self.owner)
+        L.launch(K.clear, L.grid_rows(self.n_slots, self.dim), s, self.tkeys, self.tstate, self.tvals, self.tscore,
+                 self.owner)
         self.sync(s)
+
+
+def _async_view(x):
+    """A device view of an asynchronous call's array; under the CUDA simulator a NumPy array stands for
+    a device array (the seam of ``hps._xp``), as in ``hps.gpu``'s operations."""
+    d = L.view(x)
+    if d is None and isinstance(x, np.ndarray) and simulated():
+        return x
+    return d
 
 
 def _packed(a: np.ndarray) -> np.ndarray:

@@ -6,6 +6,7 @@ Same slot layout as the CPU kernels (see that module and ``hps/table.py`` for th
 - ``tstate`` (S,) int32: ``0`` live, ``1`` erased (a tombstone keeping its key; only that key
   revives it). An empty slot always has state 0.
 - ``tvals`` (S, dim) float32/float64: the row of each slot; every slot that is not live holds zeros.
+- ``tscore`` (S,) uint64: the cache score of each slot (``_cache.py``); 0 where not live.
 - ``owner`` (S,) int32 scratch: ``-1`` between calls. An insert marks each slot with the largest
   batch index that maps to it (``atomic.max``), so the last duplicate wins deterministically.
 
@@ -270,14 +271,16 @@ def contains(tkeys, tstate, keys, found, hit):
 
 
 @cuda.jit
-def erase(tkeys, tstate, tvals, keys, counts):
-    """1-D. Turn live keys into zeroed tombstones; counts[0] += keys erased (duplicates once)."""
+def erase(tkeys, tstate, tvals, tscore, keys, counts):
+    """1-D. Turn live keys into tombstones with zeroed rows and scores; counts[0] += keys erased
+    (duplicates once)."""
     c = 0
     for i in range(cuda.grid(1), keys.shape[0], cuda.gridsize(1)):
         s = _find(tkeys, keys[i])
         if s >= 0 and cuda.atomic.cas(tstate, s, np.int32(0), np.int32(1)) == np.int32(0):
             for j in range(tvals.shape[1]):
                 tvals[s, j] = 0
+            tscore[s] = np.uint64(0)
             c += 1
     _add_counts(counts, c, 0, 0)
 
@@ -300,23 +303,25 @@ def cast_rows(rows, out):
 
 
 @cuda.jit
-def clear(tkeys, tstate, tvals, owner):
-    """Row kernel over the S slots: every slot empty, state 0, row zeros, owner -1."""
+def clear(tkeys, tstate, tvals, tscore, owner):
+    """Row kernel over the S slots: every slot empty, state 0, row zeros, score 0, owner -1."""
     for s in range(_row0(), tkeys.shape[0], _row_step()):
         if cuda.threadIdx.x == 0:
             tkeys[s] = np.uint64(0xFFFFFFFFFFFFFFFF)
             tstate[s] = np.int32(0)
+            tscore[s] = np.uint64(0)
             owner[s] = np.int32(-1)
         for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
             tvals[s, j] = 0
 
 
 @cuda.jit
-def live_slots(tkeys, tstate, slots, counts):
-    """1-D over the S slots. Writes every live slot into slots (m,) int64, in no particular order:
-    per round a block counts its live slots in shared memory, takes its range with one
-    ``atomic.add`` on counts[0], and each thread writes at the block's base plus its own ticket.
-    counts[0] ends at the number of live slots, which may exceed m (then only m are written).
+def live_entries(tkeys, tstate, tscore, protect, out_score, out_key, out_slot, counts):
+    """1-D over the S slots: every live slot whose score's last batch (its low 32 bits, ``_cache.py``)
+    is below ``protect`` (uint64; 2**32 for every live slot) goes to (out_score, out_key, out_slot)
+    (m,), in no particular order: per round a block counts its slots in shared memory, takes its range
+    with one ``atomic.add`` on counts[0], and each thread writes at the block's base plus its own
+    ticket. counts[0] ends at their number, which may exceed m (then only m are written).
     REQUIRES: a 1-D block, and every thread of the block runs (no early return)."""
     sh = cuda.shared.array(2, dtype=np.int64)
     t = cuda.threadIdx.x
@@ -327,7 +332,8 @@ def live_slots(tkeys, tstate, slots, counts):
         cuda.syncthreads()
         s = base + t
         p = np.int64(-1)
-        if s < n and tkeys[s] != np.uint64(0xFFFFFFFFFFFFFFFF) and tstate[s] == 0:
+        if s < n and tkeys[s] != np.uint64(0xFFFFFFFFFFFFFFFF) and tstate[s] == 0 \
+                and (tscore[s] & np.uint64(0xFFFFFFFF)) < protect:
             p = cuda.atomic.add(sh, 0, np.int64(1))
         cuda.syncthreads()
         if t == 0 and sh[0] > 0:
@@ -335,8 +341,10 @@ def live_slots(tkeys, tstate, slots, counts):
         cuda.syncthreads()
         if p >= 0:
             q = sh[1] + p
-            if q < slots.shape[0]:
-                slots[q] = np.int64(s)
+            if q < out_slot.shape[0]:
+                out_score[q] = tscore[s]
+                out_key[q] = tkeys[s]
+                out_slot[q] = np.int64(s)
         cuda.syncthreads()
 
 

@@ -51,6 +51,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import HashTableFullError, InvalidInputError, InvalidTypeError
+from ._cache import CacheOps
 
 #: Default fraction of slots the table may fill at ``capacity`` live keys.
 DEFAULT_MAX_LOAD_FACTOR = 0.5
@@ -85,8 +86,9 @@ def _make_impl(device: str, n_slots: int, dim: int, dtype):
     raise InvalidInputError(f"device must be 'cpu' or 'cuda', got {device!r}")
 
 
-class HashTable:
-    """Open-addressing key -> row table. See the module docstring for the full contract.
+class HashTable(CacheOps):
+    """Open-addressing key -> row table. See the module docstring for the full contract; as the HBM-PS
+    cache across batches, :meth:`lookup` and :meth:`evict` (``_cache.py``).
 
     Args:
         capacity: live keys the table is guaranteed to hold (> 0).

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hps import HashTable, _launch
-from hps.errors import HashTableFullError, InvalidInputError, InvalidTypeError
+from hps.errors import HashTableFullError, InvalidInputError
 
 pytestmark = pytest.mark.cudasim
 
@@ -47,13 +47,11 @@ def test_async_calls_on_two_streams_match_the_blocking_ones():
     assert f.tolist() == [True] * 10 + [False] * 10
 
 
-def test_async_calls_refuse_host_arrays_and_keep_issue_order(monkeypatch):
+def test_async_calls_keep_issue_order_across_streams(monkeypatch):
+    """(NumPy arrays stand for device arrays under the simulator, as in hps.gpu's operations; a real
+    GPU refuses host arrays in asynchronous calls: tests/gpu/test_table_gpu.py.)"""
     c = cuda()
     t = HashTable(8, 2, device="cuda")
-    with pytest.raises(InvalidTypeError, match="device array"):
-        t.insert_async(np.array([1], np.uint64), dev(np.ones((1, 2), np.float32)))
-    with pytest.raises(InvalidTypeError, match="device array"):
-        t.get_async(dev(np.array([1], np.uint64)), np.zeros((1, 2), np.float32), c.device_array(1, np.bool_))
     waits = []
     real = _launch.event
 
