@@ -30,8 +30,9 @@ import numpy as np
 
 from ._xp import cuda_module as cuda
 from ._xp import simulated
+from .errors import InvalidInputError, InvalidTypeError
 
-__all__ = ["cuda", "grid1", "grid_rows", "launch", "stream_of", "view", "synchronize", "event"]
+__all__ = ["cuda", "arg", "check_len", "grid1", "grid_rows", "launch", "stream_of", "view", "synchronize", "event"]
 
 #: Threads per block of every launch (simulator tests patch it small so tiny inputs span several blocks).
 BLOCK_SIZE = 256
@@ -123,6 +124,29 @@ def view(x, sync: bool = False):
     if hasattr(x, "__cuda_array_interface__"):
         return cuda().as_cuda_array(x, sync=sync)
     return None
+
+
+def arg(x, name: str, dtype=None, ndim: int | None = None):
+    """The device array a kernel takes for argument ``x`` (zero-copy, no sync: order your streams),
+    after checking dtype and ndim. A host array is refused rather than silently copied, except under
+    the CUDA simulator, where NumPy arrays stand for device arrays (the seam of ``hps._xp``)."""
+    d = view(x)
+    if d is None:
+        if not (isinstance(x, np.ndarray) and simulated()):
+            raise InvalidTypeError(f"{name} must be a device array (CuPy or Numba; NumPy only under the CUDA "
+                                   f"simulator), got {type(x).__name__}: upload it with TransferLedger.to_device")
+        d = x
+    if ndim is not None and d.ndim != ndim:
+        raise InvalidInputError(f"{name} must be {ndim}-D, got shape {tuple(d.shape)}")
+    if dtype is not None and d.dtype != np.dtype(dtype):
+        raise InvalidTypeError(f"{name} must be {np.dtype(dtype)}, got {d.dtype}")
+    return d
+
+
+def check_len(a, n: int, name: str, what: str) -> None:
+    """Raise InvalidInputError unless ``a`` has ``n`` rows (``what`` says why)."""
+    if a.shape[0] != n:
+        raise InvalidInputError(f"{name} must have {n} rows ({what}), got shape {tuple(a.shape)}")
 
 
 # -- launching ---------------------------------------------------------------------------------------------

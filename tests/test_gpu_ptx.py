@@ -26,11 +26,12 @@ from numba import types  # noqa: E402
 from hps.table import _cache_kernels_cuda as C  # noqa: E402
 from hps.table import _cuda_kernels as K  # noqa: E402
 from hps.gpu import _train_kernels as T  # noqa: E402
+from hps.model import _optim_kernels_cuda as R  # noqa: E402
 
-MODULES = {"table": K, "train": T, "cache": C}
+MODULES = {"table": K, "train": T, "cache": C, "rows": R}
 
 #: Kernels whose float32 version sums in float64 on purpose (as their CPU twins do).
-F64_BY_DESIGN = {"train.rowwise_adagrad_rows"}
+F64_BY_DESIGN = {"rows.rowwise_adagrad_rows"}
 
 _FLOATS = {np.dtype(np.float32): types.float32, np.dtype(np.float64): types.float64}
 
@@ -168,8 +169,8 @@ def test_kernels_are_discovered():
                                    "contains", "erase", "clear", "live_entries", "gather_keys")} <= names
     assert {f"cache.{k}" for k in ("lookup", "radix_hist", "radix_pick", "select_upto", "erase_slots",
                                    "set_scores")} <= names
-    assert {f"train.{k}" for k in ("find_slots", "pool_forward", "pool_backward", "sgd_rows", "adagrad_rows",
-                                   "rowwise_adagrad_rows", "adam_rows", "gather_rows", "part_of", "bce_loss_grad",
+    assert {f"rows.{k}" for k in ("sgd_rows", "adagrad_rows", "rowwise_adagrad_rows", "adam_rows")} <= names
+    assert {f"train.{k}" for k in ("find_slots", "pool_forward", "pool_backward", "gather_rows", "part_of", "bce_loss_grad",
                                    "zero_rows", "zero_cells", "add_cells", "pool_backward_chunks",
                                    "sum_chunks")} <= names
 
@@ -197,7 +198,7 @@ def test_float32_training_kernels_compute_rows_in_float32():
     f64; the one f64 division is log1p's, in the float64 loss)."""
     ptx = _compile(T.bce_loss_grad.py_func, _arg_types(types.float32))
     assert ptx.count("div.rn.f32") >= 2
-    for kernel in (T.adagrad_rows, T.pool_forward, T.pool_backward, T.sgd_rows, T.gather_rows,
+    for kernel in (R.adagrad_rows, T.pool_forward, T.pool_backward, R.sgd_rows, T.gather_rows,
                    T.pool_backward_chunks, T.sum_chunks):
         assert ".f64" not in _compile(kernel.py_func, _arg_types(types.float32)), kernel.__name__
 

@@ -11,11 +11,10 @@ The plan of a mini-batch (built on the host, uploaded once per batch): ``keys`` 
 keys, ``inv`` (nnz,) int64 the unique index of each key occurrence, ``field`` (nnz,) int32,
 ``weights`` (nnz,) float, ``offsets`` (n + 1,) int64 CSR of the n examples (``hps.data.Batch``).
 
-CPU twins, which the tests hold these to: ``pool_forward`` / ``pool_backward`` /
+The row optimizers' kernels, which update table rows in place, live with their math in
+``hps/model/_optim_kernels_cuda.py``. CPU twins, which the tests hold these to: ``pool_forward`` / ``pool_backward`` /
 ``pool_backward_chunks`` + ``sum_chunks`` = ``pool_fields`` / ``pool_fields_backward``
-(``hps/model/_kernels.py``); ``sgd_rows`` / ``adagrad_rows`` / ``rowwise_adagrad_rows`` / ``adam_rows``
-call the very per-row functions the CPU kernels call (``hps/model/_optim_kernels.py``: the math is
-written once); ``bce_loss_grad`` = the loss and logit gradient of ``CTRModel.forward_backward``.
+(``hps/model/_kernels.py``); ``bce_loss_grad`` = the loss and logit gradient of ``CTRModel.forward_backward``.
 
 Launch shapes (``hps._launch``; as in ``hps/table/_cuda_kernels.py``): every kernel loops grid-stride.
 "1-D" kernels take one thread per item per round; "row" kernels take a 2-D block ``(bx, by)``:
@@ -31,8 +30,9 @@ import numpy as np
 from numba import cuda
 
 from .._hashing import mix64
-from ..model._optim_kernels import adagrad_row, adam_row, rowwise_adagrad_row, sgd_row
-from ..table._cuda_kernels import _find, _row0, _row_step
+from .._grid_kernels import row0 as _row0
+from .._grid_kernels import row_step as _row_step
+from ..table._cuda_kernels import _find
 
 
 @cuda.jit
@@ -119,49 +119,6 @@ def sum_chunks(partial, cptr, grads):
             for c in range(cptr[i], cptr[i + 1]):
                 acc += partial[c, j]
             grads[i, j] = acc
-
-
-@cuda.jit
-def sgd_rows(tvals, slots, grads, lr, l2):
-    """Row kernel over the u unique keys, in place on the table rows: ``sgd_row`` on the P =
-    grads.shape[1] parameter columns of slot s = slots[i], the x-threads striding the columns; slots
-    of -1 are skipped. REQUIRES: slots distinct (one update per key)."""
-    for i in range(_row0(), slots.shape[0], _row_step()):
-        s = slots[i]
-        if s >= 0:
-            sgd_row(tvals, s, grads, i, lr, l2, cuda.threadIdx.x, cuda.blockDim.x)
-
-
-@cuda.jit
-def adagrad_rows(tvals, slots, grads, lr, eps, l2, state_col):
-    """Row kernel over the u unique keys, element-wise Adagrad in place (``adagrad_row``), the
-    accumulator of parameter column j at column ``state_col + j``. Slots of -1 are skipped.
-    REQUIRES: slots distinct (one update per key)."""
-    for i in range(_row0(), slots.shape[0], _row_step()):
-        s = slots[i]
-        if s >= 0:
-            adagrad_row(tvals, s, grads, i, lr, eps, l2, state_col, cuda.threadIdx.x, cuda.blockDim.x)
-
-
-@cuda.jit
-def rowwise_adagrad_rows(tvals, slots, grads, lr, eps, l2):
-    """1-D over the u unique keys (one thread per row: the row's mean needs every column), row-wise
-    Adagrad in place (``rowwise_adagrad_row``). Slots of -1 are skipped. REQUIRES: slots distinct."""
-    for i in range(cuda.grid(1), slots.shape[0], cuda.gridsize(1)):
-        s = slots[i]
-        if s >= 0:
-            rowwise_adagrad_row(tvals, s, grads, i, lr, eps, l2)
-
-
-@cuda.jit
-def adam_rows(tvals, slots, grads, lr64, b1, b2, eps, l2):
-    """1-D over the u unique keys (one thread per row: the row's step count is shared by its
-    columns), Adam in place with the row's own step count (``adam_row``). ``lr64``, ``b1``, ``b2``
-    float64. Slots of -1 are skipped. REQUIRES: slots distinct."""
-    for i in range(cuda.grid(1), slots.shape[0], cuda.gridsize(1)):
-        s = slots[i]
-        if s >= 0:
-            adam_row(tvals, s, grads, i, lr64, b1, b2, eps, l2)
 
 
 @cuda.jit

@@ -36,7 +36,6 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import _launch as L
-from .._xp import simulated
 from ..errors import InvalidInputError, InvalidTypeError
 
 try:
@@ -57,17 +56,7 @@ def _require_cuda() -> None:
 def _dev(x, name: str, dtype=None, ndim: int | None = None):
     """A device array the kernels take for ``x`` (zero-copy), after checking dtype and ndim."""
     _require_cuda()
-    d = L.view(x)
-    if d is None:
-        if not (isinstance(x, np.ndarray) and simulated()):
-            raise InvalidTypeError(f"{name} must be a device array (CuPy or Numba; NumPy only under the CUDA "
-                                   f"simulator), got {type(x).__name__}: upload it with TransferLedger.to_device")
-        d = x
-    if ndim is not None and d.ndim != ndim:
-        raise InvalidInputError(f"{name} must be {ndim}-D, got shape {tuple(d.shape)}")
-    if dtype is not None and d.dtype != np.dtype(dtype):
-        raise InvalidTypeError(f"{name} must be {np.dtype(dtype)}, got {d.dtype}")
-    return d
+    return L.arg(x, name, dtype, ndim)
 
 
 def _view(view):
@@ -79,9 +68,7 @@ def _view(view):
     return keys, state, values
 
 
-def _check_len(a, n: int, name: str, what: str) -> None:
-    if a.shape[0] != n:
-        raise InvalidInputError(f"{name} must have {n} rows ({what}), got shape {tuple(a.shape)}")
+_check_len = L.check_len
 
 
 def _plan(inv, field, weights, offsets, dtype):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
+from .._grid_kernels import row0, row_step
 from ._cuda_kernels import _find
 
 #: Radix select: digits of 8 bits, 8 passes over the score then 8 over the key.
@@ -130,8 +131,7 @@ def select_upto(c_score, c_key, c_slot, m, prefix, out_slot, counts):
 @cuda.jit
 def erase_slots(tstate, tvals, tscore, slots):
     """Row kernel over the m slots (of live, distinct keys): tombstones with zeroed rows and scores."""
-    i0 = cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
-    for i in range(i0, slots.shape[0], cuda.gridDim.x * cuda.blockDim.y):
+    for i in range(row0(), slots.shape[0], row_step()):
         s = slots[i]
         if cuda.threadIdx.x == 0:
             tstate[s] = np.int32(1)

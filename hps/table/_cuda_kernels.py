@@ -32,6 +32,8 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
+from .._grid_kernels import row0 as _row0
+from .._grid_kernels import row_step as _row_step
 from .._hashing import mix64
 
 # -- device functions ---------------------------------------------------------------------------
@@ -150,18 +152,6 @@ def _write_row(tvals, owner, rows, i, s, accumulate):
     elif owner[s] == i:
         for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
             tvals[s, j] = rows[i, j]
-
-
-@cuda.jit(device=True)
-def _row0():
-    """First item of this thread's row of a row kernel (grid-stride with :func:`_row_step`)."""
-    return cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
-
-
-@cuda.jit(device=True)
-def _row_step():
-    """Items a row kernel's grid covers per round."""
-    return cuda.gridDim.x * cuda.blockDim.y
 
 
 @cuda.jit
