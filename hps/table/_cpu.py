@@ -17,14 +17,16 @@ from ..errors import InvalidInputError, InvalidTypeError
 class CpuTableImpl:
     device = "cpu"
 
-    def __init__(self, n_slots: int, dim: int, dtype):
+    def __init__(self, n_slots: int, dim: int, dtype, scores: bool = True):
+        """``scores``: keep the cache score of every slot (``_cache.py``; 8 bytes a slot); an index
+        that never evicts by score (``hps._index.KeyIndex``) goes without."""
         self.n_slots = n_slots
         self.dim = dim
         self.dtype = np.dtype(dtype)
         self.tkeys = np.full(n_slots, EMPTY_KEY, dtype=np.uint64)
         self.tstate = np.zeros(n_slots, dtype=np.int32)
         self.tvals = np.zeros((n_slots, dim), dtype=self.dtype)
-        self.tscore = np.zeros(n_slots, dtype=np.uint64)  # cache scores (_cache.py)
+        self.tscore = np.zeros(n_slots if scores else 0, dtype=np.uint64)  # cache scores (_cache.py)
         self.tombstones = 0  # lookups skip tstate while there are none
         self._pending = np.zeros(4, np.int64)
 
@@ -143,16 +145,18 @@ class CpuTableImpl:
         """Re-lay the live entries into ``n_slots`` (>= the current count) slots, dropping every
         tombstone; growing allocates the new arrays before anything changes."""
         slots = K.live_slots(self.tkeys, self.tstate)
-        keys, rows, scores = self.tkeys[slots], self.tvals[slots], self.tscore[slots]
+        scored = self.tscore.shape[0] > 0
+        keys, rows, scores = self.tkeys[slots], self.tvals[slots], self.tscore[slots] if scored else None
         if n_slots != self.n_slots:
             tkeys = np.empty(n_slots, dtype=np.uint64)
             tstate = np.empty(n_slots, dtype=np.int32)
             tvals = np.empty((n_slots, self.dim), dtype=self.dtype)
-            tscore = np.empty(n_slots, dtype=np.uint64)
+            tscore = np.empty(n_slots if scored else 0, dtype=np.uint64)
             self.tkeys, self.tstate, self.tvals, self.tscore, self.n_slots = tkeys, tstate, tvals, tscore, n_slots
         self.clear()
         K.upsert(self.tkeys, self.tstate, self.tvals, keys, rows, False)
-        C.set_scores(self.tkeys, self.tscore, keys, scores)
+        if scored:
+            C.set_scores(self.tkeys, self.tscore, keys, scores)
 
     def clear(self) -> None:
         self.tkeys.fill(EMPTY_KEY)

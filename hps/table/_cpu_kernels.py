@@ -148,14 +148,16 @@ def contains(tkeys, tstate, keys, found, tombstones):
 @njit(nogil=True, cache=True)
 def erase(tkeys, tstate, tvals, tscore, keys):
     """Turn live keys into tombstones with zeroed rows and scores (``tscore`` (S,) uint64, the cache
-    scores of ``_cache.py``). Returns how many were live (duplicates count once)."""
+    scores of ``_cache.py``, or (0,) for a table without them). Returns how many were live
+    (duplicates count once)."""
     mask = np.uint64(tkeys.shape[0] - 1)
     n = 0
     for i in range(keys.shape[0]):
         s = _probe(tkeys, mask, keys[i])
         if s >= 0 and tstate[s] == 0:
             tstate[s] = 1
-            tscore[s] = 0
+            if tscore.shape[0]:
+                tscore[s] = 0
             for j in range(tvals.shape[1]):
                 tvals[s, j] = 0
             n += 1

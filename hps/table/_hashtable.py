@@ -55,6 +55,9 @@ from ._cache import CacheOps
 
 #: Default fraction of slots the table may fill at ``capacity`` live keys.
 DEFAULT_MAX_LOAD_FACTOR = 0.5
+#: Bytes a slot holds besides its row: key (uint64), state (int32) and cache score (uint64); the CUDA
+#: table adds the ``owner`` scratch (int32). For memory budgets (``hps/train/_budget.py``).
+SLOT_OVERHEAD_BYTES = {"cpu": 20, "cuda": 24}
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
