@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._extras import install_hint
 from .errors import DeviceUnavailableError, InvalidInputError
 
 __all__ = ["array_module", "simulated", "cuda_module"]
@@ -28,8 +29,8 @@ def _diagnose(e: Exception) -> str:
     """Why numba-cuda failed to import and what to install, in one line."""
     if isinstance(e, AttributeError) and "row_stack" in str(e):
         return (f"numba-cuda does not import under NumPy {np.__version__} (NumPy 2.5 removed np.row_stack, "
-                "which numba-cuda 0.30 still names): pip install 'numpy<2.5' (what hps[gpu] pins)")
-    return f"numba-cuda failed to import ({type(e).__name__}: {e}): pip install 'hps[gpu]'"
+                "which numba-cuda 0.30 still names): pip install 'numpy<2.5' (what the gpu extra pins)")
+    return f"numba-cuda failed to import ({type(e).__name__}: {e}): {install_hint('gpu')}"
 
 
 def cuda_import_error() -> Exception | None:
@@ -82,7 +83,7 @@ def array_module(device: str):
 
         n_gpus = cupy.cuda.runtime.getDeviceCount()
     except ImportError as e:
-        raise DeviceUnavailableError("--device cuda needs CuPy: pip install 'hps[gpu]'") from e
+        raise DeviceUnavailableError(f"--device cuda needs CuPy: {install_hint('gpu')}") from e
     except Exception as e:  # CUDARuntimeError (no driver, no device) and the like
         raise DeviceUnavailableError(f"--device cuda: no usable CUDA GPU ({e}); use --device cpu") from None
     if n_gpus < 1:
