@@ -8,14 +8,16 @@ weights, offsets, labels, dense features, and in owner mode the index of every k
 goes up once through the :class:`~hps.gpu.TransferLedger` (purpose ``plan``), on the place stage's own
 CUDA stream (blocking w.r.t. the legacy default stream, so an upload into memory the pool recycles
 waits for the kernels that last used it), which the place stage synchronises before handing the batch
-on. With ``--n-parts`` > 1 each mini-batch's keys are also partitioned on the device there.
+on. The order of each mini-batch's gradient sums is planned there too (``hps.gpu.backward_plan``), so
+no float sum depends on the order threads run in and a job repeats bit for bit. With ``--n-parts`` > 1
+each mini-batch's keys are also partitioned on the device there.
 
 Per mini-batch, in the train stage, everything on the default stream, so ordered before the table's
 own next call (insert, erase, purge, growth)::
 
     find_slots(keys) -> pool_forward (from the table rows, or from rows received over MPI)
     -> model.forward_backward_pooled (bce_loss_grad adds the loss to a device accumulator)
-    -> pool_backward (per-key sums with cuda.atomic.add) -> row optimizer kernel on the rows in place
+    -> pool_backward (per-key sums in a fixed order, no atomics) -> row optimizer kernel on the rows in place
 
 Once per batch the loss and the missing-key count come back (16 bytes, ``minibatch``); FAE's strip
 loss reads the loss once per mini-batch the same way. Everything MPI carries is staged through the
@@ -33,6 +35,7 @@ kernels run in the simulator, and the ledger counts the copies a GPU would make.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,8 +46,9 @@ from ..gpu import (
     BatchScalars,
     Placement,
     TransferLedger,
+    backward_plan,
     bce_loss_grad_async,
-    pool_backward_async,
+    pool_backward_sorted_async,
     pool_forward_rows_async,
 )
 from ._device_rows import OneTable, Parts
@@ -114,7 +118,9 @@ class DevicePlan:
     mode, several ranks): the index into ``keys`` of every key asked, grouped by asking rank; the rest
     as ``hps.data.Batch`` (``inv`` (nnz,) int64, ``field`` (nnz,) int32, ``weights`` (nnz,) float,
     ``offsets`` (n + 1,) int64, ``labels`` (n,) float, ``dense`` (n, n_dense) float or None); ``hot``
-    (k,) int64 the mini-batch's FAE hot slots (``Plan.hot_slots``; None when it has none)."""
+    (k,) int64 the mini-batch's FAE hot slots (``Plan.hot_slots``; None when it has none); ``bwd`` the
+    order of its gradient sums (``hps.gpu.BackwardPlan`` over the rows ``inv`` indexes: the mini-batch's
+    keys, then its hot rows)."""
 
     keys: object      # (u,) uint64, or with several parts their ``_device_rows.PartKeys``
     inv: object
@@ -125,6 +131,7 @@ class DevicePlan:
     dense: object
     uinv: object = None
     hot: object = None
+    bwd: object = None
 
 
 @dataclass
@@ -220,6 +227,10 @@ class DeviceBackend:
                 labels=up(b.labels, dt), dense=up(b.dense, dt) if self.model.n_dense else None,
                 uinv=up(p.uinv, np.int64) if owner else None,
                 hot=up(p.hot_slots, np.int64) if p.hot_slots is not None and p.hot_slots.shape[0] else None))
+            d = out[-1]
+            u = p.keys.shape[0] + (0 if d.hot is None else d.hot.shape[0])  # the rows inv indexes
+            with s if s is not None else contextlib.nullcontext():
+                d.bwd = backward_plan(d.inv, d.field, d.weights, d.offsets, u, self.P, self.xp)
         if s is not None:
             s.synchronize()
         if isinstance(self.placed, Parts):
@@ -249,7 +260,7 @@ class DeviceBackend:
         pool(pooled)
         d_pooled, g_dense = m.forward_backward_pooled(pooled, d.dense, lambda z: self._loss_grad(z, d.labels, n_total))
         grads = xp.empty((u, self.P), m.dtype)
-        pool_backward_async(d_pooled, d.inv, d.field, d.weights, d.offsets, grads)
+        pool_backward_sorted_async(d_pooled, d.bwd, grads)
         self._n_total = n_total
         return grads, g_dense
 
