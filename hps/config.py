@@ -264,7 +264,8 @@ class TierConfig:
     ssd_path: str | None = _warm(None, None)  # SSD-PS root (each rank claims rank{r}-of-{n}/ in it); None = a temp dir
     keep_ssd: bool = _warm(False, False)  # keep this job's SSD-PS at the end (it is removed otherwise)
     rows_per_file: int = 16_384         # SSD-PS rows per parameter file (the write unit; loads read 4 KiB blocks)
-    hbm_capacity: int | None = _warm(None, None)  # HBM-PS initial keys (grows); None = sized from the first batch
+    hbm_capacity: int | None = _warm(None, None)  # HBM-PS initial keys (grows up to the budget); None = from the first batch
+    hbm_budget: int | str | None = _warm(None, None)  # HBM-PS bytes (bounds resident rows); None = see hps/train/_budget.py
     n_parts: int = 1                    # HBM-PS parts per process
     gpus: int | None = None             # GPUs the parts spread over (part p on p % gpus); None = all visible
     ssd_page_cache: str = "direct"      # SSD-PS reads: direct (O_DIRECT) | dontneed | keep
@@ -275,7 +276,9 @@ class TierConfig:
         _one_of("ssd-page-cache", self.ssd_page_cache, PAGE_CACHE_MODES)
         if self.mem_budget is not None:
             self.mem_budget = parse_bytes(self.mem_budget)
-        _positive(self, "mem_budget", "rows_per_file", "hbm_capacity", "n_parts", "gpus")
+        if self.hbm_budget is not None:
+            self.hbm_budget = parse_bytes(self.hbm_budget)
+        _positive(self, "mem_budget", "rows_per_file", "hbm_capacity", "hbm_budget", "n_parts", "gpus")
 
 
 @dataclass

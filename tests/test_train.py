@@ -173,10 +173,11 @@ def test_frappe_matches_the_in_memory_reference(shared_data, tmp_path):
     frappe = shared_data / "frappe"
     train, test = frappe / "frappe.validation.libfm", frappe / "frappe.test.libfm"
     metrics = tmp_path / "frappe.json"
-    # batches of 1024 and the smallest budget they allow: with the resident rows out of the MEM-PS,
-    # Frappe's 5,328 keys fit a budget that holds one batch of 4096 (cache + HBM-PS), nothing spills
+    # batches of 1024, a MEM-PS budget of 700 KB and an HBM-PS of 2,048 rows (512 KiB): Frappe's 5,328
+    # keys do not fit both, so rows leave the HBM-PS, spill to the SSD-PS and are read back
     code = main(["--format", "libsvm", "--data", str(train), "--eval-data", str(test), "--batch-size", "1024",
                  "--minibatch-size", "512", "--embedding-dim", "10", "--hidden", "64,32", "--mem-budget", "700KB",
+                 "--hbm-budget", "512KiB",
                  "--no-progress", "--metrics-out", str(metrics)])
     assert code == 0
     m = json.loads(metrics.read_text())

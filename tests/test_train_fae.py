@@ -41,7 +41,8 @@ def test_hot_rows_train_apart_and_reach_the_export_through_a_spilling_hierarchy(
     assert 0 < f["hot_input_fraction"] < 1 and f["hot_examples"] < mref["examples"]
     np.testing.assert_array_equal(np.sort(ref[0]), np.sort(base[0]))  # the hot keys are in the export
     budget = budget_for_rows(ref[0].shape[0] // 8, 16)
-    spill, mspill = run_cli(tmp_path, "spill", *shape, *FAE, "--mem-budget", str(budget), "--rows-per-file", "256")
+    spill, mspill = run_cli(tmp_path, "spill", *shape, *FAE, "--mem-budget", str(budget), "--rows-per-file", "256",
+                            "--hbm-budget", "400KiB")  # an HBM-PS cache of 2,048 rows, below the table
     assert mspill["ssd_bytes_read"] > 0
     assert_same_model(ref, spill, 1e-6)
     assert mspill["fae"] == {**mref["fae"], "profile": mspill["fae"]["profile"]}
@@ -149,9 +150,9 @@ def test_strips_alternate_cold_first_by_the_rate():
     assert fae.sched.swaps == 3
 
 
-def test_read_owned_serves_a_prepared_but_unplaced_row_from_mem_ps():
+def test_read_owned_serves_a_prepared_row_from_the_hbm_ps():
     """FAE's held-out loss reads rows while training runs: a key of a batch prepared but not yet
-    placed in HBM-PS has its current row in MEM-PS (it used to read as zeros)."""
+    trained has its current row in the HBM-PS, which prepare filled (it used to read as zeros)."""
     from hps.mem import MemPS, RowInitializer
     from hps.table import HashTable
     from hps.train._collectives import Collectives
@@ -162,9 +163,8 @@ def test_read_owned_serves_a_prepared_but_unplaced_row_from_mem_ps():
     mem = MemPS(DictStore(4), 4, initializer=init, capacity_rows=64)
     hier = ParameterHierarchy(HashTable(64, 4), mem, window=3, owned_mask=Collectives().owned_mask)
     keys = np.arange(1, 9, dtype=np.uint64)
-    prep = hier.prepare(0, keys)                 # not placed
+    hier.prepare(0, keys)                        # not trained
     np.testing.assert_array_equal(hier.read_owned(keys), init(keys))
-    hier.place(prep)
     hier.hbm.insert(keys[:2], np.full((2, 4), 7, np.float32))  # trained rows: HBM-PS is the holder
     assert (hier.read_owned(keys)[:2] == 7).all()
 

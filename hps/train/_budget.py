@@ -10,8 +10,10 @@ Inside the budget (the DRAM structures that grow with the working set or the tra
 
 Printed beside it (they do not depend on the budget):
 
-- the HBM-PS twin on ``--device cpu`` (a CPU hash table holding the working sets of
-  ``window + 1`` batches, sized from the first batch); on ``cuda`` it lives in GPU memory. It holds
+- the HBM-PS twin on ``--device cpu`` (a CPU hash table, a cache across batches bounded by
+  ``--hbm-budget``; by default the bytes of a table of the working sets of ``2 (window + 1)`` first
+  batches); on ``cuda`` it lives in GPU memory (by default :data:`HBM_FREE_SHARE` of the GPU's free
+  memory at start; under the CUDA simulator, whose memory is unbounded, the CPU's default). It holds
   no second copy of a MEM-PS row: a row fetched for it leaves the MEM-PS until it is evicted back
   (``ParameterHierarchy.prepare``). It stays a table of its own because the train stage reads and
   writes rows through the HBM-PS table API, the same code path as on the GPU, and with
@@ -26,6 +28,11 @@ Printed beside it (they do not depend on the budget):
   training; a later, larger working set takes more).
 
 A budget whose cache cannot hold one batch's working set on this rank is an InvalidInputError.
+
+``--hbm-budget`` counts every resident row at :func:`hbm_row_bytes` (its row, the CUDA slot's
+overhead, at the default load factor), the same on both devices, so a CPU and a CUDA job with the same
+budget hold the same rows and evict the same ones; the slot count is a power of two, so the rows it
+allows (:func:`hbm_rows_for`) are those of the largest slot array that fits the budget.
 """
 
 from __future__ import annotations
@@ -37,6 +44,9 @@ import numpy as np
 from ..errors import InvalidInputError
 from ..mem import RowCache
 from ..table import DEFAULT_MAX_LOAD_FACTOR, SLOT_OVERHEAD_BYTES, slots_for
+
+#: ``--device cuda`` without ``--hbm-budget``: this share of the GPU's free memory at start.
+HBM_FREE_SHARE = 0.5
 
 #: Threads that may load from the SSD-PS at once, each with its own read buffer (prepare, compaction,
 #: evaluation / export / checkpoint).
@@ -65,6 +75,9 @@ class MemoryPlan:
     hbm_dram_bytes: int         # the HBM-PS twin's DRAM (0 on cuda)
     working_set: int            # rows this rank pins for the first batch
     pipeline_bytes: int = 0     # rows fetched for the batches in flight (window x working set)
+    hbm_budget: int = 0         # --hbm-budget (or its default), bytes
+    hbm_rows: int = 0           # rows the HBM-PS may hold (hbm_rows_for(hbm_budget))
+    hbm_default: str = ""       # where the default came from ("" when --hbm-budget was given)
 
     def ssd_options(self):
         """The SSD-PS buffer options this plan counted."""
@@ -74,8 +87,10 @@ class MemoryPlan:
 
     def describe(self) -> str:
         lo, hi = (INDEX_SLOT_BYTES * s for s in INDEX_SLOTS_PER_KEY)
-        twin = (f"HBM-PS twin {_size(self.hbm_dram_bytes)} ({self.hbm_keys:,} keys on the CPU)"
-                if self.hbm_dram_bytes else "HBM-PS in GPU memory")
+        where = "twin on the CPU" if self.hbm_dram_bytes else "in GPU memory"
+        why = f", {self.hbm_default}" if self.hbm_default else ""
+        twin = (f"HBM-PS {where}: budget {_size(self.hbm_budget)} ({self.hbm_rows:,} rows at most{why}; "
+                f"{self.hbm_keys:,} keys at first)")
         grow = INDEX_GROWING_BYTES
         return (f"budget {_size(self.budget)}: MEM-PS cache {_size(self.cache_bytes)} "
                 f"({self.cache_rows:,} rows of {self.row_bytes} B with their maps and ghost table), "
@@ -91,18 +106,48 @@ def _size(n: float) -> str:
     return f"{int(n)} B"
 
 
-def hbm_bytes(capacity: int, row_width: int, itemsize: int, n_parts: int, window: int, working_set: int) -> int:
-    """DRAM of a CPU HBM-PS twin: its table(s) (key u64, state i32, cache score u64, row per slot) and the residency
-    bookkeeping (a KeyIndex of the resident keys, the working sets of ``window + 1`` batches)."""
+def hbm_bytes(capacity: int, row_width: int, itemsize: int, n_parts: int) -> int:
+    """DRAM of a CPU HBM-PS twin of ``capacity`` keys: its table(s) (key u64, state i32, cache score
+    u64, row per slot). Residency lives in the table itself (``_hierarchy``): no bookkeeping beside it."""
     if n_parts > 1:
         part = min(capacity, -(-5 * capacity // (4 * n_parts)) + 64)
         slots = n_parts * slots_for(part, DEFAULT_MAX_LOAD_FACTOR)
     else:
         slots = slots_for(capacity, DEFAULT_MAX_LOAD_FACTOR)
-    resident = (window + 1) * working_set
-    return (slots * (SLOT_OVERHEAD_BYTES["cpu"] + row_width * itemsize)
-            + slots_for(2 * resident, DEFAULT_MAX_LOAD_FACTOR) * 20
-            + 8 * resident)
+    return slots * (SLOT_OVERHEAD_BYTES["cpu"] + row_width * itemsize)
+
+
+def hbm_row_bytes(row_width: int, itemsize: int) -> int:
+    """Bytes ``--hbm-budget`` counts per resident row: a CUDA slot (its overhead and row) at the default
+    load factor (the CPU twin's slot is smaller; the same figure on both devices keeps them equal)."""
+    return int(np.ceil((SLOT_OVERHEAD_BYTES["cuda"] + row_width * itemsize) / DEFAULT_MAX_LOAD_FACTOR))
+
+
+def hbm_rows_for(budget: int, row_width: int, itemsize: int) -> int:
+    """Rows an HBM-PS of ``budget`` bytes may hold: those of the largest power-of-two slot array whose
+    slots fit the budget, at the default load factor (0 when not even two slots fit)."""
+    per_slot = SLOT_OVERHEAD_BYTES["cuda"] + row_width * itemsize
+    slots = int(budget) // per_slot
+    return 0 if slots < 2 else int((1 << (slots.bit_length() - 1)) * DEFAULT_MAX_LOAD_FACTOR)
+
+
+def default_hbm_budget(device: str, row_width: int, itemsize: int, keys: int, free_bytes=None) -> tuple[int, str]:
+    """(bytes, where they came from) of ``--hbm-budget`` when it is not given: on ``cuda``
+    :data:`HBM_FREE_SHARE` of ``free_bytes`` (the GPU's free memory at start); on ``cpu`` (and on the
+    CUDA simulator, whose free memory is unbounded) the bytes of a table of ``keys`` rows."""
+    if device == "cuda" and free_bytes is not None and np.isfinite(free_bytes):
+        return int(HBM_FREE_SHARE * free_bytes), f"default {HBM_FREE_SHARE:g} of the GPU's free {_size(free_bytes)}"
+    slots = slots_for(keys, DEFAULT_MAX_LOAD_FACTOR)
+    return slots * (SLOT_OVERHEAD_BYTES["cuda"] + row_width * itemsize), "default: 2 x (window + 1) first working sets"
+
+
+def device_free_bytes(device: str):
+    """The free memory of the current GPU (``cuda``; inf under the CUDA simulator), else None."""
+    if device != "cuda":
+        return None
+    from numba import cuda
+
+    return float(cuda.current_context().get_memory_info()[0])
 
 
 def _ssd_buffers(budget: int, rows_per_file: int):
@@ -125,15 +170,25 @@ def budget_for_rows(rows: int, row_width: int, rows_per_file: int = 16_384, dtyp
 
 def plan_memory(budget: int, row_width: int, owned_working_set: int, working_set: int, *, window: int,
                 device: str, n_parts: int = 1, hbm_capacity: int | None = None,
-                rows_per_file: int = 16_384, dtype=np.float32) -> MemoryPlan:
+                rows_per_file: int = 16_384, dtype=np.float32, hbm_budget: int | None = None,
+                free_bytes=None) -> MemoryPlan:
     """Split ``budget`` bytes (one rank) -> MemoryPlan; InvalidInputError when the cache left cannot
-    hold ``owned_working_set`` rows (one batch's keys this rank owns)."""
+    hold ``owned_working_set`` rows (one batch's keys this rank owns). ``hbm_budget``: ``--hbm-budget``
+    (None: :func:`default_hbm_budget`, ``free_bytes`` the GPU's free memory on ``cuda``)."""
     itemsize = np.dtype(dtype).itemsize
     row_bytes = row_width * itemsize
     read_buf, compact, ssd = _ssd_buffers(budget, rows_per_file)
     rows = RowCache.rows_for_bytes(budget - ssd, row_width, dtype) if budget > ssd else 0
-    hbm_keys = hbm_capacity or max(1024, 2 * (window + 1) * working_set)
-    twin = hbm_bytes(hbm_keys, row_width, itemsize, n_parts, window, working_set) if device == "cpu" else 0
+    planned = max(1024, 2 * (window + 1) * working_set)
+    why = ""
+    if hbm_budget is None:
+        hbm_budget, why = default_hbm_budget(device, row_width, itemsize, planned, free_bytes)
+    hbm_rows = hbm_rows_for(hbm_budget, row_width, itemsize)
+    if hbm_rows < 1:
+        raise InvalidInputError(f"--hbm-budget {hbm_budget} B holds no row of {hbm_row_bytes(row_width, itemsize)} B: "
+                                "raise it")
+    hbm_keys = min(hbm_capacity or planned, hbm_rows)
+    twin = hbm_bytes(hbm_rows, row_width, itemsize, n_parts) if device == "cpu" else 0
     if rows < max(1, owned_working_set):
         need = budget_for_rows(owned_working_set, row_width, rows_per_file, dtype)
         raise InvalidInputError(
@@ -143,4 +198,5 @@ def plan_memory(budget: int, row_width: int, owned_working_set: int, working_set
             f"and ghost table) beside the SSD-PS buffers; raise --mem-budget to at least {need} B "
             f"({_size(need)}) or lower --batch-size")
     return MemoryPlan(budget, rows, RowCache.bytes_for(rows, row_width, dtype), row_bytes, read_buf, compact,
-                      ssd, hbm_keys, twin, owned_working_set, window * owned_working_set * row_bytes)
+                      ssd, hbm_keys, twin, owned_working_set, window * owned_working_set * row_bytes,
+                      int(hbm_budget), hbm_rows, why)

@@ -7,10 +7,11 @@ has its own duplicate of the job's communicator (``_collectives``):
                agree with the other ranks on the size of every global mini-batch and on where the
                epoch ends (one small all-reduce per batch);
 2. ``prepare`` plan the mini-batches and find the keys this rank holds resident for the batch
-               (``_sync``: keys sent to their owners, or gathered from every rank); evict what left
-               the residency window and fetch the rest from MEM-PS/SSD-PS;
-3. ``place``   insert the fetched rows into HBM-PS (growing it if needed) and stage the batch's
-               inputs for the step (``Backend.stage``: on ``--device cuda`` one upload of its plan);
+               (``_sync``: keys sent to their owners, or gathered from every rank); look them up in
+               the HBM-PS (a cache across batches), evict its coldest rows if the misses need room
+               under ``--hbm-budget``, fetch the misses from MEM-PS/SSD-PS and insert them (``_hierarchy``);
+3. ``place``   stage the batch's inputs for the step (``Backend.stage``: on ``--device cuda`` one
+               upload of its plan);
 4. ``train``   per global mini-batch, one step written once over the array module (``_backend``):
                rows -> forward/backward on this rank's examples -> summed gradient of every key ->
                one optimizer step per key (``_sync``, ``_het_sync``) -> dense sync and step
@@ -32,7 +33,7 @@ import numpy as np
 from .._xp import array_module
 from ..comm import SPARSE_KEYS
 from ..config import Config
-from ..errors import HashTableFullError, InvalidInputError, NumericalError, PipelineError
+from ..errors import InvalidInputError, NumericalError, PipelineError
 from ..mem import MemPS, RowInitializer
 from ..metrics import auc as auc_score
 from ..metrics import logloss as logloss_score
@@ -41,7 +42,7 @@ from ..pipeline import STOP_TIMEOUT_S, Pipeline, Stage
 from ..ssd import ScratchEnv, SSDOptions, SSDStore
 from . import _build, _checkpoint, _warmup
 from ._blas import blas_threads, limit_blas
-from ._budget import plan_memory
+from ._budget import device_free_bytes, plan_memory
 from ._collectives import STAGE_CHANNELS, Collectives
 from ._features import Checkpoint
 from ._feed import Feed, empty_batch
@@ -98,7 +99,12 @@ class Trainer:
             resident, owned = self._first_working_set()
             self.plan = plan_memory(t.mem_budget or _DEFAULT_BUDGET, self.row_width, owned, resident,
                                     window=WINDOW, device=t.device, n_parts=t.n_parts,
-                                    hbm_capacity=t.hbm_capacity, rows_per_file=t.rows_per_file)
+                                    hbm_capacity=t.hbm_capacity, rows_per_file=t.rows_per_file,
+                                    hbm_budget=t.hbm_budget, free_bytes=device_free_bytes(t.device))
+            if self.sync.replicated and self.coll.size > 1:  # identical tables: the smallest budget everywhere
+                self.hbm_rows = min(self.coll.main.allgather(self.plan.hbm_rows))
+            else:
+                self.hbm_rows = self.plan.hbm_rows
             self.log(f"hps: {self.plan.describe()}")
             # SSD-PS is this run's scratch space (durability comes from checkpoints): no fsync per dump
             opts = SSDOptions(page_cache=t.ssd_page_cache, **self.plan.ssd_options())
@@ -170,7 +176,7 @@ class Trainer:
         t = self.cfg.tiers
         hbm = self.backend.wrap(make_hbm(self.plan.hbm_keys, self.row_width, t.device, t.n_parts, t.gpus))
         pull = self.coll.prepare.pull_rows if self.sync.replicated else None
-        self.hier = ParameterHierarchy(hbm, self.memps, WINDOW, self.coll.owned_mask, pull)
+        self.hier = ParameterHierarchy(hbm, self.memps, WINDOW, self.coll.owned_mask, pull, self.hbm_rows)
         self.hier.mark_trained(self.start_index - 1)  # resumed: the batches before were trained
 
     def _gate(self, w: Work) -> None:
@@ -193,11 +199,6 @@ class Trainer:
     def _place(self, w: Work) -> Work:
         if w.prepared is None:
             return w
-        try:
-            self.hier.place(w.prepared)
-        except HashTableFullError as e:
-            raise HashTableFullError(f"{e} (HBM-PS holds the working sets of {WINDOW + 1} batches: raise "
-                                     "--hbm-capacity or lower --batch-size)") from None
         w.staged = self.backend.stage(w.local, w.plans, self.hier.hbm)
         return w
 
@@ -380,7 +381,9 @@ class Trainer:
     def rank_metrics(self) -> dict:
         """This rank's figures (``_job_metrics.rank_figures``)."""
         return rank_figures(self.coll, self.pipeline, self.feed, self.store, self.memps, self.peak_resident,
-                            self.backend.transfers(), self.features.rank_metrics())
+                            self.backend.transfers(), self.features.rank_metrics(),
+                            {"fetched": getattr(self.hier, "fetched", 0), "evicted": getattr(self.hier, "evicted", 0),
+                             "budget_rows": self.hbm_rows})
 
     def metrics(self) -> dict:
         """Job metrics: the features', the training's and every rank's (``_job_metrics.job_figures``).
