@@ -16,7 +16,7 @@ FAE = ["--fae", "auto", "--hot-bytes", "32KiB", "--fae-sample-rate", "50"]
 
 @pytest.mark.parametrize("data, extra", [
     ("synthetic", []),
-    ("criteo", ["--ranks-per-node", "2", "--mem-budget", "420KB", "--rows-per-file", "128"]),
+    ("criteo", ["--ranks-per-node", "2", "--mem-budget", "420KB", "--rows-per-file", "128", "--hbm-budget", "176KiB"]),
     ("synthetic", ["--sparse-sync", "allreduce"]),
 ])
 def test_two_ranks_with_fae_end_with_the_model_of_one_process(mpiexec, tmp_path, data, extra):

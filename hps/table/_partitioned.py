@@ -232,6 +232,12 @@ class PartitionedHashTable:
                 slots[idx] = _to_host(self.parts[p].lookup(k[idx], batch))[0]
         return self._out(slots, on_dev)
 
+    def missing(self, keys, batch: int) -> np.ndarray:
+        """The keys of host ``keys`` that are not live, in input order, each live key counting a use in
+        ``batch`` (:meth:`HashTable.missing`). Blocking."""
+        k = np.asarray(keys, np.uint64)
+        return k[np.asarray(self.lookup(k, batch)) < 0]
+
     def evict(self, n: int, protect_from: int):
         """Erase up to ``n`` victims over the parts (:meth:`HashTable.evict` in each) -> (keys, rows) host
         arrays in key order. Part p gives its share of ``n`` by its live keys (floor, the remainder to

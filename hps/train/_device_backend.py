@@ -50,6 +50,7 @@ from ..gpu import (
     TransferLedger,
     backward_plan,
     bce_loss_grad_async,
+    missing_keys,
     pool_backward_sorted_async,
     pool_forward_rows_async,
 )
@@ -97,15 +98,18 @@ class LedgerTable:
             return self.table.erase(keys)
         return self.table.erase(self.ledger.to_device(keys, "writeback"))
 
-    def lookup(self, keys: np.ndarray, batch: int) -> np.ndarray:
-        """Slots (n,) int64 host array of host ``keys`` (-1: not resident), each resident key counting a
-        use in ``batch`` (the residency lookup, ``plan``). Blocking."""
+    def missing(self, keys: np.ndarray, batch: int) -> np.ndarray:
+        """The keys of host ``keys`` (n,) uint64 not resident, in input order (host array), each resident
+        key counting a use in ``batch``: the residency lookup and the miss list computed on the device
+        (``hps.gpu.missing_keys``); the keys go up and only the misses come down (``plan``). Blocking."""
         if self.parted:
-            slots = self.table.lookup(keys, batch)
+            miss = self.table.missing(keys, batch)
             self.ledger.record("h2d", "plan", keys.nbytes)
-            self.ledger.record("d2h", "plan", slots.nbytes)
-            return slots
-        return self.ledger.to_host(self.table.lookup(self.ledger.to_device(keys, "plan"), batch), "plan")
+            self.ledger.record("d2h", "plan", miss.nbytes)
+            return miss
+        with self.table.device_view():  # the table's lock: the simulator runs one thread's kernels at a time
+            _, miss = missing_keys(self.table, self.ledger.to_device(keys, "plan"), batch, self.ledger.xp)
+        return self.ledger.to_host(miss, "plan")
 
     def evict(self, n: int, protect_from: int):
         """The table's ``evict`` (host keys and rows, ``writeback``). Blocking."""

@@ -65,7 +65,7 @@ class Prepared:
 
 class ParameterHierarchy:
     """One process's view of the three tiers. ``hbm``: HashTable-like with the cache operations
-    ``lookup`` / ``evict`` (``hps/table/_cache.py``); ``memps``: hps.mem.MemPS of the keys this rank
+    ``missing`` / ``lookup`` / ``evict`` (``hps/table/_cache.py``); ``memps``: hps.mem.MemPS of the keys this rank
     owns; ``owned_mask(keys) -> (n,) bool``: which keys this rank owns; ``pull(keys, serve) -> rows``:
     rows of resident-to-be keys that may belong to other ranks, each owner serving its own with
     ``serve`` (collective; None when every key a rank holds is its own); ``budget_rows``: the rows the
@@ -129,8 +129,7 @@ class ParameterHierarchy:
                 "or lower --batch-size")
         evicted = self.evicted
         with self._lock:
-            slots = np.asarray(_host(self.hbm.lookup(working_set, index)))
-            miss = working_set[slots < 0]
+            miss = np.asarray(_host(self.hbm.missing(working_set, index)))
             short = self._make_room(miss.shape[0], index - self.window + 1)
         if short:  # the batches in flight hold the room: wait until they are trained
             if not self._wait_trained(index - 1):
@@ -141,8 +140,8 @@ class ParameterHierarchy:
         with self._lock:
             rows = self._fetch(miss)     # exclusive tiers: the owned rows leave the MEM-PS (take)
             self._insert(miss, rows)
-            if miss.shape[0]:
-                self.hbm.lookup(miss, index)  # their first use
+            if miss.shape[0] and np.asarray(_host(self.hbm.missing(miss, index))).shape[0]:  # their first use
+                raise InternalError(f"batch {index}: keys inserted into the HBM-PS are missing from it")
             self.fetched += miss.shape[0]
         return Prepared(index, int(miss.shape[0]), self.evicted - evicted)
 
