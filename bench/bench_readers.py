@@ -36,7 +36,7 @@ import pytest
 from numba import njit
 
 from hps.data import MISSING_VALUE, Batch, open_dataset
-from hps.data._chunks import fixed_width_batch
+from hps.data._batch import FixedBatch
 from hps.data._columns import plan_columns
 from hps.data._parquet import arrow_examples, text_buffers
 
@@ -179,7 +179,7 @@ def peer_same_work(path, fmt) -> list:
     out = []
     if fmt == "criteo":
         for rb in _stream(path, "\t", CRITEO_NAMES, CRITEO_TYPES):
-            out.append(fixed_width_batch(*_criteo_examples(rb)))
+            out.append(FixedBatch(*_criteo_examples(rb)).batch())
     elif fmt == "libsvm":
         for rb in _stream(path, " ", LIBSVM_NAMES, LIBSVM_TYPES):
             out.append(_libsvm_batch(rb))
@@ -187,13 +187,13 @@ def peer_same_work(path, fmt) -> list:
         plan = plan_columns(["click", *CSV_COLS], "click")
         for rb in _stream(path, ",", None, {"click": pa.int8(), **{c: pa.string() for c in CSV_COLS}}):
             labels, dense, values, code = arrow_examples(rb, plan)
-            out.append(fixed_width_batch(labels, dense, values))
+            out.append(FixedBatch(labels, dense, values).batch())
     else:  # parquet: hps's reader is pyarrow + this column work already
         plan = plan_columns(["click", *CSV_COLS], "click")
         with pq.ParquetFile(path) as pf:
             for rb in pf.iter_batches(batch_size=65536):  # threads as hps's reader uses them
                 labels, dense, values, code = arrow_examples(rb, plan)
-                out.append(fixed_width_batch(labels, dense, values))
+                out.append(FixedBatch(labels, dense, values).batch())
     return out
 
 

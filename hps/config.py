@@ -140,11 +140,13 @@ class DataConfig:
     data_shards: int | None = None      # shards the data is cut into (None = one per rank)
     op_osrp: int | None = None          # hash every example's keys into 2 x this many binary features (OP+OSRP)
     drift: float = 0.0                  # synthetic: popularity ranks shifted per example (new keys over time)
+    readers: int | None = None          # threads reading batches per rank (None = from its cores, hps.train._feed)
 
     def __post_init__(self):
         _check_types(self)
         _one_of("format", self.format, FORMATS)
-        _positive(self, "rows", "fields", "vocab_per_field", "zipf", "libsvm_fields", "data_shards", "op_osrp")
+        _positive(self, "rows", "fields", "vocab_per_field", "zipf", "libsvm_fields", "data_shards", "op_osrp",
+                  "readers")
         for name in ("fields", "libsvm_fields"):
             if getattr(self, name) is not None:
                 check_n_fields(getattr(self, name), name.replace("_", "-"))

@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-malformed", type=float, default=S, metavar="FRACTION",
                    help="stop when more than this fraction of the data lines are malformed "
                         f"({DEFAULT_MAX_MALFORMED}); malformed lines below it are skipped and reported")
+    g.add_argument("--readers", type=int, default=S, metavar="N",
+                   help="threads that parse (or generate) the batches of each rank, in parallel; the "
+                        "batches are the same for any N (this rank's cores minus 3, 1 to 8)")
     g = p.add_argument_group("model")
     g.add_argument("--model", choices=MODELS, default=S, help="network (ctr); see README 'Models'")
     g.add_argument("--embedding-dim", type=int, default=S, help="embedding width (16)")

@@ -13,11 +13,15 @@ local mini-batch ``j`` is one contiguous slice), so one process reading all ``K`
 exactly the global mini-batches that ``K`` ranks train on together. A shard that has run out adds
 empty local mini-batches; the trainer's read stage agrees with the other ranks on when the epoch ends.
 
+Each shard's reader parses (or generates) with ``--readers`` threads (``hps.data._parallel``: the
+same batches for any number); by default :func:`reader_threads` of the rank's cores.
+
 Not thread-safe: the read stage iterates :meth:`Feed.epoch`; evaluation runs after training.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -26,6 +30,20 @@ import numpy as np
 from ..data import Batch, HashedReader, ReaderStats, open_dataset, share_bounds
 from ..errors import InvalidInputError
 from ._shuffle import shuffled
+
+
+#: Cores a rank leaves to the pipeline's other stages (prepare, place, train) when it picks its readers.
+OTHER_STAGE_CORES = 3
+#: Most readers a rank picks by default (8 readers make synthetic batches at several M examples/s).
+MAX_DEFAULT_READERS = 8
+
+
+def reader_threads(requested: int | None, cores_per_rank: int) -> int:
+    """Reader threads of a rank: ``requested`` (``--readers``), else its cores minus the
+    ``OTHER_STAGE_CORES`` the other stages need, between 1 and ``MAX_DEFAULT_READERS``."""
+    if requested is not None:
+        return int(requested)
+    return max(1, min(MAX_DEFAULT_READERS, int(cores_per_rank) - OTHER_STAGE_CORES))
 
 
 def minibatch_sizes(batch_size: int, minibatch_size: int) -> np.ndarray:
@@ -63,14 +81,16 @@ class LocalBatch:
 
 
 class Feed:
-    """The shards of rank ``rank`` of ``size`` (``cfg``: the training Config), composed as above.
+    """The shards of rank ``rank`` of ``size`` (``cfg``: the training Config), composed as above;
+    ``cores_per_rank`` sets the default number of readers (None: this machine's cores).
 
     Raises InvalidInputError when ``--data-shards`` is not a multiple of the ranks or exceeds the
-    mini-batch size (a shard would have no place in a mini-batch), and when a shard's first bytes
-    already show its data is unusable (``probe``).
+    mini-batch size (a shard would have no place in a mini-batch), when a shard's first bytes
+    already show its data is unusable (``probe``), and when the eval data lacks a column the
+    training data's fields or dense features come from (CSV/Parquet columns are matched by name).
     """
 
-    def __init__(self, cfg, rank: int, size: int):
+    def __init__(self, cfg, rank: int, size: int, cores_per_rank: int | None = None):
         d, tc = cfg.data, cfg.train
         k = d.data_shards or size
         if k % size:
@@ -85,7 +105,8 @@ class Feed:
         self._local = [shard_minibatch_sizes(self.sizes, s, k) for s in self.shards]
         opts = format_options(d, tc.seed, tc.batch_size)
         self.format_options = opts  # the readers' options (the export records them)
-        read = {"strict": d.strict, "max_malformed": d.max_malformed}
+        self.reader_threads = reader_threads(d.readers, cores_per_rank or os.cpu_count() or 1)
+        read = {"strict": d.strict, "max_malformed": d.max_malformed, "readers": self.reader_threads}
         self.readers = [open_dataset(d.data, d.format, int(local.sum()), shard=(s, k), **read, **opts)
                         for s, local in zip(self.shards, self._local)]
         first = self.readers[0]
@@ -95,8 +116,13 @@ class Feed:
             eopts = {key: v for key, v in opts.items() if key not in ("seed", "block_rows")}
             if d.format == "libsvm":  # positional fields: the eval data has the training data's
                 eopts["n_fields"] = self.n_fields
-            self._eval = [open_dataset(d.eval_data, d.format, int(local.sum()), shard=(s, k), **read, **eopts)
-                          for s, local in zip(self.shards, self._local)]
+            if d.format in ("csv", "parquet"):  # columns by name: the training data's fields, in its order;
+                eopts.update(categorical_columns=list(first.categorical_columns), ignore_columns=())  # others ignored
+            try:
+                self._eval = [open_dataset(d.eval_data, d.format, int(local.sum()), shard=(s, k), **read, **eopts)
+                              for s, local in zip(self.shards, self._local)]
+            except InvalidInputError as e:  # e.g. a column the training data's fields come from is missing
+                raise type(e)(f"--eval-data: {e}") from None
             ev = self._eval[0]
             if (ev.n_fields, ev.n_dense) != (self.n_fields, self.n_dense):
                 raise InvalidInputError(f"--eval-data {d.eval_data} has {ev.n_fields} fields and {ev.n_dense} "
@@ -113,7 +139,7 @@ class Feed:
         """A one-shard feed that replays ``batches`` (a list of Batches, none longer than the first),
         with no eval data (the warm-up's scratch job)."""
         feed = cls.__new__(cls)
-        feed.n_shards, feed.shards = 1, [0]
+        feed.n_shards, feed.shards, feed.reader_threads = 1, [0], 1
         feed.shuffle_buffer, feed.seed = 0, 0
         feed.sizes = minibatch_sizes(len(batches[0]), minibatch_size)
         feed._local = [feed.sizes]

@@ -61,7 +61,7 @@ def run(cfg, comm=None, log=print, on_fatal=None) -> dict:
         bayes = synthetic.bayes_auc() if synthetic is not None and coll.rank == 0 else None
         say(f"hps: training {cfg.data.format} data on {cfg.tiers.device}, {coll.size} rank(s) "
             f"({trainer.feed.n_shards} data shard(s), sparse sync {cfg.train.sparse_sync}, MPI wait "
-            f"{coll.wait_mode}, BLAS threads {trainer.blas_threads}), batch {cfg.train.batch_size}, mini-batch {cfg.train.minibatch_size}, "
+            f"{coll.wait_mode}, BLAS threads {trainer.blas_threads}, readers {trainer.feed.reader_threads}), batch {cfg.train.batch_size}, mini-batch {cfg.train.minibatch_size}, "
             f"MEM-PS cache {trainer.memps.cache.capacity_rows:,} rows, SSD-PS {trainer.ssd_dir}")
         say(trainer.describe_model())
         metrics = trainer.fit()
