@@ -6,15 +6,18 @@ max_malformed=0.01, **options)``. Every dataset offers ``batches(start_batch=0)`
 ``SyntheticData`` adds ``eval_batches()`` and ``bayes_auc()``. ``shard`` picks the part of the data a
 reader parses (``hps.data._shards``: line-aligned byte ranges or whole files; rows of the synthetic
 data); shards read one after the other give all of the data. ``op_osrp(keys, offsets, bins, seed)``
-hashes any CSR block of keys into OP+OSRP features (``hps.data._oposrp``).
+hashes any CSR block of keys into OP+OSRP features (``hps.data._oposrp``). ``readers=N`` parses or
+generates with N threads, the same batches for any N (``hps.data._parallel``). Parquet written by
+``python -m hps.convert`` (keys already hashed) is read by :class:`ConvertedReader`.
 """
 
-from ._batch import FIELD_SHIFT, MAX_FIELD, MAX_FIELDS, Batch, make_keys
+from ._batch import FIELD_SHIFT, HASHING_VERSION, MAX_FIELD, MAX_FIELDS, Batch, FixedBatch, make_keys
 from ._chunks import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MALFORMED, MISSING_VALUE, ReaderStats
 from ._criteo import NEGATIVE_VALUE, CriteoReader
 from ._csv import CsvReader
 from ._libsvm import LibsvmReader
-from ._open import FORMATS, column_names, open_dataset
+from ._converted import ConvertedReader, is_converted
+from ._open import FORMATS, column_names, format_options, open_dataset
 from ._oposrp import HashedReader, hash_batch, op_osrp
 from ._parquet import ParquetReader
 from ._shards import share_bounds
@@ -24,10 +27,15 @@ from ._synthetic import SyntheticData
 __all__ = [
     "Batch",
     "make_keys",
+    "FixedBatch",
     "FIELD_SHIFT",
+    "HASHING_VERSION",
     "MAX_FIELD",
     "MAX_FIELDS",
     "open_dataset",
+    "format_options",
+    "ConvertedReader",
+    "is_converted",
     "column_names",
     "FORMATS",
     "CriteoReader",

@@ -27,6 +27,11 @@ from ..errors import InvalidInputError
 #: Bits of a key below the field id: key = field << FIELD_SHIFT | (mix64(value) >> (64 - FIELD_SHIFT)).
 #: Written to disk inside every key: never change.
 FIELD_SHIFT = 48
+#: Version of how the readers turn a feature into its key: ``make_keys`` (FIELD_SHIFT, SplitMix64),
+#: FNV-1a of CSV/Parquet text, Criteo's hex values and log2 buckets, MISSING_VALUE / NEGATIVE_VALUE,
+#: libsvm's positional fields. Data converted by ``hps.convert`` records it: bump it with any change
+#: that gives a feature another key.
+HASHING_VERSION = 1
 #: Largest field id (all-ones field with an all-ones hash would be the sentinel key).
 MAX_FIELD = (1 << (64 - FIELD_SHIFT)) - 2
 #: Most fields a dataset may have (ids 0..MAX_FIELD).

@@ -247,7 +247,7 @@ class TextReader:
         self.stats = ReaderStats()
         reb = Rebatcher(self.batch_size)
         gb = 0
-        for part in self._pass(self.chunk_bytes):
+        for _, part in self._pass(self.chunk_bytes):
             for b in reb.push(part):
                 if gb >= start_batch:
                     yield b
@@ -276,16 +276,27 @@ class TextReader:
         finally:
             self.stats = saved
 
-    def _pass(self, chunk_bytes: int, max_chunks: int | None = None, readers: int | None = None):
-        """The parts (Batch or FixedBatch) of a pass over this shard's segments, in order, counted
-        into ``stats`` and checked one by one; ``max_chunks``: per segment (a probe)."""
-        units = (u for seg in self.segments() for u in self._units(seg, chunk_bytes, max_chunks))
-        for unit, result in ordered_map(self._work_on, units, readers or self.readers):
-            yield self._accept(unit, result)
+    def read_segments(self, segments: list[Segment]) -> Iterator[tuple[int, object]]:
+        """``(i, part)`` of one pass over ``segments`` — this shard's own, or a finer cut of them
+        (``hps.data._shards.split_segments``) — part (a Batch or FixedBatch of valid examples) coming
+        from ``segments[i]``, in order; counted into ``stats`` (reset) and checked as a pass of
+        :meth:`batches` is, the end-of-pass check included (``python -m hps.convert``)."""
+        self.stats = ReaderStats()
+        yield from self._pass(self.chunk_bytes, segments=segments)
+        self._check(self.stats, final=True)
+
+    def _pass(self, chunk_bytes: int, max_chunks: int | None = None, readers: int | None = None,
+              segments: list[Segment] | None = None):
+        """``(segment index, part)`` of a pass over ``segments`` (default: this shard's), in order,
+        counted into ``stats`` and checked unit by unit; ``max_chunks``: per segment (a probe)."""
+        segs = self.segments() if segments is None else segments
+        units = ((i, u) for i, seg in enumerate(segs) for u in self._units(seg, chunk_bytes, max_chunks))
+        for (i, unit), result in ordered_map(self._work_on, units, readers or self.readers):
+            yield i, self._accept(unit, result)
             self._after(unit, result)
 
-    def _work_on(self, unit):
-        return unit, self._work(unit)
+    def _work_on(self, item):
+        return item, self._work(item[1])
 
     def _open(self, path: Path):
         """(binary stream positioned at the first data line, its 1-based line number); compressed

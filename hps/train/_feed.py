@@ -27,7 +27,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ..data import Batch, HashedReader, ReaderStats, open_dataset, share_bounds
+from ..data import Batch, HashedReader, ReaderStats, format_options, open_dataset, share_bounds
 from ..errors import InvalidInputError
 from ._shuffle import shuffled
 
@@ -238,17 +238,3 @@ class _Replay:
 
 def _malformed(readers) -> tuple[int, list[str]]:
     return (sum(r.stats.malformed for r in readers), [x for r in readers for x in r.stats.first_malformed()])
-
-
-def format_options(d, seed: int, batch_size: int) -> dict:
-    if d.format == "synthetic":  # generated in blocks of the global batch size: the same data for any K
-        return {"rows": d.rows, "fields": d.fields, "vocab_per_field": d.vocab_per_field, "zipf": d.zipf,
-                "n_dense": d.n_dense, "seed": seed, "block_rows": batch_size, "drift": d.drift}
-    if d.format == "libsvm" and d.libsvm_fields:
-        return {"n_fields": d.libsvm_fields}
-    if d.format in ("csv", "parquet"):
-        return {"label": d.label_column, "ignore_columns": d.ignore_columns, "dense_columns": d.dense_columns,
-                "categorical_columns": d.categorical_columns}
-    if d.format == "criteo":
-        return {"int_as_categorical": d.int_as_categorical}
-    return {}
