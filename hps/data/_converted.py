@@ -43,7 +43,7 @@ import numpy as np
 from ..errors import InvalidInputError
 from ._batch import FIELD_SHIFT, HASHING_VERSION, Batch, FixedBatch
 from ._chunks import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MALFORMED, TextReader
-from ._shards import Segment, share_bounds
+from ._shards import Segment, row_segments, share_bounds
 
 #: Version of the layout above. Written into every file and the manifest: never renumber.
 LAYOUT_VERSION = 1
@@ -198,14 +198,7 @@ class ConvertedReader(TextReader):
         cuts = (self._cuts or {}).get(self.n_shards)
         lo, hi = (cuts[self.shard], cuts[self.shard + 1]) if cuts else share_bounds(self.rows, self.shard,
                                                                                      self.n_shards)
-        out, base = [], 0
-        for p, groups in zip(self.paths, self._groups):
-            n = sum(groups)
-            a, b = max(lo, base), min(hi, base + n)
-            if a < b:
-                out.append(Segment(p, a - base, b - base, 0))
-            base += n
-        return out
+        return row_segments(self.paths, [sum(g) for g in self._groups], lo, hi)
 
     def _units(self, seg: Segment, chunk_bytes: int, max_chunks: int | None = None) -> Iterator[_Group]:
         groups = self._groups[self.paths.index(seg.path)]

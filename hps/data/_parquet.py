@@ -32,7 +32,7 @@ from ._chunks import (BAD_LABEL, BAD_NUMBER, DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MA
                       MAX_RECORDED_MALFORMED, MISSING_VALUE, REASONS, TextReader)
 from ._columns import ColumnPlan, plan_columns
 from ._parse_kernels import hash_strings
-from ._shards import Segment, share_bounds
+from ._shards import Segment, row_segments, share_bounds
 from ._sources import compression
 
 #: Bytes of ``chunk_bytes`` per row read: a read is ``chunk_bytes // BYTES_PER_ROW`` rows (65,536 at
@@ -167,14 +167,7 @@ class ParquetReader(TextReader):
     def segments(self) -> list[Segment]:
         """Row ranges ``[start, stop)`` (rows of one file) of this shard."""
         lo, hi = share_bounds(self.rows, self.shard, self.n_shards)
-        out, base = [], 0
-        for p, groups in zip(self.paths, self._group_rows):
-            n = sum(groups)
-            a, b = max(lo, base), min(hi, base + n)
-            if a < b:
-                out.append(Segment(p, a - base, b - base, 0))
-            base += n
-        return out
+        return row_segments(self.paths, [sum(g) for g in self._group_rows], lo, hi)
 
     def _units(self, seg: Segment, chunk_bytes: int, max_chunks: int | None = None) -> Iterator[_Rows]:
         """Record batches of ``chunk_bytes // BYTES_PER_ROW`` rows of one segment (decoded by

@@ -117,3 +117,15 @@ def split_segments(segments: list[Segment], cuts: dict) -> list[Segment]:
         edges = [seg.start, *inner, seg.stop]
         out.extend(Segment(seg.path, a, b, seg.data_start) for a, b in zip(edges, edges[1:]))
     return out
+
+
+def row_segments(paths, file_rows, lo: int, hi: int) -> list[Segment]:
+    """Rows ``[lo, hi)`` of files laid end to end (``file_rows[i]`` rows in ``paths[i]``) as segments of
+    rows of one file each (``start``/``stop`` rows of that file). Pure."""
+    out, base = [], 0
+    for p, n in zip(paths, file_rows):
+        a, b = max(lo, base), min(hi, base + n)
+        if a < b:
+            out.append(Segment(p, a - base, b - base, 0))
+        base += n
+    return out
