@@ -23,7 +23,7 @@ import os
 import re
 from dataclasses import dataclass, field, fields
 
-from .data import DEFAULT_MAX_MALFORMED
+from .data import DEFAULT_MAX_MALFORMED, DENSE_TRANSFORMS
 from .data._batch import check_n_fields
 from ._xp import DEVICES
 from .errors import InvalidInputError, InvalidTypeError
@@ -141,6 +141,7 @@ class DataConfig:
     op_osrp: int | None = None          # hash every example's keys into 2 x this many binary features (OP+OSRP)
     drift: float = 0.0                  # synthetic: popularity ranks shifted per example (new keys over time)
     readers: int | None = None          # threads reading batches per rank (None = from its cores, hps.train._feed)
+    dense_transform: str = "none"       # csv, parquet: none | log1p | standardize of the dense columns
 
     def __post_init__(self):
         _check_types(self)
@@ -170,6 +171,10 @@ class DataConfig:
             if value and self.format not in ("csv", "parquet"):
                 raise InvalidInputError(f"--{name.replace('_', '-')} is an option of --format csv and "
                                         f"parquet, not of --format {self.format}")
+        _one_of("dense-transform", self.dense_transform, DENSE_TRANSFORMS)
+        if self.dense_transform != "none" and self.format not in ("csv", "parquet"):
+            raise InvalidInputError(f"--dense-transform is an option of --format csv and parquet, not of "
+                                    f"--format {self.format}")
         if self.int_as_categorical and self.format != "criteo":
             raise InvalidInputError(f"--int-as-categorical is an option of --format criteo, not of "
                                     f"--format {self.format}")

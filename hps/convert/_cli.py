@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..config import FORMATS, DataConfig
-from ..data import DEFAULT_MAX_MALFORMED, format_options
+from ..data import DEFAULT_MAX_MALFORMED, DENSE_TRANSFORMS, format_options
 from ..errors import HpsError, InvalidInputError
 from ._write import COMPRESSIONS, DEFAULT_MAX_SHARDS, convert
 
@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ignore-columns", default="", help="csv, parquet: columns to drop, comma separated")
     g.add_argument("--dense-columns", default="", help="csv, parquet: numeric columns, comma separated")
     g.add_argument("--categorical-columns", help="csv, parquet: the fields in order, comma separated")
+    g.add_argument("--dense-transform", choices=DENSE_TRANSFORMS, default="none",
+                   help="csv, parquet: transform of the dense columns, stored transformed (none)")
     g.add_argument("--int-as-categorical", action="store_true", help="criteo: also bucketize the integers")
     g.add_argument("--libsvm-fields", type=int, help="libsvm: positional fields")
     g.add_argument("--strict", action="store_true", help="stop at the first malformed line")
@@ -70,7 +72,8 @@ def main(argv=None) -> int:
                        ignore_columns=_columns(a.ignore_columns), dense_columns=_columns(a.dense_columns),
                        categorical_columns=_columns(a.categorical_columns) if a.categorical_columns else None,
                        int_as_categorical=a.int_as_categorical, libsvm_fields=a.libsvm_fields,
-                       strict=a.strict, max_malformed=a.max_malformed, readers=a.readers)
+                       strict=a.strict, max_malformed=a.max_malformed, readers=a.readers,
+                       dense_transform=a.dense_transform)
         opts = format_options(d, a.seed, a.batch_size)
         if a.format == "synthetic" and a.split == "eval":  # the eval split as a training set of its own rows
             opts = _eval_split(opts)

@@ -204,7 +204,8 @@ def source_record(fmt: str, reader, options: dict) -> dict:
     opts = {k: v for k, v in options.items()}
     if fmt in ("csv", "parquet"):
         opts.update(categorical_columns=list(reader.categorical_columns), dense_columns=list(reader.dense_columns),
-                    ignore_columns=[], label=reader.label)
+                    ignore_columns=[], label=reader.label, dense_transform=reader.dense_transform,
+                    dense_stats=reader.dense_stats)
     if fmt == "libsvm":
         opts["n_fields"] = reader.n_fields
     return {"format": fmt, "options": json.loads(json.dumps(opts, default=list))}

@@ -14,6 +14,7 @@ generates with N threads, the same batches for any N (``hps.data._parallel``). P
 from ._batch import FIELD_SHIFT, HASHING_VERSION, MAX_FIELD, MAX_FIELDS, Batch, FixedBatch, make_keys
 from ._chunks import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MALFORMED, MISSING_VALUE, ReaderStats
 from ._criteo import NEGATIVE_VALUE, CriteoReader
+from ._dense import DENSE_TRANSFORMS
 from ._csv import CsvReader
 from ._libsvm import LibsvmReader
 from ._converted import ConvertedReader, is_converted
@@ -49,6 +50,7 @@ __all__ = [
     "NEGATIVE_VALUE",
     "DEFAULT_CHUNK_BYTES",
     "DEFAULT_MAX_MALFORMED",
+    "DENSE_TRANSFORMS",
     "share_bounds",
     "expand_paths",
     "op_osrp",

@@ -30,6 +30,8 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from ._batch import Batch
+from ._dense import SAMPLE_ROWS, check_transform, sample_stats
+from ._dense import apply as dense_apply
 from ._parallel import check_readers, ordered_map
 from ._shards import Segment, check_shard, plan_segments, seek_segment, share_bounds
 from ._sources import compression, expand_paths, open_source
@@ -224,6 +226,8 @@ class TextReader:
         self.chunk_bytes = int(chunk_bytes)
         self.max_malformed = float(max_malformed)
         self.readers = check_readers(readers)
+        self.dense_transform, self.dense_stats = "none", None  # CSV / Parquet: _setup_dense
+        self.probe_dense_max = 0.0
         self.stats = ReaderStats()
         self._starts: dict = {}
         self._cut = False
@@ -267,8 +271,9 @@ class TextReader:
         saved, self.stats = self.stats, ReaderStats()
         self._cut = False
         try:
-            for _ in self._pass(PROBE_BYTES, max_chunks=1, readers=1):
-                pass
+            for _, part in self._pass(PROBE_BYTES, max_chunks=1, readers=1):
+                if len(part) and part.dense.size:  # how large the dense values are (the trainer warns)
+                    self.probe_dense_max = max(self.probe_dense_max, float(np.abs(part.dense).max()))
             st = self.stats
             all_bad = st.examples == 0 and st.malformed > self.max_malformed * (st.lines - st.blank)
             self._check(st, final=not self._cut or all_bad)
@@ -347,7 +352,25 @@ class TextReader:
         bad_line = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int64)
         bad_code = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int32)
         counts, part = self._parse(unit.buf, unit.n_lines, bad_line, bad_code)
-        return counts, bad_line, bad_code, part
+        return counts, bad_line, bad_code, self._transformed(part)
+
+    def _transformed(self, part):
+        """``part`` with its dense columns transformed (``hps.data._dense``). Thread-safe."""
+        if self.dense_transform != "none":
+            part.dense = dense_apply(part.dense, self.dense_transform, self.dense_stats)
+        return part
+
+    def _setup_dense(self, transform: str, stats, sample) -> None:
+        """Sets the dense transform; ``standardize`` without ``stats`` takes them from ``sample()`` (the
+        untransformed batches of the whole data, from its start)."""
+        self.dense_stats = check_transform(transform, stats, self.n_dense)
+        if transform == "standardize" and self.dense_stats is None:
+            it = sample()
+            try:
+                self.dense_stats = sample_stats(it)
+            finally:
+                it.close()
+        self.dense_transform = transform
 
     def _accept(self, unit: _Chunk, result):
         """Counts a parsed chunk into ``stats`` (in order) and returns its part."""

@@ -99,7 +99,8 @@ class ConvertedReader(TextReader):
     """Streams ``Batch``es from a directory (or files) written by ``python -m hps.convert`` (see the
     module docstring). ``shard=(s, K)``: the rows the source's shard s of K holds when the
     conversion recorded K (``max_shards``), else the K-th share of the rows. ``label`` is the
-    converted label; the column options must match the conversion's (its columns are fixed).
+    converted label; the column options and the dense transform must match the conversion's (its
+    columns are fixed, its dense values already transformed).
     ``strict``, ``max_malformed`` and ``chunk_bytes`` have nothing to do (no row is malformed).
     Not thread-safe (one iteration at a time)."""
 
@@ -108,7 +109,8 @@ class ConvertedReader(TextReader):
     def __init__(self, path, batch_size: int, shard=(0, 1), strict: bool = False, label: str | None = "click",
                  dense_columns: Sequence[str] = (), ignore_columns: Sequence[str] = (),
                  categorical_columns: Sequence[str] | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-                 max_malformed: float = DEFAULT_MAX_MALFORMED, readers: int = 1):
+                 max_malformed: float = DEFAULT_MAX_MALFORMED, readers: int = 1, dense_transform: str = "none",
+                 dense_stats: dict | None = None):
         super().__init__(path, batch_size, shard, strict, chunk_bytes, max_malformed, readers)
         first = self._checked(self.paths[0], None)
         for p in self.paths[1:]:
@@ -125,6 +127,11 @@ class ConvertedReader(TextReader):
                 raise InvalidInputError(f"{self.paths[0].parent}: converted from {self.source['format']} with "
                                         f"{name} {src[name]}, not {given[name]}: convert the source again "
                                         "to change the columns")
+        done = src.get("dense_transform", "none")  # applied by the conversion: the stored values are transformed
+        if dense_transform not in ("none", done):
+            raise InvalidInputError(f"{self.paths[0].parent}: converted with --dense-transform {done}, not "
+                                    f"{dense_transform}: convert the source again to change it")
+        self.dense_transform, self.dense_stats = done, src.get("dense_stats")
         self.categorical_columns = list(src.get("categorical_columns") or [])
         self.dense_columns = list(src.get("dense_columns") or [])
         self.label = label

@@ -25,6 +25,7 @@ from ._batch import FIELD_SHIFT, FixedBatch, check_n_fields
 from ._chunks import (BAD_COLUMNS, BAD_LABEL, BAD_NUMBER, DEFAULT_CHUNK_BYTES,
                       DEFAULT_MAX_MALFORMED, MISSING_VALUE, TextReader)
 from ._columns import plan_columns
+from ._dense import SAMPLE_ROWS
 from ._parse_kernels import parse_csv
 from ._sources import open_source
 
@@ -47,13 +48,15 @@ class CsvReader(TextReader):
     every label 0); dense_columns: names of numeric columns; ignore_columns: columns to drop (e.g. a
     unique row ``id``); categorical_columns: the fields in field-id order (default: every other
     column, in header order). ``categorical_columns`` then lists the field names in field-id order.
+    dense_transform: "none", "log1p" or "standardize" (with ``dense_stats``, else statistics of the
+    data's first rows; ``hps.data._dense``). readers: threads parsing in parallel.
     """
 
     def __init__(self, path, batch_size: int, shard=(0, 1), strict: bool = False,
                  label: str | None = "click", dense_columns: Sequence[str] = (),
                  ignore_columns: Sequence[str] = (), categorical_columns: Sequence[str] | None = None,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES, max_malformed: float = DEFAULT_MAX_MALFORMED,
-                 readers: int = 1):
+                 readers: int = 1, dense_transform: str = "none", dense_stats: dict | None = None):
         super().__init__(path, batch_size, shard, strict, chunk_bytes, max_malformed, readers)
         self.header = _read_header(self.paths[0])
         for p in self.paths[1:]:
@@ -71,6 +74,10 @@ class CsvReader(TextReader):
         self.n_fields = check_n_fields(len(self.categorical_columns), "categorical CSV columns",
                                        low=0)
         self.n_dense = len(self.dense_columns)
+        self._setup_dense(dense_transform, dense_stats, lambda: CsvReader(
+            self.paths, SAMPLE_ROWS, strict=strict, label=label, dense_columns=dense_columns,
+            ignore_columns=ignore_columns, categorical_columns=categorical_columns, chunk_bytes=chunk_bytes,
+            max_malformed=max_malformed).batches())
 
     def _open(self, path: Path):
         f = open_source(path)

@@ -29,7 +29,8 @@ def open_dataset(path, fmt: str, batch_size: int, shard=(0, 1), strict: bool = F
     ``.gz`` / ``.zst``: ``hps.data._sources``; ignored for "synthetic").
 
     fmt_options go to the format's class: criteo ``int_as_categorical``; libsvm ``n_fields``;
-    csv and parquet ``label``, ``dense_columns``, ``ignore_columns``, ``categorical_columns``;
+    csv and parquet ``label``, ``dense_columns``, ``ignore_columns``, ``categorical_columns``,
+    ``dense_transform``, ``dense_stats`` (``hps.data._dense``);
     file formats ``chunk_bytes``; synthetic
     ``rows``, ``fields``, ``vocab_per_field``, ``zipf``, ``n_dense``, ``seed``, ``eval_rows``; every
     format ``readers`` (threads parsing or generating in parallel, ``hps.data._parallel``). "parquet"
@@ -88,7 +89,7 @@ def format_options(d, seed: int, batch_size: int) -> dict:
         return {"n_fields": d.libsvm_fields}
     if d.format in ("csv", "parquet"):
         return {"label": d.label_column, "ignore_columns": d.ignore_columns, "dense_columns": d.dense_columns,
-                "categorical_columns": d.categorical_columns}
+                "categorical_columns": d.categorical_columns, "dense_transform": d.dense_transform}
     if d.format == "criteo":
         return {"int_as_categorical": d.int_as_categorical}
     return {}

@@ -31,6 +31,7 @@ from ._batch import FIELD_SHIFT, FixedBatch, check_n_fields
 from ._chunks import (BAD_LABEL, BAD_NUMBER, DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MALFORMED,
                       MAX_RECORDED_MALFORMED, MISSING_VALUE, REASONS, TextReader)
 from ._columns import ColumnPlan, plan_columns
+from ._dense import SAMPLE_ROWS
 from ._parse_kernels import hash_strings
 from ._shards import Segment, row_segments, share_bounds
 from ._sources import compression
@@ -113,14 +114,15 @@ def arrow_examples(rb, plan: ColumnPlan):
 
 class ParquetReader(TextReader):
     """Streams ``Batch``es from Parquet file(s) (see the module docstring). ``label``,
-    ``dense_columns``, ``ignore_columns``, ``categorical_columns`` as for :class:`CsvReader`.
+    ``dense_columns``, ``ignore_columns``, ``categorical_columns``, ``dense_transform`` and
+    ``dense_stats`` as for :class:`CsvReader`.
     ``rows`` is the rows of all files (from their footers)."""
 
     def __init__(self, path, batch_size: int, shard=(0, 1), strict: bool = False,
                  label: str | None = "click", dense_columns: Sequence[str] = (),
                  ignore_columns: Sequence[str] = (), categorical_columns: Sequence[str] | None = None,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES, max_malformed: float = DEFAULT_MAX_MALFORMED,
-                 readers: int = 1):
+                 readers: int = 1, dense_transform: str = "none", dense_stats: dict | None = None):
         super().__init__(path, batch_size, shard, strict, chunk_bytes, max_malformed, readers)
         pa, _ = _arrow()
         for p in self.paths:
@@ -153,6 +155,10 @@ class ParquetReader(TextReader):
         labelled = f"label column {label!r} 0/1 (or -1)" if label is not None else "no label column"
         self.format_description = (f"Parquet with the columns of {self.paths[0]}: {labelled}, dense "
                                    "columns numbers")
+        self._setup_dense(dense_transform, dense_stats, lambda: ParquetReader(
+            self.paths, SAMPLE_ROWS, strict=strict, label=label, dense_columns=dense_columns,
+            ignore_columns=ignore_columns, categorical_columns=categorical_columns, chunk_bytes=chunk_bytes,
+            max_malformed=max_malformed).batches())
 
     @staticmethod
     def _meta(path):
@@ -201,6 +207,7 @@ class ParquetReader(TextReader):
     def _work(self, unit: _Rows):
         """The column work of one record batch: (its valid rows as a FixedBatch, code (n,) int32)."""
         labels, dense, keys, code = arrow_examples(unit.rb, self._plan)
+        dense = self._transformed(FixedBatch(labels, dense, keys)).dense
         ok = code == 0
         if ok.all():
             return FixedBatch(labels, dense, keys), code

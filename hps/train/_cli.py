@@ -19,7 +19,7 @@ import time
 from ..config import (COMPRESS_MODES, CONSISTENCIES, DENSE_OPTIMIZERS, DENSE_SYNCS, DEVICES, FORMATS,
                       HET_POLICIES, LR_DECAYS, MODELS, MPI_WAITS, PAGE_CACHE_MODES, SPARSE_OPTIMIZERS,
                       SPARSE_SYNCS, Config, flatten_options)
-from ..data import DEFAULT_MAX_MALFORMED
+from ..data import DEFAULT_MAX_MALFORMED, DENSE_TRANSFORMS
 from ..errors import HpsError, InvalidInputError, InvalidTypeError
 
 EXIT_BAD_INPUT = 2
@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--categorical-columns", default=S,
                    help="csv, parquet: the categorical fields in field-id order, comma separated "
                         "(default: every column not given another part, in table order)")
+    g.add_argument("--dense-transform", choices=DENSE_TRANSFORMS, default=S,
+                   help="csv, parquet: transform of the dense columns: log1p = sign(x) log1p(|x|) (Criteo's), "
+                        "standardize = (x - mean) / std of the first 65,536 training examples (none)")
     g.add_argument("--int-as-categorical", action="store_true", default=S,
                    help="criteo: also bucketize the 13 integer columns into fields 26..38")
     g.add_argument("--libsvm-fields", type=int, default=S, help="libsvm: positional fields")

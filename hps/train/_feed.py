@@ -28,6 +28,7 @@ from typing import Iterator
 import numpy as np
 
 from ..data import Batch, HashedReader, ReaderStats, format_options, open_dataset, share_bounds
+from ..data._dense import LARGE as DENSE_LARGE
 from ..errors import InvalidInputError
 from ._shuffle import shuffled
 
@@ -107,9 +108,11 @@ class Feed:
         self.format_options = opts  # the readers' options (the export records them)
         self.reader_threads = reader_threads(d.readers, cores_per_rank or os.cpu_count() or 1)
         read = {"strict": d.strict, "max_malformed": d.max_malformed, "readers": self.reader_threads}
-        self.readers = [open_dataset(d.data, d.format, int(local.sum()), shard=(s, k), **read, **opts)
-                        for s, local in zip(self.shards, self._local)]
-        first = self.readers[0]
+        first = open_dataset(d.data, d.format, int(self._local[0].sum()), shard=(self.shards[0], k), **read, **opts)
+        if getattr(first, "dense_stats", None) is not None:  # standardize: every shard and the eval data alike
+            opts["dense_stats"] = first.dense_stats
+        self.readers = [first] + [open_dataset(d.data, d.format, int(local.sum()), shard=(s, k), **read, **opts)
+                                  for s, local in zip(self.shards[1:], self._local[1:])]
         self.n_fields, self.n_dense = first.n_fields, first.n_dense
         self._eval = None
         if d.eval_data:
@@ -132,6 +135,7 @@ class Feed:
             self._eval = self._eval and [HashedReader(r, d.op_osrp, tc.seed) for r in self._eval]
         for r in self.readers + (self._eval or []):  # unusable data fails now, not after training
             r.probe()
+        self.warnings = _dense_warnings(self.readers, d)
         self._parsed = 0
 
     @classmethod
@@ -139,7 +143,7 @@ class Feed:
         """A one-shard feed that replays ``batches`` (a list of Batches, none longer than the first),
         with no eval data (the warm-up's scratch job)."""
         feed = cls.__new__(cls)
-        feed.n_shards, feed.shards, feed.reader_threads = 1, [0], 1
+        feed.n_shards, feed.shards, feed.reader_threads, feed.warnings = 1, [0], 1, []
         feed.shuffle_buffer, feed.seed = 0, 0
         feed.sizes = minibatch_sizes(len(batches[0]), minibatch_size)
         feed._local = [feed.sizes]
@@ -234,6 +238,15 @@ class _Replay:
 
     def batches(self, start_batch: int = 0):
         return iter(self._batches[start_batch:])
+
+
+def _dense_warnings(readers, d) -> list[str]:
+    """A warning when raw dense values are large enough to saturate the model (``hps.data._dense``)."""
+    big = max((getattr(r, "probe_dense_max", 0.0) for r in readers), default=0.0)
+    if big <= DENSE_LARGE or getattr(readers[0], "dense_transform", "none") != "none":
+        return []
+    return [f"dense values of --data reach {big:.3g} (beyond {DENSE_LARGE:g}): raw, they saturate the model's "
+            "first layer and it may learn nothing from them; give --dense-transform log1p or standardize"]
 
 
 def _malformed(readers) -> tuple[int, list[str]]:
