@@ -193,3 +193,20 @@ def test_column_options_must_match_the_conversion(tmp_path):
     with pytest.raises(InvalidInputError, match="converted from csv with dense_columns"):
         open_dataset(tmp_path / "out", "parquet", 10, dense_columns=["a"])
     assert open_dataset(tmp_path / "out", "parquet", 10, dense_columns=["x"]).n_dense == 1
+
+
+def test_a_model_trained_from_a_conversion_scores_raw_and_converted_data_alike(tmp_path, criteo):
+    from hps.predict import Predictor
+
+    convert("criteo", criteo, tmp_path / "tr", max_malformed=0.1)
+    _train(tmp_path, "m", "--format", "parquet", "--data", str(tmp_path / "tr"))
+    pred = Predictor(tmp_path / "m")
+    assert pred.format == "criteo"  # the export names the source's format: raw data can be scored
+    raw = pred.predict(criteo, max_malformed=0.1)
+    conv = pred.predict(tmp_path / "tr", readers=2)
+    for a, b in zip(raw, conv):
+        np.testing.assert_array_equal(a, b)
+    other = tmp_path / "other"
+    convert("criteo", criteo, other, {"int_as_categorical": True}, max_malformed=0.1)
+    with pytest.raises(InvalidInputError, match="the keys would not match"):
+        pred.predict(other)

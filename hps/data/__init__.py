@@ -17,7 +17,7 @@ from ._criteo import NEGATIVE_VALUE, CriteoReader
 from ._dense import DENSE_TRANSFORMS
 from ._csv import CsvReader
 from ._libsvm import LibsvmReader
-from ._converted import ConvertedReader, is_converted
+from ._converted import ConvertedReader, converted_source, is_converted
 from ._open import FORMATS, column_names, format_options, open_dataset
 from ._oposrp import HashedReader, hash_batch, op_osrp
 from ._parquet import ParquetReader
@@ -37,6 +37,7 @@ __all__ = [
     "format_options",
     "ConvertedReader",
     "is_converted",
+    "converted_source",
     "column_names",
     "FORMATS",
     "CriteoReader",

@@ -85,6 +85,13 @@ def is_converted(path) -> bool:
     return first.suffix.lower() in (".parquet", ".parq") and file_meta(first) is not None
 
 
+def converted_source(path) -> dict:
+    """``{"format", "options"}``: the source of the converted data ``path`` (what keys it holds)."""
+    from ._sources import expand_paths
+
+    return file_meta(expand_paths(path)[0])["source"]
+
+
 def read_manifest(directory: Path) -> dict | None:
     p = Path(directory) / MANIFEST
     if not p.is_file():

@@ -365,6 +365,8 @@ def build_predict_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="stop at the first malformed line")
     p.add_argument("--max-malformed", type=float, default=DEFAULT_MAX_MALFORMED, metavar="FRACTION",
                    help=f"stop when more than this fraction of the lines are malformed ({DEFAULT_MAX_MALFORMED})")
+    p.add_argument("--readers", type=int, default=1, metavar="N",
+                   help="threads parsing the data in parallel; the same scores for any N (1)")
     return p
 
 
@@ -374,12 +376,14 @@ def predict_main(argv=None) -> int:
     try:
         if args.batch_size < 1:
             raise InvalidInputError(f"--batch-size must be positive, got {args.batch_size}")
+        if args.readers < 1:
+            raise InvalidInputError(f"--readers must be positive, got {args.readers}")
         from ..predict import Predictor
 
         pred = Predictor(args.model_dir, unknown=args.unknown)
         data = args.data[0] if len(args.data) == 1 else args.data
         res = pred.write_csv(data, args.out, batch_size=args.batch_size, strict=args.strict,
-                             max_malformed=args.max_malformed)
+                             max_malformed=args.max_malformed, readers=args.readers)
     except (HpsError, OSError) as e:
         return _fail(None, e, EXIT_BAD_INPUT if _is_bad_input(e) else EXIT_FAILED)
     auc = f"; AUC {res['auc']:.4f}" if res["auc"] is not None else ""

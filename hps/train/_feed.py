@@ -109,6 +109,8 @@ class Feed:
         self.reader_threads = reader_threads(d.readers, cores_per_rank or os.cpu_count() or 1)
         read = {"strict": d.strict, "max_malformed": d.max_malformed, "readers": self.reader_threads}
         first = open_dataset(d.data, d.format, int(self._local[0].sum()), shard=(self.shards[0], k), **read, **opts)
+        # data converted by hps.convert holds the keys of its source: the export names the source's format
+        self.source = (first.source["format"], dict(first.source["options"])) if hasattr(first, "source") else None
         if getattr(first, "dense_stats", None) is not None:  # standardize: every shard and the eval data alike
             opts["dense_stats"] = first.dense_stats
         self.readers = [first] + [open_dataset(d.data, d.format, int(local.sum()), shard=(s, k), **read, **opts)
@@ -143,7 +145,7 @@ class Feed:
         """A one-shard feed that replays ``batches`` (a list of Batches, none longer than the first),
         with no eval data (the warm-up's scratch job)."""
         feed = cls.__new__(cls)
-        feed.n_shards, feed.shards, feed.reader_threads, feed.warnings = 1, [0], 1, []
+        feed.n_shards, feed.shards, feed.reader_threads, feed.warnings, feed.source = 1, [0], 1, [], None
         feed.shuffle_buffer, feed.seed = 0, 0
         feed.sizes = minibatch_sizes(len(batches[0]), minibatch_size)
         feed._local = [feed.sizes]
