@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data import HASHING_VERSION, Batch, FixedBatch, open_dataset, share_bounds
+from ..data import HASHING_VERSION, Batch, FixedBatch, is_converted, open_dataset, share_bounds
 from ..data._converted import LAYOUT_VERSION, MANIFEST, META_KEY, ROW_GROUP_ROWS, read_manifest
 from ..data._shards import split_segments
 from ..errors import InvalidInputError
@@ -228,6 +228,8 @@ def convert(fmt: str, data, out, options: dict | None = None, *, rows_per_file: 
         raise InvalidInputError(f"--max-data-shards must lie in [1, 64], got {max_shards}")
     if compression not in COMPRESSIONS:
         raise InvalidInputError(f"compression must be one of {', '.join(COMPRESSIONS)}, got {compression!r}")
+    if fmt == "parquet" and data is not None and is_converted(data):
+        raise InvalidInputError(f"{data} is converted data already: train from it (--format parquet --data {data})")
     old = check_out(out)
     read = {"strict": strict, "readers": readers}
     if max_malformed is not None:
@@ -289,7 +291,8 @@ def _write_all(fmt, reader, open_shard, writer: _Writer, max_shards: int, progre
             starts[current] = writer.rows + writer._n
             if any(owners[k][current - 1] != owners[k][current] for k in owners):
                 writer.cut()  # a shard boundary: whole row groups per shard
-        writer.add(part if fmt == "libsvm" else _fixed(part))
+        for p in part if isinstance(part, list) else [part]:
+            writer.add(p if fmt == "libsvm" else _fixed(p))
         if progress:
             progress(writer.rows + writer._n)
     for j in range(current + 1, len(pieces) + 1):

@@ -29,7 +29,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ..errors import InvalidInputError
-from ._batch import Batch
+from ._batch import Batch, FixedBatch
 from ._dense import SAMPLE_ROWS, check_transform, sample_stats
 from ._dense import apply as dense_apply
 from ._parallel import check_readers, ordered_map
@@ -130,10 +130,27 @@ def iter_line_chunks(f, chunk_bytes: int, first_line: int = 1,
         line += n
 
 
+def cut_at_batches(part, first: int, batch_size: int) -> list:
+    """``part`` (a FixedBatch or Batch: rows ``first`` … of a stream cut into batches of ``batch_size``)
+    cut at the stream's batch boundaries; each whole batch already made a ``Batch`` — so a reader's
+    threads, not the one :class:`Rebatcher`, build the batches that lie inside one work unit."""
+    out, i, n = [], 0, len(part)
+    while i < n:
+        pos = first + i
+        end = min(n, i + batch_size - pos % batch_size)
+        piece = part.slice(i, end)
+        if end - i == batch_size and isinstance(piece, FixedBatch):
+            piece = piece.batch()
+        out.append(piece)
+        i = end
+    return out
+
+
 class Rebatcher:
-    """Cuts a stream of parts (``Batch`` or ``FixedBatch``, all of one kind) of any size into Batches
-    of exactly ``batch_size`` examples (``flush``: the rest). Every example is copied at most once: a
-    batch inside one part is a view of it."""
+    """Cuts a stream of parts (``Batch`` or ``FixedBatch``, all of one kind — but for whole batches
+    made by :func:`cut_at_batches`) of any size into Batches of exactly ``batch_size`` examples
+    (``flush``: the rest). Every example is copied at most once: a batch inside one part is a view of
+    it."""
 
     def __init__(self, batch_size: int):
         self.batch_size = batch_size
@@ -141,6 +158,11 @@ class Rebatcher:
         self._n = 0
 
     def push(self, part) -> Iterator[Batch]:
+        """The batches ``part`` completes (a list: its pieces in order)."""
+        if isinstance(part, list):
+            for p in part:
+                yield from self.push(p)
+            return
         if len(part) == 0:
             return
         self._parts.append(part)
@@ -272,8 +294,9 @@ class TextReader:
         self._cut = False
         try:
             for _, part in self._pass(PROBE_BYTES, max_chunks=1, readers=1):
-                if len(part) and part.dense.size:  # how large the dense values are (the trainer warns)
-                    self.probe_dense_max = max(self.probe_dense_max, float(np.abs(part.dense).max()))
+                for p in part if isinstance(part, list) else [part]:
+                    if len(p) and p.dense.size:  # how large the dense values are (the trainer warns)
+                        self.probe_dense_max = max(self.probe_dense_max, float(np.abs(p.dense).max()))
             st = self.stats
             all_bad = st.examples == 0 and st.malformed > self.max_malformed * (st.lines - st.blank)
             self._check(st, final=not self._cut or all_bad)
@@ -283,8 +306,8 @@ class TextReader:
 
     def read_segments(self, segments: list[Segment]) -> Iterator[tuple[int, object]]:
         """``(i, part)`` of one pass over ``segments`` — this shard's own, or a finer cut of them
-        (``hps.data._shards.split_segments``) — part (a Batch or FixedBatch of valid examples) coming
-        from ``segments[i]``, in order; counted into ``stats`` (reset) and checked as a pass of
+        (``hps.data._shards.split_segments``) — part (a Batch or FixedBatch of valid examples, or a
+        list of them) coming from ``segments[i]``, in order; counted into ``stats`` (reset) and checked as a pass of
         :meth:`batches` is, the end-of-pass check included (``python -m hps.convert``)."""
         self.stats = ReaderStats()
         yield from self._pass(self.chunk_bytes, segments=segments)
@@ -295,6 +318,7 @@ class TextReader:
         """``(segment index, part)`` of a pass over ``segments`` (default: this shard's), in order,
         counted into ``stats`` and checked unit by unit; ``max_chunks``: per segment (a probe)."""
         segs = self.segments() if segments is None else segments
+        self._pass_rows = 0  # rows of the pass before the next unit, where readers know them (_converted)
         units = ((i, u) for i, seg in enumerate(segs) for u in self._units(seg, chunk_bytes, max_chunks))
         for (i, unit), result in ordered_map(self._work_on, units, readers or self.readers):
             yield i, self._accept(unit, result)

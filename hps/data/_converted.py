@@ -42,7 +42,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from ._batch import FIELD_SHIFT, HASHING_VERSION, Batch, FixedBatch
-from ._chunks import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MALFORMED, TextReader
+from ._chunks import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MALFORMED, TextReader, cut_at_batches
 from ._shards import Segment, row_segments, share_bounds
 
 #: Version of the layout above. Written into every file and the manifest: never renumber.
@@ -224,7 +224,8 @@ class ConvertedReader(TextReader):
                 if max_chunks is not None and k >= max_chunks:
                     self._cut = True
                     return
-                yield _Group(seg.path, g, a - start, b - start)
+                yield _Group(seg.path, g, a - start, b - start, self._pass_rows)
+                self._pass_rows += b - a
                 k += 1
             start += n
 
@@ -246,7 +247,8 @@ class ConvertedReader(TextReader):
                  else np.zeros((n, 0), np.float32))
         keys_col = t.column("keys")
         if self.fixed_width:
-            return FixedBatch(labels, dense, _values(keys_col, np.uint64).reshape(n, self.n_fields))
+            part = FixedBatch(labels, dense, _values(keys_col, np.uint64).reshape(n, self.n_fields))
+            return cut_at_batches(part, unit.first, self.batch_size)  # whole batches built here, in parallel
         offsets = np.zeros(1, np.int64)
         if n:
             offsets = keys_col.chunk(0).offsets.to_numpy().astype(np.int64)
@@ -258,9 +260,10 @@ class ConvertedReader(TextReader):
 
     def _accept(self, unit: _Group, part):
         st = self.stats
-        st.lines += len(part)
-        st.examples += len(part)
-        st.bytes += part.keys.nbytes + part.dense.nbytes + part.labels.nbytes
+        for p in part if isinstance(part, list) else [part]:
+            st.lines += len(p)
+            st.examples += len(p)
+            st.bytes += p.keys.nbytes + p.dense.nbytes + p.labels.nbytes
         return part
 
     def _after(self, unit, result) -> None:
@@ -287,9 +290,11 @@ def _numpy(arr, dtype) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _Group:
-    """One work unit: rows [a, b) of row group ``group`` of ``path``."""
+    """One work unit: rows [a, b) of row group ``group`` of ``path``, the first of them row ``first``
+    of the pass."""
 
     path: Path
     group: int
     a: int
     b: int
+    first: int

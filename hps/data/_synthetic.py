@@ -42,7 +42,7 @@ import numpy as np
 from ..errors import InvalidInputError
 from ..metrics import auc
 from ._batch import FIELD_SHIFT, Batch, FixedBatch, check_n_fields, make_keys
-from ._chunks import ReaderStats, Rebatcher, check_common
+from ._chunks import ReaderStats, Rebatcher, check_common, cut_at_batches
 from ._parallel import check_readers, ordered_map
 from ._shards import share_bounds
 from ._synthetic_kernels import guide_table, synth_block, zipf_ranks
@@ -257,17 +257,18 @@ class SyntheticData:
         spans = [(k, max(first, k * blk), min(b, (k + 1) * blk, rows)) for k in range(first // blk, -(-b // blk))]
         spans = [(k, lo, hi) for k, lo, hi in spans if lo < hi]
 
-        def work(span):
+        def work(span):  # whole batches are built here, in the readers' threads
             k, lo, hi = span
             part, _ = self._generate(stream, k, min(rows, (k + 1) * blk) - k * blk)
-            return part.slice(lo - k * blk, hi - k * blk)
+            return cut_at_batches(part.slice(lo - k * blk, hi - k * blk), lo - first, self.batch_size)
 
         reb = Rebatcher(self.batch_size)
-        for part in ordered_map(work, spans, self.readers):
+        for pieces in ordered_map(work, spans, self.readers):
             if stream == _TRAIN or count:
-                self.stats.lines += len(part)
-                self.stats.examples += len(part)
-            yield from reb.push(part)
+                n = sum(len(p) for p in pieces)
+                self.stats.lines += n
+                self.stats.examples += n
+            yield from reb.push(pieces)
         yield from reb.flush()
 
     # --- public -------------------------------------------------------------------------------
