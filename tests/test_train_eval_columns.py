@@ -60,3 +60,23 @@ def test_an_eval_file_without_a_training_column_is_an_error_naming_it(tmp_path, 
                  "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--eval-data" in err and "['app']" in err
+
+
+def test_fae_held_out_examples_take_the_eval_columns_by_name(tmp_path):
+    """FAE's Shuffle Scheduler scores held-out eval examples: they too are read by column name."""
+    from types import SimpleNamespace
+
+    from hps.config import Config
+    from hps.train._fae import _holdout
+    from hps.train._feed import Feed
+
+    train = _write(tmp_path / "t.csv", _table(3000, 0), COLS)
+    ev = _table(500, 1)
+    held = []
+    for name, cols in (("e.csv", COLS), ("e2.csv", ["hour", "device", "click", "app", "site"])):
+        cfg = Config.from_flat(dict(format="csv", data=str(train), eval_data=str(_write(tmp_path / name, ev, cols)),
+                                    dense_columns=("hour",), batch_size=1024, minibatch_size=128))
+        trainer = SimpleNamespace(cfg=cfg, feed=Feed(cfg, 0, 1), coll=SimpleNamespace(rank=0, size=1))
+        held.append(_holdout(trainer, 300))
+    np.testing.assert_array_equal(held[0].keys, held[1].keys)
+    np.testing.assert_array_equal(held[0].dense, held[1].dense)

@@ -116,13 +116,14 @@ class Feed:
         self.readers = [first] + [open_dataset(d.data, d.format, int(local.sum()), shard=(s, k), **read, **opts)
                                   for s, local in zip(self.shards[1:], self._local[1:])]
         self.n_fields, self.n_dense = first.n_fields, first.n_dense
-        self._eval = None
+        self._eval, self.eval_options = None, None
         if d.eval_data:
             eopts = {key: v for key, v in opts.items() if key not in ("seed", "block_rows")}
             if d.format == "libsvm":  # positional fields: the eval data has the training data's
                 eopts["n_fields"] = self.n_fields
             if d.format in ("csv", "parquet"):  # columns by name: the training data's fields, in its order;
                 eopts.update(categorical_columns=list(first.categorical_columns), ignore_columns=())  # others ignored
+            self.eval_options = eopts  # also FAE's held-out examples (_fae)
             try:
                 self._eval = [open_dataset(d.eval_data, d.format, int(local.sum()), shard=(s, k), **read, **eopts)
                               for s, local in zip(self.shards, self._local)]
