@@ -5,7 +5,9 @@ Every text reader works the same way (constant memory for any file size):
 1. ``iter_line_chunks`` reads the file in ``chunk_bytes`` blocks, cuts each block after its last
    newline and carries the partial line over to the next block; a line longer than a block simply
    makes the next block bigger.
-2. A Numba kernel (``_parse_kernels``) parses one chunk into arrays: no Python loop over lines.
+2. A Numba kernel (``_parse_kernels``, ``_criteo_kernels``) parses one chunk into arrays and hashes
+   its features into keys: no Python loop over lines. With ``readers`` > 1 the chunks are parsed in
+   that many threads and come back in order (``hps.data._parallel``).
 3. ``Rebatcher`` cuts the parsed examples into batches of exactly ``batch_size`` (the last may be
    shorter).
 
