@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data import HASHING_VERSION, Batch, FixedBatch, is_converted, open_dataset, share_bounds
+from ..data import HASHING_VERSION, FixedBatch, is_converted, open_dataset, share_bounds
 from ..data._converted import LAYOUT_VERSION, MANIFEST, META_KEY, ROW_GROUP_ROWS, read_manifest
 from ..data._shards import split_segments
 from ..errors import InvalidInputError
@@ -308,7 +308,6 @@ def _fixed(part):
     """A reader's part as a FixedBatch (Batches of fixed-width data: one key per field, weight 1)."""
     if isinstance(part, FixedBatch):
         return part
-    assert isinstance(part, Batch)
     return FixedBatch(part.labels, part.dense, part.keys.reshape(len(part), part.n_fields))
 
 
