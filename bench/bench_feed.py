@@ -25,7 +25,6 @@ Raw figures go to ``bench/results/feed.json`` (``--out``), led by the reproducin
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from bench._jobs import write_result
+from hps._argparse import ArgumentParser
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BATCH = 65_536
@@ -146,7 +146,7 @@ def targets(res: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.bench_feed", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="python -m bench.bench_feed", description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=200_000, help="rows of the Criteo, CSV and Parquet inputs (200000)")
     p.add_argument("--synthetic-rows", type=int, default=16 * BATCH, help="synthetic examples (1048576)")
     p.add_argument("--reps", type=int, default=3, help="runs per case; the best is kept (3)")

@@ -9,7 +9,19 @@ from hps.config import Config
 from hps.train import _checkpoint
 from hps.train._feed import MAX_DEFAULT_READERS, OTHER_STAGE_CORES, Feed, reader_threads
 from tests.test_data_criteo import _assert_same, _random_lines
+from hps.train import load_export, main
 from tests.test_train import SMALL, assert_same_model, run_cli
+
+MODEL = ["--hidden", "16,8", "--embedding-dim", "8", "--no-progress"]
+
+
+def _run_file(tmp_path, name, *args):
+    """A job on file data (SMALL's synthetic options would be refused): (export, metrics)."""
+    import json
+
+    out, m = tmp_path / name, tmp_path / f"{name}.json"
+    assert main([*MODEL, *args, "--export", str(out), "--metrics-out", str(m)]) == 0
+    return load_export(out, first_order=True), json.loads(m.read_text())
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +62,9 @@ def test_malformed_reports_are_the_same_with_any_readers(criteo):
 def test_training_with_three_readers_is_training_with_one_and_resumes_mid_epoch(criteo, tmp_path, capsys):
     base = ["--format", "criteo", "--data", str(criteo), "--eval-data", str(criteo), "--batch-size", "512", "--minibatch-size", "128",
             "--data-shards", "2", "--shuffle-buffer", "700", "--epochs", "2"]
-    one, m1 = run_cli(tmp_path, "one", *base, "--readers", "1")
+    one, m1 = _run_file(tmp_path, "one", *base, "--readers", "1")
     ck = tmp_path / "ck"
-    three, m3 = run_cli(tmp_path, "three", *base, "--readers", "3", "--checkpoint-dir", str(ck),
+    three, m3 = _run_file(tmp_path, "three", *base, "--readers", "3", "--checkpoint-dir", str(ck),
                         "--checkpoint-every", "2", "--keep-checkpoints", "9")
     assert "readers 3" in capsys.readouterr().out
     assert_same_model(one, three, 0.0)
@@ -61,7 +73,7 @@ def test_training_with_three_readers_is_training_with_one_and_resumes_mid_epoch(
     mid = _checkpoint.checkpoint_name(7)  # after batch 1 of the 6 of epoch 1 (its own shuffle)
     assert (ck / mid).is_dir()
     _checkpoint.point_latest(ck, mid)
-    resumed, _ = run_cli(tmp_path, "resumed", *base, "--readers", "2", "--checkpoint-dir", str(ck), "--resume")
+    resumed, _ = _run_file(tmp_path, "resumed", *base, "--readers", "2", "--checkpoint-dir", str(ck), "--resume")
     assert_same_model(one, resumed, 0.0)
 
 
@@ -87,8 +99,6 @@ def test_the_start_line_names_the_readers(tmp_path, capsys):
 
 @pytest.mark.parametrize("bad", ["0", "-2"])
 def test_bad_readers_flag_is_one_clear_error(bad, capsys):
-    from hps.train import main
-
     assert main([*SMALL, "--readers", bad]) == 2
     assert "readers must be positive" in capsys.readouterr().err
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from .._argparse import ArgumentParser
 from ..config import FORMATS, DataConfig
 from ..data import DEFAULT_MAX_MALFORMED, DENSE_TRANSFORMS, format_options
 from ..errors import HpsError, InvalidInputError
@@ -16,9 +16,9 @@ EXIT_FAILED = 1
 SOURCES = tuple(f for f in FORMATS)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m hps.convert", allow_abbrev=False,
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(
+        prog="python -m hps.convert",
         description="Read data in any format hps reads and write it as Parquet with the keys already hashed; "
                     "train from it with --format parquet --data OUT (the same model as from the source).")
     p.add_argument("--format", choices=SOURCES, required=True, help="format of the source data")
@@ -32,24 +32,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="page compression: none reads fastest, the others make smaller files (none)")
     p.add_argument("--readers", type=int, default=1, metavar="N", help="threads parsing the source (1)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
-    g = p.add_argument_group("the reader's options (as python -m hps.train has them)")
-    g.add_argument("--label-column", default="click", help="csv, parquet: label column (click)")
+    g = p.add_argument_group("the reader's options (as python -m hps.train has them; an option of another "
+                             "format is an error)")
+    g.add_argument("--label-column", help="csv, parquet: label column (click)")
     g.add_argument("--ignore-columns", default="", help="csv, parquet: columns to drop, comma separated")
     g.add_argument("--dense-columns", default="", help="csv, parquet: numeric columns, comma separated")
     g.add_argument("--categorical-columns", help="csv, parquet: the fields in order, comma separated")
-    g.add_argument("--dense-transform", choices=DENSE_TRANSFORMS, default="none",
+    g.add_argument("--dense-transform", choices=DENSE_TRANSFORMS,
                    help="csv, parquet: transform of the dense columns, stored transformed (none)")
     g.add_argument("--int-as-categorical", action="store_true", help="criteo: also bucketize the integers")
     g.add_argument("--libsvm-fields", type=int, help="libsvm: positional fields")
     g.add_argument("--strict", action="store_true", help="stop at the first malformed line")
-    g.add_argument("--max-malformed", type=float, default=DEFAULT_MAX_MALFORMED, metavar="FRACTION",
+    g.add_argument("--max-malformed", type=float, metavar="FRACTION",
                    help=f"stop when more than this fraction of the lines are malformed ({DEFAULT_MAX_MALFORMED})")
-    g.add_argument("--rows", type=int, default=200_000, help="synthetic: examples (200000)")
-    g.add_argument("--fields", type=int, default=8, help="synthetic: fields (8)")
-    g.add_argument("--vocab-per-field", type=int, default=20_000, help="synthetic: values per field (20000)")
-    g.add_argument("--zipf", type=float, default=1.1, help="synthetic: Zipf exponent (1.1)")
-    g.add_argument("--n-dense", type=int, default=4, help="synthetic: dense features (4)")
-    g.add_argument("--drift", type=float, default=0.0, help="synthetic: popularity drift (0)")
+    g.add_argument("--rows", type=int, help="synthetic: examples (200000)")
+    g.add_argument("--fields", type=int, help="synthetic: fields (8)")
+    g.add_argument("--vocab-per-field", type=int, help="synthetic: values per field (20000)")
+    g.add_argument("--zipf", type=float, help="synthetic: Zipf exponent (1.1)")
+    g.add_argument("--n-dense", type=int, help="synthetic: dense features (4)")
+    g.add_argument("--drift", type=float, help="synthetic: popularity drift (0)")
     g.add_argument("--seed", type=int, default=0, help="synthetic: the seed of the training job (0)")
     g.add_argument("--batch-size", type=int, default=16_384,
                    help="synthetic: the --batch-size of the training job (its data is made in blocks of it)")
@@ -80,7 +81,7 @@ def main(argv=None) -> int:
         bar = _bar(a.progress)
         try:
             man = convert(a.format, d.data, a.out, opts, rows_per_file=a.rows_per_file, max_shards=a.max_data_shards,
-                          readers=a.readers, strict=a.strict, max_malformed=a.max_malformed,
+                          readers=a.readers, strict=a.strict, max_malformed=d.max_malformed,
                           compression=a.compression, progress=bar and bar.to)
         finally:
             if bar:
