@@ -66,13 +66,16 @@ def export_meta(cfg, feed, model, format_options: dict) -> dict:
 
     opts = {k: v for k, v in format_options.items() if k not in ("seed", "block_rows")}
     reader = feed.readers[0]
-    if cfg.data.format in ("csv", "parquet"):
+    fmt = cfg.data.format
+    if getattr(feed, "source", None):  # converted data (hps.convert): its keys are those of its source's format
+        fmt, opts = feed.source[0], dict(feed.source[1])
+    if fmt in ("csv", "parquet"):
         opts.update(categorical_columns=list(reader.categorical_columns), dense_columns=list(reader.dense_columns),
                     ignore_columns=[])
-    if cfg.data.format == "libsvm":
+    if fmt == "libsvm":
         opts["n_fields"] = feed.n_fields
     return {"export_version": EXPORT_VERSION, "hps_version": __version__,
             "model_config": _jsonable(dataclasses.asdict(model.cfg)), "row_params": model.row_params,
             "init": {"seed": cfg.train.seed, "scale": cfg.model.init_scale},
-            "data": {"format": cfg.data.format, "options": _jsonable(opts), "n_fields": feed.n_fields,
+            "data": {"format": fmt, "options": _jsonable(opts), "n_fields": feed.n_fields,
                      "n_dense": feed.n_dense}}

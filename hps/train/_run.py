@@ -16,7 +16,7 @@ from ._trainer import Trainer
 #: outputs, tiers) may differ between ranks.
 SHARED_OPTIONS = {
     "data": ("format", "data_shards", "fields", "n_dense", "libsvm_fields", "label_column", "ignore_columns",
-             "dense_columns", "categorical_columns", "int_as_categorical", "drift", "op_osrp"),
+             "dense_columns", "categorical_columns", "int_as_categorical", "drift", "op_osrp", "dense_transform"),
     "model": None,  # all of them
     "train": ("batch_size", "minibatch_size", "epochs", "seed", "checkpoint_every", "resume",
               "ranks_per_node", "sparse_sync",
@@ -61,8 +61,10 @@ def run(cfg, comm=None, log=print, on_fatal=None) -> dict:
         bayes = synthetic.bayes_auc() if synthetic is not None and coll.rank == 0 else None
         say(f"hps: training {cfg.data.format} data on {cfg.tiers.device}, {coll.size} rank(s) "
             f"({trainer.feed.n_shards} data shard(s), sparse sync {cfg.train.sparse_sync}, MPI wait "
-            f"{coll.wait_mode}, BLAS threads {trainer.blas_threads}), batch {cfg.train.batch_size}, mini-batch {cfg.train.minibatch_size}, "
+            f"{coll.wait_mode}, BLAS threads {trainer.blas_threads}, readers {trainer.feed.reader_threads}), batch {cfg.train.batch_size}, mini-batch {cfg.train.minibatch_size}, "
             f"MEM-PS cache {trainer.memps.cache.capacity_rows:,} rows, SSD-PS {trainer.ssd_dir}")
+        for w in trainer.feed.warnings:
+            say(f"hps: warning: {w}")
         say(trainer.describe_model())
         metrics = trainer.fit()
         if cfg.train.export:  # before evaluating: a bad eval file must not cost the trained model

@@ -93,7 +93,7 @@ class Trainer:
         m, t = cfg.model, cfg.tiers
         self.xp = _array_module(t.device)
         self.blas_threads = blas_threads(cfg.train.blas_threads, self.coll.cores_per_rank)
-        self.feed = feed or Feed(cfg, self.coll.rank, self.coll.size)
+        self.feed = feed or Feed(cfg, self.coll.rank, self.coll.size, self.coll.cores_per_rank)
         check_memory(self.feed.n_fields, self.feed.n_dense, cfg, self.coll.size)
         mcfg = ModelConfig.from_options(m, self.feed.n_fields, self.feed.n_dense, cfg.train.seed)
         self.model = make_model(mcfg, xp=self.xp)
