@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CorruptionError, DiskFullError, HpsError, InvalidInputError, StoreFormatError
+from ._h5out import h5_output
 from ._manifest import CHECKPOINT_VERSION, FILES_KEY, META_FILE, file_record, read_meta, verify_file, write_meta
 from ._records import EXPORT_META
 
@@ -69,9 +70,7 @@ def _sparse_name(rank: int, size: int) -> str:
 
 
 def _write_dense(path: Path, model, dense_opt) -> None:
-    import h5py
-
-    with h5py.File(path, "w") as h:
+    with h5_output(path) as h:  # fsynced; a full disk is one OSError
         for k, v in model.state_dict().items():
             h.create_dataset(f"params/{k}", data=v)
         if dense_opt is not None:
@@ -83,7 +82,6 @@ def _write_dense(path: Path, model, dense_opt) -> None:
                         g.create_dataset(f"{k}/{name}", data=arr)
                 else:
                     g.attrs[k] = v
-    _fsync_path(path)
 
 
 def _read_dense(path: Path):
@@ -138,13 +136,10 @@ def save(root, coll, store, model, dense_opt, meta: dict, keep: int = 1, extra=N
     sparse = _sparse_name(coll.rank, coll.size)
     with _undo_on_error(root, name, tmp):
         tmp.mkdir(parents=True, exist_ok=True)
-        store.export_h5(str(tmp / sparse))
-        if extra is not None:
-            import h5py
-
-            with h5py.File(tmp / sparse, "a") as h:
+        with h5_output(tmp / sparse) as h:  # fsynced; a full disk is one OSError
+            store.export_h5(h)
+            if extra is not None:
                 extra(h)
-        _fsync_path(tmp / sparse)
         mine = file_record(tmp / sparse)
     records = coll.gather(np.array([[mine["bytes"], mine["crc32"]]], dtype=np.int64))
     if coll.rank == 0:
