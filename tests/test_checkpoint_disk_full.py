@@ -51,6 +51,14 @@ def test_a_full_disk_while_checkpointing_is_one_line(tmp_path):
     assert f"the previous checkpoint {tmp_path / 'full' / 'ck' / 'ckpt-00000000'} is intact" in proc.stderr
 
 
+def test_a_full_disk_while_exporting_is_one_line(tmp_path):
+    proc = _run_on_small_fs(tmp_path, EXPORT_FS, "--export", "{mnt}/model")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Exception ignored" not in proc.stderr, proc.stderr[-3000:]
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-3000:]
+    assert "[Errno 28] no space left on the device while writing the export" in proc.stderr
+
+
 class _FullAfter(io.FileIO):
     """A file on a device with ``room`` bytes left (for everything written through this class)."""
 

@@ -65,14 +65,17 @@ def run(cfg, comm=None, log=print, on_fatal=None) -> dict:
             f"MEM-PS cache {trainer.memps.cache.capacity_rows:,} rows, SSD-PS {trainer.ssd_dir}")
         say(trainer.describe_model())
         metrics = trainer.fit()
+        exported = None
         if cfg.train.export:  # before evaluating: a bad eval file must not cost the trained model
-            trainer.export(cfg.train.export)
+            exported = trainer.export(cfg.train.export)  # after --early-stop: the best model (_control)
         metrics.update(trainer.evaluate())
         if bayes is not None:
             metrics["bayes_auc"] = bayes
         metrics["bytes_sent_per_example"] = {k: v / max(metrics["examples"], 1)
                                              for k, v in metrics["bytes_sent"].items()}
         metrics.update(run_record(cfg, started))  # config, hps version, data files, run name
+        if exported is not None:
+            metrics["exported"] = exported
         if coll.rank == 0:
             say(report(metrics))
             if cfg.train.metrics_out:
@@ -97,6 +100,10 @@ def report(m: dict) -> str:
         lines.append(f"eval AUC {m['auc']:.4f}{best}  logloss {m['logloss']:.4f}  on {m['eval_examples']} examples")
     else:
         lines.append("no eval data: no AUC computed (give --eval-data FILE)")
+    ex = m.get("exported")
+    if ex and ex["best"]:
+        lines.append(f"the export holds the best model, after batch {ex['batch']} (eval AUC {ex['eval_auc']:.4f}); "
+                     "the evaluation above is of the model at the end of training")
     lines.append(f"trained {m['examples']} examples in {m['train_seconds']:.1f} s: "
                  f"{m['examples_per_sec']:,.0f} examples/s on {m['ranks']} rank(s) "
                  f"(not counting {m['warmup_seconds']:.1f} s of kernel warm-up)")
