@@ -65,7 +65,10 @@ def export(directory, coll, store, model, meta: dict | None = None, source=None)
     an earlier export in ``directory`` is left as it was)."""
     d = Path(directory)
     tmp = d / TMP_DIR
-    undo = lambda *paths: undo_on_error(paths, f"the export {d}", lambda: "the earlier export, if any, is intact")  # noqa: E731
+
+    def undo(*paths):
+        return undo_on_error(paths, f"the export {d}", lambda: "the earlier export, if any, is intact")
+
     if coll.rank == 0:
         with undo(tmp):
             d.mkdir(parents=True, exist_ok=True)

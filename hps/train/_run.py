@@ -55,7 +55,7 @@ def run(cfg, comm=None, log=print, on_fatal=None) -> dict:
     say = log if coll.rank == 0 else (lambda *a, **k: None)
     check_outputs(cfg.train)
     started = time.time()
-    trainer = Trainer(cfg, coll, log=say, on_fatal=on_fatal)
+    trainer = Trainer(cfg, coll, log=log, on_fatal=on_fatal)  # it says most things on rank 0 only
     try:
         synthetic = trainer.feed.synthetic
         bayes = synthetic.bayes_auc() if synthetic is not None and coll.rank == 0 else None

@@ -116,7 +116,7 @@ class Trainer:
                                        self.row_params, self.xp, self.sync.replicated)
         self.store = None
         # this job's own directory (never one another job or the user holds), removed by close()
-        self._ssd = SSDDir.claim(t.ssd_path, self.coll.rank, self.coll.size, keep=t.keep_ssd)
+        self._ssd = SSDDir.claim(t.ssd_path, self.coll.rank, self.coll.size, keep=t.keep_ssd, log=log)  # every rank
         self.ssd_dir = self._ssd.store_path
         try:
             resident, owned = self._first_working_set()
