@@ -8,6 +8,7 @@ import time
 from ..errors import InvalidInputError
 from ._collectives import Collectives
 from ._control import summary as control_summary
+from ._inputs import check_same_inputs
 from ._preflight import check_outputs
 from ._records import run_record
 from ._trainer import Trainer
@@ -52,6 +53,7 @@ def run(cfg, comm=None, log=print, on_fatal=None) -> dict:
     coll = Collectives(comm, cfg.train.ranks_per_node, cfg.train.mpi_wait,
                        hierarchical=cfg.train.sparse_sync == "allreduce")
     check_same_options(coll.main, cfg)
+    check_same_inputs(coll.main, cfg)  # the same files on every rank, or byte-range shards go wrong
     say = log if coll.rank == 0 else (lambda *a, **k: None)
     check_outputs(cfg.train)
     started = time.time()
