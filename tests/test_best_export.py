@@ -122,3 +122,29 @@ def test_without_early_stop_the_export_is_the_model_at_the_end(data, tmp_path):
     m = json.loads((d / "m.json").read_text())
     assert meta["best"] is False and meta["batch"] == 15 and meta["source"] == "the model at the end of training"
     assert meta["eval_auc"] == m["eval_curve"][-1]["auc"] == m["auc"]
+
+
+def test_the_best_checkpoint_is_the_model_after_its_batch(tmp_path):
+    """Nothing prepared for a later batch is in it (the pipeline runs up to 3 batches ahead, and
+    with --drift every batch brings new keys): its keys are among those of the batches up to its
+    own. Otherwise the export of the best model would depend on timing (and under MPI differ from
+    one process reading the same shards). With --eval-every 1 every batch may be the best: every
+    checkpoint is checked."""
+    from hps.train._cli import parse_config
+    from hps.train._feed import Feed
+    from tests.test_train import SMALL
+
+    flags = [*SMALL, "--epochs", "3", "--eval-every", "1", "--early-stop", "2", "--lr", "5", "--dense-lr", "0.05",
+             "--expire-after", "4", "--drift", "0.2"]
+    ck = tmp_path / "ck"
+    assert main([*flags, "--checkpoint-dir", str(ck), "--checkpoint-every", "1", "--keep-checkpoints", "100"]) == 0
+    feed, seen = Feed(parse_config(flags), 0, 1), []
+    for epoch in range(3):
+        seen += [np.unique(local.data.keys) for local in feed.epoch(epoch)]
+    checked = 0
+    for d in sorted(ck.glob("ckpt-*")):
+        index = int(d.name.split("-")[1])
+        keys = load_export(d)[0]
+        assert np.isin(keys, np.concatenate(seen[:index + 1])).all(), d.name
+        checked += 1
+    assert checked >= 5

@@ -17,7 +17,9 @@ best, the evaluations without improvement) in ``meta.json``, as of the end of th
 run goes on with it.
 
 **The export is of the best model** (Keras' ``restore_best_weights``): with ``--early-stop`` the
-export is written from the best checkpoint (:meth:`TrainingControl.export_choice`), and its
+export is written from the best checkpoint (:meth:`TrainingControl.export_choice`) — a cut of the
+model after its batch, as nothing is prepared past an evaluation before it ends
+(:meth:`TrainingControl.cut_before`) — and its
 ``model.json`` and the log say which batch it is from. Without ``--checkpoint-dir`` the best
 checkpoints go to ``EXPORT/.best-checkpoint`` (:func:`best_dir`; removed once the export is
 written). The final evaluation is of the model at the stop (the report says so beside the best).
@@ -104,6 +106,13 @@ class TrainingControl:
     def keeps_best(self, index: int) -> bool:
         """Whether batch ``index`` may need a best checkpoint (early stopping evaluates there)."""
         return bool(self.patience) and self.due(index)
+
+    def cut_before(self, index: int) -> bool:
+        """Whether ``prepare(index)`` must wait for ``train(index - 1)``: that batch ends with an
+        evaluation that may keep the best checkpoint, which must be the model after that batch — no
+        row yet born, fetched or expired for a later batch — so that the evaluation, the best
+        checkpoint and the export of the best model do not depend on how far the pipeline ran ahead."""
+        return self.keeps_best(index - 1)
 
     @property
     def stopping(self) -> bool:

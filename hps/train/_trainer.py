@@ -224,6 +224,8 @@ class Trainer:
             if self.het and w.index > self.start_index and after_cut:
                 # het: a consistent cut ends batch index - 1 (flushed by train); nothing is prepared past it
                 self.hier.wait_ready(w.index - 1 + WINDOW, self.pipeline.stop_event)
+            if self.control.cut_before(w.index):  # the best checkpoint is the model after its batch (_control)
+                self.hier.wait_ready(w.index - 1 + WINDOW, self.pipeline.stop_event)
 
     def _read_past_stop(self, index: int) -> bool:
         """Early stopping decided and batch ``index`` is past what ``prepare`` still runs (_control)."""
@@ -274,7 +276,9 @@ class Trainer:
                                  "lower --lr/--dense-lr or check the data for inf/NaN features")
         if self.het and is_cut(self.cfg.train, w.index, w.last_in_epoch):
             self.sync.flush()
-        self.hier.mark_trained(w.index)
+        cut = self.control.keeps_best(w.index)  # prepare(index + 1) waits for the evaluation, the best too
+        if not cut:
+            self.hier.mark_trained(w.index)
         saved = []  # at most one checkpoint of this batch: for the best model, and when it is due
 
         def save():
@@ -286,6 +290,8 @@ class Trainer:
             save()
         if self.control.stop == w.index and self.control.pinned() and self.coll.rank == 0:  # one writer of LATEST
             _checkpoint.point_latest(self.control.checkpoint_dir, self.control.pinned()[0])
+        if cut:
+            self.hier.mark_trained(w.index)
         return {"index": w.index, "loss": loss_sum / max(n_ex, 1), "examples": n_ex}
 
     def _evaluate_now(self) -> tuple[float, float]:
