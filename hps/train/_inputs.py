@@ -38,24 +38,30 @@ def describe(paths) -> list[tuple[str, int, int]]:
     return out
 
 
-def _mine(cfg) -> dict:
-    """This rank's description of ``--data`` and ``--eval-data``, or an error message per flag."""
-    out = {}
+def _mine(cfg) -> tuple[dict, Exception | None]:
+    """This rank's description of ``--data`` and ``--eval-data`` (an error message for a flag whose
+    files it cannot read), and the first such error."""
+    out, error = {}, None
     for flag, value in (("--data", cfg.data.data), ("--eval-data", cfg.data.eval_data)):
         try:
             out[flag] = describe(data_files(value))
         except (HpsError, OSError) as e:
             out[flag] = f"{type(e).__name__}: {e}"
-    return out
+            error = error or e
+    return out, error
 
 
 def check_same_inputs(ch, cfg) -> None:
     """Raise InvalidInputError on every rank unless every rank's ``--data`` and ``--eval-data`` are
-    the same files as rank 0's (see the module docstring). Collective over the channel ``ch``; a
-    no-op for one rank and for synthetic data."""
+    the same files as rank 0's (see the module docstring); a rank that cannot read its files raises
+    its own error (a missing file: DataFileNotFoundError), the others say which rank. Collective
+    over the channel ``ch``; a no-op for one rank and for synthetic data."""
     if ch.size < 2 or cfg.data.format == "synthetic":
         return
-    every = ch.allgather(_mine(cfg))
+    mine, error = _mine(cfg)
+    every = ch.allgather(mine)
+    if error is not None:
+        raise error
     for flag in ("--data", "--eval-data"):
         problem = _compare(flag, [r[flag] for r in every])
         if problem:
