@@ -16,7 +16,6 @@ job's own evaluation scored it with, so the Predictor reproduces the job's eval 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Iterator
 
@@ -29,8 +28,8 @@ from ..mem import RowInitializer
 from ..metrics import auc as auc_score
 from ..model import ModelConfig, make_model
 from ..table import HashTable
-from ..train._checkpoint import load_export
-from ..train._records import EXPORT_META, EXPORT_VERSION
+from ..train._export import read_model
+from ..train._records import EXPORT_META
 
 #: What a key missing from the export is scored with.
 UNKNOWN_KEYS = ("init", "zero")
@@ -39,27 +38,26 @@ DEFAULT_BATCH = 65_536
 
 
 class Predictor:
-    """An exported model, ready to score. ``export_dir``: a directory written by ``--export``;
-    ``unknown``: "init" (default) or "zero", see the module docstring.
+    """An exported model, ready to score. ``export_dir``: a directory written by ``--export``, a
+    checkpoint of ``--checkpoint-dir`` (``ckpt-…``), or the checkpoint directory itself (its LATEST
+    checkpoint: the best model after ``--early-stop``); every file is verified first (a damaged one
+    is a one-line CorruptionError naming it). ``unknown``: "init" (default) or "zero", see the
+    module docstring; ``warn(message)``: hears that an older export is read unverified (default
+    ``warnings.warn``).
 
     Holds every exported row in a CPU :class:`hps.HashTable` (memory: about 2 x keys x (8 + 4 x
     row_params) bytes). Thread-safe: scoring only reads (the table serialises its own calls)."""
 
-    def __init__(self, export_dir, unknown: str = "init"):
+    def __init__(self, export_dir, unknown: str = "init", warn=None):
         if unknown not in UNKNOWN_KEYS:
             raise InvalidInputError(f"unknown must be one of {', '.join(UNKNOWN_KEYS)}, got {unknown!r}")
         d = Path(export_dir)
-        meta_path = d / EXPORT_META
-        if not meta_path.is_file():
+        meta, (keys, values, dense, first) = read_model(d, warn)  # verified: damage is a CorruptionError
+        if "model_config" not in meta:
             raise InvalidInputError(f"{d} has no {EXPORT_META}: not an hps export, or one written before "
                                     "exports recorded their model; export it again with --export")
-        meta = json.loads(meta_path.read_text())
-        if meta.get("export_version") != EXPORT_VERSION:
-            raise StoreFormatError(f"{meta_path}: export version {meta.get('export_version')} is not "
-                                   f"{EXPORT_VERSION}, the one this hps reads")
         self.meta = meta
         self.model = make_model(ModelConfig(**meta["model_config"]))
-        keys, values, dense, first = load_export(d, first_order=True)
         self.model.load_state_dict(dense)
         P = self.row_params = int(meta["row_params"])
         rows = values if first is None else np.concatenate([values, first[:, None]], axis=1)

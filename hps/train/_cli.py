@@ -366,7 +366,8 @@ def build_predict_parser() -> ArgumentParser:
         prog="python -m hps.predict",
         description="Score raw data with a model exported by python -m hps.train --export DIR: one "
                     "probability per valid example, in input order.")
-    p.add_argument("--model-dir", required=True, help="the export directory (--export of the training job)")
+    p.add_argument("--model-dir", required=True, help="the export directory (--export of the training job), a "
+                   "checkpoint, or a --checkpoint-dir (its latest checkpoint: the best one after --early-stop)")
     p.add_argument("--data", nargs="+", required=True,
                    help="data in the training format: files, directories or globs, plain, .gz or .zst")
     p.add_argument("--out", required=True, help="CSV file to write: label,probability (probability only "

@@ -8,6 +8,7 @@ import time
 from ..errors import InvalidInputError
 from ._collectives import Collectives
 from ._control import summary as control_summary
+from ._inputs import check_same_inputs
 from ._preflight import check_outputs
 from ._records import run_record
 from ._trainer import Trainer
@@ -52,10 +53,11 @@ def run(cfg, comm=None, log=print, on_fatal=None) -> dict:
     coll = Collectives(comm, cfg.train.ranks_per_node, cfg.train.mpi_wait,
                        hierarchical=cfg.train.sparse_sync == "allreduce")
     check_same_options(coll.main, cfg)
+    check_same_inputs(coll.main, cfg)  # the same files on every rank, or byte-range shards go wrong
     say = log if coll.rank == 0 else (lambda *a, **k: None)
     check_outputs(cfg.train)
     started = time.time()
-    trainer = Trainer(cfg, coll, log=say, on_fatal=on_fatal)
+    trainer = Trainer(cfg, coll, log=log, on_fatal=on_fatal)  # it says most things on rank 0 only
     try:
         synthetic = trainer.feed.synthetic
         bayes = synthetic.bayes_auc() if synthetic is not None and coll.rank == 0 else None
@@ -67,14 +69,17 @@ def run(cfg, comm=None, log=print, on_fatal=None) -> dict:
             say(f"hps: warning: {w}")
         say(trainer.describe_model())
         metrics = trainer.fit()
+        exported = None
         if cfg.train.export:  # before evaluating: a bad eval file must not cost the trained model
-            trainer.export(cfg.train.export)
+            exported = trainer.export(cfg.train.export)  # after --early-stop: the best model (_control)
         metrics.update(trainer.evaluate())
         if bayes is not None:
             metrics["bayes_auc"] = bayes
         metrics["bytes_sent_per_example"] = {k: v / max(metrics["examples"], 1)
                                              for k, v in metrics["bytes_sent"].items()}
         metrics.update(run_record(cfg, started))  # config, hps version, data files, run name
+        if exported is not None:
+            metrics["exported"] = exported
         if coll.rank == 0:
             say(report(metrics))
             if cfg.train.metrics_out:
@@ -99,6 +104,10 @@ def report(m: dict) -> str:
         lines.append(f"eval AUC {m['auc']:.4f}{best}  logloss {m['logloss']:.4f}  on {m['eval_examples']} examples")
     else:
         lines.append("no eval data: no AUC computed (give --eval-data FILE)")
+    ex = m.get("exported")
+    if ex and ex["best"]:
+        lines.append(f"the export holds the best model, after batch {ex['batch']} (eval AUC {ex['eval_auc']:.4f}); "
+                     "the evaluation above is of the model at the end of training")
     lines.append(f"trained {m['examples']} examples in {m['train_seconds']:.1f} s: "
                  f"{m['examples_per_sec']:,.0f} examples/s on {m['ranks']} rank(s) "
                  f"(not counting {m['warmup_seconds']:.1f} s of kernel warm-up)")
