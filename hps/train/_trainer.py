@@ -102,10 +102,8 @@ class Trainer:
                                     window=WINDOW, device=t.device, n_parts=t.n_parts,
                                     hbm_capacity=t.hbm_capacity, rows_per_file=t.rows_per_file,
                                     hbm_budget=t.hbm_budget, free_bytes=device_free_bytes(t.device))
-            if self.sync.replicated and self.coll.size > 1:  # identical tables: the smallest budget everywhere
-                self.hbm_rows = min(self.coll.main.allgather(self.plan.hbm_rows))
-            else:
-                self.hbm_rows = self.plan.hbm_rows
+            rows, shared = self.plan.hbm_rows, self.sync.replicated and self.coll.size > 1
+            self.hbm_rows = min(self.coll.main.allgather(rows)) if shared else rows  # allreduce: identical tables
             self.log(f"hps: {self.plan.describe()}")
             # SSD-PS is this run's scratch space (durability comes from checkpoints): no fsync per dump
             opts = SSDOptions(page_cache=t.ssd_page_cache, **self.plan.ssd_options())
