@@ -21,7 +21,7 @@ import math
 import numbers
 import os
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from .data import DENSE_TRANSFORMS
 from .data._batch import check_n_fields
@@ -35,6 +35,8 @@ DENSE_OPTIMIZERS = ("adam", "adagrad", "sgd")
 DEFAULT_CROSS_LAYERS = 3            # dcn: cross layers when --cross-layers is not given
 DEFAULT_BOTTOM_HIDDEN = 64          # dlrm: bottom MLP (64, embedding_dim) when --bottom-mlp is not given
 SPARSE_SYNCS = ("owner", "allreduce")
+DENSE_SYNCS = ("allreduce", "easgd")
+COMPRESS_MODES = ("none", "bf16", "int8")
 CONSISTENCIES = ("bsp", "het")      # --consistency (HET: hps/train/_het.py)
 HET_POLICIES = ("lfu", "lru")
 #: ``--staleness inf``: a clock bound no gap reaches (int64 clock arithmetic stays exact).
@@ -118,6 +120,38 @@ def _one_of(name, value, allowed):
         raise InvalidInputError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
 
 
+#: ``dataclasses.field`` metadata key: an option's value in the kernel warm-up's scratch job
+#: (:func:`scratch_config`), a value or ``form(value, scratch) -> value``; options without one keep theirs.
+#: The form is declared with the option (:func:`_warm`), so a new option says at once what the warm-up
+#: does with it.
+WARMUP = "warmup"
+
+
+def _warm(default, form):
+    """An option whose warm-up form is ``form`` (see :data:`WARMUP`)."""
+    return field(default=default, metadata={WARMUP: form})
+
+
+@dataclass(frozen=True)
+class Scratch:
+    """The sizes of the warm-up's scratch job: ``examples`` per batch, ``mem_budget`` bytes of MEM-PS."""
+
+    examples: int
+    mem_budget: int
+
+
+def _scratch_batch(value, scratch: Scratch) -> int:
+    return scratch.examples
+
+
+def _scratch_minibatch(value, scratch: Scratch) -> int:
+    return min(value, scratch.examples // 2)
+
+
+def _scratch_budget(value, scratch: Scratch) -> int:
+    return scratch.mem_budget
+
+
 @dataclass
 class DataConfig:
     """The data of a job: ``format`` None is inferred; unset options take their format's defaults; an
@@ -126,7 +160,7 @@ class DataConfig:
     format: str | None = None           # synthetic | criteo | libsvm | csv | parquet; None = inferred
     data: str | tuple[str, ...] | None = None       # training files, directories or globs, plain,
                                                     # .gz or .zst (not used by synthetic)
-    eval_data: str | tuple[str, ...] | None = None  # evaluation data, the same; synthetic has its own split
+    eval_data: str | tuple[str, ...] | None = _warm(None, None)  # evaluation data, the same; synthetic has its own split
     rows: int | None = None             # synthetic: training examples
     fields: int | None = None           # synthetic: categorical fields
     vocab_per_field: int | None = None  # synthetic: distinct values per field
@@ -232,11 +266,11 @@ class ModelOptions:
 @dataclass
 class TierConfig:
     device: str = "cpu"                 # where HBM-PS and the model live: cpu | cuda
-    mem_budget: int | str | None = None  # MEM-PS DRAM budget: bytes or "512MiB"; None = 256 MiB
-    ssd_path: str | None = None         # SSD-PS root (each rank claims rank{r}-of-{n}/ in it); None = a temp dir
-    keep_ssd: bool = False              # keep this job's SSD-PS at the end (it is removed otherwise)
+    mem_budget: int | str | None = _warm(None, _scratch_budget)  # MEM-PS DRAM budget: bytes or "512MiB"; None = 256 MiB
+    ssd_path: str | None = _warm(None, None)  # SSD-PS root (each rank claims rank{r}-of-{n}/ in it); None = a temp dir
+    keep_ssd: bool = _warm(False, False)  # keep this job's SSD-PS at the end (it is removed otherwise)
     rows_per_file: int = 16_384         # SSD-PS rows per parameter file (the write unit; loads read 4 KiB blocks)
-    hbm_capacity: int | None = None     # HBM-PS initial keys (grows); None = sized from the first batch
+    hbm_capacity: int | None = _warm(None, None)  # HBM-PS initial keys (grows); None = sized from the first batch
     n_parts: int = 1                    # HBM-PS parts per process
     gpus: int | None = None             # GPUs the parts spread over (part p on p % gpus); None = all visible
     ssd_page_cache: str = "direct"      # SSD-PS reads: direct (O_DIRECT) | dontneed | keep
@@ -252,35 +286,38 @@ class TierConfig:
 
 @dataclass
 class TrainConfig:
-    batch_size: int = 16_384            # examples per batch (the pipeline's unit), whole job
-    minibatch_size: int = 1_024         # examples per synchronous update, whole job
-    epochs: int = 1
+    """The training options, one group per feature, each group validated by its own check
+    (:data:`FEATURE_CHECKS`); each option says what the kernel warm-up does with it (:data:`WARMUP`)."""
+
+    batch_size: int = _warm(16_384, _scratch_batch)  # examples per batch (the pipeline's unit), whole job
+    minibatch_size: int = _warm(1_024, _scratch_minibatch)  # examples per synchronous update, whole job
+    epochs: int = _warm(1, 1)
     seed: int = 0                       # in [0, MAX_SEED = 2**64 - 1]
     queue_depth: int = 1                # items waiting between two pipeline stages
     blas_threads: int | None = None     # BLAS pool while training; None = cores per rank - 1 (>= 1)
-    checkpoint_dir: str | None = None
-    checkpoint_every: int = 0           # batches between checkpoints; 0 = end of every epoch only
-    resume: bool = False                # continue from checkpoint_dir
+    checkpoint_dir: str | None = _warm(None, None)
+    checkpoint_every: int = _warm(0, 0)  # batches between checkpoints; 0 = end of every epoch only
+    resume: bool = _warm(False, False)  # continue from checkpoint_dir
     keep_checkpoints: int = 1           # complete checkpoints kept; --resume falls back to an older one
-    export: str | None = None           # directory for the HDF5 export of the trained model
-    metrics_out: str | None = None      # JSON metrics file
-    plots: str | None = None            # directory for PNG figures (needs matplotlib)
+    export: str | None = _warm(None, None)  # directory for the HDF5 export of the trained model
+    metrics_out: str | None = _warm(None, None)  # JSON metrics file
+    plots: str | None = _warm(None, None)  # directory for PNG figures (needs matplotlib)
     ranks_per_node: int | None = None   # MPI: override node grouping (tests: 4 ranks = 2 x 2)
     sparse_sync: str = "owner"          # MPI: owner (rows live at their owner) | allreduce (App. C.3)
     mpi_wait: str = "auto"              # MPI: spin | yield (poll with sleeps) | auto (yield if oversubscribed)
-    progress: bool = True               # tqdm progress bar
-    # -- Hierarchical Training (issue 17; hps/train/_easgd.py, hps/comm/_compress.py) --
+    progress: bool = _warm(True, False)  # tqdm progress bar
+    # -- Hierarchical Training (Huang et al., KDD 2021, §3.1; hps/train/_easgd.py, hps/comm/_compress.py) --
     dense_sync: str = "allreduce"       # MPI: allreduce (one dense copy, BSP) | easgd (groups + background EASGD)
     groups: int = 1                     # easgd: contiguous rank groups, one dense copy each
     easgd_alpha: float | None = None    # easgd: elastic moving rate (None = 0.9 / groups)
     easgd_every: int = 4                # easgd: mini-batches between EASGD rounds
     compress: str = "none"              # MPI traffic: none | bf16 | int8 (rows int8, gradients bf16)
-    # -- admission, expiry and training control (issue 14: hps/train/_admission.py, _control.py, _schedule.py)
+    # -- admission and expiry (hps/train/_admission.py), training control (_control.py), schedules (_schedule.py)
     admit_after: int = 0                # a key gets its own row from its K-th occurrence on (0 = at once)
     admit_sketch_width: int = 1 << 20   # counters per row of each rank's count-min sketch (power of two)
     expire_after: int = 0               # delete keys unused for this many batches from every tier (0 = never)
-    eval_every: int = 0                 # batches between evaluations during training (0 = at the end only)
-    early_stop: int = 0                 # stop after this many evaluations without a better AUC (0 = never)
+    eval_every: int = _warm(0, 0)       # batches between evaluations during training (0 = at the end only)
+    early_stop: int = _warm(0, 0)       # stop after this many evaluations without a better AUC (0 = never)
     lr_warmup: int = 0                  # steps (global mini-batches) of linear learning-rate warm-up
     lr_decay: str = "none"              # none | cosine | step, after the warm-up (dense and sparse)
     lr_decay_steps: int = 0             # cosine: steps down to 0; step: steps per x0.1 (needed with a decay)
@@ -291,20 +328,17 @@ class TrainConfig:
     het_cache: int | float | str = "64MiB"  # het: per-rank cache, a fraction of the table (synthetic) or bytes
     het_policy: str = "lfu"             # het: cache eviction policy, lfu | lru
     # FAE (README "FAE"): a profile file from python -m hps.profile, or "auto" (profile first)
-    fae: str | None = None
-    hot_bytes: int | str | None = None  # FAE: HBM-PS bytes for the pinned hot rows ("auto" needs it)
+    fae: str | None = _warm(None, None)  # (the warm-up profiles nothing)
+    hot_bytes: int | str | None = _warm(None, None)  # FAE: HBM-PS bytes for the pinned hot rows ("auto" needs it)
     fae_sample_rate: float = 5.0        # FAE auto: percent of the input the profiler reads
     fae_holdout: int = 1024             # FAE: held-out eval examples for the Shuffle Scheduler's loss
 
     def __post_init__(self):
         _check_types(self)
-        self._check_control()
         _positive(self, "batch_size", "minibatch_size", "epochs", "queue_depth", "blas_threads", "ranks_per_node",
-                  "keep_checkpoints", "groups", "easgd_every")
-        _check_hierarchical_training(self)
+                  "keep_checkpoints")
         _one_of("sparse-sync", self.sparse_sync, SPARSE_SYNCS)
         _one_of("mpi-wait", self.mpi_wait, MPI_WAITS)
-        _check_het(self)
         if not 0 <= self.seed <= MAX_SEED:
             raise InvalidInputError(f"seed must be an integer in [0, 2**64 - 1], got {self.seed}")
         if self.checkpoint_every < 0:
@@ -314,48 +348,70 @@ class TrainConfig:
                                     f"({self.batch_size})")
         if self.resume and not self.checkpoint_dir:
             raise InvalidInputError("--resume needs --checkpoint-dir")
-        if self.hot_bytes is not None:
-            self.hot_bytes = parse_bytes(self.hot_bytes)
-            if self.hot_bytes < 0:
-                raise InvalidInputError(f"hot-bytes must be >= 0, got {self.hot_bytes}")
-        if self.fae == "auto" and self.hot_bytes is None:
-            raise InvalidInputError("--fae auto needs --hot-bytes SIZE (HBM-PS bytes for the hot rows)")
-        if self.fae is None and self.hot_bytes is not None:
-            raise InvalidInputError("--hot-bytes is an option of --fae (give --fae auto or --fae PROFILE)")
-        if not 0.0 < self.fae_sample_rate <= 100.0:
-            raise InvalidInputError(f"fae-sample-rate must be a percentage in (0, 100], got {self.fae_sample_rate}")
-        if self.fae_holdout < 0:
-            raise InvalidInputError(f"fae-holdout must be >= 0, got {self.fae_holdout}")
-        if self.fae is not None and self.consistency != "bsp":
-            raise InvalidInputError("--fae pins hot rows on every rank and synchronises them each mini-batch: "
-                                    "it needs --consistency bsp")
-        if self.fae is not None and self.admit_after > 1:
-            raise InvalidInputError("--fae classifies raw keys as hot before admission could replace them: "
-                                    "drop --admit-after or --fae")
+        if self.shuffle_buffer < 0:
+            raise InvalidInputError(f"shuffle-buffer must be >= 0, got {self.shuffle_buffer}")
+        for check in FEATURE_CHECKS:
+            check(self)
 
-    def _check_control(self) -> None:
-        """The issue-14 options: admission, expiry, evaluation, schedules, shuffling."""
-        for name in ("admit_after", "expire_after", "eval_every", "early_stop", "lr_warmup", "lr_decay_steps",
-                     "shuffle_buffer"):
-            if getattr(self, name) < 0:
-                raise InvalidInputError(f"{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
-        w = self.admit_sketch_width
-        if w < 16 or w & (w - 1):
-            raise InvalidInputError(f"admit-sketch-width must be a power of two >= 16, got {w}")
-        _one_of("lr-decay", self.lr_decay, LR_DECAYS)
-        if self.lr_decay != "none" and self.lr_decay_steps < 1:
-            raise InvalidInputError(f"--lr-decay {self.lr_decay} needs --lr-decay-steps N (steps = global "
-                                    "mini-batches)")
-        if self.early_stop and not self.eval_every:
-            raise InvalidInputError("--early-stop needs --eval-every N (and eval data)")
-        if (self.admit_after > 1 or self.expire_after) and self.sparse_sync != "owner":
-            raise InvalidInputError("--admit-after and --expire-after need --sparse-sync owner (the owner of "
-                                    "a key decides)")
+
+def _non_negative(t, *names) -> None:
+    for name in names:
+        if getattr(t, name) < 0:
+            raise InvalidInputError(f"{name.replace('_', '-')} must be >= 0, got {getattr(t, name)}")
+
+
+def _check_admission(t: "TrainConfig") -> None:
+    """--admit-after, --admit-sketch-width, --expire-after (the owner of a key decides: owner sync)."""
+    _non_negative(t, "admit_after", "expire_after")
+    w = t.admit_sketch_width
+    if w < 16 or w & (w - 1):
+        raise InvalidInputError(f"admit-sketch-width must be a power of two >= 16, got {w}")
+    if (t.admit_after > 1 or t.expire_after) and t.sparse_sync != "owner":
+        raise InvalidInputError("--admit-after and --expire-after need --sparse-sync owner (the owner of "
+                                "a key decides)")
+
+
+def _check_control(t: "TrainConfig") -> None:
+    """--eval-every, --early-stop (eval data is checked when the job's data is open)."""
+    _non_negative(t, "eval_every", "early_stop")
+    if t.early_stop and not t.eval_every:
+        raise InvalidInputError("--early-stop needs --eval-every N (and eval data)")
+
+
+def _check_schedule(t: "TrainConfig") -> None:
+    """--lr-warmup, --lr-decay, --lr-decay-steps."""
+    _non_negative(t, "lr_warmup", "lr_decay_steps")
+    _one_of("lr-decay", t.lr_decay, LR_DECAYS)
+    if t.lr_decay != "none" and t.lr_decay_steps < 1:
+        raise InvalidInputError(f"--lr-decay {t.lr_decay} needs --lr-decay-steps N (steps = global "
+                                "mini-batches)")
+
+
+def _check_fae(t: "TrainConfig") -> None:
+    """--fae, --hot-bytes (-> int bytes), --fae-sample-rate, --fae-holdout; FAE needs BSP and raw keys."""
+    if t.hot_bytes is not None:
+        t.hot_bytes = parse_bytes(t.hot_bytes)
+        if t.hot_bytes < 0:
+            raise InvalidInputError(f"hot-bytes must be >= 0, got {t.hot_bytes}")
+    if t.fae == "auto" and t.hot_bytes is None:
+        raise InvalidInputError("--fae auto needs --hot-bytes SIZE (HBM-PS bytes for the hot rows)")
+    if t.fae is None and t.hot_bytes is not None:
+        raise InvalidInputError("--hot-bytes is an option of --fae (give --fae auto or --fae PROFILE)")
+    if not 0.0 < t.fae_sample_rate <= 100.0:
+        raise InvalidInputError(f"fae-sample-rate must be a percentage in (0, 100], got {t.fae_sample_rate}")
+    if t.fae_holdout < 0:
+        raise InvalidInputError(f"fae-holdout must be >= 0, got {t.fae_holdout}")
+    if t.fae is not None and t.consistency != "bsp":
+        raise InvalidInputError("--fae pins hot rows on every rank and synchronises them each mini-batch: "
+                                "it needs --consistency bsp")
+    if t.fae is not None and t.admit_after > 1:
+        raise InvalidInputError("--fae classifies raw keys as hot before admission could replace them: "
+                                "drop --admit-after or --fae")
 
 
 def _check_het(t: "TrainConfig") -> None:
-    """Validate and normalise the --consistency het options of ``t`` (staleness -> int, het_cache ->
-    a float fraction or int bytes)."""
+    """--consistency, --staleness (-> int), --het-cache (-> a float fraction or int bytes),
+    --het-policy; HET caches rows of their owners (owner sync) and sends them uncompressed."""
     _one_of("consistency", t.consistency, CONSISTENCIES)
     _one_of("het-policy", t.het_policy, HET_POLICIES)
     if isinstance(t.staleness, str):
@@ -386,12 +442,11 @@ def _check_het(t: "TrainConfig") -> None:
         raise InvalidInputError("--compress applies to the BSP exchanges; --consistency het sends its rows and "
                                 "pushes uncompressed: drop --compress or use --consistency bsp")
 
-DENSE_SYNCS = ("allreduce", "easgd")
-COMPRESS_MODES = ("none", "bf16", "int8")
 
-
-def _check_hierarchical_training(tc) -> None:
-    """The --dense-sync / --groups / --easgd-* / --compress options of a TrainConfig."""
+def _check_dense_sync(tc) -> None:
+    """--dense-sync, --groups, --easgd-alpha, --easgd-every, --compress (the group count against the
+    ranks is checked when the job's ranks are known)."""
+    _positive(tc, "groups", "easgd_every")
     _one_of("dense-sync", tc.dense_sync, DENSE_SYNCS)
     _one_of("compress", tc.compress, COMPRESS_MODES)
     if tc.groups > 1 and tc.dense_sync != "easgd":
@@ -400,6 +455,9 @@ def _check_hierarchical_training(tc) -> None:
         raise InvalidInputError(f"easgd-alpha x groups must lie in (0, 1] (the centre moves by alpha times the "
                                 f"sum of the groups' differences), got {tc.easgd_alpha} x {tc.groups}")
 
+
+#: Every feature's option check, each refusing the combinations that cannot work with its reason.
+FEATURE_CHECKS = (_check_admission, _check_control, _check_schedule, _check_dense_sync, _check_het, _check_fae)
 
 #: TOML sections (``[data]`` …): the subsystem whose options each may hold.
 SECTIONS = {"data": DataConfig, "model": ModelOptions, "tiers": TierConfig, "train": TrainConfig}
@@ -458,14 +516,6 @@ class Config:
     tiers: TierConfig = field(default_factory=TierConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
-    def __post_init__(self):
-        if self.train.consistency == "het" and self.tiers.device == "cuda":
-            raise InvalidInputError("--consistency het runs on --device cpu only for now (its caches are "
-                                    "host arrays); drop --device cuda or use --consistency bsp")
-        if self.train.fae is not None and self.tiers.device == "cuda":
-            raise InvalidInputError("--fae runs on --device cpu only for now (the device step has no pinned "
-                                    "hot table yet); drop --device cuda or --fae")
-
     @staticmethod
     def from_flat(values: dict) -> "Config":
         """Build from ``{option: value}`` (CLI flags / TOML keys, dashes or underscores; sections and
@@ -478,3 +528,15 @@ class Config:
         if values:
             raise InvalidInputError(f"unknown option(s): {', '.join(sorted(values))}")
         return Config(**parts)
+
+
+def scratch_config(cfg: Config, scratch: Scratch) -> Config:
+    """The kernel warm-up's scratch job of ``cfg``: every option with a warm-up form (:data:`WARMUP`)
+    takes it (``scratch`` gives the sizes); the others keep their value. Validated like any Config."""
+    parts = {}
+    for name in SECTIONS:
+        section = getattr(cfg, name)
+        forms = {f.name: f.metadata[WARMUP] for f in fields(section) if WARMUP in f.metadata}
+        parts[name] = replace(section, **{k: form(getattr(section, k), scratch) if callable(form) else form
+                                          for k, form in forms.items()})
+    return Config(**parts)

@@ -122,7 +122,7 @@ def test_filter_expires_keys_unused_for_b_batches():
         f.touch(i, np.array([100 + i, 1], np.uint64))  # key 1 every batch, key 100+i once
         f.expire(i, gone.append)
     assert np.concatenate(gone).tolist() == [100, 101, 102, 103]  # at batches 4..7
-    assert f.expired == 4 and f.metrics()["known"] == 5
+    assert f.expired == 4 and f.rank_metrics()["known"] == 5
 
 
 # -- training runs ------------------------------------------------------------------------------------------

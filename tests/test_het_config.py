@@ -28,7 +28,6 @@ def test_flags_and_toml_keys(tmp_path):
     (["--het-cache", "1.5"], "het-cache must be a fraction in [0, 1]"),
     (["--het-cache", "lots"], "cannot read 'lots' as a size"),
     (["--consistency", "het", "--sparse-sync", "allreduce"], "--consistency het caches rows of their owners"),
-    (["--consistency", "het", "--device", "cuda"], "--consistency het runs on --device cpu only"),
     (["--consistency", "het", "--compress", "bf16"], "--consistency het sends its rows and pushes uncompressed"),
 ])
 def test_bad_values_stop_with_one_line(tmp_path, args, needle):

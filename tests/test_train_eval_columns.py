@@ -67,7 +67,7 @@ def test_fae_held_out_examples_take_the_eval_columns_by_name(tmp_path):
     from types import SimpleNamespace
 
     from hps.config import Config
-    from hps.train._fae import _holdout
+    from hps.train._fae import FaeFeature, FaeOptions
     from hps.train._feed import Feed
 
     train = _write(tmp_path / "t.csv", _table(3000, 0), COLS)
@@ -76,7 +76,10 @@ def test_fae_held_out_examples_take_the_eval_columns_by_name(tmp_path):
     for name, cols in (("e.csv", COLS), ("e2.csv", ["hour", "device", "click", "app", "site"])):
         cfg = Config.from_flat(dict(format="csv", data=str(train), eval_data=str(_write(tmp_path / name, ev, cols)),
                                     dense_columns=("hour",), batch_size=1024, minibatch_size=128))
-        trainer = SimpleNamespace(cfg=cfg, feed=Feed(cfg, 0, 1), coll=SimpleNamespace(rank=0, size=1))
-        held.append(_holdout(trainer, 300))
+        feed, tc = Feed(cfg, 0, 1), cfg.train
+        opts = FaeOptions("auto", None, 1.0, 300, tc.minibatch_size, tc.seed, tc.batch_size)
+        fae = FaeFeature(None, opts, cfg.data, SimpleNamespace(rank=0, size=1), 9, feed.n_fields, feed.n_dense,
+                         feed.has_eval, feed.eval_options, predict=None, log=print)
+        held.append(fae._holdout(300))
     np.testing.assert_array_equal(held[0].keys, held[1].keys)
     np.testing.assert_array_equal(held[0].dense, held[1].dense)

@@ -12,7 +12,9 @@ from hps.profile import read_profile
 from hps.profile._cli import main as profile_main
 from hps.train import main
 from hps.train._budget import budget_for_rows
-from hps.train._fae import HotRows, ShuffleScheduler, Fae
+from hps.train._backend import HostBackend
+from hps.train._fae import ShuffleScheduler, Fae
+from hps.train._hot_rows import HotRows
 from hps.train._feed import LocalBatch
 from tests.test_train import SMALL, assert_same_model, run_cli
 
@@ -84,9 +86,7 @@ def test_a_profile_file_trains_like_auto(tmp_path, capsys):
                                            (["--fae", "auto", "--hot-bytes", "1k", "--consistency", "het"],
                                             "it needs --consistency bsp"),
                                            (["--fae", "auto", "--hot-bytes", "1k", "--admit-after", "3"],
-                                            "drop --admit-after or --fae"),
-                                           (["--fae", "auto", "--hot-bytes", "1k", "--device", "cuda"],
-                                            "--fae runs on --device cpu only")])
+                                            "drop --admit-after or --fae")])
 def test_bad_fae_options_are_one_clear_line(args, message, capsys):
     assert main([*SMALL, *args]) == 2
     assert message in capsys.readouterr().err
@@ -107,7 +107,8 @@ def test_split_forms_all_hot_and_all_cold_minibatches():
     n = 8
     batch = Batch(np.arange(n, dtype=np.float32), np.zeros((n, 0), np.float32), keys, np.zeros(16, np.int32),
                   np.ones(16, np.float32), np.arange(0, 17, 2, dtype=np.int64), 2)
-    hot = HotRows(np.arange(1, 10, dtype=np.uint64), 4, "cpu", 1, None, 2)
+    hot = HotRows(None, 2, 4, HostBackend(None))
+    hot.pin(np.arange(1, 10, dtype=np.uint64), np.zeros((9, 4), np.float32))
     # hot examples: 0, 2 (mini-batch 0), 4, 6 (mini-batch 1): round(4 / size) hot mini-batches
     for size, want in ((3, [[1, 3], [5, 7], [0, 2, 4, 6]]), (2, [[1, 3], [5, 7], [0, 2], [4, 6]]),
                        (10, [[0, 1, 2, 3], [4, 5, 6, 7]])):  # under half a mini-batch: no hot one
@@ -139,7 +140,7 @@ def test_the_shuffle_scheduler_follows_eq_5():
 
 
 def test_strips_alternate_cold_first_by_the_rate():
-    fae = Fae(HotRows(np.empty(0, np.uint64), 4, "cpu", 1, None, 2), ShuffleScheduler(rate=50), 4, None, {})
+    fae = Fae(HotRows(None, 2, 4, HostBackend(None)), ShuffleScheduler(rate=50), 4, None, {})
     n_total = np.array([5, 5, 5, 5, 0, 5, 5], np.int64)
     hot = np.array([0, 0, 0, 0, 0, 1, 1], bool)
     losses = iter([3.0, 2.0, 1.0])
@@ -206,17 +207,27 @@ def test_a_fused_hot_step_leaves_its_buffer_and_applies_like_the_unfused_one():
     keys = np.array([3, 5, 9, 11], np.uint64)
     rows = np.arange(4 * 4, dtype=np.float32).reshape(4, 4) / 10
     slots, grads = np.array([0, 2]), np.array([[0.1, -0.2], [0.3, 0.4]], np.float32)
-    plain, fused = (HotRows(keys, 4, "cpu", 1, SparseAdagrad(lr=0.1), 2, fused=f) for f in (False, True))
+    plain, fused = (HotRows(SparseAdagrad(lr=0.1), 2, 4, HostBackend(None), fused=f) for f in (False, True))
     for hot in (plain, fused):
-        hot.load(rows)
+        hot.pin(keys, rows)
     ch_plain, ch_fused = _TwoRanks(), _TwoRanks()
-    plain.step(slots, grads, ch_plain)                       # all-reduces and applies at once
-    fused.step(slots, grads, ch_fused)                       # leaves its buffer to the trainer
+    plain.step(slots, slots, grads, ch_plain)                # all-reduces and applies at once
+    fused.step(slots, slots, grads, ch_fused)                # leaves its buffer to the dense sync
     buf = fused.take_pending()
     assert ch_plain.calls == 1 and ch_fused.calls == 0
     assert buf.shape == (4 * 3,) and fused.take_pending() is None
-    np.testing.assert_array_equal(fused.rows(np.arange(4)), rows)   # nothing applied yet
-    fused.apply(2 * buf)                                     # what the trainer's fused all-reduce gives
-    np.testing.assert_array_equal(fused.rows(np.arange(4)), plain.rows(np.arange(4)))
-    assert not np.array_equal(plain.rows(np.array([0, 2])), rows[[0, 2]])   # touched rows moved
-    np.testing.assert_array_equal(plain.rows(np.array([1, 3])), rows[[1, 3]])  # untouched rows stay
+    np.testing.assert_array_equal(fused.rows, rows)         # nothing applied yet
+    fused.apply(2 * buf)                                     # what the dense sync's fused all-reduce gives
+    np.testing.assert_array_equal(fused.rows, plain.rows)
+    assert not np.array_equal(plain.rows[[0, 2]], rows[[0, 2]])   # touched rows moved
+    np.testing.assert_array_equal(plain.rows[[1, 3]], rows[[1, 3]])  # untouched rows stay
+
+
+def test_an_evaluation_during_training_sees_the_hot_rows_as_they_are(tmp_path):
+    """--eval-every with FAE: the hot rows train in their pinned copies, and the MEM-PS/SSD-PS get them
+    only at write-backs (checkpoints, the end); an evaluation during training must read the pinned
+    ones. The one after the last batch and the final one see the same model (they once differed: the
+    first read the hot rows as pinned at the start)."""
+    _, m = run_cli(tmp_path, "fae", *FAE, "--eval-every", "1")
+    assert m["fae"]["hot_rows"] > 0 and m["eval_curve"][-1]["examples"] == m["examples"]
+    assert m["eval_curve"][-1]["auc"] == m["auc"] and m["eval_curve"][-1]["logloss"] == m["logloss"]

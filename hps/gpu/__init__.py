@@ -1,6 +1,6 @@
 """GPU-resident training: the transfer ledger and the asynchronous operations over an HBM-PS table's
 ``device_view()`` (``_train_ops.py``, ``_row_ops.py``, ``_partition_ops.py``; kernels in
-``_train_kernels.py``), which ``--device cuda`` training runs (``hps/train/_device_step.py``).
+``_train_kernels.py``), which ``--device cuda`` training runs (``hps/train/_device_backend.py``).
 
 The table itself (``hps.HashTable(device="cuda")``, its CUDA kernels and the partitioned table of
 Algorithm 2) lives in ``hps.table``; ``PartitionedHashTable``, ``Placement`` and ``visible_gpus`` are

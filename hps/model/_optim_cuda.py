@@ -42,7 +42,7 @@ def _args(rows, slots, grads, lr, l2, state: int):
     if p == 0 or p + state > tvals.shape[1]:
         raise InvalidInputError(f"grads of {p} columns need rows of at least {p} + {state} (state) columns "
                                 f"and P >= 1; the rows have {tvals.shape[1]}")
-    _finite(lr, "learning rate", True)
+    _finite(lr, "learning rate", False)  # a schedule may reach 0 (cosine decay), as on the CPU
     _finite(l2, "l2", False)
     t = tvals.dtype.type
     return tvals, slots, grads, t(lr), t(l2)

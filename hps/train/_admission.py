@@ -42,6 +42,7 @@ thread may run, so ``_seen`` is guarded by a lock.
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import numpy as np
 
@@ -50,6 +51,8 @@ from ..comm import SPARSE_KEYS
 from ..errors import InvalidInputError
 from ..mem import unique_counts
 from . import _admission_kernels as K
+from ._features import Feature
+from ._feed import LocalBatch
 
 #: Low 48 bits of a shared (not-admitted) key: ``field << 48 | SHARED_LOW``. Persistent: never change.
 SHARED_LOW = np.uint64((1 << 48) - 1)
@@ -69,11 +72,20 @@ def shared_keys(keys: np.ndarray) -> np.ndarray:
     return keys | SHARED_LOW
 
 
-class FeatureFilter:
+class FeatureFilter(Feature):
     """One rank's admission and expiry state (see the module docstring). ``coll``: Collectives;
-    ``admit_after``: K; ``expire_after``: B (0 = never); ``sketch_width``: w (a power of two)."""
+    ``admit_after``: K; ``expire_after``: B (0 = never); ``sketch_width``: w (a power of two);
+    ``window``: the residency window of the hierarchy it deletes from (B must reach it: an expiring key
+    must have left HBM-PS). A feature (``_features``): it rewrites a batch's keys before it is planned,
+    sweeps after it is resident, and keeps its state in checkpoints. Raises InvalidInputError for a B
+    below the window."""
 
-    def __init__(self, coll, admit_after: int, expire_after: int, sketch_width: int):
+    name = "filter"
+
+    def __init__(self, coll, admit_after: int, expire_after: int, sketch_width: int, window: int = 0):
+        if 0 < expire_after < window:
+            raise InvalidInputError(f"--expire-after must be at least {window} batches (the residency window: "
+                                    f"an expiring key must have left HBM-PS), got {expire_after}")
         self.coll = coll
         self.admit_after = int(admit_after)
         self.expire_after = int(expire_after)
@@ -84,6 +96,7 @@ class FeatureFilter:
         self.expired = 0           # keys this rank deleted for expiry
         self._seen = KeyIndex(width=1)
         self._lock = threading.Lock()
+        self._delete = None  # the hierarchy's delete (start)
 
     @property
     def admitting(self) -> bool:
@@ -204,7 +217,40 @@ class FeatureFilter:
                 "sketch": group["sketch"][()] if "sketch" in group else None,
                 **{k: int(group.attrs[k]) for k in ("mass", "admitted", "expired")}}
 
-    def metrics(self) -> dict:
+    # -- the feature's hooks -------------------------------------------------------------------------
+    def start(self, job) -> None:
+        self._delete = job.hier.delete
+
+    def on_prepare(self, w) -> None:
+        """Admission: the keys of ``w`` not admitted become their field's shared key."""
+        if self.admitting:
+            w.local = LocalBatch(replace(w.local.data, keys=self.admit(w.local.data.keys)), w.local.bounds)
+
+    def on_resident(self, w, resident) -> None:
+        """Expiry: the owner's keys of this batch are used now; a sweep may delete old ones. The state as
+        of ``w`` is kept when a checkpoint of it may follow (``w.keep_state``)."""
+        self.touch(w.index, resident)
+        self.expire(w.index, self._delete)
+        if w.keep_state:
+            w.states[self.name] = self.state()
+
+    def save(self, w, ckpt) -> None:
+        st = w.states.get(self.name) if w is not None else None
+        ckpt.writers.append(self.checkpoint_writer(st if st is not None else self.state()))
+
+    def eval_keys(self, keys, ch):
+        """Keys not admitted are scored with their field's shared row (the owners answer; collective
+        over ``ch``)."""
+        if not self.admitting:
+            return keys
+        ok = ch.pull_owned(keys, lambda k: self.admitted_mask(k).astype(np.float32)[:, None])
+        return np.where(ok[:, 0] > 0, keys, shared_keys(keys))
+
+    def rank_metrics(self) -> dict:
         with self._lock:
             known = len(self._seen)
         return {"admitted": self.admitted, "expired": self.expired, "known": known}
+
+    def metrics(self, per_rank: list) -> dict:
+        """Admission/expiry counts, summed over ranks."""
+        return {f"{k}_keys": sum(r[k] for r in per_rank) for k in ("admitted", "expired", "known")}

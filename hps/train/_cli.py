@@ -151,7 +151,8 @@ def build_parser() -> ArgumentParser:
 
 
 def _hierarchical_training_flags(p, S) -> None:
-    """Hierarchical Training (--dense-sync, --groups, --easgd-*, --compress) and --op-osrp (issue 17)."""
+    """Hierarchical Training (seeds/002 §3: --dense-sync, --groups, --easgd-*, --compress) and --op-osrp
+    (seeds/004 §2)."""
     g = p.add_argument_group("hierarchical training and hashing")
     g.add_argument("--dense-sync", choices=DENSE_SYNCS, default=S,
                    help="MPI: allreduce = one dense copy, gradients summed over all ranks; easgd = --groups "
@@ -168,8 +169,8 @@ def _hierarchical_training_flags(p, S) -> None:
 
 
 def _control_flags(g, S) -> None:
-    """Admission, expiry and training control (issue 14; README "Admission, expiry and training
-    control"), in the ``training`` group (TOML section ``[train]``)."""
+    """Admission, expiry and training control (docs/admission.md), in the ``training`` group (TOML
+    section ``[train]``)."""
     g.add_argument("--admit-after", type=int, default=S, metavar="K",
                    help="a key gets its own row from its K-th occurrence; before, its field's shared row (0: at once)")
     g.add_argument("--admit-sketch-width", type=int, default=S,

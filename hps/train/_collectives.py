@@ -27,6 +27,8 @@ from ..comm import SPARSE_PULL, CommStats, node_cores
 
 #: The channels, by the thread that uses each.
 CHANNELS = ("read", "prepare", "train", "main")
+#: The trainer's pipeline stages and the channel each one's thread communicates on (None: none).
+STAGE_CHANNELS = {"read": "read", "prepare": "prepare", "place": None, "train": "train"}
 
 
 def _mpi_type(dtype):

@@ -54,7 +54,8 @@ def best_dir(tc) -> str | None:
 
 
 def run_name(cfg) -> str:
-    """A short name of the run for plots: model, data and the issue-14 options that shape it."""
+    """A short name of the run for plots: model, data and the options that shape it (admission,
+    expiry, shuffling, the learning-rate schedule)."""
     d, m, tc = cfg.data, cfg.model, cfg.train
     data = os.path.basename(str(d.data).rstrip("/")) if d.data else f"synthetic {d.rows:,} rows"
     extra = [f"{k.replace('_', '-')} {getattr(tc, k)}" for k in ("admit_after", "expire_after", "shuffle_buffer")

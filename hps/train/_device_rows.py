@@ -2,7 +2,7 @@
 (:class:`OneTable`), or ``--n-parts`` parts spread over the node's GPUs (:class:`Parts`, Algorithm 2 of
 ``shared/seeds/004``: partition -> scatter -> apply per part -> gather).
 
-Both give :class:`~hps.train._device_step.DeviceStep` the same five calls, so the train step is written
+Both give :class:`~hps.train._device_backend.DeviceBackend` the same calls, so the train step is written
 once::
 
     keys = rows.split(keys, purpose)          # a device batch of keys (partitioned on the device)

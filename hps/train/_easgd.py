@@ -1,8 +1,6 @@
-"""How the ranks keep the dense parameters in step (``--dense-sync``): Hierarchical Training's
-groups with background EASGD between them (Huang et al., KDD 2021, §3.1; Zhang et al., EASGD).
-
-``allreduce`` (the default, BSP): the dense gradients of every global mini-batch are summed over all
-ranks (``Channel.dense_allreduce``) and every rank takes the same optimizer step: one dense copy.
+"""``--dense-sync easgd``: Hierarchical Training's groups with background EASGD between them (Huang et
+al., KDD 2021, §3.1; Zhang et al., EASGD), a dense sync strategy (``_dense_sync``; ``allreduce``, the
+default, is one dense copy stepped in BSP there).
 
 ``easgd`` with ``--groups G``: the ranks form G contiguous groups of N/G (rank r is in group
 ``r // (N / G)``); each group holds one dense copy. Per mini-batch the dense gradients are summed over
@@ -48,14 +46,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 from ..comm import DENSE_EASGD, Compression
-from ..config import DENSE_SYNCS
+from ..comm._compress import from_bf16, to_bf16
 from ..errors import InvalidInputError
 from ._collectives import Channel
-from ._hierarchy import _host
-
-#: Group of this module's state in each rank's checkpoint file (``_checkpoint.save(extra=...)``).
-#: Written to disk: never rename.
-CKPT_GROUP = "easgd"
+from ._dense_sync import CKPT_GROUP, DenseSync, check_groups
 
 
 def default_alpha(groups: int) -> float:
@@ -63,25 +57,21 @@ def default_alpha(groups: int) -> float:
     return 0.9 / groups
 
 
-class DenseSync:
-    """The dense synchronisation of one rank (see the module docstring). ``coll``: Collectives;
-    ``params``: the model's dense parameters (name -> array, updated in place); ``mode``,
-    ``groups``, ``alpha`` (None: :func:`default_alpha`), ``every``: the flags; ``compress``: a
-    :class:`hps.comm.Compression`. Construction is collective over ``coll.main`` (it splits the
-    group communicators). Raises InvalidInputError when G does not divide the ranks."""
+class EasgdSync(DenseSync):
+    """``--dense-sync easgd`` with G > 1 groups (see the module docstring). ``coll``, ``params``,
+    ``dense_opt``, ``backend``, ``compress``: as :class:`~hps.train._dense_sync.DenseSync`; ``groups``
+    G, ``alpha`` (None: :func:`default_alpha`), ``every`` T: the flags. Construction is collective over
+    ``coll.main`` (it splits the group communicators). Raises InvalidInputError when G does not
+    divide the ranks."""
 
-    def __init__(self, coll, params: dict, mode: str = "allreduce", groups: int = 1, alpha=None,
-                 every: int = 1, compress: Compression | None = None):
+    def __init__(self, coll, params: dict, dense_opt, backend, compress: Compression | None = None, *,
+                 groups: int, alpha=None, every: int = 1):
+        super().__init__(coll, params, dense_opt, backend, compress, mode="easgd")
         size, rank = coll.size, coll.rank
-        if mode not in DENSE_SYNCS:
-            raise InvalidInputError(f"dense-sync must be one of {', '.join(DENSE_SYNCS)}; got {mode!r}")
-        G = groups if mode == "easgd" else 1
-        if size > 1 and (G > size or size % G):
-            raise InvalidInputError(f"--groups {G} must divide the number of ranks ({size}) into groups of "
+        if groups > size or size % groups:
+            raise InvalidInputError(f"--groups {groups} must divide the number of ranks ({size}) into groups of "
                                     "equal size")
-        self.coll, self.mode, self.every = coll, mode, int(every)
-        self.compress = compress or Compression("none")
-        self.G = G if size > 1 else 1
+        self.G, self.every = int(groups), int(every)
         self.alpha = float(alpha) if alpha is not None else default_alpha(self.G)
         per = size // self.G
         self.group, self.leader = rank // per, rank % per == 0
@@ -94,26 +84,19 @@ class DenseSync:
         self.wait_seconds = 0.0
         self._pending = None                        # Future or ndarray: the last round's d
         self._restored = None                       # read_checkpoint's state, until restore applies it
-        self._pool = None
-        if size > 1:
-            self.compress.warm_up()  # compile the codecs before the timed training (cached on disk)
-        if self.G == 1:
-            return
         spin = coll.wait_mode == "spin"
         base = coll.main.comm
         self.group_ch = Channel("group", base.Split(self.group, rank), coll.stats, spin=spin)
         self.bg_ch = Channel("easgd", base.Dup(), coll.stats, spin=spin)
-        flat = self._flatten(params)
+        flat = self._flatten()
         self.centre = flat[self.group * self.m:(self.group + 1) * self.m].copy() if self.leader else None
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"hps-easgd-r{rank}")
 
     # -- the train thread's hooks ---------------------------------------------------------------------
-    def allreduce(self, flat: np.ndarray, n_local: int, n_total: int):
+    def _allreduce(self, flat: np.ndarray, n_local: int, n_total: int):
         """The dense gradients ``flat`` (n,) float32 of this rank's ``n_local`` examples of a global
-        mini-batch of ``n_total`` -> the gradient this rank's copy steps with, or None when its
-        group had no example (no step). Collective over the group (G > 1) or the train channel."""
-        if self.G == 1:
-            return self.compress.allreduce_dense(self.coll.train, flat)
+        mini-batch of ``n_total`` -> the mean over the group's examples, or None when its group had no
+        example (no step). Collective over the group."""
         n_group = int(self.group_ch.allsum_array(np.array([n_local], np.int64))[0])
         if n_group == 0:
             return None
@@ -121,36 +104,33 @@ class DenseSync:
         flat *= np.float32(n_total / n_group)  # grads were divided by n_total: the mean over the group
         return flat
 
-    def after_step(self, params: dict) -> None:
-        """Call after every global mini-batch (stepped or not): every T of them, apply the last
-        round's ``d`` and start the next round in the background."""
-        if self.G == 1:
-            return
+    def after_step(self) -> None:
+        """After every global mini-batch (stepped or not): every T of them, apply the last round's
+        ``d`` and start the next round in the background."""
         self.steps += 1
         if self.steps % self.every:
             return
         if self._pending is not None:
-            self._apply(params, self._result())
-        self._pending = self._pool.submit(self._round, self._flatten(params))
+            self._apply(self._result())
+        self._pending = self._pool.submit(self._round, self._flatten())
 
-    def finish(self, params: dict) -> None:
+    def finish(self) -> None:
         """End of training: wait for the last round and give every rank the centre copy (EASGD's
         result). Collective."""
-        if self.G == 1:
-            return
         if self._pending is not None:
             self._result()
-        self._set(params, self._centre(compressed=False))
+        self._set(self._centre(compressed=False))
 
-    def checkpoint_writer(self, params: dict, dense_opt):
-        """None for G = 1; else ``write(h5file)``, which puts this rank's EASGD state into its own
-        checkpoint file (``_checkpoint.save(extra=...)``): the group copy, its optimizer state, the
-        pending d, the round counter and, on a leader, its slice of the centre. Waits for a round in
-        flight (its d stays pending). Train thread."""
-        if self.G == 1:
-            return None
+    def save(self, w, ckpt) -> None:
+        """Add to ``ckpt`` this rank's EASGD state, written into its own checkpoint file: the group
+        copy, its optimizer state, the pending d, the round counter and, on a leader, its slice of the
+        centre. Waits for a round in flight (its d stays pending). Train thread."""
+        ckpt.writers.append(self.checkpoint_writer())
+
+    def checkpoint_writer(self):
+        """``write(h5file)`` of :meth:`save`."""
         pending = self._result() if self._pending is not None else None
-        flat, st = self._flatten(params)[:self.n], dense_opt.state_dict()
+        flat, st = self._flatten()[:self.n], self.dense_opt.state_dict()
         centre = None if self.centre is None else self.centre.copy()
         steps = self.steps
 
@@ -170,42 +150,36 @@ class DenseSync:
         return write
 
     def read_checkpoint(self, h) -> None:
-        """Read what :meth:`checkpoint_writer` wrote into this rank's checkpoint file ``h`` (an open
-        h5py File; ``_checkpoint.load(extra=...)``); :meth:`restore` applies it. Raises
-        InvalidInputError when the checkpoint was written with another number of groups."""
+        """Read what :meth:`checkpoint_writer` wrote into this rank's checkpoint file ``h``;
+        :meth:`restore` applies it. Raises InvalidInputError when the checkpoint was written with
+        another number of groups."""
         g = h.get(CKPT_GROUP)
-        have = int(g.attrs["groups"]) if g is not None else 1
-        if have != self.G:
-            raise InvalidInputError(f"the checkpoint was written with {have} dense group(s) (--groups, "
-                                    f"--dense-sync); resume with the same, not {self.G}")
-        if g is None:
-            return
+        check_groups(g, self.G)
         self._restored = {"steps": int(g.attrs["steps"]), "opt_step": int(g.attrs["opt_step"]),
                           "params": g["params"][()], "pending": g["pending"][()] if "pending" in g else None,
                           "centre": g["centre"][()] if "centre" in g else None,
                           "opt": {slot: {name: g[f"opt/{slot}/{name}"][()] for name in g[f"opt/{slot}"]}
                                   for slot in (g["opt"] if "opt" in g else ())}}
 
-    def restore(self, params: dict, dense_opt) -> None:
+    def restore(self, meta: dict | None = None) -> None:
         """After ``_checkpoint.load`` (which set rank 0's dense state): this rank's group copy,
         optimizer state, pending d, counter and centre slice as :meth:`read_checkpoint` read them."""
         r = self._restored
         if r is None:
             return
-        self._set(params, r["params"])
-        st = dense_opt.state_dict()
+        self._set(r["params"])
+        st = self.dense_opt.state_dict()
         st["step"] = r["opt_step"]
         st.update(r["opt"])
-        dense_opt.load_state_dict(st)
+        self.dense_opt.load_state_dict(st)
         self.steps, self._pending = r["steps"], r["pending"]
         if self.leader:
             self.centre = np.array(r["centre"], np.float32)
         self._restored = None
 
-    def metrics(self) -> dict:
-        return {"dense_sync": self.mode, "groups": self.G, "easgd_alpha": self.alpha if self.G > 1 else None,
-                "easgd_rounds": self.rounds, "easgd_wait_seconds": self.wait_seconds,
-                "compress": self.compress.mode}
+    def metrics(self, per_rank: list) -> dict:
+        return dict(super().metrics(per_rank), easgd_alpha=self.alpha, easgd_rounds=self.rounds,
+                    easgd_wait_seconds=self.wait_seconds)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -235,8 +209,6 @@ class DenseSync:
         channel; bf16 when ``compressed`` and the mode compresses)."""
         mine = self.centre.reshape(1, -1) if self.leader else np.empty((0, self.m), np.float32)
         if compressed and self.compress.dense != "none":
-            from ..comm._compress import from_bf16, to_bf16
-
             return from_bf16(self.bg_ch.allgatherv(to_bf16(mine), DENSE_EASGD)).reshape(-1)
         return self.bg_ch.allgatherv(np.ascontiguousarray(mine), DENSE_EASGD).reshape(-1)
 
@@ -252,49 +224,40 @@ class DenseSync:
             self._pending = p
         return p
 
-    def _flatten(self, params: dict) -> np.ndarray:
+    def _flatten(self) -> np.ndarray:
+        """The dense parameters (n_pad,) float32 host (``mpi`` bytes on a GPU)."""
         out = np.zeros(self.m * self.G, np.float32)
         off = 0
         for k, shape in self.shapes:
-            a = _host(params[k]).ravel()
+            a = self.be.to_host(self.params[k]).ravel()
             out[off:off + a.size] = a
             off += a.size
         return out
 
-    def _apply(self, params: dict, d: np.ndarray) -> None:
-        """x -= d, in place, for every tensor of ``params``."""
+    def _apply(self, d: np.ndarray) -> None:
+        """x -= d, in place, for every dense parameter."""
         self._pending = None
         off = 0
         for k, shape in self.shapes:
             size = int(np.prod(shape, dtype=np.int64))
-            p = params[k]
-            p -= _asarray_like(d[off:off + size].reshape(shape), p)
+            p = self.params[k]
+            p -= self.be.to_device(d[off:off + size].reshape(shape).astype(p.dtype, copy=False))
             off += size
 
-    def _set(self, params: dict, flat: np.ndarray) -> None:
+    def _set(self, flat: np.ndarray) -> None:
         off = 0
         for k, shape in self.shapes:
             size = int(np.prod(shape, dtype=np.int64))
-            params[k][...] = _asarray_like(flat[off:off + size].reshape(shape), params[k])
+            p = self.params[k]
+            p[...] = self.be.to_device(flat[off:off + size].reshape(shape).astype(p.dtype, copy=False))
             off += size
 
 
-def _asarray_like(a: np.ndarray, like):
-    """``a`` on the device (and with the dtype) of ``like``."""
-    if isinstance(like, np.ndarray):
-        return a.astype(like.dtype, copy=False)
-    import cupy
-
-    return cupy.asarray(a, dtype=like.dtype)
-
-
-def make_dense_sync(cfg, coll, params: dict) -> DenseSync:
-    """The :class:`DenseSync` of ``cfg.train``'s flags. Collective over ``coll.main``. Raises
-    InvalidInputError for --dense-sync easgd or --compress on --device cuda (the GPU-resident step
-    has collectives of its own)."""
-    tc = cfg.train
-    if cfg.tiers.device == "cuda" and (tc.dense_sync != "allreduce" or tc.compress != "none"):
-        raise InvalidInputError("--dense-sync easgd and --compress run on --device cpu only so far (the "
-                                "GPU-resident step has collectives of its own)")
-    return DenseSync(coll, params, tc.dense_sync, tc.groups, tc.easgd_alpha, tc.easgd_every,
-                     Compression(tc.compress))
+def make_dense_sync(mode: str, coll, params: dict, dense_opt, backend, *, compress: str = "none",
+                    groups: int = 1, alpha=None, every: int = 1) -> DenseSync:
+    """The dense sync strategy of ``--dense-sync mode`` (``--groups``, ``--easgd-alpha``,
+    ``--easgd-every``, ``--compress``). Collective over ``coll.main``."""
+    codec = Compression(compress)
+    if mode == "allreduce" or groups == 1 or coll.size == 1:  # one dense copy: the allreduce job exactly
+        return DenseSync(coll, params, dense_opt, backend, codec, mode=mode)
+    return EasgdSync(coll, params, dense_opt, backend, codec, groups=groups, alpha=alpha, every=every)

@@ -104,15 +104,16 @@ def export(directory, coll, store, model, meta: dict | None = None, source=None)
     coll.barrier()
 
 
-def export_trained(directory, coll, store, model, meta: dict, control, log) -> dict:
-    """Export what ``control`` (``_control.TrainingControl``) chooses — after ``--early-stop`` the best
-    checkpoint, else the model as it is — with ``meta`` and the choice in model.json; remove a best
-    checkpoint kept only for the export; say what was exported (``log``) -> the choice (batch,
-    source, eval_auc). Collective over ``coll``."""
-    source, about = control.export_choice()
+def export_trained(directory, coll, store, model, meta: dict, choice: tuple, checkpoint_dir, log) -> dict:
+    """Export what ``choice`` (``_control.TrainingControl.export_choice``: the checkpoint to export or
+    None for the model as it is, and its record) says — after ``--early-stop`` the best checkpoint,
+    else the model as it is — with ``meta`` and the record in model.json; remove ``checkpoint_dir``
+    (where the checkpoints went) when it was kept only for the export; say what was exported
+    (``log``) -> the record (batch, source, eval_auc, best). Collective over ``coll``."""
+    source, about = choice
     export(directory, coll, store, model, meta=dict(meta, **about), source=source)
-    if coll.rank == 0 and control.checkpoint_dir == os.path.join(directory, BEST_DIR):
-        shutil.rmtree(control.checkpoint_dir, ignore_errors=True)
+    if coll.rank == 0 and checkpoint_dir == os.path.join(directory, BEST_DIR):
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)
     auc = f", eval AUC {about['eval_auc']:.4f}" if about["eval_auc"] is not None else ""
     log(f"hps: exported {about['source']}, after batch {about['batch']}{auc}, to {directory}")
     return about

@@ -41,9 +41,10 @@ import numpy as np
 from ..data import Batch, open_dataset, share_bounds
 from ..errors import InvalidInputError
 from ..metrics import logloss as logloss_score
-from ..profile import digest, examples_all_hot, hot_mask, profile, read_profile, row_bytes_of
-from ._feed import LocalBatch, format_options
-from ._hierarchy import _host, make_hbm
+from ..profile import digest, examples_all_hot, profile, read_profile, row_bytes_of
+from ._features import Feature
+from ._feed import LocalBatch, empty_batch, format_options
+from ._sync import unique_inverse
 
 #: Eq. 5: swaps of falling loss before the rate doubles (u), its bounds and its start (R(50)).
 SWAP_PATIENCE = 4
@@ -58,94 +59,6 @@ def take(batch: Batch, idx: np.ndarray) -> Batch:
     kidx = np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]), dtype=np.int64)
     return Batch(batch.labels[idx], batch.dense[idx], batch.keys[kidx], batch.field[kidx], batch.weights[kidx],
                  offsets, batch.n_fields)
-
-
-class HotRows:
-    """The pinned hot rows of one rank: ``keys`` (h,) uint64 ascending, their rows in ``table`` (a
-    HashTable-like partition of HBM-PS on ``device``). ``opt``: the row optimizer; ``row_params``: P."""
-
-    def __init__(self, keys: np.ndarray, row_width: int, device: str, n_parts: int, opt, row_params: int,
-                 fused: bool = False):
-        self.keys = np.ascontiguousarray(keys, np.uint64)
-        self.opt, self.row_params, self.row_width = opt, int(row_params), int(row_width)
-        self.table = make_hbm(max(1, self.size), self.row_width, device, n_parts)
-        # fused: step() leaves its buffer for the trainer, which sums it in the same all-reduce as
-        # the dense gradients (one collective per mini-batch instead of two) and calls apply()
-        self.fused = bool(fused)
-        self._pending: np.ndarray | None = None
-
-    @property
-    def size(self) -> int:
-        return int(self.keys.shape[0])
-
-    def mask(self, keys: np.ndarray) -> np.ndarray:
-        """(n,) bool: which of ``keys`` (n,) uint64 are hot."""
-        return hot_mask(self.keys, keys)
-
-    def slots(self, keys: np.ndarray) -> np.ndarray:
-        """(n,) int64 positions of hot ``keys`` in ``self.keys``. REQUIRES every key hot."""
-        return np.searchsorted(self.keys, keys).astype(np.int64)
-
-    def load(self, rows: np.ndarray) -> None:
-        """Pin ``rows`` (h, row_width) float32 of ``keys``."""
-        if self.size:
-            self.table.insert(self.keys, rows)
-
-    def rows(self, slots: np.ndarray) -> np.ndarray:
-        """(k, row_width) host rows of ``keys[slots]``."""
-        return _host(self.table.get(self.keys[slots])[0])
-
-    def divide(self, keys: np.ndarray, inv: np.ndarray):
-        """Unique ``keys`` (u,) of a mini-batch and their ``inv`` (nnz,) -> (cold keys (c,), inv into
-        ``[cold keys | hot keys]``, hot slots (u - c,))."""
-        hot = self.mask(keys)
-        if not hot.any():
-            return keys, inv, np.empty(0, np.int64)
-        pos = np.empty(keys.shape[0], np.int64)
-        n_cold = int((~hot).sum())
-        pos[~hot] = np.arange(n_cold)
-        pos[hot] = n_cold + np.arange(keys.shape[0] - n_cold)
-        return keys[~hot], pos[inv], self.slots(keys[hot])
-
-    def step(self, slots: np.ndarray, grads: np.ndarray, ch) -> None:
-        """Sum every rank's hot-row gradients ``grads`` (k, P) of ``slots`` (k,) unique (one dense
-        all-reduce of (h, P + 1) float32 over ``ch``; the last column counts touches) and apply one
-        optimizer step to every touched row, on every rank alike. Collective. One rank: no buffer."""
-        P = self.row_params
-        if ch.size == 1:  # nothing to sum: apply to this mini-batch's rows
-            if slots.shape[0]:
-                keys = self.keys[slots]
-                self.table.insert(keys, _host(self.opt.apply(_host(self.table.get(keys)[0]), grads)))
-            return
-        buf = np.zeros((self.size, P + 1), np.float32)
-        buf[slots, :P] = grads
-        buf[slots, P] = 1.0
-        if self.fused:
-            self._pending = buf.ravel()
-            return
-        self.apply(ch.dense_allreduce(buf.ravel()))
-
-    def take_pending(self) -> np.ndarray | None:
-        """The (h * (P + 1),) float32 buffer a fused ``step`` left to be summed over the ranks, or None."""
-        buf, self._pending = self._pending, None
-        return buf
-
-    def apply(self, summed: np.ndarray) -> None:
-        """One optimizer step on every row touched on some rank, from ``summed`` (h * (P + 1),) float32:
-        every rank's gradients and touch counts of the hot rows, summed."""
-        P = self.row_params
-        buf = summed.reshape(self.size, P + 1)
-        touched = np.flatnonzero(buf[:, P] > 0)
-        if touched.shape[0]:
-            keys = self.keys[touched]
-            rows = _host(self.table.get(keys)[0])
-            self.table.insert(keys, _host(self.opt.apply(rows, buf[touched, :P])))
-
-    def write_back(self, memps, owned_mask) -> None:
-        """Push the rows of the hot keys this rank owns into ``memps`` (dirty)."""
-        mine = self.keys[owned_mask(self.keys)]
-        if mine.shape[0]:
-            memps.push(mine, _host(self.table.get(mine)[0]), unpin=False)
 
 
 @dataclass
@@ -176,9 +89,10 @@ class ShuffleScheduler:
 
 
 class Fae:
-    """FAE state of one rank (module docstring). Built by :func:`start`."""
+    """FAE state of one rank (module docstring). Built by :func:`start`; ``hot``: the pinned hot rows
+    (``_hot_rows.HotRows``)."""
 
-    def __init__(self, hot: HotRows, sched: ShuffleScheduler, minibatch_size: int, holdout, info: dict):
+    def __init__(self, hot, sched: ShuffleScheduler, minibatch_size: int, holdout, info: dict):
         self.hot, self.sched = hot, sched
         self.minibatch_size = int(minibatch_size)
         self.holdout = holdout          # this rank's held-out Batch, or None (no eval data)
@@ -283,99 +197,145 @@ class Fae:
                     cold_minibatches=self.cold_minibatches, swaps=self.sched.swaps, final_rate=self.sched.rate)
 
 
-def _hot_keys(trainer, log) -> tuple[np.ndarray, np.ndarray, dict]:
-    """(hot keys ascending, their sampled counts, profile facts) from --fae PROFILE or by profiling
-    (--fae auto), on rank 0, shared with every rank (main channel)."""
-    tc, d = trainer.cfg.train, trainer.cfg.data
-    row_bytes = row_bytes_of(trainer.row_width)
-    prof, problem = None, None
-    if trainer.coll.rank == 0:
-        try:
-            if tc.fae == "auto":
-                prof = profile(d.data, d.format, tc.hot_bytes, row_bytes, tc.fae_sample_rate, seed=tc.seed,
-                               fmt_options=format_options(d, tc.seed, tc.batch_size))
-            else:
-                prof = read_profile(tc.fae)
-        except InvalidInputError as e:
-            problem = str(e)
-    problem = trainer.coll.main.allgather(problem)[0]
-    if problem:
-        raise InvalidInputError(problem)
-    keys, counts = (prof.hot_keys, prof.hot_counts) if prof is not None else (None, None)
-    keys, counts = trainer.coll.main.allgather((keys, counts))[0]
-    info = {}
-    if prof is not None:
-        log(f"hps: {prof.describe()}")
-        info = {"profile": {k: getattr(prof, k) for k in ("threshold_count", "estimate", "interval_low",
-                                                          "interval_high", "logged_hot", "hot_input_fraction",
-                                                          "sample_rate", "seconds", "budget_rows")}}
-    info = trainer.coll.main.allgather(info)[0]
-    if tc.hot_bytes is not None and keys.shape[0] * row_bytes > tc.hot_bytes:  # a profile made for more
-        keep = np.lexsort((keys, -counts))[:tc.hot_bytes // row_bytes]
-        keys, counts = keys[np.sort(keep)], counts[np.sort(keep)]
-    return keys, counts, info
+@dataclass(frozen=True)
+class FaeOptions:
+    """The options FAE runs with: ``profile`` (``--fae``: a profile file or ``auto``), ``hot_bytes``,
+    ``sample_rate`` (``--fae-sample-rate``, percent), ``holdout`` (``--fae-holdout`` examples), and of
+    the job: ``minibatch_size``, ``seed``, ``batch_size``."""
+
+    profile: str
+    hot_bytes: int | None
+    sample_rate: float
+    holdout: int
+    minibatch_size: int
+    seed: int
+    batch_size: int
 
 
-def _holdout(trainer, n: int):
-    """This rank's share (``share_bounds``) of the first ``n`` examples of the eval data (synthetic:
-    of its eval split), or None without eval data. The same examples whatever the ranks and shards."""
-    d, tc = trainer.cfg.data, trainer.cfg.train
-    if n == 0 or not trainer.feed.has_eval:
-        return None
-    if d.eval_data:  # the eval readers' options: the training data's columns by name and dense statistics
-        opts = {k: v for k, v in trainer.feed.eval_options.items() if k != "readers"}
-        it = open_dataset(d.eval_data, d.format, n, strict=d.strict, max_malformed=d.max_malformed, **opts).batches()
-    else:
-        it = open_dataset(None, "synthetic", n, **format_options(d, tc.seed, tc.batch_size)).eval_batches()
-    parts, got = [], 0
-    for b in it:
-        parts.append(b.slice(0, min(len(b), n - got)))
-        got += len(parts[-1])
-        if got >= n:
-            break
-    if not parts:
-        return None
-    first = Batch.concat(parts)
-    a, b = share_bounds(len(first), trainer.coll.rank, trainer.coll.size)
-    return first.slice(a, b)
+class FaeFeature(Feature):
+    """FAE in the trainer's pipeline (``_features``). ``hot``: the pinned hot rows the step trains
+    (``_hot_rows.HotRows``, empty until :meth:`start`); ``opts``: :class:`FaeOptions`; ``data``: the
+    job's ``DataConfig`` (profiling, the held-out examples); ``coll``: Collectives; ``row_width``;
+    ``n_fields``, ``n_dense``, ``has_eval``, ``eval_options`` (the eval readers' options, None without
+    --eval-data): the feed's; ``predict(rows, inv, batch) -> probs (n,)
+    host``: the model's prediction over parameter rows of the step's array module; ``log``."""
 
+    name = "fae"
 
-def start(trainer, resumed: dict | None, log) -> Fae:
-    """Pin the hot rows on every rank (main channel, collective) and restore the scheduler state of
-    the checkpoint ``resumed`` (its meta, or None)."""
-    tc = trainer.cfg.train
-    keys, _, info = _hot_keys(trainer, log)
-    # the hot rows' all-reduce rides in the dense one when that one is a plain all-reduce of all ranks
-    fused = trainer.coll.size > 1 and tc.dense_sync == "allreduce" and tc.compress == "none"
-    hot = HotRows(keys, trainer.row_width, trainer.cfg.tiers.device, trainer.cfg.tiers.n_parts,
-                  trainer.sparse_opt, trainer.row_params, fused=fused)
-    fae = Fae(hot, ShuffleScheduler(), tc.minibatch_size, _holdout(trainer, tc.fae_holdout), info)
-    saved = (resumed or {}).get("fae")
-    if saved is not None:
-        fae.restore(saved, trainer.coll.rank)
-    trainer._ensure_hierarchy()
-    rows = trainer.coll.main.pull_rows(keys, trainer.hier.read_owned) if hot.size else None
-    hot.load(rows)
-    log(f"hps: FAE: {hot.size:,} hot rows pinned in HBM-PS on every rank "
-        f"({hot.size * row_bytes_of(trainer.row_width) / 2**20:.2f} MiB each), shuffle rate R({fae.sched.rate:g})")
-    return fae
+    def __init__(self, hot, opts: FaeOptions, data, coll, row_width: int, n_fields: int, n_dense: int,
+                 has_eval: bool, eval_options: dict | None, predict, log):
+        self.hot, self.opts, self.data, self.coll = hot, opts, data, coll
+        self.row_width, self.n_fields, self.n_dense, self.has_eval = int(row_width), n_fields, n_dense, has_eval
+        self.eval_options = eval_options
+        self.predict, self.log = predict, log
+        self.fae: Fae | None = None
+        self._read_owned = self._memps = None
 
+    def start(self, job) -> None:
+        """Pin the hot rows on every rank (main channel, collective) and restore the scheduler state of
+        the checkpoint ``job.resumed`` (its meta, or None)."""
+        keys, _, info = self._hot_keys()
+        self._read_owned, self._memps = job.hier.read_owned, job.hier.memps
+        hot = self.hot
+        hot.pin(keys, self.coll.main.pull_rows(keys, self._read_owned) if keys.shape[0] else None)
+        self.fae = Fae(hot, ShuffleScheduler(), self.opts.minibatch_size, self._holdout(self.opts.holdout), info)
+        saved = (job.resumed or {}).get("fae")
+        if saved is not None:
+            self.fae.restore(saved, self.coll.rank)
+        self.log(f"hps: FAE: {hot.size:,} hot rows pinned in HBM-PS on every rank "
+                 f"({hot.size * row_bytes_of(self.row_width) / 2**20:.2f} MiB each), shuffle rate "
+                 f"R({self.fae.sched.rate:g})")
 
-def held_out_loss(trainer) -> float:
-    """Logloss of the model now on the held-out examples of every rank (train channel; collective).
-    Without eval data: the training loss since the last swap."""
-    fae, ch = trainer.fae, trainer.coll.train
-    if not ch.any(fae.holdout is not None):
-        return fae.strip_loss(ch)
-    from ._feed import empty_batch
-    from ._sync import unique_inverse
+    def on_read(self, w, ch) -> None:
+        w.local, w.hot = self.fae.split(w.local, ch)
 
-    batch = fae.holdout if fae.holdout is not None else empty_batch(trainer.feed.n_fields, trainer.feed.n_dense)
-    keys, inv = unique_inverse(batch.keys)
-    cold, inv, slots = fae.hot.divide(keys, inv)
-    P = trainer.row_params
-    rows = np.concatenate([ch.pull_owned(cold, trainer.hier.read_owned)[:, :P], fae.hot.rows(slots)[:, :P]])
-    probs = _host(trainer.model.predict(trainer.xp.asarray(rows), inv, batch)) if len(batch) else np.empty(0)
-    local = logloss_score(batch.labels, probs) * len(batch) if len(batch) else 0.0
-    sums = ch.allsum_array(np.array([local, len(batch)], np.float64))
-    return float(sums[0] / max(sums[1], 1.0))
+    def order(self, w):
+        return self.fae.order(w.n_total, w.hot, self.held_out_loss)
+
+    def after_minibatch(self, w, j: int, n: int, loss) -> None:
+        self.fae.count(bool(w.hot[j]), n, loss())
+
+    def save(self, w, ckpt) -> None:
+        """The pinned hot rows go through MEM-PS/SSD-PS like every other row (the checkpoint flushes
+        them); the scheduler's state goes into the meta. Collective over the train channel."""
+        self.hot.write_back(self._memps, self.coll.owned_mask)
+        ckpt.meta["fae"] = self.fae.state(self.coll.train)
+
+    def finish(self) -> None:
+        self.hot.write_back(self._memps, self.coll.owned_mask)
+
+    def metrics(self, per_rank: list) -> dict:
+        return {"fae": self.fae.metrics()}
+
+    def held_out_loss(self) -> float:
+        """Logloss of the model now on the held-out examples of every rank (train channel; collective).
+        Without eval data: the training loss since the last swap."""
+        fae, ch = self.fae, self.coll.train
+        if not ch.any(fae.holdout is not None):
+            return fae.strip_loss(ch)
+        batch = fae.holdout if fae.holdout is not None else empty_batch(self.n_fields, self.n_dense)
+        keys, inv = unique_inverse(batch.keys)
+        cold, inv, slots = fae.hot.divide(keys, inv)
+        slots = np.empty(0, np.int64) if slots is None else slots
+        xp, P = self.hot.xp, self.hot.row_params
+        rows = xp.concatenate([xp.asarray(ch.pull_owned(cold, self._read_owned)[:, :P]), fae.hot.params(slots)])
+        probs = self.predict(rows, inv, batch) if len(batch) else np.empty(0)
+        local = logloss_score(batch.labels, probs) * len(batch) if len(batch) else 0.0
+        sums = ch.allsum_array(np.array([local, len(batch)], np.float64))
+        return float(sums[0] / max(sums[1], 1.0))
+
+    def _hot_keys(self) -> tuple[np.ndarray, np.ndarray, dict]:
+        """(hot keys ascending, their sampled counts, profile facts) from --fae PROFILE or by profiling
+        (--fae auto), on rank 0, shared with every rank (main channel)."""
+        o, d, main = self.opts, self.data, self.coll.main
+        row_bytes = row_bytes_of(self.row_width)
+        prof, problem = None, None
+        if self.coll.rank == 0:
+            try:
+                if o.profile == "auto":
+                    prof = profile(d.data, d.format, o.hot_bytes, row_bytes, o.sample_rate, seed=o.seed,
+                                   fmt_options=format_options(d, o.seed, o.batch_size))
+                else:
+                    prof = read_profile(o.profile)
+            except InvalidInputError as e:
+                problem = str(e)
+        problem = main.allgather(problem)[0]
+        if problem:
+            raise InvalidInputError(problem)
+        keys, counts = (prof.hot_keys, prof.hot_counts) if prof is not None else (None, None)
+        keys, counts = main.allgather((keys, counts))[0]
+        info = {}
+        if prof is not None:
+            self.log(f"hps: {prof.describe()}")
+            info = {"profile": {k: getattr(prof, k) for k in ("threshold_count", "estimate", "interval_low",
+                                                              "interval_high", "logged_hot", "hot_input_fraction",
+                                                              "sample_rate", "seconds", "budget_rows")}}
+        info = main.allgather(info)[0]
+        if o.hot_bytes is not None and keys.shape[0] * row_bytes > o.hot_bytes:  # a profile made for more
+            keep = np.lexsort((keys, -counts))[:o.hot_bytes // row_bytes]
+            keys, counts = keys[np.sort(keep)], counts[np.sort(keep)]
+        return keys, counts, info
+
+    def _holdout(self, n: int):
+        """This rank's share (``share_bounds``) of the first ``n`` examples of the eval data (synthetic:
+        of its eval split), or None without eval data. The same examples whatever the ranks and shards."""
+        d, o = self.data, self.opts
+        if n == 0 or not self.has_eval:
+            return None
+        if d.eval_data:  # the eval readers' options: the training data's columns by name and dense statistics
+            opts = {k: v for k, v in self.eval_options.items() if k != "readers"}
+            it = open_dataset(d.eval_data, d.format, n, strict=d.strict, max_malformed=d.max_malformed,
+                              **opts).batches()
+        else:
+            it = open_dataset(None, "synthetic", n, **format_options(d, o.seed, o.batch_size)).eval_batches()
+        parts, got = [], 0
+        for b in it:
+            parts.append(b.slice(0, min(len(b), n - got)))
+            got += len(parts[-1])
+            if got >= n:
+                break
+        if not parts:
+            return None
+        first = Batch.concat(parts)
+        a, b = share_bounds(len(first), self.coll.rank, self.coll.size)
+        return first.slice(a, b)

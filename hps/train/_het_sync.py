@@ -29,31 +29,50 @@ import numpy as np
 
 from .._hashing import group_by_owner
 from ..comm import HET_CLOCKS, HET_CONTROL, HET_PUSH, SPARSE_ROWS
+from ..config import STALENESS_UNBOUNDED
 from ._het import HetCache, HetOwner, Pushes
-from ._hierarchy import _host
 from ._sync import OwnerSync
 
 
 class HetSync(OwnerSync):
-    """See the module docstring. ``capacity`` cache entries, ``staleness`` s, ``policy`` lfu | lru.
-    :meth:`bind` gives it the residency hierarchy (owners update rows there) before the first step."""
+    """See the module docstring. ``capacity`` cache entries, ``staleness`` s, ``policy`` lfu | lru;
+    ``window``: the residency window of the hierarchy. :meth:`bind` gives it the residency hierarchy
+    (owners update rows there) before the first step.
 
-    def __init__(self, coll, model, sparse_opt, row_params: int, xp, *, row_width: int, capacity: int,
-                 staleness: int, policy: str):
-        super().__init__(coll, model, sparse_opt, row_params, xp)
-        self.W = int(row_width)
-        self.cache = HetCache(capacity, row_width, row_params, staleness, policy, sparse_opt)
-        self.owner = HetOwner(sparse_opt, row_params)
+    On ``--device cuda`` the caches and the owner's bookkeeping stay host structures: the rows an owner
+    serves are gathered from the HBM-PS and the rows a step uses go up to the device (``mpi`` bytes),
+    and pushes update the owner's rows through the hierarchy (``fetch``/``writeback`` bytes)."""
+
+    consistency = "het"
+
+    def __init__(self, coll, opt, row_params: int, hot, *, row_width: int, capacity: int, staleness: int,
+                 policy: str, window: int, checkpoint_every: int):
+        super().__init__(coll, opt, row_params, hot)
+        self.W, self.window, self.every = int(row_width), int(window), int(checkpoint_every)
+        self.cache = HetCache(capacity, row_width, row_params, staleness, policy, opt)
+        self.owner = HetOwner(opt, row_params)
         self.hier = None
 
-    def bind(self, hier) -> None:
-        self.hier = hier
+    def start(self, job) -> None:
+        self.hier = job.hier  # owners update their rows wherever they live
 
-    def step(self, hbm, index: int, p, share, n_total: int):
-        """One mini-batch of the HET protocol (module docstring) -> (loss term, dense gradients).
-        Collective over the train channel. One rank: nothing to cache, the BSP step."""
+    def is_cut(self, index: int, last_in_epoch: bool) -> bool:
+        """Whether batch ``index`` ends at a consistent cut: a checkpoint point (the end of an epoch,
+        every --checkpoint-every batches), whether or not checkpoints are written, so a run's
+        trajectory does not depend on --checkpoint-dir and a resumed run reproduces an uninterrupted one."""
+        return last_in_epoch or bool(self.every and (index + 1) % self.every == 0)
+
+    def prepare_horizon(self, w) -> int | None:
+        """After a cut nothing is prepared past it: when batch ``w.index - 1`` ended at one, it must be
+        trained — and flushed — before ``w`` is prepared (the prepare stage also waits for
+        ``w.index - 1 + window``)."""
+        return w.index - 1 + self.window if w.batch == 0 or self.is_cut(w.index - 1, False) else None
+
+    def step(self, be, table, p, d, n_total: int):
+        """One mini-batch of the HET protocol (module docstring) -> the dense gradients. Collective over
+        the train channel. One rank: nothing to cache, the BSP step."""
         if p.uinv is None:
-            return super().step(hbm, index, p, share, n_total)
+            return super().step(be, table, p, d, n_total)
         P, W, ch, rank = self.row_params, self.W, self.coll.train, self.coll.rank
         self.owner.apply_pending(self.hier, p.ukeys)  # rows this mini-batch asks for are placed now
         c_g = ch.alltoallv(self.owner.clocks(p.ukeys)[p.uinv].astype(np.int32), p.recv, p.send,
@@ -65,10 +84,11 @@ class HetSync(OwnerSync):
         asked = _unpack(ch.alltoallv(_pack(fetch, p.send), _nbytes(p.send), _nbytes(p.recv), HET_CONTROL), p.recv)
         self._push(invalid)                                                      # Evict(k) before Fetch(k)
         # rows (and their c_g) of the flagged keys, owner -> asking rank, in the order of p.keys
-        rows = self._rows(hbm, p.ukeys, index)
         sel = p.uinv[asked]
+        with be.rows(table) as R:  # the served rows, whole (parameters and optimizer state)
+            rows = be.to_host(R.gather(R.find(d.keys), be.to_device(sel), W))
         reply = np.empty((sel.shape[0], W + 1), np.uint32)
-        reply[:, :W] = np.ascontiguousarray(rows[sel], np.float32).view(np.uint32)
+        reply[:, :W] = np.ascontiguousarray(rows, np.float32).view(np.uint32)
         reply[:, W] = self.owner.clocks(p.ukeys)[sel].astype(np.uint32)
         got = ch.alltoallv(reply, _segment_counts(asked, p.recv), _segment_counts(fetch, p.send), SPARSE_ROWS)
         fetched = np.ascontiguousarray(got[:, :W]).view(np.float32)
@@ -76,16 +96,21 @@ class HetSync(OwnerSync):
         params = np.empty((p.keys.shape[0], W), np.float32)
         params[fetch] = fetched
         params[~fetch] = self.cache.get(slots[~fetch])
-        loss, _, g_rows, g_dense = self.model.forward_backward(self.xp.asarray(params[:, :P]), p.inv, share,
-                                                              n_total=n_total)
-        g = np.ascontiguousarray(_host(g_rows), np.float32)
+        with be.rows(table):  # kernels run under the table's lock; pushes below take the hierarchy's
+            g_rows, g_dense = be.forward_backward(be.to_device(params[:, :P]), d, n_total)
+            g = np.ascontiguousarray(be.to_host(g_rows), np.float32)
         # fetched remote keys join the cache (Fetch: c_s = c_c = c_g); own keys push every write
         new = fetch & remote
         slots[new] = self.cache.insert(p.keys[new], fetched[new[fetch]], clock[new[fetch]])
         own = ~remote
         mine = Pushes(p.keys[own], clock[own[fetch]] + 1, g[own])
         self._push(Pushes.concat([mine, self.cache.write(slots[remote], g[remote])]))
-        return loss, g_dense
+        return g_dense
+
+    def end_batch(self, w) -> None:
+        """At a consistent cut, :meth:`flush`. Collective over the train channel."""
+        if self.is_cut(w.index, w.last_in_epoch):
+            self.flush()
 
     def flush(self) -> None:
         """A consistent cut: every rank pushes its whole cache, every owner applies every push and
@@ -112,10 +137,13 @@ class HetSync(OwnerSync):
                                            got[:, P + 2].astype(np.int64),
                                            np.ascontiguousarray(got[:, :P]).view(np.float32)))
 
-    def stats(self) -> dict:
+    def rank_metrics(self) -> dict:
         """This rank's cache counters (reads of remote keys, hits, misses, invalidations, fetches,
         pushes, evictions) and its capacity."""
         return {**self.cache.stats, "capacity": self.cache.capacity}
+
+    def metrics(self, per_rank: list) -> dict:
+        return dict(super().metrics(per_rank), **het_metrics(per_rank, self.cache.s))
 
 
 def _nbytes(counts: np.ndarray) -> np.ndarray:
@@ -143,31 +171,9 @@ def _segment_counts(mask: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return c[ends] - c[ends - counts]
 
 
-def make_het_sync(cfg, coll, model, sparse_opt, row_params: int, row_width: int, xp) -> HetSync:
-    """The HetSync of ``cfg.train``'s --staleness/--het-cache/--het-policy. A --het-cache fraction is
-    of the synthetic vocabulary (fields x values per field); other data needs a size in bytes."""
-    from ._het import cache_entries
-
-    t, d = cfg.train, cfg.data
-    table = d.fields * d.vocab_per_field if d.format == "synthetic" else None
-    return HetSync(coll, model, sparse_opt, row_params, xp, row_width=row_width,
-                   capacity=cache_entries(t.het_cache, row_width, row_params, table),
-                   staleness=t.staleness, policy=t.het_policy)
-
-
-def is_cut(train_cfg, index: int, last_in_epoch: bool) -> bool:
-    """Whether batch ``index`` ends at a consistent cut: a checkpoint point (the end of an epoch, every
-    --checkpoint-every batches), whether or not checkpoints are written, so a run's trajectory does
-    not depend on --checkpoint-dir and a resumed run reproduces an uninterrupted one."""
-    every = train_cfg.checkpoint_every
-    return last_in_epoch or bool(every and (index + 1) % every == 0)
-
-
 def het_metrics(per_rank: list, staleness: int) -> dict:
-    """Job metrics from every rank's :meth:`HetSync.stats` (summed; the hit rate over all reads of
-    remote keys)."""
-    from ..config import STALENESS_UNBOUNDED
-
+    """Job metrics from every rank's :meth:`HetSync.rank_metrics` (summed; the hit rate over all reads
+    of remote keys)."""
     tot = {k: sum(r[k] for r in per_rank) for k in per_rank[0]}
     return {"staleness": "inf" if staleness >= STALENESS_UNBOUNDED else staleness,
             "het_hit_rate": tot["hits"] / tot["reads"] if tot["reads"] else 0.0,

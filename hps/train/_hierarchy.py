@@ -41,7 +41,12 @@ import numpy as np
 
 from .._index import KeyIndex
 from ..errors import CacheBudgetError, InternalError
+from ..gpu import PartitionedHashTable
 from ..table import HashTable
+
+#: The residency window of a training job: prepare(i) waits for train(i - WINDOW); keys unused for
+#: WINDOW batches leave the HBM-PS.
+WINDOW = 3
 
 
 @dataclass
@@ -276,8 +281,6 @@ def _host(a):
 
 def make_hbm(capacity: int, row_width: int, device: str, n_parts: int, gpus: int | None = None):
     if n_parts > 1:
-        from ..gpu import PartitionedHashTable
-
         return PartitionedHashTable(n_parts, capacity, row_width, device=device, gpus=gpus)
     return HashTable(capacity, row_width, device=device)
 

@@ -84,3 +84,14 @@ def export_meta(cfg, feed, model, format_options: dict) -> dict:
             "init": {"seed": cfg.train.seed, "scale": cfg.model.init_scale},
             "data": {"format": fmt, "options": _jsonable(opts), "n_fields": feed.n_fields,
                      "n_dense": feed.n_dense}}
+
+
+def describe_model(model, row_width: int, sparse_opt: str, dense_opt: str) -> str:
+    """One line: ``model``'s architecture, its dense parameter count (``dense_opt``: the dense optimizer's
+    name) and the layout of a row of ``row_width`` floats (``sparse_opt``: the row optimizer's name)."""
+    dense = sum(int(p.size) for p in model.params.values())
+    state = row_width - model.row_params
+    row = (f"{model.emb_dim} embedding" + (" + 1 first-order weight" if model.first_order else "")
+           + (f" + {state} {sparse_opt} state" if state else ""))
+    return (f"model: {model.describe()}; {dense:,} dense parameters ({dense_opt}); "
+            f"one row of {row_width} floats ({row}) per key, made on first use")

@@ -21,13 +21,13 @@ SHARED_OPTIONS = {
     "model": None,  # all of them
     "train": ("batch_size", "minibatch_size", "epochs", "seed", "checkpoint_every", "resume",
               "ranks_per_node", "sparse_sync",
-              # issue 14: admission, expiry, training control
+              # admission, expiry, training control
               "admit_after", "admit_sketch_width", "expire_after", "eval_every", "early_stop", "lr_warmup",
               "lr_decay", "lr_decay_steps", "shuffle_buffer",
               "consistency", "staleness", "het_policy",
-              # issue 17: hierarchical training, compression
+              # Hierarchical Training (KDD 2021 §3.1), compression
               "dense_sync", "groups", "easgd_alpha", "easgd_every", "compress",
-              # issue 16: FAE
+              # FAE (seeds/003 §4)
               "fae", "hot_bytes", "fae_sample_rate", "fae_holdout"),
 }
 
@@ -113,7 +113,7 @@ def report(m: dict) -> str:
                  f"(not counting {m['warmup_seconds']:.1f} s of kernel warm-up)")
     lines.append(f"model size: {m['table_rows']:,} keys, {m['sparse_parameters']:,} embedding parameters, "
                  f"{m['dense_parameters']:,} dense parameters")
-    lines += control_summary(m)  # issue 14: eval curve, early stop, admission/expiry
+    lines += control_summary(m)  # eval curve, early stop, admission/expiry
     for what, pre in (("training", ""), ("eval", "eval_")):
         if m.get(f"{pre}malformed_lines"):
             first = m[pre + "malformed_first"]

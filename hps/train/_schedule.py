@@ -21,6 +21,7 @@ import math
 
 from ..config import LR_DECAYS
 from ..errors import InvalidInputError
+from ._features import Feature
 
 #: Factor of a ``step`` decay every ``--lr-decay-steps`` steps (torch's StepLR default gamma).
 STEP_GAMMA = 0.1
@@ -39,14 +40,18 @@ def lr_factor(step: int, warmup: int = 0, decay: str = "none", decay_steps: int 
     return f
 
 
-class LRSchedule:
-    """Sets ``sparse_opt.lr`` and ``dense_opt.lr`` for each step, from their rates at construction.
-    ``tc``: the TrainConfig; ``per_batch``: mini-batches of a full global batch."""
+class LRSchedule(Feature):
+    """Sets the learning rate ``lr`` of each of ``opts`` (the sparse and the dense optimizer) for each
+    step, from their rates at construction. ``warmup``, ``decay``, ``decay_steps``: ``--lr-warmup``,
+    ``--lr-decay``, ``--lr-decay-steps``; ``per_batch``: mini-batches of a full global batch. A feature
+    (``_features``): it sets the rates before every mini-batch."""
 
-    def __init__(self, tc, per_batch: int, sparse_opt, dense_opt):
-        self.warmup, self.decay, self.decay_steps = tc.lr_warmup, tc.lr_decay, tc.lr_decay_steps
+    name = "schedule"
+
+    def __init__(self, warmup: int, decay: str, decay_steps: int, per_batch: int, opts):
+        self.warmup, self.decay, self.decay_steps = int(warmup), decay, int(decay_steps)
         self.per_batch = int(per_batch)
-        self.opts = [(o, float(o.lr)) for o in (sparse_opt, dense_opt)]
+        self.opts = [(o, float(o.lr)) for o in opts]
 
     @property
     def active(self) -> bool:
@@ -61,3 +66,6 @@ class LRSchedule:
         for opt, base in self.opts:
             opt.lr = base * f
         return f
+
+    def before_minibatch(self, w, j: int) -> None:
+        self.apply(w.index, j)

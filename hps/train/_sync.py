@@ -18,6 +18,11 @@ global batch resident (found by gathering every rank's unique keys, not by parsi
 gradients with the hierarchical sparse all-reduce and applies every update to its replica, so all
 replicas stay bit-identical. Per-rank memory and update work do not fall with the number of ranks.
 
+The step is written once over the array module: what differs between ``--device cpu`` and ``cuda``
+(where the resident rows are, pooling and the loss, the staging of MPI's buffers) is behind the
+backend it is given (``_backend``). FAE's hot rows (``_hot_rows``) join a mini-batch's rows after the
+cold ones and train apart (an empty ``HotRows`` without ``--fae``).
+
 Thread safety: :meth:`plan` runs in the prepare thread, :meth:`step` in the train thread; each uses
 only its own channel.
 """
@@ -31,11 +36,8 @@ import numpy as np
 from .._hashing import group_by_owner
 from ..comm import SPARSE_GRADS, SPARSE_KEYS, SPARSE_ROWS, Compression
 from ..comm._kernels import segment_sum
-from ..errors import InternalError
 from ..mem import unique_counts
-from ._hierarchy import _host
-
-SPARSE_SYNCS = ("owner", "allreduce")
+from ._features import Feature
 
 
 def unique_inverse(keys):
@@ -56,7 +58,8 @@ class Plan:
     With one rank ``uinv`` is None (``ukeys`` is ``keys``).
 
     FAE (``_fae``): ``keys`` are the cold keys only; ``hot_slots`` (h,) the mini-batch's pinned hot
-    rows, and ``inv`` indexes ``[keys | hot rows]``. None without FAE.
+    rows, and ``inv`` indexes ``[keys | hot rows]`` (None without hot rows); ``hot_only``: the
+    mini-batch is all-hot on every rank (no cold key anywhere: the exchange is skipped).
     """
 
     keys: np.ndarray
@@ -66,64 +69,73 @@ class Plan:
     uinv: np.ndarray | None = None
     recv: np.ndarray | None = None
     hot_slots: np.ndarray | None = None
+    hot_only: bool = False
 
 
-def _plans(local, hot) -> list[Plan]:
-    """One Plan per local mini-batch of ``local``: its unique keys (the cold ones with FAE ``hot``)."""
+def _plans(local, hot, hot_flags) -> list[Plan]:
+    """One Plan per local mini-batch of ``local``: its unique keys (the cold ones: ``hot.divide``)."""
     plans = []
     for j in range(len(local.bounds) - 1):
-        keys, inv = unique_inverse(local.minibatch(j).keys)
-        if hot is None:
-            plans.append(Plan(keys, inv))
-        else:
-            keys, inv, slots = hot.divide(keys, inv)
-            plans.append(Plan(keys, inv, hot_slots=slots))
+        keys, inv, slots = hot.divide(*unique_inverse(local.minibatch(j).keys))
+        plans.append(Plan(keys, inv, hot_slots=slots, hot_only=hot_flags is not None and bool(hot_flags[j])))
     return plans
 
 
-class _Sync:
-    def __init__(self, coll, model, sparse_opt, row_params: int, xp, compress=None):
+class _Sync(Feature):
+    """What both BSP strategies share: ``coll`` the job's Collectives, ``opt`` the row optimizer,
+    ``row_params`` P, ``compress`` the codec of rows and gradients on their way to and from owners,
+    ``hot`` FAE's pinned hot rows (``_hot_rows.HotRows``; empty without ``--fae``). A feature
+    (``_features``) of its own: HET's caches plug into the pipeline through its hooks."""
+
+    name = "sparse_sync"
+    mode = ""
+    consistency = "bsp"
+
+    def __init__(self, coll, opt, row_params: int, hot, compress=None):
         self.coll = coll
-        self.compress = compress or Compression("none")  # --compress: rows and gradients to/from owners
-        self.model = model
-        self.opt = sparse_opt
-        self.row_params = row_params
-        self.xp = xp
+        self.compress = compress or Compression("none")
+        self.opt = opt
+        self.row_params = int(row_params)
+        self.hot = hot
 
-    def _rows(self, hbm, keys, index: int):
-        rows, found = hbm.get(keys)
-        if not found.all():
-            raise InternalError(f"batch {index}: {int((~found).sum())} working-set keys are missing from "
-                                "HBM-PS (residency bug)")
-        return _host(rows)
+    def metrics(self, per_rank: list) -> dict:
+        return {"consistency": self.consistency, "sparse_sync": self.mode}
 
-    def _with_hot(self, params, p: Plan, hot):
-        """(u, P) parameters of ``[p.keys | hot rows]``: the cold ones and the pinned hot rows."""
-        if hot is None or p.hot_slots is None or not p.hot_slots.shape[0]:
-            return params
-        return np.concatenate([_host(params), hot.rows(p.hot_slots)[:, :self.row_params]])
+    def _hot_only(self, be, p: Plan, d, n_total: int):
+        """A mini-batch all-hot on every rank: only the hot rows' step (no exchange)."""
+        P = self.row_params
+        g, g_dense = be.forward_backward(self.hot.with_params(be.xp.empty((0, P), np.float32), d.hot), d, n_total)
+        self.hot.step(p.hot_slots, d.hot, g, self.coll.train)
+        return g_dense
 
-    def _hot_step(self, g, n_cold: int, p: Plan, hot):
-        """Cold gradient rows of ``g``; the hot ones go to the hot rows' all-reduce (collective)."""
-        if hot is None:
-            return g
-        slots = p.hot_slots if p.hot_slots is not None else np.empty(0, np.int64)
-        if hot.size:
-            hot.step(slots, g[n_cold:], self.coll.train)
+    def _forward(self, be, R, found, params, d, n_total: int):
+        """Forward/backward of this rank's share over the resident rows ``found`` (pooled straight from
+        them), or over ``params`` (u, P) xp when given; FAE's hot rows join either after the cold ones.
+        -> (per-key gradients (u [+ hot], P) xp, dense gradients)."""
+        if params is None and d.hot is None:
+            return be.forward_backward_resident(R, found, d, n_total)
+        if params is None:
+            params = R.gather(found, None, self.row_params)
+        return be.forward_backward(self.hot.with_params(params, d.hot), d, n_total)
+
+    def _cold(self, g, n_cold: int, p: Plan, d):
+        """Cold gradient rows of ``g``; the hot ones go to the hot rows' step (collective)."""
+        self.hot.step(p.hot_slots, d.hot, g[n_cold:], self.coll.train)
         return g[:n_cold]
 
 
 class OwnerSync(_Sync):
     """``--sparse-sync owner``: see the module docstring."""
 
+    mode = "owner"
     replicated = False
 
-    def plan(self, local, hot=None) -> tuple[np.ndarray, list[Plan]]:
+    def plan(self, local, hot_flags=None) -> tuple[np.ndarray, list[Plan]]:
         """(keys this rank must hold resident for the batch, one Plan per local mini-batch) for the
-        LocalBatch ``local``; FAE ``hot`` rows (``_fae.HotRows``) are left out. Collective over the
-        prepare channel (one alltoall, one alltoallv)."""
+        LocalBatch ``local`` (``hot_flags`` (P,) bool: FAE's all-hot mini-batches); hot rows are left
+        out. Collective over the prepare channel (one alltoall, one alltoallv)."""
         P, size = len(local.bounds) - 1, self.coll.size
-        plans = _plans(local, hot)
+        plans = _plans(local, self.hot, hot_flags)
         if size == 1:
             for p in plans:
                 p.ukeys = p.keys
@@ -152,64 +164,63 @@ class OwnerSync(_Sync):
             p.recv = asked_counts[:, j].copy()
         return unique_inverse(asked)[0], plans
 
-    def step(self, hbm, index: int, p: Plan, share, n_total: int, hot=None, hot_only: bool = False):
-        """One mini-batch: serve the asked rows, forward/backward on ``share``, send the gradients to
-        their owners, apply the owned updates. Returns (loss term, dense gradients). Collective over
-        the train channel (two alltoallv; FAE: then the hot rows' all-reduce, and a ``hot_only``
-        mini-batch — all-hot on every rank — skips the alltoallv)."""
+    def step(self, be, table, p: Plan, d, n_total: int):
+        """One mini-batch: serve the asked rows, forward/backward on this rank's share (``d``: its
+        staged inputs, ``be``: the backend), send the gradients to their owners, apply the owned
+        updates in the HBM-PS ``table``. Returns the dense gradients. Collective over the train channel
+        (two alltoallv; FAE: then the hot rows' all-reduce; an all-hot mini-batch skips the exchange)."""
         P, ch = self.row_params, self.coll.train
-        if hot_only:
-            rows = params = np.empty((0, P), np.float32)
-        else:
-            rows = self._rows(hbm, p.ukeys, index)                           # (v, row_width) owned rows
-            if p.uinv is None:
-                params = rows[:, :P]
-            else:  # (u, P) rows of p.keys: they arrive grouped by owner, the order of p.keys
-                params = self.compress.exchange_rows(ch, rows[p.uinv, :P], p.recv, p.send, SPARSE_ROWS)
-        loss, _, g_rows, g_dense = self.model.forward_backward(self.xp.asarray(self._with_hot(params, p, hot)),
-                                                              p.inv, share, n_total=n_total)
-        g = self._hot_step(_host(g_rows), p.keys.shape[0], p, hot)
-        if hot_only:
-            return loss, g_dense
-        if p.uinv is not None:
-            back = self.compress.exchange_grads(ch, g, p.send, p.recv, SPARSE_GRADS)  # aligned with p.uinv
-            g = segment_sum(back, p.uinv, p.ukeys.shape[0])                  # rank order: deterministic
-        hbm.insert(p.ukeys, _host(self.opt.apply_in_place(rows, g)))  # rows: this step's own copy
-        return loss, g_dense
+        with be.rows(table) as R:
+            if p.hot_only:
+                return self._hot_only(be, p, d, n_total)
+            found, params = R.find(d.keys), None                             # owned rows of p.ukeys
+            if p.uinv is not None:  # (u, P) rows of p.keys: they arrive grouped by owner, the order of p.keys
+                sent = be.to_host(R.gather(found, d.uinv, P))
+                params = be.to_device(self.compress.exchange_rows(ch, sent, p.recv, p.send, SPARSE_ROWS))
+            g, g_dense = self._forward(be, R, found, params, d, n_total)
+            g = self._cold(g, p.keys.shape[0], p, d)
+            if p.uinv is not None:
+                back = self.compress.exchange_grads(ch, be.to_host(g), p.send, p.recv, SPARSE_GRADS)  # p.uinv order
+                g = be.to_device(segment_sum(back, p.uinv, p.ukeys.shape[0]))  # rank order: deterministic
+            R.update(found, g, self.opt)
+        return g_dense
 
 
 class ReplicaSync(_Sync):
     """``--sparse-sync allreduce``: see the module docstring."""
 
+    mode = "allreduce"
     replicated = True
 
-    def plan(self, local, hot=None) -> tuple[np.ndarray, list[Plan]]:
-        """(the global batch's working set, one Plan per local mini-batch; FAE ``hot`` rows left
-        out). Collective over the prepare channel (one allgatherv of every rank's unique keys)."""
-        plans = _plans(local, hot)
+    def plan(self, local, hot_flags=None) -> tuple[np.ndarray, list[Plan]]:
+        """(the global batch's working set, one Plan per local mini-batch; hot rows left out).
+        Collective over the prepare channel (one allgatherv of every rank's unique keys)."""
+        plans = _plans(local, self.hot, hot_flags)
         mine = unique_inverse(local.data.keys)[0]
-        if hot is not None:
-            mine = mine[~hot.mask(mine)]
+        if self.hot.size:
+            mine = mine[~self.hot.mask(mine)]
         return unique_inverse(self.coll.prepare.allgatherv(mine, SPARSE_KEYS))[0], plans
 
-    def step(self, hbm, index: int, p: Plan, share, n_total: int, hot=None, hot_only: bool = False):
-        P = self.row_params
-        rows = np.empty((0, P), np.float32) if hot_only else self._rows(hbm, p.keys, index)
-        loss, _, g_rows, g_dense = self.model.forward_backward(self.xp.asarray(self._with_hot(rows[:, :P], p, hot)),
-                                                              p.inv, share, n_total=n_total)
-        g = self._hot_step(_host(g_rows), p.keys.shape[0], p, hot)
-        if hot_only:
-            return loss, g_dense
-        keys, grads = self.coll.train.sparse_allreduce(p.keys, g)
-        if keys is not p.keys:
-            rows = self._rows(hbm, keys, index)
-        hbm.insert(keys, _host(self.opt.apply_in_place(rows, grads)))  # rows: this step's own copy
-        return loss, g_dense
+    def step(self, be, table, p: Plan, d, n_total: int):
+        """As :meth:`OwnerSync.step`, the gradients summed by the sparse all-reduce and every update
+        applied to every replica. Collective over the train channel."""
+        ch = self.coll.train
+        with be.rows(table) as R:
+            if p.hot_only:
+                return self._hot_only(be, p, d, n_total)
+            found = R.find(d.keys)
+            g, g_dense = self._forward(be, R, found, None, d, n_total)
+            g = self._cold(g, p.keys.shape[0], p, d)
+            if self.coll.size > 1:  # every replica applies every update
+                keys, grads = ch.sparse_allreduce(p.keys, be.to_host(g))
+                found, g = R.find(R.stage_keys(keys)), be.to_device(grads)
+            R.update(found, g, self.opt)
+        return g_dense
 
 
 def _n_hot(p: Plan) -> int:
     return 0 if p.hot_slots is None else int(p.hot_slots.shape[0])
 
 
-def make_sync(mode: str, *args, compress=None):
-    return {"owner": OwnerSync, "allreduce": ReplicaSync}[mode](*args, compress=compress)
+#: ``--sparse-sync`` -> its strategy.
+SYNCS = {"owner": OwnerSync, "allreduce": ReplicaSync}

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
 
 import numpy as np
 
+from ..config import Scratch, scratch_config
 from ._budget import budget_for_rows
+from ._collectives import Collectives
+from ._feed import Feed
 
 #: Examples per warm-up batch, and batches (more than the residency window, so rows leave HBM-PS,
 #: spill from MEM-PS and come back from SSD-PS). Only the kernels' argument types matter, not sizes.
@@ -58,23 +60,13 @@ def warm_up(trainer, log) -> float:
 
 def _scratch_run(trainer, first) -> None:
     """Train a scratch job of the same configuration on tiny slices of ``first`` (a Batch)."""
-    from ._collectives import Collectives
-    from ._feed import Feed
-
     n = min(len(first), WARMUP_EXAMPLES * WARMUP_BATCHES)
     parts = [first.slice(a, min(a + WARMUP_EXAMPLES, n)) for a in range(0, n, WARMUP_EXAMPLES)]
     working_set = max(int(np.unique(p.keys).shape[0]) for p in parts)
-    cfg = trainer.cfg
-    scratch_cfg = replace(
-        cfg,
-        data=replace(cfg.data, eval_data=None),
-        # a budget of one batch's working set: later batches spill to SSD-PS and load back
-        tiers=replace(cfg.tiers, ssd_path=None, keep_ssd=False, hbm_capacity=None,
-                      mem_budget=budget_for_rows(working_set, trainer.row_width, cfg.tiers.rows_per_file)),
-        train=replace(cfg.train, batch_size=WARMUP_EXAMPLES,
-                      minibatch_size=min(cfg.train.minibatch_size, WARMUP_EXAMPLES // 2), epochs=1,
-                      checkpoint_dir=None, checkpoint_every=0, resume=False, export=None, metrics_out=None,
-                      plots=None, progress=False, eval_every=0, early_stop=0, fae=None, hot_bytes=None))
+    # the job's own configuration in its warm-up form (each option declares it: hps.config.WARMUP), with
+    # a budget of one batch's working set: later batches spill to SSD-PS and load back
+    budget = budget_for_rows(working_set, trainer.row_width, trainer.cfg.tiers.rows_per_file)
+    scratch_cfg = scratch_config(trainer.cfg, Scratch(examples=WARMUP_EXAMPLES, mem_budget=budget))
     feed = Feed.replay(parts, trainer.feed.n_fields, trainer.feed.n_dense, scratch_cfg.train.minibatch_size)
     scratch = type(trainer)(scratch_cfg, Collectives(), log=lambda *a, **k: None, feed=feed)
     try:

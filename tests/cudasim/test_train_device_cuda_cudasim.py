@@ -1,5 +1,5 @@
 """``python -m hps.train --device cuda`` on Numba's CUDA simulator: the GPU-resident step of
-``hps/train/_device_step.py`` (rows stay in the HBM-PS, pooling, gradient reduction and the row
+``hps/train/_device_backend.py`` (rows stay in the HBM-PS, pooling, gradient reduction and the row
 optimizers run as CUDA kernels on the table's rows) with NumPy standing in for CuPy (``hps._xp``).
 
 Each job ends with the CPU backend's parameters (max abs diff <= 1e-5 over hps.load_export) and AUC,

@@ -1,4 +1,4 @@
-"""Per-rank checks of hps.train._easgd.DenseSync against a serial EASGD written out in NumPy; run as
+"""Per-rank checks of hps.train._easgd's dense sync (``make_dense_sync("easgd", ...)``) against a serial EASGD written out in NumPy; run as
 ``mpiexec -n N python tests/mpi/check_easgd.py``. Prints ``check_easgd: OK on N ranks``.
 
 Each rank contributes a known gradient per step; group g's copy steps with the mean of its ranks'
@@ -19,10 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import hps.comm as C  # noqa: E402
-from hps.comm import Compression  # noqa: E402
 from hps.model._dense_optim import DenseAdam  # noqa: E402
+from hps.train._backend import HostBackend  # noqa: E402
 from hps.train._collectives import Collectives  # noqa: E402
-from hps.train._easgd import DenseSync  # noqa: E402
+from hps.train._easgd import make_dense_sync  # noqa: E402
 
 SHAPES = {"w": (3, 4), "b": (5,)}
 STEPS, EVERY, ALPHA, LR = 13, 3, 0.2, 0.05
@@ -83,28 +83,27 @@ def apply(params, delta):
 
 
 def run(coll, G, compress, steps=STEPS, stop_at=None, state=None):
-    """Train ``steps`` steps with a DenseSync; with ``stop_at`` write its checkpoint state after that
+    """Train ``steps`` steps with the dense sync; with ``stop_at`` write its checkpoint state after that
     many steps into the HDF5 file ``state`` and stop; with ``state`` alone start from that file."""
     size, rank = coll.size, coll.rank
     params, opt = initial(), DenseAdam(LR)
-    ds = DenseSync(coll, params, "easgd", G, ALPHA, EVERY, Compression(compress))
+    ds = make_dense_sync("easgd", coll, params, opt, HostBackend(None), compress=compress, groups=G, alpha=ALPHA,
+                         every=EVERY)
     start = 0
     if state is not None and stop_at is None:
         with h5py.File(state, "r") as h:
             ds.read_checkpoint(h)
-        ds.restore(params, opt)
+        ds.restore({})
         start = ds.steps
     try:
         for s in range(start, steps):
             g = flat(grad(rank, s)) / np.float32(size)       # as the model gives it: divided by n_total
-            g = ds.allreduce(g, 1, size)
-            opt.step(params, unflat(g))
-            ds.after_step(params)
+            ds.step(unflat(g), 1, size)                      # summed over the group, then Adam's step
             if stop_at is not None and s + 1 == stop_at:
                 with h5py.File(state, "w") as h:
-                    ds.checkpoint_writer(params, opt)(h)
+                    ds.checkpoint_writer()(h)
                 return None
-        ds.finish(params)
+        ds.finish()
         return flat(params), ds
     finally:
         ds.close()
@@ -126,7 +125,7 @@ def main():
             assert (sent > 0) == (G > 1), sent
             if G > 1:
                 assert ds.rounds == STEPS // EVERY, ds.rounds
-                # a checkpoint after 7 steps (a round in flight), restored into a fresh DenseSync,
+                # a checkpoint after 7 steps (a round in flight), restored into a fresh dense sync,
                 # continues exactly as the uninterrupted run
                 state = str(Path(tmp) / f"rank{rank}-G{G}-{mode}.h5")
                 run(coll, G, "none", stop_at=7, state=state)

@@ -1,0 +1,108 @@
+"""How the ranks keep the dense parameters in step (``--dense-sync``, ``--compress``): the one place that
+sees a mini-batch's dense gradients.
+
+``allreduce`` (:class:`DenseSync`, the default, BSP): the dense gradients of every global mini-batch
+are flattened (on the step's device), staged to the host, summed over all ranks
+(``Channel.dense_allreduce``, or bfloat16 on the wire with ``--compress bf16``/``int8``:
+``hps.comm.Compression``), staged back, and every rank takes the same optimizer step: one dense copy.
+With one rank nothing is flattened: the optimizer steps the gradients as the model returned them.
+
+``easgd`` (``_easgd.EasgdSync``): groups of ranks, one dense copy each, averaged in the background
+(Hierarchical Training).
+
+**Riders.** A rider (``add_rider``; FAE's fused hot rows) leaves a host buffer (``take_pending()``) that
+is summed in the same all-reduce as the dense gradients, appended to them, and gets the sum back
+(``apply(summed)``): one collective per mini-batch instead of two.
+
+Thread safety: the train thread calls every method.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..comm import Compression
+from ..errors import InvalidInputError
+from ._features import Feature
+
+#: Group of the dense sync's state in each rank's checkpoint file (``_checkpoint.save(extra=...)``;
+#: EASGD's group copies). Written to disk: never rename.
+CKPT_GROUP = "easgd"
+
+
+def check_groups(g, groups: int) -> None:
+    """The checkpoint group ``g`` (or None: one dense copy) was written with ``groups`` dense groups;
+    else InvalidInputError."""
+    have = int(g.attrs["groups"]) if g is not None else 1
+    if have != groups:
+        raise InvalidInputError(f"the checkpoint was written with {have} dense group(s) (--groups, "
+                                f"--dense-sync); resume with the same, not {groups}")
+
+
+class DenseSync(Feature):
+    """``--dense-sync allreduce``. ``coll``: Collectives; ``params``: the model's dense parameters
+    (name -> xp array, updated in place); ``dense_opt``: their optimizer; ``backend``: the train step's
+    backend (``xp``, ``to_host``, ``to_device``: the staging of what MPI carries); ``compress``: the
+    codec of the all-reduce; ``mode``: the ``--dense-sync`` it stands for (``easgd`` with one group is
+    this job exactly). Construction compiles the codecs with several ranks (cached on disk). A feature
+    (``_features``) of its own: EASGD's state plugs into checkpoints and the end of training through
+    its hooks."""
+
+    name = "dense_sync"
+
+    def __init__(self, coll, params: dict, dense_opt, backend, compress: Compression | None = None,
+                 mode: str = "allreduce"):
+        self.coll, self.params, self.dense_opt, self.be, self.mode = coll, params, dense_opt, backend, mode
+        self.compress = compress or Compression("none")
+        self.G = 1
+        self._riders = []
+        if coll.size > 1:
+            self.compress.warm_up()  # compile the codecs before the timed training (cached on disk)
+
+    def add_rider(self, rider) -> None:
+        """Sum ``rider``'s pending buffer (``take_pending() -> (k,) float32 host or None``) with the dense
+        gradients and hand it the sum (``apply(summed)``)."""
+        self._riders.append(rider)
+
+    def step(self, grads: dict, n_local: int, n_total: int) -> None:
+        """Sum the dense gradients ``grads`` (name -> xp, of this rank's ``n_local`` examples of a global
+        mini-batch of ``n_total``) as the strategy says and take the optimizer step. Collective over
+        the train channel (or the rank's group)."""
+        if self.coll.size > 1:
+            names = list(grads)
+            flat = self.be.to_host(self.be.xp.concatenate([grads[k].ravel() for k in names]))
+            n = flat.shape[0]
+            riders = [(r, buf) for r in self._riders if (buf := r.take_pending()) is not None]
+            if riders:  # one all-reduce of [dense gradients | riders' buffers]
+                flat = np.concatenate([flat] + [buf for _, buf in riders])
+            flat = self._allreduce(flat, n_local, n_total)
+            if flat is None:  # this rank's group had no example in the mini-batch
+                self.after_step()
+                return
+            off = n
+            for r, buf in riders:
+                r.apply(flat[off:off + buf.shape[0]])
+                off += buf.shape[0]
+            flat = self.be.to_device(flat[:n])
+            off = 0
+            for k in names:
+                size = grads[k].size
+                grads[k] = flat[off:off + size].reshape(grads[k].shape)
+                off += size
+        self.dense_opt.step(self.params, grads)
+        self.after_step()
+
+    def _allreduce(self, flat: np.ndarray, n_local: int, n_total: int):
+        """The summed gradient (host) this rank's copy steps with, or None for no step."""
+        return self.compress.allreduce_dense(self.coll.train, flat)
+
+    def after_step(self) -> None:
+        """After every global mini-batch (stepped or not): EASGD's rounds (``_easgd``)."""
+
+    def read_checkpoint(self, h) -> None:
+        """One dense copy: refuses a checkpoint written with several groups."""
+        check_groups(h.get(CKPT_GROUP), 1)
+
+    def metrics(self, per_rank: list) -> dict:
+        return {"dense_sync": self.mode, "groups": self.G, "easgd_alpha": None, "easgd_rounds": 0,
+                "easgd_wait_seconds": 0.0, "compress": self.compress.mode}

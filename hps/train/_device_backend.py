@@ -1,0 +1,314 @@
+"""The ``--device cuda`` implementation of the train step's :class:`~hps.train._backend.Backend`: rows stay
+in the HBM-PS, pooling, gradient reduction and the row optimizers run as CUDA kernels on the table's
+own rows (``hps.gpu``), the dense model on CuPy.
+
+Per batch, in the place stage (:meth:`DeviceBackend.stage`): the plan of every local mini-batch — the
+keys whose rows this rank reads and updates, the inverse index and field of every key occurrence,
+weights, offsets, labels, dense features, and in owner mode the index of every key other ranks asked —
+goes up once through the :class:`~hps.gpu.TransferLedger` (purpose ``plan``), on the place stage's own
+CUDA stream (blocking w.r.t. the legacy default stream, so an upload into memory the pool recycles
+waits for the kernels that last used it), which the place stage synchronises before handing the batch
+on. The order of each mini-batch's gradient sums is planned there too (``hps.gpu.backward_plan``), so
+no float sum depends on the order threads run in and a job repeats bit for bit. With ``--n-parts`` > 1
+each mini-batch's keys are also partitioned on the device there.
+
+Per mini-batch, in the train stage, everything on the default stream, so ordered before the table's
+own next call (insert, erase, purge, growth)::
+
+    find_slots(keys) -> pool_forward (from the table rows, or from rows received over MPI)
+    -> model.forward_backward_pooled (bce_loss_grad adds the loss to a device accumulator)
+    -> pool_backward (per-key sums in a fixed order, no atomics) -> row optimizer kernel on the rows in place
+
+Once per batch the loss and the missing-key count come back (16 bytes, ``minibatch``); FAE's strip
+loss reads the loss once per mini-batch the same way. Everything MPI carries is staged through the
+host and counted as ``mpi`` (:meth:`DeviceBackend.to_host` / :meth:`~DeviceBackend.to_device`); the
+device->host copy before an MPI call is what synchronises the stream. ``cuda_aware`` is detected
+(``hps.comm.cuda_aware``) and reported, but device buffers are staged even then (passing them to MPI
+directly is not implemented).
+
+Rows enter and leave the HBM-PS only between batches, through :class:`LedgerTable` (``fetch`` in,
+``writeback`` out: evictions, checkpoints, evaluation lookups, HET's owner updates).
+
+Under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the array module is NumPy (``hps._xp``), the
+kernels run in the simulator, and the ledger counts the copies a GPU would make.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InternalError
+from ..gpu import (
+    PURPOSES,
+    BatchScalars,
+    Placement,
+    TransferLedger,
+    backward_plan,
+    bce_loss_grad_async,
+    pool_backward_sorted_async,
+    pool_forward_rows_async,
+)
+from ._device_rows import OneTable, Parts
+
+__all__ = ["DeviceBackend", "LedgerTable", "transfer_metrics"]
+
+
+class LedgerTable:
+    """The HBM-PS as :class:`~hps.train._hierarchy.ParameterHierarchy` uses it on ``--device cuda``: the
+    table's batch calls on host arrays, every copy counted by the ledger — keys and rows going in as
+    ``fetch``, keys of evictions and lookups and the rows coming out as ``writeback``. The train stage
+    reaches the rows through :meth:`device_view` only. Thread safety: the table's (its lock).
+
+    A :class:`~hps.gpu.PartitionedHashTable` gets the host arrays themselves: they are split on the
+    host, where they are, and each part uploads its own share to its GPU (the ledger records those
+    copies); ``device_view`` then yields the list of the parts' views."""
+
+    def __init__(self, table, ledger: TransferLedger):
+        self.table = table
+        self.ledger = ledger
+        self.parted = hasattr(table, "device_views")
+
+    def insert(self, keys: np.ndarray, rows: np.ndarray) -> None:
+        """keys (n,) uint64, rows (n, row_width) host arrays. Blocking."""
+        if self.parted:
+            self.ledger.record("h2d", "fetch", keys.nbytes + rows.nbytes)
+            self.table.insert(keys, rows)
+        else:
+            self.table.insert(self.ledger.to_device(keys, "fetch"), self.ledger.to_device(rows, "fetch"))
+
+    def get(self, keys: np.ndarray):
+        """(rows (n, row_width), found (n,) bool) host arrays of host ``keys``. Blocking."""
+        if self.parted:
+            rows, found = self.table.get(keys)
+            self.ledger.record("h2d", "writeback", keys.nbytes)
+            self.ledger.record("d2h", "writeback", rows.nbytes + found.nbytes)
+            return rows, found
+        rows, found = self.table.get(self.ledger.to_device(keys, "writeback"))
+        return self.ledger.to_host(rows, "writeback"), self.ledger.to_host(found, "writeback")
+
+    def erase(self, keys: np.ndarray) -> int:
+        if self.parted:
+            self.ledger.record("h2d", "writeback", keys.nbytes)
+            return self.table.erase(keys)
+        return self.table.erase(self.ledger.to_device(keys, "writeback"))
+
+    def reserve(self, capacity: int) -> None:
+        self.table.reserve(capacity)
+
+    def device_view(self):
+        """The table's view (one part) or the list of its parts' views, its lock(s) held."""
+        return self.table.device_views() if self.parted else self.table.device_view()
+
+    @property
+    def capacity(self) -> int:
+        return self.table.capacity
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+
+@dataclass
+class DevicePlan:
+    """One local mini-batch's inputs on the device (from :meth:`DeviceBackend.stage`). ``keys`` (u,)
+    uint64: the keys whose rows this rank reads and updates (the mini-batch's unique keys; in owner
+    mode with several ranks the owned keys anyone asked, ``Plan.ukeys``); ``uinv`` (m,) int64 (owner
+    mode, several ranks): the index into ``keys`` of every key asked, grouped by asking rank; the rest
+    as ``hps.data.Batch`` (``inv`` (nnz,) int64, ``field`` (nnz,) int32, ``weights`` (nnz,) float,
+    ``offsets`` (n + 1,) int64, ``labels`` (n,) float, ``dense`` (n, n_dense) float or None); ``hot``
+    (k,) int64 the mini-batch's FAE hot slots (``Plan.hot_slots``; None when it has none); ``bwd`` the
+    order of its gradient sums (``hps.gpu.BackwardPlan`` over the rows ``inv`` indexes: the mini-batch's
+    keys, then its hot rows)."""
+
+    keys: object      # (u,) uint64, or with several parts their ``_device_rows.PartKeys``
+    inv: object
+    field: object
+    weights: object
+    offsets: object
+    labels: object
+    dense: object
+    uinv: object = None
+    hot: object = None
+    bwd: object = None
+
+
+@dataclass
+class Slots:
+    """Rows found on the device: ``keys`` (staged) and their ``slots`` (per part with several)."""
+
+    keys: object
+    slots: object
+
+
+class _DeviceRows:
+    """:class:`~hps.train._backend.RowAccess` over the HBM-PS table's view (or its parts' views)."""
+
+    def __init__(self, backend: "DeviceBackend", view):
+        self.be, self.view = backend, view
+
+    def stage_keys(self, keys):
+        return self.be.placed.split(self.be.to_device(np.ascontiguousarray(keys, np.uint64)), "mpi")
+
+    def find(self, keys) -> Slots:
+        return Slots(keys, self.be.placed.find(self.view, keys, self.be.scalars))
+
+    def gather(self, found: Slots, idx, cols: int):
+        xp = self.be.xp
+        if idx is None:
+            idx = xp.arange(found.keys.shape[0], dtype=np.int64)
+        out = xp.empty((idx.shape[0], cols), self.be.model.dtype)
+        self.be.placed.gather(self.view, found.slots, found.keys, idx, out)
+        return out
+
+    def update(self, found: Slots, grads, opt) -> None:
+        self.be.placed.update(self.view, found.slots, found.keys, grads, opt)
+
+
+class _Rows:
+    """The context of :meth:`DeviceBackend.rows`: the table's view held (its lock: no purge or growth,
+    and the simulator runs one thread's kernels at a time) for the block."""
+
+    def __init__(self, backend, table):
+        self.be, self.table, self._cm = backend, table, None
+
+    def __enter__(self):
+        self._cm = self.table.device_view()
+        return _DeviceRows(self.be, self._cm.__enter__())
+
+    def __exit__(self, *exc):
+        return self._cm.__exit__(*exc)
+
+
+class DeviceBackend:
+    """:class:`~hps.train._backend.Backend` of ``--device cuda``. ``model``: the FieldModel over ``xp``;
+    ``coll``: the job's Collectives (construction is collective over its main channel with several
+    ranks: CUDA-aware MPI detection); ``placement``: the HBM-PS parts' GPUs (None: one table).
+
+    Thread safety: :meth:`stage` runs in the place thread, the rest in the train thread; the ledger is
+    shared and thread-safe. Every kernel runs under the table's lock (:meth:`rows`)."""
+
+    def __init__(self, model, xp, coll, placement: Placement | None = None):
+        self.model, self.xp = model, xp
+        self.P = int(model.row_params)
+        self.ledger = TransferLedger(xp)
+        self.scalars = BatchScalars()
+        # where the rows are: one table on the main GPU, or parts over the node's GPUs (_device_rows)
+        self.placed = OneTable(xp, self.P) if placement is None else Parts(xp, self.P, placement, self.ledger)
+        self.cuda_aware = False
+        if coll.size > 1:
+            from ..comm import cuda_aware
+
+            self.cuda_aware = cuda_aware(coll.main.comm)
+        self._plan_stream = xp.cuda.Stream() if xp.__name__ == "cupy" else None
+        self._read = 0.0       # the loss accumulator when last read (minibatch_loss)
+        self._n_total = 1
+
+    def wrap(self, table) -> LedgerTable:
+        return LedgerTable(table, self.ledger)
+
+    # -- place stage --------------------------------------------------------------------------------------
+    def stage(self, local, plans, table) -> list[DevicePlan]:
+        """Upload the plans of a batch, counted as ``plan``; with several HBM-PS parts, partition each
+        mini-batch's keys on the device (under ``table``'s locks: the simulator runs one thread's
+        kernels at a time). Blocks the calling (place) thread until the copies are done."""
+        dt, s = self.model.dtype, self._plan_stream
+
+        def up(a, dtype):
+            return self.ledger.to_device(np.ascontiguousarray(a, dtype=dtype), "plan", stream=s)
+
+        out = []
+        for j, p in enumerate(plans):
+            b, owner = local.minibatch(j), p.uinv is not None
+            out.append(DevicePlan(
+                keys=up(p.ukeys if owner else p.keys, np.uint64), inv=up(p.inv, np.int64),
+                field=up(b.field, np.int32), weights=up(b.weights, dt), offsets=up(b.offsets, np.int64),
+                labels=up(b.labels, dt), dense=up(b.dense, dt) if self.model.n_dense else None,
+                uinv=up(p.uinv, np.int64) if owner else None,
+                hot=up(p.hot_slots, np.int64) if p.hot_slots is not None and p.hot_slots.shape[0] else None))
+            d = out[-1]
+            u = p.keys.shape[0] + (0 if d.hot is None else d.hot.shape[0])  # the rows inv indexes
+            with s if s is not None else contextlib.nullcontext():
+                d.bwd = backward_plan(d.inv, d.field, d.weights, d.offsets, u, self.P, self.xp)
+        if s is not None:
+            s.synchronize()
+        if isinstance(self.placed, Parts):
+            with table.device_view():
+                for d in out:
+                    d.keys = self.placed.split(d.keys, "plan")
+        return out
+
+    # -- train stage --------------------------------------------------------------------------------------
+    def rows(self, table) -> _Rows:
+        return _Rows(self, table)
+
+    def forward_backward(self, params, d: DevicePlan, n_total: int):
+        def pool(out):
+            ident = self.xp.arange(params.shape[0], dtype=np.int64)
+            pool_forward_rows_async(params, ident, d.inv, d.field, d.weights, d.offsets, out)
+
+        return self._forward_backward(pool, params.shape[0], d, n_total)
+
+    def forward_backward_resident(self, R: _DeviceRows, found: Slots, d: DevicePlan, n_total: int):
+        return self._forward_backward(lambda out: self.placed.pool(R.view, found.slots, found.keys, d, out),
+                                      found.keys.shape[0], d, n_total)
+
+    def _forward_backward(self, pool, u: int, d: DevicePlan, n_total: int):
+        xp, m = self.xp, self.model
+        pooled = xp.empty((d.offsets.shape[0] - 1, m.n_fields * self.P), m.dtype)
+        pool(pooled)
+        d_pooled, g_dense = m.forward_backward_pooled(pooled, d.dense, lambda z: self._loss_grad(z, d.labels, n_total))
+        grads = xp.empty((u, self.P), m.dtype)
+        pool_backward_sorted_async(d_pooled, d.bwd, grads)
+        self._n_total = n_total
+        return grads, g_dense
+
+    def _loss_grad(self, z, labels, n_total: int):
+        dz = self.xp.empty_like(z)
+        bce_loss_grad_async(z, labels, n_total, dz, self.scalars.loss)
+        return dz
+
+    def to_host(self, a, purpose: str = "mpi"):
+        return self.ledger.to_host(a, purpose)
+
+    def to_device(self, a, purpose: str = "mpi"):
+        return self.ledger.to_device(a, purpose)
+
+    def begin_batch(self, table) -> None:
+        with table.device_view():  # every launch under the table's lock (see the class docstring)
+            self.scalars.zero()
+        self._read = 0.0
+
+    def end_minibatch(self) -> None:
+        self.ledger.minibatch()
+
+    def minibatch_loss(self) -> float:
+        """One 16-byte read (``minibatch``) of the loss accumulator: the last mini-batch's term."""
+        total = self.scalars.read(self.ledger)["loss"]
+        term, self._read = (total - self._read) / self._n_total, total
+        return term
+
+    def end_batch(self, table) -> float:
+        with table.device_view():
+            self.placed.finish(self.scalars)
+        got = self.scalars.read(self.ledger)
+        if got["missing"]:
+            raise InternalError(f"{got['missing']} working-set keys were missing from HBM-PS in this batch "
+                                "(residency bug)")
+        return got["loss"]
+
+    def transfers(self) -> dict:
+        return self.ledger.metrics()
+
+
+def transfer_metrics(per_rank: list) -> dict:
+    """``h2d_bytes`` / ``d2h_bytes`` (purpose -> bytes, summed over ranks), ``peer_bytes`` (between
+    the GPUs of a rank, summed) and ``minibatches`` (rank 0's count: every rank runs every global
+    mini-batch) from the ledgers' ``metrics()`` of every rank (None for a rank on the CPU: zeros)."""
+    zero = TransferLedger().metrics()
+    per = [m or zero for m in per_rank]
+    return {"h2d_bytes": {k: sum(m["h2d_bytes"][k] for m in per) for k in PURPOSES},
+            "d2h_bytes": {k: sum(m["d2h_bytes"][k] for m in per) for k in PURPOSES},
+            "peer_bytes": sum(m["peer_bytes"] for m in per),
+            "minibatches": per[0]["minibatches"]}
