@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from hps.data import Batch, SyntheticData
-from hps.train import _checkpoint, main
+from hps.formats import _checkpoint
+from hps.train import main
 from hps.train._control import TrainingControl
 from hps.train._schedule import lr_factor
 from hps.train._shuffle import shuffled, take

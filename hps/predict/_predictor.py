@@ -28,8 +28,7 @@ from ..mem import RowInitializer
 from ..metrics import auc as auc_score
 from ..model import ModelConfig, make_model
 from ..table import HashTable
-from ..train._export import read_model
-from ..train._records import EXPORT_META
+from ..formats import EXPORT_META, read_model
 
 #: What a key missing from the export is scored with.
 UNKNOWN_KEYS = ("init", "zero")

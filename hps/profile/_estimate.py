@@ -23,12 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._options import CHUNK_ENTRIES, CHUNKS
 from ..errors import InvalidInputError
 from ._kernels import chunk_hot_counts
-
-#: The paper's sample: n = 35 chunks of m = 1024 logger entries (§4.1.2).
-CHUNKS = 35
-CHUNK_ENTRIES = 1024
 
 
 def t_two_sided(t: float, df: int) -> float:
