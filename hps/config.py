@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields, replace
 
 from .data import DENSE_TRANSFORMS
 from .data._batch import check_n_fields
-from ._data_options import FORMATS, resolve_format
+from ._data_options import FORMATS, resolve_format  # noqa: F401 (FORMATS: named here for the job's users)
 from ._feature_checks import FEATURE_CHECKS
 # The options' vocabulary (``hps._options``), also named here for the job's users (``hps.config.MODELS`` …).
 from ._options import (COMPRESS_MODES, CONSISTENCIES, DEFAULT_BOTTOM_HIDDEN, DEFAULT_CROSS_LAYERS,  # noqa: F401

@@ -14,63 +14,14 @@ counted while cached), anything between is the paper's LRU+LFU.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
 from .._keys import EMPTY_KEY, as_keys, check_rows
 from ..errors import CacheBudgetError, InvalidInputError
 from . import _cache_kernels as K
-
-#: Default share of the capacity given to the LRU part (the rest is the LFU part). Measured with
-#: ``bench/bench_cache.py`` (Zipf, 200 k keys, fraction of Belady; ghost_factor 4):
-#: lru_fraction 0.05 / 0.01 / 0.0 -> alpha 0.8 cache 2 %: 0.749 / 0.782 / 0.789;
-#: alpha 1.0 cache 10 %: 0.879 / 0.880 / 0.880; alpha 1.0 cache 2 %: 0.828 / 0.838 / 0.840.
-DEFAULT_LRU_FRACTION = 0.01
-#: Default ghost table, in multiples of the capacity (16 bytes a cell). Same sweep, alpha 1.0 cache
-#: 10 %, lru_fraction 0.05: ghost 0 / 1 / 2 / 4 -> 0.855 / 0.873 / 0.876 / 0.879 of Belady.
-DEFAULT_GHOST_FACTOR = 4.0
-
-
-class Evicted(NamedTuple):
-    """Rows that left the cache. keys (m,) uint64, rows (m, W), dirty (m,) bool, freq (m,) int64.
-    Only ``dirty`` rows need dumping; ``freq`` lets a caller re-insert them unchanged."""
-
-    keys: np.ndarray
-    rows: np.ndarray
-    dirty: np.ndarray
-    freq: np.ndarray
-
-
-@dataclass(frozen=True)
-class CacheStats:
-    """Counters since construction (``per_batch_*`` have one entry per ``lookup`` or ``visit_batch`` call)."""
-
-    capacity_rows: int
-    size: int
-    pinned: int
-    dirty: int
-    hits: int
-    misses: int
-    inserted: int
-    evicted: int
-    evicted_dirty: int
-    per_batch_hits: np.ndarray
-    per_batch_misses: np.ndarray
-
-    @property
-    def hit_rate(self) -> float:
-        n = self.hits + self.misses
-        return self.hits / n if n else 0.0
-
-
-def _pow2_at_least(n: int) -> int:
-    m = 16
-    while m < n:
-        m *= 2
-    return m
-
+from ._cache_types import (DEFAULT_GHOST_FACTOR, DEFAULT_LRU_FRACTION, CacheStats, Evicted, cache_bytes,
+                           cache_rows_for_bytes, pow2_at_least)
 
 #: Bytes of rows handed to one ``dump`` call by :meth:`RowCache.flush`.
 FLUSH_CHUNK_BYTES = 64 << 20
@@ -125,10 +76,10 @@ class RowCache:
         self._bhead = np.full(K.N_BUCKETS + 1, -1, dtype=np.int32)   # the LFU classes, then the LRU part
         self._btail = np.full(K.N_BUCKETS + 1, -1, dtype=np.int32)
         self._free = np.arange(c - 1, -1, -1, dtype=np.int32)  # slot 0 is taken first
-        self._mkeys = np.full(_pow2_at_least(2 * c), EMPTY_KEY, dtype=np.uint64)
+        self._mkeys = np.full(pow2_at_least(2 * c), EMPTY_KEY, dtype=np.uint64)
         self._mvals = np.zeros(self._mkeys.shape[0], dtype=np.int32)
         g = int(round(self.ghost_factor * c))
-        g = _pow2_at_least(g) if g else 0
+        g = pow2_at_least(g) if g else 0
         self._ghost = np.zeros((g, 2), dtype=np.uint64)  # (key, freq) per cell
         self._ghost[:, 0] = EMPTY_KEY
         self._hits = 0
@@ -140,30 +91,8 @@ class RowCache:
         self._batch_misses: list[int] = []
         self._visit_buf = None   # scratch arrays of visit_batch
 
-    @staticmethod
-    def bytes_for(capacity_rows: int, row_width: int, dtype=np.float32,
-                  ghost_factor: float = DEFAULT_GHOST_FACTOR) -> int:
-        """DRAM a cache of these settings allocates: rows, per-slot state, key map and ghost table
-        (what :attr:`nbytes` reports once it exists)."""
-        c = int(capacity_rows)
-        per_slot = (int(row_width) * np.dtype(dtype).itemsize + 8 + 1 + 4 + 8 + 1 + 8 + 4 + 4 + 4 + 4)
-        g = int(round(float(ghost_factor) * c))
-        g = _pow2_at_least(g) if g else 0
-        return (c * per_slot + 12 * _pow2_at_least(2 * c) + 16 * g + 8 * K.N_STATE
-                + 8 * (K.N_BUCKETS + 1))
-
-    @staticmethod
-    def rows_for_bytes(n_bytes: int, row_width: int, dtype=np.float32,
-                       ghost_factor: float = DEFAULT_GHOST_FACTOR) -> int:
-        """The largest capacity (rows) whose :meth:`bytes_for` fits in ``n_bytes`` (0 if none)."""
-        lo, hi = 0, max(1, int(n_bytes) // max(1, int(row_width) * np.dtype(dtype).itemsize))
-        while lo < hi:   # bytes_for grows with the capacity: binary search
-            mid = (lo + hi + 1) // 2
-            if RowCache.bytes_for(mid, row_width, dtype, ghost_factor) <= n_bytes:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+    bytes_for = staticmethod(cache_bytes)            # DRAM a cache of these settings allocates
+    rows_for_bytes = staticmethod(cache_rows_for_bytes)  # the largest capacity that fits in n bytes
 
     # ------------------------------------------------------------------ introspection
     @property
