@@ -1,5 +1,5 @@
-"""``python -m bench.bench_ht``: Hierarchical Training (issue 17) at 4 ranks on the same data in one
-invocation — dense sync ``allreduce`` (one dense copy), ``easgd`` with 2 groups of 2 and with 4
+"""``python -m bench.bench_ht``: Hierarchical Training (seeds/002 §3; docs/hierarchical.md) at 4 ranks on
+the same data in one invocation — dense sync ``allreduce`` (one dense copy), ``easgd`` with 2 groups of 2 and with 4
 groups of 1 — each with ``--compress none``, ``bf16`` and ``int8``.
 
 Per job: eval AUC and logloss, dense bytes (``dense_allreduce`` + ``dense_easgd``) and sparse bytes

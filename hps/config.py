@@ -105,7 +105,7 @@ class ModelOptions:
     """The model flags of a training run (``hps.model.ModelConfig`` is the architecture the trainer
     builds from them once the data's field counts are known)."""
 
-    model: str = "ctr"                          # ctr | wdl | deepfm | dcn | dlrm (README "Models")
+    model: str = "ctr"                          # ctr | wdl | deepfm | dcn | dlrm (docs/models.md)
     embedding_dim: int = 16                     # per-field embedding width
     hidden: tuple[int, ...] = (128, 64)         # MLP hidden layers (ReLU); dcn: the deep tower
     cross_layers: int | None = None             # dcn only: cross layers (None = 3)
@@ -207,7 +207,7 @@ class TrainConfig:
     staleness: int | str = 100          # het: clock bound s >= 0, or "inf"
     het_cache: int | float | str = "64MiB"  # het: per-rank cache, a fraction of the table (synthetic) or bytes
     het_policy: str = "lfu"             # het: cache eviction policy, lfu | lru
-    # FAE (README "FAE"): a profile file from python -m hps.profile, or "auto" (profile first)
+    # FAE (docs/fae.md): a profile file from python -m hps.profile, or "auto" (profile first)
     fae: str | None = _warm(None, None)  # (the warm-up profiles nothing)
     hot_bytes: int | str | None = _warm(None, None)  # FAE: HBM-PS bytes for the pinned hot rows ("auto" needs it)
     fae_sample_rate: float = PROFILE_SAMPLE_RATE  # FAE auto: percent of the input the profiler reads

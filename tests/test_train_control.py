@@ -1,6 +1,6 @@
-"""Training control (issue 14, item 3): --eval-every (the eval curve), --early-stop (the stop and the
-best checkpoint), learning-rate schedules, the seeded streaming shuffle, and the eval curve in
---plots."""
+"""Training control (docs/training.md, "Evaluation during training and early stopping"): --eval-every
+(the eval curve), --early-stop (the stop and the best checkpoint), learning-rate schedules, the seeded
+streaming shuffle, and the eval curve in --plots."""
 
 import math
 import shutil

@@ -66,7 +66,7 @@ def build_parser() -> ArgumentParser:
                    help="threads that parse (or generate) the batches of each rank, in parallel; the "
                         "batches are the same for any N (this rank's cores minus 3, 1 to 8)")
     g = p.add_argument_group("model")
-    g.add_argument("--model", choices=MODELS, default=S, help="network (ctr); see README 'Models'")
+    g.add_argument("--model", choices=MODELS, default=S, help="network (ctr); see docs/models.md")
     g.add_argument("--embedding-dim", type=int, default=S, help="embedding width (16)")
     g.add_argument("--hidden", default=S, help="MLP hidden sizes, comma separated (128,64)")
     g.add_argument("--cross-layers", type=int, default=S, help="dcn: cross layers (3)")

@@ -10,7 +10,7 @@ threshold ``t`` as a fraction of all accesses ``T`` scaled to the sampled fracti
 % interval of the mean is ``ybar +- t_{alpha/2, n-1} sqrt((N - n) / N * s^2 / n)`` (Eq. 4, with the
 finite-population correction). Scaled by ``N_e / m`` it bounds the number of hot logger entries.
 The interval covers the chunk-sampling error only; the input sampler's error (a key's count in a
-sample) is not in it (README "FAE").
+sample) is not in it (docs/fae.md).
 
 When the logger has no more than ``n`` full chunks every entry is counted: the estimate is exact and
 the interval has zero width.

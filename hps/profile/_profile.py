@@ -13,7 +13,7 @@
    same threshold (as a fraction of all accesses): at ``sample_rate`` 100 exactly the number the
    interval is about.
 
-File format (``PROFILE_FORMAT``, version ``PROFILE_VERSION``; README "FAE profile file"): datasets
+File format (``PROFILE_FORMAT``, version ``PROFILE_VERSION``; docs/formats.md, "FAE profile"): datasets
 ``hot_keys`` (h,) uint64 ascending and ``hot_counts`` (h,) int64 (sampled accesses), the rest attributes.
 """
 

@@ -4,7 +4,7 @@ The dense model's matrix products run in the BLAS thread pool while the other pi
 (prepare, place, the SSD-PS I/O threads) run on the same cores. A pool as large as the machine then
 competes with them: its threads spin waiting for work and get descheduled mid-product. On the 2-core
 VM the larger-than-DRAM job (``python -m bench.bench_train scale``) trains 35 % faster with one BLAS
-thread than with two (README, Benchmarks). ``--blas-threads N`` sets the pool; the default is this
+thread than with two (docs/training.md, "--blas-threads"). ``--blas-threads N`` sets the pool; the default is this
 rank's share of the node's cores minus one for the other stages, at least 1. The cap holds for the
 job's training (``threadpoolctl``, process-wide) and is lifted when it ends.
 """
