@@ -25,6 +25,7 @@ from pathlib import Path
 
 from bench._jobs import train_job, write_result
 from hps._argparse import ArgumentParser
+from hps.config import COMPRESS_MODES as COMPRESS
 
 RESULTS = Path(__file__).resolve().parent / "results"
 W_BITS = 10e9
@@ -32,7 +33,6 @@ DENSE_KINDS = ("dense_allreduce", "dense_easgd")
 SPARSE_KINDS = ("sparse_keys", "sparse_rows", "sparse_grads", "sparse_pull", "sparse_allreduce")
 SYNCS = {"allreduce": [], "easgd-2x2": ["--dense-sync", "easgd", "--groups", "2"],
          "easgd-4x1": ["--dense-sync", "easgd", "--groups", "4"]}
-COMPRESS = ("none", "bf16", "int8")
 
 
 def run_job(n: int, args: list[str], work: Path) -> dict:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from bench._jobs import train_command
 from hps._argparse import ArgumentParser
+from hps.config import PAGE_CACHE_MODES
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -124,7 +125,7 @@ def main(argv=None) -> int:
     g.add_argument("--sparse-sync", default="owner", help="scaling: owner or allreduce")
     g.add_argument("--no-weak", dest="weak", action="store_false", help="scaling: strong scaling only")
     g.add_argument("--work-dir", default=None, help="scaling: where the generated data goes (a temp dir)")
-    p.add_argument("--ssd-page-cache", default="direct", choices=["direct", "dontneed", "keep"])
+    p.add_argument("--ssd-page-cache", default="direct", choices=PAGE_CACHE_MODES)
     a = p.parse_args(argv)
     if a.rows is None:
         a.rows = 200_000 if a.which == "scaling" else 400_000

@@ -39,6 +39,9 @@ CHUNKS = 35
 CHUNK_ENTRIES = 1024
 PROFILE_SAMPLE_RATE = 5.0
 PROFILE_CONFIDENCE = 0.999
+#: Examples per batch, whole job (``--batch-size``; the pipeline's unit). Synthetic data is generated per
+#: batch, so hps.profile and hps.convert take the training job's value.
+DEFAULT_BATCH_SIZE = 16_384
 #: Seeds are unsigned 64-bit integers (they are mixed into uint64 key hashes).
 MAX_SEED = (1 << 64) - 1
 #: Size suffixes, all binary: K = KB = KiB = 2**10 bytes, and so on (case-insensitive).

@@ -24,11 +24,11 @@ from .data._batch import check_n_fields
 from ._data_options import FORMATS, resolve_format  # noqa: F401 (FORMATS: named here for the job's users)
 from ._feature_checks import FEATURE_CHECKS
 # The options' vocabulary (``hps._options``), also named here for the job's users (``hps.config.MODELS`` …).
-from ._options import (COMPRESS_MODES, CONSISTENCIES, DEFAULT_BOTTOM_HIDDEN, DEFAULT_CROSS_LAYERS,  # noqa: F401
-                       DENSE_OPTIMIZERS, DENSE_SYNCS, HET_POLICIES, LR_DECAYS, MAX_SEED, MODELS, MPI_WAITS,
-                       PAGE_CACHE_MODES, PROFILE_SAMPLE_RATE, SPARSE_OPTIMIZERS, SPARSE_SYNCS, STALENESS_UNBOUNDED,
-                       WARMUP, Scratch, _check_types, _one_of, _positive, _scratch_batch, _scratch_budget,
-                       _scratch_minibatch, _warm, parse_bytes)
+from ._options import (COMPRESS_MODES, CONSISTENCIES, DEFAULT_BATCH_SIZE, DEFAULT_BOTTOM_HIDDEN,  # noqa: F401
+                       DEFAULT_CROSS_LAYERS, DENSE_OPTIMIZERS, DENSE_SYNCS, HET_POLICIES, LR_DECAYS, MAX_SEED, MODELS,
+                       MPI_WAITS, PAGE_CACHE_MODES, PROFILE_SAMPLE_RATE, SPARSE_OPTIMIZERS, SPARSE_SYNCS,
+                       STALENESS_UNBOUNDED, WARMUP, Scratch, _check_types, _one_of, _positive, _scratch_batch,
+                       _scratch_budget, _scratch_minibatch, _warm, parse_bytes)
 from ._xp import DEVICES
 from .errors import InvalidInputError, InvalidTypeError
 
@@ -169,7 +169,7 @@ class TrainConfig:
     """The training options, one group per feature, each group validated by its own check
     (:data:`FEATURE_CHECKS`); each option says what the kernel warm-up does with it (:data:`WARMUP`)."""
 
-    batch_size: int = _warm(16_384, _scratch_batch)  # examples per batch (the pipeline's unit), whole job
+    batch_size: int = _warm(DEFAULT_BATCH_SIZE, _scratch_batch)  # examples per batch (the pipeline's unit), whole job
     minibatch_size: int = _warm(1_024, _scratch_minibatch)  # examples per synchronous update, whole job
     epochs: int = _warm(1, 1)
     seed: int = 0                       # in [0, MAX_SEED = 2**64 - 1]

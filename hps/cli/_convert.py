@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .._argparse import ArgumentParser
+from .._options import DEFAULT_BATCH_SIZE
 from ..config import FORMATS
 from ..data import DEFAULT_MAX_MALFORMED, DENSE_TRANSFORMS
 from ..data._converted import COMPRESSIONS, DEFAULT_MAX_SHARDS
@@ -47,7 +48,7 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--n-dense", type=int, help="synthetic: dense features (4)")
     g.add_argument("--drift", type=float, help="synthetic: popularity drift (0)")
     g.add_argument("--seed", type=int, default=0, help="synthetic: the seed of the training job (0)")
-    g.add_argument("--batch-size", type=int, default=16_384,
+    g.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
                    help="synthetic: the --batch-size of the training job (its data is made in blocks of it)")
     g.add_argument("--split", choices=("train", "eval"), default="train",
                    help="synthetic: the training rows, or the eval split the trainer evaluates on")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from .._argparse import ArgumentParser
-from .._options import CHUNK_ENTRIES, CHUNKS, PROFILE_CONFIDENCE, PROFILE_SAMPLE_RATE
+from .._options import CHUNK_ENTRIES, CHUNKS, DEFAULT_BATCH_SIZE, PROFILE_CONFIDENCE, PROFILE_SAMPLE_RATE
 from ..config import FORMATS
 
 
@@ -40,6 +40,6 @@ def build_parser() -> ArgumentParser:
     for flag, typ in (("--rows", int), ("--fields", int), ("--vocab-per-field", int), ("--zipf", float),
                       ("--n-dense", int), ("--libsvm-fields", int), ("--label-column", str)):
         g.add_argument(flag, type=typ, default=S)
-    g.add_argument("--batch-size", type=int, default=16_384,
+    g.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
                    help="synthetic: the training run's --batch-size (the data is generated per batch)")
     return p

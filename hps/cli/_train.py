@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 from .._argparse import ArgumentParser
+from .._options import DEFAULT_BATCH_SIZE
 from ..config import (COMPRESS_MODES, CONSISTENCIES, DENSE_OPTIMIZERS, DENSE_SYNCS, DEVICES, FORMATS,
                       HET_POLICIES, LR_DECAYS, MODELS, MPI_WAITS, PAGE_CACHE_MODES, SPARSE_OPTIMIZERS,
                       SPARSE_SYNCS, Config, flatten_options)
@@ -96,7 +97,7 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--gpus", type=int, default=S, help="cuda: GPUs the parts spread over, part p on GPU "
                    "p %% gpus (every visible GPU)")
     g = p.add_argument_group("training")
-    g.add_argument("--batch-size", type=int, default=S, help="examples per batch, whole job (16384)")
+    g.add_argument("--batch-size", type=int, default=S, help=f"examples per batch, whole job ({DEFAULT_BATCH_SIZE})")
     g.add_argument("--minibatch-size", type=int, default=S, help="examples per update, whole job (1024)")
     g.add_argument("--epochs", type=int, default=S, help="(1)")
     g.add_argument("--seed", type=int, default=S, help="in [0, 2^64 - 1] (0)")
