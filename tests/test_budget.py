@@ -21,6 +21,8 @@ SMALL = ["--rows", "6000", "--fields", "4", "--vocab-per-field", "3000", "--batc
 @pytest.mark.parametrize("cap, width, ghost", [(1, 1, 4.0), (1000, 32, 4.0), (12345, 7, 0.0), (777, 384, 1.5)])
 def test_cache_bytes_are_exact_and_the_largest_fit_is_found(cap, width, ghost):
     c = RowCache(cap, width, ghost_factor=ghost)
+    assert c.nbytes <= RowCache.bytes_for(cap, width, np.float32, ghost)
+    c.put(np.arange(cap, dtype=np.uint64), np.zeros((cap, width), np.float32))   # full: at its capacity
     assert RowCache.bytes_for(cap, width, np.float32, ghost) == c.nbytes
     assert RowCache.rows_for_bytes(c.nbytes, width, np.float32, ghost) == cap
     assert RowCache.rows_for_bytes(c.nbytes - 1, width, np.float32, ghost) < cap
