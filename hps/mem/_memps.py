@@ -7,9 +7,15 @@ import threading
 import numpy as np
 
 from .._keys import as_keys, check_rows
-from ..errors import InternalError, InvalidInputError
+from ..errors import CacheBudgetError, InternalError, InvalidInputError
 from . import _cache_kernels as K
-from ._cache import DEFAULT_GHOST_FACTOR, DEFAULT_LRU_FRACTION, Evicted, RowCache
+from ._cache import DEFAULT_GHOST_FACTOR, DEFAULT_LRU_FRACTION, FLUSH_CHUNK_BYTES, Evicted, RowCache
+
+
+#: Bytes of an evicted row on its way to the store besides twice its row: its key, dirty flag and
+#: frequency in ``Evicted``; the rows are there and, when only some are dirty, in the copy of the
+#: dirty ones handed to ``dump`` (with their keys).
+EVICTED_ROW_EXTRA = 8 + 1 + 8 + 8
 
 
 class MemPS:
@@ -17,8 +23,18 @@ class MemPS:
 
     - ``store``: an object with the ``hps.ssd.SSDStore`` API — ``dump(keys, rows)`` (durable on
       return), ``load_into(keys, out, at) -> found`` (rows read straight into place), and
-      ``delete(keys)`` for :meth:`delete` — holding rows of ``row_width`` values of ``dtype``.
-    - ``budget_bytes`` or ``capacity_rows``: the DRAM budget (exactly one).
+      ``delete(keys)`` for :meth:`delete` — holding rows of ``row_width`` values of ``dtype``;
+      optionally ``index_bytes(n_more, per_write)`` and ``index_room()`` (its in-memory index, see
+      ``budget_bytes``).
+    - ``budget_bytes`` or ``capacity_rows``: the DRAM budget (exactly one). ``budget_bytes`` is the
+      DRAM of this tier as a whole: the cache's rows, per-row state, key map and ghost table
+      (``RowCache.bytes_for``) *and* the store's in-memory index, which grows with the rows the
+      store holds. The cache yields to the index (as RocksDB charges its memtables to the block
+      cache): before each write to the store the cache's capacity is set so that both fit, the
+      index counted at the peak of its next rebuild (old and new arrays); when that peak doubles,
+      after a rebuild, the cache sheds rows into the index's new room (:meth:`set_budget`
+      changes the budget).
+      ``capacity_rows`` fixes the cache's rows instead and counts nothing else.
     - ``initializer``: rows for keys never seen, ``fill(keys, out, at)`` writing them in place
       (``RowInitializer``).
 
@@ -41,15 +57,17 @@ class MemPS:
             raise InvalidInputError("give exactly one of budget_bytes and capacity_rows")
         if initializer is None:
             raise InvalidInputError("initializer is required (e.g. hps.mem.RowInitializer)")
-        row_bytes = int(row_width) * np.dtype(dtype).itemsize
-        if capacity_rows is None:
-            capacity_rows = int(budget_bytes) // row_bytes
-            if capacity_rows < 1:
-                raise InvalidInputError(f"budget_bytes={budget_bytes} holds no row of {row_bytes} bytes")
         self.store = store
         self.row_width = int(row_width)
         self.dtype = np.dtype(dtype)
         self.initializer = initializer
+        self._budget = None if budget_bytes is None else int(budget_bytes)
+        self._ghost_factor = float(ghost_factor)
+        self._row_bytes = self.row_width * self.dtype.itemsize
+        if capacity_rows is None:
+            capacity_rows = self._rows_within(0, 0)
+            if capacity_rows < 1:
+                raise InvalidInputError(str(self._too_small(0, 1)))
         self.cache = RowCache(capacity_rows, row_width, dtype, lru_fraction=lru_fraction,
                               ghost_factor=ghost_factor)
         self._lock = threading.RLock()
@@ -67,10 +85,102 @@ class MemPS:
         return cls(store, row_width, cfg.budget_bytes, init, lru_fraction=cfg.lru_fraction,
                    ghost_factor=cfg.ghost_factor)
 
+    # ------------------------------------------------------------------ the budget
+    def _store_bytes(self, n_more: int, per_write: int) -> int:
+        """The store's in-memory index at its peak while ``n_more`` more rows are written, at most
+        ``per_write`` at a time, and through its next rebuild whether they cause it or not: the cache
+        gives way to the index ahead of the rebuild, so the rows it sheds then still fit the index
+        as it is (0 for a store that does not say: ``index_bytes``/``index_room``)."""
+        if getattr(self.store, "index_bytes", None) is None:
+            return 0
+        return int(self.store.index_bytes(max(int(n_more), self._store_room() + 1), max(1, int(per_write))))
+
+    def _rows_within(self, n_written: int, n_out: int) -> int:
+        """Cache rows that fit the budget beside the store's index once ``n_written`` more rows are
+        written to it, ``n_out`` at a time, and beside those ``n_out`` rows on their way there
+        (their ``Evicted`` copies)."""
+        room = (self._budget - self._store_bytes(n_written, n_out)
+                - n_out * (2 * self._row_bytes + EVICTED_ROW_EXTRA))
+        return RowCache.rows_for_bytes(room, self.row_width, self.dtype, self._ghost_factor)
+
+    def _too_small(self, n_more: int, need: int) -> CacheBudgetError:
+        idx = self._store_bytes(n_more, n_more)
+        one = RowCache.bytes_for(need, self.row_width, self.dtype, self._ghost_factor)
+        return CacheBudgetError(
+            f"a MEM-PS budget of {self._budget:,} B cannot hold {need:,} cache rows ({one:,} B with their state, key "
+            f"map and ghost table) beside its store's key index ({idx:,} B once {n_more:,} more rows are "
+            f"written; it grows with the table) and the rows on their way there: raise the budget")
+
+    def _fit(self, n_more: int, n_out: int | None = None) -> None:
+        """Lower (or raise) the cache's capacity so that, while ``n_more`` more rows are written to
+        the store, ``n_out`` (default all) of them at once evicted on their way there, the cache,
+        those rows and the store's index fit the budget, the rows the cache sheds to get there
+        included. It sheds them in chunks of ``_trim_rows()`` while the index has room for them
+        (the cache shrinks, then the chunk is dumped; on failure it grows back and takes the chunk
+        again), the rest at once (so the cache is small before they make the index rebuild). A
+        lowered capacity keeps 1/64 of slack, so the small growth of the block crcs does not
+        shrink the cache at every write. No-op without a byte budget. REQUIRES: lock held."""
+        if self._budget is None:
+            return
+        cache, chunk = self.cache, self._trim_rows()
+        n_out = n_more if n_out is None else n_out
+        room = self._store_room()
+        cap = self._rows_within(n_more, n_out)
+        while cap < len(cache):   # what goes to make room is written too
+            shed = len(cache) - cap
+            less = self._rows_within(n_more + shed, max(n_out, min(chunk, shed), shed - room))
+            if less >= cap:
+                break
+            cap = less
+        if cap < cache.capacity_rows:
+            cap -= cap // 64
+        if cap < max(1, cache.n_pinned):
+            raise self._too_small(n_more + max(0, len(cache) - cap), max(1, cache.n_pinned))
+        old = cache.capacity_rows
+        while len(cache) > cap:
+            step = min(chunk, len(cache) - cap)
+            if step > room:   # the index rebuilds on these: shed the rest first
+                step = len(cache) - cap
+            room -= step
+            ev = cache.evict_to(len(cache) - step)
+            cache.set_capacity(len(cache))
+            self._dump_evicted(ev, regrow=old)
+        if cap != cache.capacity_rows:
+            cache.set_capacity(cap)
+
+    def _store_room(self) -> int:
+        """Rows the store takes before its index rebuilds (unbounded for a store that does not say)."""
+        room = getattr(self.store, "index_room", None)
+        return int(room()) if room is not None else 1 << 62
+
+    def _trim_rows(self) -> int:
+        """Rows :meth:`_fit` evicts and dumps at a time: 1/16 of the budget of them on their way."""
+        return max(1, min(FLUSH_CHUNK_BYTES, self._budget // 16) // (2 * self._row_bytes + EVICTED_ROW_EXTRA))
+
+    def set_budget(self, budget_bytes: int) -> None:
+        """Make ``budget_bytes`` this tier's DRAM (see the class docstring): a lower one evicts and
+        dumps rows at once; a higher one lets the cache grow. Raises CacheBudgetError, changing
+        nothing, when the pinned rows and the store's index do not fit; InvalidInputError on a
+        MemPS made with ``capacity_rows``."""
+        with self._lock:
+            if self._budget is None:
+                raise InvalidInputError("set_budget: this MemPS was made with capacity_rows, not budget_bytes")
+            old, self._budget = self._budget, int(budget_bytes)
+            try:
+                self._fit(0)
+            except CacheBudgetError:
+                self._budget = old
+                raise
+
+    @property
+    def budget_bytes(self) -> int | None:
+        """The DRAM budget of this tier (cache and store index), or None with ``capacity_rows``."""
+        return self._budget
+
     # ------------------------------------------------------------------ internals (lock held)
-    def _dump_evicted(self, ev: Evicted) -> None:
-        """Dump the dirty rows of ``ev``; on failure put all of ``ev`` back and re-raise.
-        REQUIRES: lock held."""
+    def _dump_evicted(self, ev: Evicted, regrow: int | None = None) -> None:
+        """Dump the dirty rows of ``ev``; on failure put all of ``ev`` back (first raising the
+        cache's capacity to ``regrow``, when given) and re-raise. REQUIRES: lock held."""
         d = ev.dirty
         if not d.any():
             return
@@ -80,17 +190,22 @@ class MemPS:
             else:
                 self.store.dump(ev.keys[d], ev.rows[d])
         except BaseException:
+            if regrow is not None:
+                self.cache.set_capacity(regrow)
             self.cache.restore(ev)
             raise
         self._dumped += int(d.sum())
 
     def _insert(self, keys, rows, dirty: bool, pin: bool, freq) -> None:
         """Insert distinct uncached ``keys``: make room (dumping dirty victims), then put. Unpinned
-        keys go in chunks of the unpinned room, so a push larger than the budget still lands
-        (its first rows are dumped by its later ones). REQUIRES: lock held."""
+        keys go in chunks of the unpinned room (with a byte budget, of ``_trim_rows()`` at most),
+        so a push larger than the budget still lands (its first rows are dumped by its later
+        ones). REQUIRES: lock held."""
         n = keys.shape[0]
         freq = np.broadcast_to(np.asarray(freq, dtype=np.int64), (n,))
-        step = n if pin else max(1, self.cache.capacity_rows - self.cache.n_pinned)
+        out = n if pin or self._budget is None else min(n, self._trim_rows())   # evicted at once, at most
+        self._fit(n, out)   # every row it evicts may reach the store
+        step = n if pin else max(1, min(out, self.cache.capacity_rows - self.cache.n_pinned))
         for a in range(0, n, step):
             b = min(n, a + step)
             ev = self.cache.make_room(b - a)
@@ -208,6 +323,7 @@ class MemPS:
         with self._lock:
             if k.shape[0] == 0:
                 return
+            self._fit(k.shape[0])
             cached = self.cache.update(k, r)
             if not cached.any():
                 self.store.dump(k, r)
@@ -223,6 +339,7 @@ class MemPS:
     def flush(self) -> int:
         """Dump every dirty cached row to the store (rows stay cached, now clean) -> rows dumped."""
         with self._lock:
+            self._fit(self.cache.stats().dirty)
             n = self.cache.flush(self.store.dump)
             self._dumped += n
             return n
