@@ -1,6 +1,7 @@
 """``--ssd-path``: a job claims its own rank directory, never deletes what it did not create, refuses a
 path another job holds (naming that job), and removes its store at the end unless ``--keep-ssd``."""
 
+import functools
 import os
 import subprocess
 import sys
@@ -8,10 +9,16 @@ import sys
 from hps.ssd import SSDStore
 from hps.train import Trainer, load_export, main
 from hps.train._cli import parse_config
+from tests.budgets import spill_budget
 from tests.test_train import SMALL, assert_same_model, run_cli
 
 ROWS = ["--rows", "4096"]
-BUDGET = "1600KB"  # below the table (~4,800 cached rows with their maps and ghost table): rows spill to the SSD-PS
+
+
+@functools.cache
+def budget() -> str:
+    """A --mem-budget whose MEM-PS caches 1,500 rows, below the table (~4,800 rows): rows spill to the SSD-PS."""
+    return str(spill_budget([*SMALL, *ROWS], 1500, 12_000))
 
 
 def _tree(path):
@@ -48,7 +55,7 @@ def test_an_empty_rank_directory_is_used_and_left_as_found(tmp_path):
 
 def test_keep_ssd_keeps_the_store_and_the_next_job_refuses_to_delete_it(tmp_path, capsys):
     ssd = tmp_path / "ssd"
-    assert main([*SMALL, *ROWS, "--ssd-path", str(ssd), "--keep-ssd", "--mem-budget", BUDGET]) == 0
+    assert main([*SMALL, *ROWS, "--ssd-path", str(ssd), "--keep-ssd", "--mem-budget", budget()]) == 0
     store = ssd / "rank0-of-1" / "store"
     assert f"SSD-PS kept in {store} (--keep-ssd)" in capsys.readouterr().out
     with SSDStore(store, dim=16) as s:  # 8 embedding + 8 Adagrad columns
@@ -65,7 +72,7 @@ def test_a_second_job_on_the_same_path_is_refused_and_the_first_is_unharmed(tmp_
     """The first job (this process) holds the path; the second (a subprocess) must neither delete nor
     reuse its store, and must say which job holds it. The first then trains to the exact model."""
     ssd = tmp_path / "ssd"
-    first = Trainer(parse_config([*SMALL, "--ssd-path", str(ssd), "--mem-budget", BUDGET]))
+    first = Trainer(parse_config([*SMALL, "--ssd-path", str(ssd), "--mem-budget", budget()]))
     try:
         second = subprocess.run([sys.executable, "-m", "hps.train", *SMALL, *ROWS, "--ssd-path", str(ssd)],
                                 capture_output=True, text=True, timeout=300)
@@ -77,5 +84,5 @@ def test_a_second_job_on_the_same_path_is_refused_and_the_first_is_unharmed(tmp_
     finally:
         first.close()
     assert not ssd.exists()
-    ref, _ = run_cli(tmp_path, "ref", "--mem-budget", BUDGET)
+    ref, _ = run_cli(tmp_path, "ref", "--mem-budget", budget())
     assert_same_model(ref, load_export(tmp_path / "first"), 0.0)

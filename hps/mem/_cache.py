@@ -420,19 +420,28 @@ class RowCache:
             if k.shape[0]:
                 K.mark_clean(self._s.dirty, self._s.mkeys, self._s.mvals, k)
 
-    def flush(self, dump, chunk_bytes: int = FLUSH_CHUNK_BYTES) -> int:
+    def flush(self, dump, chunk_bytes: int = FLUSH_CHUNK_BYTES, before=None) -> int:
         """Dump every dirty row with ``dump(keys, rows)``, ``chunk_bytes`` of rows per call (memory
-        stays bounded however large the cache), marking each chunk clean once its dump returned;
-        -> rows dumped. If a dump raises, its chunk and the rest stay dirty."""
+        stays bounded however large the cache: a chunk's slots, keys and rows are all it copies),
+        marking each chunk clean once its dump returned; -> rows dumped. ``before(m)``, when given,
+        runs (lock held) before each chunk of ``m`` rows and may evict rows or shrink the cache
+        (the scan then starts over). If a dump raises, its chunk and the rest stay dirty."""
         with self.lock:
-            slots = K.dirty_slots(self._s.dirty, self._s.where)
             step = max(1, int(chunk_bytes) // max(1, self.row_width * self.dtype.itemsize))
-            for a in range(0, slots.shape[0], step):  # O(dirty bytes / chunk_bytes) calls
-                s = slots[a:a + step]
-                keys = self._s.skey[s]
-                dump(keys, self._s.rows[s])
-                self.mark_clean(keys)
-            return int(slots.shape[0])
+            n, start = 0, 0
+            while True:   # O(dirty bytes / chunk_bytes) calls
+                s = self._s.dirty_slots(start, step)
+                if s.shape[0] == 0:
+                    return n
+                if before is not None:
+                    shape = (len(self), self._s.n)
+                    before(s.shape[0])
+                    if (len(self), self._s.n) != shape:   # rows left or moved: look again
+                        start = 0
+                        continue
+                dump(self._s.skey[s], self._s.rows[s])
+                self.mark_clean(self._s.skey[s])
+                n, start = n + s.shape[0], int(s[-1]) + 1
 
     def evict_all(self) -> Evicted:
         """Evict every unpinned row (e.g. on shutdown); -> the evicted rows."""

@@ -65,9 +65,9 @@ class MemPS:
         self._ghost_factor = float(ghost_factor)
         self._row_bytes = self.row_width * self.dtype.itemsize
         if capacity_rows is None:
-            capacity_rows = self._rows_within(0, 0)
+            capacity_rows = self._rows_within(0)
             if capacity_rows < 1:
-                raise InvalidInputError(str(self._too_small(0, 1)))
+                raise InvalidInputError(str(self._too_small(1, 1)))
         self.cache = RowCache(capacity_rows, row_width, dtype, lru_fraction=lru_fraction,
                               ghost_factor=ghost_factor)
         self._lock = threading.RLock()
@@ -85,77 +85,79 @@ class MemPS:
         return cls(store, row_width, cfg.budget_bytes, init, lru_fraction=cfg.lru_fraction,
                    ghost_factor=cfg.ghost_factor)
 
-    # ------------------------------------------------------------------ the budget
-    def _store_bytes(self, n_more: int, per_write: int) -> int:
-        """The store's in-memory index at its peak while ``n_more`` more rows are written, at most
-        ``per_write`` at a time, and through its next rebuild whether they cause it or not: the cache
-        gives way to the index ahead of the rebuild, so the rows it sheds then still fit the index
-        as it is (0 for a store that does not say: ``index_bytes``/``index_room``)."""
-        if getattr(self.store, "index_bytes", None) is None:
-            return 0
-        return int(self.store.index_bytes(max(int(n_more), self._store_room() + 1), max(1, int(per_write))))
-
-    def _rows_within(self, n_written: int, n_out: int) -> int:
-        """Cache rows that fit the budget beside the store's index once ``n_written`` more rows are
-        written to it, ``n_out`` at a time, and beside those ``n_out`` rows on their way there
-        (their ``Evicted`` copies)."""
-        room = (self._budget - self._store_bytes(n_written, n_out)
-                - n_out * (2 * self._row_bytes + EVICTED_ROW_EXTRA))
-        return RowCache.rows_for_bytes(room, self.row_width, self.dtype, self._ghost_factor)
-
-    def _too_small(self, n_more: int, need: int) -> CacheBudgetError:
-        idx = self._store_bytes(n_more, n_more)
-        one = RowCache.bytes_for(need, self.row_width, self.dtype, self._ghost_factor)
-        return CacheBudgetError(
-            f"a MEM-PS budget of {self._budget:,} B cannot hold {need:,} cache rows ({one:,} B with their state, key "
-            f"map and ghost table) beside its store's key index ({idx:,} B once {n_more:,} more rows are "
-            f"written; it grows with the table) and the rows on their way there: raise the budget")
-
-    def _fit(self, n_more: int, n_out: int | None = None) -> None:
-        """Lower (or raise) the cache's capacity so that, while ``n_more`` more rows are written to
-        the store, ``n_out`` (default all) of them at once evicted on their way there, the cache,
-        those rows and the store's index fit the budget, the rows the cache sheds to get there
-        included. It sheds them in chunks of ``_trim_rows()`` while the index has room for them
-        (the cache shrinks, then the chunk is dumped; on failure it grows back and takes the chunk
-        again), the rest at once (so the cache is small before they make the index rebuild). A
-        lowered capacity keeps 1/64 of slack, so the small growth of the block crcs does not
-        shrink the cache at every write. No-op without a byte budget. REQUIRES: lock held."""
-        if self._budget is None:
-            return
-        cache, chunk = self.cache, self._trim_rows()
-        n_out = n_more if n_out is None else n_out
-        room = self._store_room()
-        cap = self._rows_within(n_more, n_out)
-        while cap < len(cache):   # what goes to make room is written too
-            shed = len(cache) - cap
-            less = self._rows_within(n_more + shed, max(n_out, min(chunk, shed), shed - room))
-            if less >= cap:
-                break
-            cap = less
-        if cap < cache.capacity_rows:
-            cap -= cap // 64
-        if cap < max(1, cache.n_pinned):
-            raise self._too_small(n_more + max(0, len(cache) - cap), max(1, cache.n_pinned))
-        old = cache.capacity_rows
-        while len(cache) > cap:
-            step = min(chunk, len(cache) - cap)
-            if step > room:   # the index rebuilds on these: shed the rest first
-                step = len(cache) - cap
-            room -= step
-            ev = cache.evict_to(len(cache) - step)
-            cache.set_capacity(len(cache))
-            self._dump_evicted(ev, regrow=old)
-        if cap != cache.capacity_rows:
-            cache.set_capacity(cap)
+    # ------------------------------------------------------------------ the budget (lock held)
+    def _chunk(self) -> int:
+        """Rows written to the store at a time with a byte budget: 1/16 of it on their way there."""
+        return max(1, min(FLUSH_CHUNK_BYTES, self._budget // 16) // (2 * self._row_bytes + EVICTED_ROW_EXTRA))
 
     def _store_room(self) -> int:
         """Rows the store takes before its index rebuilds (unbounded for a store that does not say)."""
         room = getattr(self.store, "index_room", None)
         return int(room()) if room is not None else 1 << 62
 
-    def _trim_rows(self) -> int:
-        """Rows :meth:`_fit` evicts and dumps at a time: 1/16 of the budget of them on their way."""
-        return max(1, min(FLUSH_CHUNK_BYTES, self._budget // 16) // (2 * self._row_bytes + EVICTED_ROW_EXTRA))
+    def _store_bytes(self, write: int, ahead: bool = True) -> int:
+        """The store's in-memory index at its peak while ``write`` rows are written and, ``ahead``,
+        through its next rebuild whether they cause it or not, later writes being at most one chunk
+        (0 for a store that does not say: ``index_bytes``/``index_room``)."""
+        if getattr(self.store, "index_bytes", None) is None:
+            return 0
+        step = max(self._chunk(), write)
+        return int(self.store.index_bytes(max(self._store_room() + 1, write) if ahead else max(1, write), step))
+
+    def _rows_within(self, write: int, ahead: bool = True) -> int:
+        """Cache rows that fit the budget beside the store's index (:meth:`_store_bytes`) and beside
+        the ``write`` rows on their way to the store (``Evicted`` copies)."""
+        room = self._budget - self._store_bytes(write, ahead) - write * (2 * self._row_bytes + EVICTED_ROW_EXTRA)
+        return RowCache.rows_for_bytes(room, self.row_width, self.dtype, self._ghost_factor)
+
+    def _fit(self, write: int | None = None) -> None:
+        """Before a write of ``write`` rows to the store (default one chunk; evicted ones are in flight
+        meanwhile): set the cache's capacity so that the cache, the rows in flight and the store's index
+        fit the budget. The cache gives way to the index ahead of its next rebuild: it sheds rows a
+        chunk at a time into the room the index has left (the cache shrinks, then the chunk is
+        dumped; on failure it grows back and takes the chunk again). After a rebuild that room is
+        about half the index, more than the rows to shed (each frees its row, state and maps, more
+        than its key costs the index at its next rebuild); when it is used up the rest goes at
+        once, counted in flight. When the budget cannot hold the next rebuild at all, the cache
+        only makes room for the index as it is and the next chunk (a table that stops growing
+        still fits); CacheBudgetError comes when a write needs the rebuild (or the pinned rows do
+        not fit). A lowered capacity keeps 1/64 of slack so that the block crcs' small growth does
+        not shrink the cache at every write. No-op without a byte budget."""
+        if self._budget is None:
+            return
+        cache, chunk = self.cache, self._chunk()
+        write = chunk if write is None else max(int(write), 1)
+        need = max(1, cache.n_pinned)
+        old = cache.capacity_rows
+        while True:   # the index may rebuild meanwhile (a compaction): look again each time
+            ahead = self._rows_within(write) >= need
+            cap = self._rows_within(write, ahead)
+            room = self._store_room()
+            if len(cache) <= cap or cap < need:
+                break
+            step = min(chunk, len(cache) - cap, room)
+            if step < 1:   # the index rebuilds on the next write: the rest goes now, in flight meanwhile
+                cap = self._rows_within(max(write, len(cache) - cap), ahead)
+                step = len(cache) - cap
+                if cap < need:
+                    break
+            ev = cache.evict_to(len(cache) - step)
+            cache.set_capacity(max(1, len(cache)))
+            self._dump_evicted(ev, regrow=old)
+        if cap < need:
+            raise self._too_small(need, write, ahead)
+        if cap < old:
+            cap -= cap // 64
+        if cap != cache.capacity_rows and len(cache) <= cap:
+            cache.set_capacity(max(cap, 1))
+
+    def _too_small(self, need: int, write: int, ahead: bool = True) -> CacheBudgetError:
+        one = RowCache.bytes_for(need, self.row_width, self.dtype, self._ghost_factor)
+        return CacheBudgetError(
+            f"a MEM-PS budget of {self._budget:,} B cannot hold {need:,} cache rows ({one:,} B with their state, "
+            f"key map and ghost table) beside its store's key index ({self._store_bytes(write, ahead):,} B at its next "
+            f"rebuild; it grows with the table, which has outgrown this budget) and the rows on their way "
+            f"there: raise the budget")
 
     def set_budget(self, budget_bytes: int) -> None:
         """Make ``budget_bytes`` this tier's DRAM (see the class docstring): a lower one evicts and
@@ -167,7 +169,7 @@ class MemPS:
                 raise InvalidInputError("set_budget: this MemPS was made with capacity_rows, not budget_bytes")
             old, self._budget = self._budget, int(budget_bytes)
             try:
-                self._fit(0)
+                self._fit()
             except CacheBudgetError:
                 self._budget = old
                 raise
@@ -198,22 +200,23 @@ class MemPS:
 
     def _insert(self, keys, rows, dirty: bool, pin: bool, freq) -> None:
         """Insert distinct uncached ``keys``: make room (dumping dirty victims), then put. Unpinned
-        keys go in chunks of the unpinned room (with a byte budget, of ``_trim_rows()`` at most),
-        so a push larger than the budget still lands (its first rows are dumped by its later
-        ones). REQUIRES: lock held."""
+        keys go in chunks of the unpinned room (with a byte budget, of ``_chunk()`` at most, each
+        fitted to it first), so a push larger than the budget still lands (its first rows are
+        dumped by its later ones). REQUIRES: lock held."""
         n = keys.shape[0]
         freq = np.broadcast_to(np.asarray(freq, dtype=np.int64), (n,))
-        out = n if pin or self._budget is None else min(n, self._trim_rows())   # evicted at once, at most
-        self._fit(n, out)   # every row it evicts may reach the store
-        step = n if pin else max(1, min(out, self.cache.capacity_rows - self.cache.n_pinned))
-        for a in range(0, n, step):
-            b = min(n, a + step)
+        chunk = n if self._budget is None else self._chunk()
+        a = 0
+        while a < n:
+            self._fit(n - a if pin else min(n - a, chunk))   # pinned rows go at once: so may their victims
+            b = n if pin else min(n, a + max(1, min(chunk, self.cache.capacity_rows - self.cache.n_pinned)))
             ev = self.cache.make_room(b - a)
             self._dump_evicted(ev)
             left = self.cache.put(keys[a:b], rows[a:b], dirty=dirty, pin=pin, freq=freq[a:b])
             if left.keys.shape[0]:  # make_room freed b - a slots: nothing may be evicted here
                 raise InternalError(f"MEM-PS: inserting {b - a} rows after making room for them evicted "
                                     f"{left.keys.shape[0]} more")
+            a = b
 
     # ------------------------------------------------------------------ API
     def pull(self, keys) -> np.ndarray:
@@ -323,13 +326,20 @@ class MemPS:
         with self._lock:
             if k.shape[0] == 0:
                 return
-            self._fit(k.shape[0])
             cached = self.cache.update(k, r)
             if not cached.any():
-                self.store.dump(k, r)
+                self._dump_fitted(k, r)
             elif not cached.all():
-                self.store.dump(k[~cached], r[~cached])
+                self._dump_fitted(k[~cached], r[~cached])
             self._dumped += int((~cached).sum())
+
+    def _dump_fitted(self, keys, rows) -> None:
+        """Dump rows to the store, with a byte budget a chunk at a time, each fitted to it first
+        (the cache holds none of them). REQUIRES: lock held."""
+        step = keys.shape[0] if self._budget is None else self._chunk()
+        for a in range(0, keys.shape[0], step):
+            self._fit(min(step, keys.shape[0] - a))
+            self.store.dump(keys[a:a + step], rows[a:a + step])
 
     def unpin(self, keys) -> None:
         """Drop one pin per distinct key without writing (e.g. a batch that was abandoned)."""
@@ -339,8 +349,10 @@ class MemPS:
     def flush(self) -> int:
         """Dump every dirty cached row to the store (rows stay cached, now clean) -> rows dumped."""
         with self._lock:
-            self._fit(self.cache.stats().dirty)
-            n = self.cache.flush(self.store.dump)
+            if self._budget is None:
+                n = self.cache.flush(self.store.dump)
+            else:   # a chunk at a time, each fitted to the budget first (the index grows with them)
+                n = self.cache.flush(self.store.dump, self._chunk() * self._row_bytes, before=self._fit)
             self._dumped += n
             return n
 

@@ -149,6 +149,11 @@ class CacheSlots:
         return int(K.discard(self.st, self.skey, self.dirty, self.pins, self.freq, self.where, self.prev, self.nxt,
                              self.bkt, self.bhead, self.btail, self.free, self.mkeys, self.mvals, self.ghost, k))
 
+    def dirty_slots(self, start: int, limit: int) -> np.ndarray:
+        """(m,) int64: the first ``limit`` slots at or past ``start`` that hold a dirty row."""
+        out = np.empty(min(int(limit), max(0, self.n - int(start))), dtype=np.int64)
+        return out[:SK.dirty_slots_from(self.dirty, self.where, int(start), out)]
+
     # -- size
     def resize(self, n_slots: int) -> None:
         """Grow or shrink to ``n_slots`` slots. Shrinking first moves the rows of the slots that go

@@ -114,3 +114,17 @@ def compact(st, skey, rows, dirty, pins, freq, where, stamp, prev, nxt, bkt, bhe
     st[ST_FREE_TOP] = top
     return moved
 
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def dirty_slots_from(dirty, where, start, out):
+    """Write into ``out`` (m,) int64 the first m slots at or past ``start`` holding a dirty row (in
+    slot order) -> how many were found."""
+    n = 0
+    for s in range(start, dirty.shape[0]):
+        if n == out.shape[0]:
+            break
+        if dirty[s] and where[s] != W_FREE:
+            out[n] = s
+            n += 1
+    return n

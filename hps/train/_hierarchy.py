@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._index import KeyIndex
-from ..errors import CacheBudgetError, InternalError
+from ..errors import InternalError
 from ..table import HashTable
 
 
@@ -98,13 +98,6 @@ class ParameterHierarchy:
         """Make the keys batch ``index`` needs on this rank (unique uint64) resident: evict what fell
         out of the window, then fetch the keys that are not resident.
         REQUIRES: ``wait_ready(index)`` returned (the pipeline's gate of the prepare stage)."""
-        owned = int(self.owned_mask(working_set).sum())
-        if owned > self.memps.cache.capacity_rows:
-            raise CacheBudgetError(
-                f"batch {index} has a working set of {owned} rows on this rank "
-                f"({owned * self.memps.row_width * self.memps.dtype.itemsize} bytes), more than "
-                f"the MEM-PS budget of {self.memps.cache.capacity_rows} rows "
-                f"({self.memps.cache.budget_bytes} bytes): raise --mem-budget or lower --batch-size")
         with self._lock:
             self._evict_older_than(index - self.window)
             found = self._last_use.contains(working_set)

@@ -40,7 +40,7 @@ from ..ssd import ScratchEnv, SSDOptions, SSDStore
 from . import _checkpoint, _fae, _warmup
 from ._admission import FeatureFilter, shared_keys
 from ._blas import blas_threads, limit_blas
-from ._budget import plan_memory
+from ._budget import check_batch_size, plan_job, resolve_budget
 from ._control import TrainingControl, run_name
 from ._collectives import Collectives
 from ._device_step import make_device_step, transfer_metrics
@@ -83,9 +83,11 @@ class Trainer:
     MPI job (the CLI aborts the job there, so no peer waits for this rank in a collective).
     ``feed``: the data (default: this rank's shards of ``cfg``'s data, :class:`Feed`).
     ``first_batch``: this rank's first local batch (a Batch, or None), parsed at construction for the
-    memory plan and kept for the kernel warm-up; :meth:`fit` drops it."""
+    memory plan and kept for the kernel warm-up; :meth:`fit` drops it. ``cache_rows``: fix the
+    MEM-PS cache at this many rows instead of giving it the plan's MEM-PS tier (the warm-up's
+    scratch job spills with it)."""
 
-    def __init__(self, cfg: Config, coll=None, log=print, on_fatal=None, feed=None):
+    def __init__(self, cfg: Config, coll=None, log=print, on_fatal=None, feed=None, cache_rows=None):
         self.cfg = cfg
         self.coll = coll or Collectives()
         self.log = log if self.coll.rank == 0 else (lambda *a, **k: None)
@@ -93,8 +95,12 @@ class Trainer:
         m, t = cfg.model, cfg.tiers
         self.xp = _array_module(t.device)
         self.blas_threads = blas_threads(cfg.train.blas_threads, self.coll.cores_per_rank)
+        # memory budget (_budget): resolved and checked against the batch size before any batch exists
+        self.budget = resolve_budget(t.mem_budget, self.coll.ranks_on_node)
+        check_batch_size(cfg.train.batch_size, cfg.train.minibatch_size, self.coll.size, cfg.train.queue_depth,
+                         *self.budget)
         self.feed = feed or Feed(cfg, self.coll.rank, self.coll.size)
-        check_memory(self.feed.n_fields, self.feed.n_dense, cfg, self.coll.size)
+        model_bytes = check_memory(self.feed.n_fields, self.feed.n_dense, cfg, self.coll.size, self.budget)
         mcfg = ModelConfig.from_options(m, self.feed.n_fields, self.feed.n_dense, cfg.train.seed)
         self.model = make_model(mcfg, xp=self.xp)
         self.sparse_opt, self.dense_opt = make_optimizers(mcfg)
@@ -120,16 +126,14 @@ class Trainer:
         self.ssd_dir = self._ssd.store_path
         try:
             resident, owned = self._first_working_set()
-            self.plan = plan_memory(t.mem_budget or _DEFAULT_BUDGET, self.row_width, owned, resident,
-                                    window=WINDOW, device=t.device, n_parts=t.n_parts,
-                                    hbm_capacity=t.hbm_capacity, rows_per_file=t.rows_per_file)
+            self.plan = plan_job(self, resident, owned, model_bytes, WINDOW)
             self.log(f"hps: {self.plan.describe()}")
             # SSD-PS is this run's scratch space (durability comes from checkpoints): no fsync per dump
             opts = SSDOptions(page_cache=t.ssd_page_cache, **self.plan.ssd_options())
             self.store = SSDStore(str(self.ssd_dir), self.row_width, dtype=np.float32,
                                   rows_per_file=t.rows_per_file, options=opts, env=ScratchEnv())
-            self.memps = MemPS(self.store, self.row_width, capacity_rows=self.plan.cache_rows,
-                               initializer=self.initializer)
+            tier = dict(budget_bytes=self.plan.tier_bytes) if cache_rows is None else dict(capacity_rows=cache_rows)
+            self.memps = MemPS(self.store, self.row_width, initializer=self.initializer, **tier)
         except BaseException:  # a bad value or an interrupt: leave nothing behind
             self.close()
             raise
@@ -597,9 +601,6 @@ class Trainer:
         kept = self._ssd.release()
         if kept is not None:
             self.log(f"SSD-PS kept in {kept} (--keep-ssd)")
-
-
-_DEFAULT_BUDGET = 256 << 20
 
 
 def _array_module(device: str):

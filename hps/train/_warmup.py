@@ -4,7 +4,7 @@ A fresh machine spends 15-30 s compiling the Numba kernels the first time they r
 training that would freeze the progress bar at 0 % and count into examples/s. Instead
 :func:`warm_up` runs a *scratch copy* of the job on a few tiny batches cut from the first real one
 (``Trainer.first_batch``, which the trainer parsed for its memory plan, so the reader's kernels are
-already compiled) — the same data types, device, model shape and optimizers, a MEM-PS budget that
+already compiled) — the same data types, device, model shape and optimizers, a MEM-PS cache that
 spills, its own temporary SSD-PS — so the kernels a run uses are compiled (and cached on disk for later runs) before
 the clock starts (``tests/test_warmup.py`` checks that the timed part adds no specialisation). The
 scratch job runs in this process alone (its collectives are local; the kernels only ranks of an MPI
@@ -19,8 +19,6 @@ import time
 from dataclasses import replace
 
 import numpy as np
-
-from ._budget import budget_for_rows
 
 #: Examples per warm-up batch, and batches (more than the residency window, so rows leave HBM-PS,
 #: spill from MEM-PS and come back from SSD-PS). Only the kernels' argument types matter, not sizes.
@@ -68,15 +66,15 @@ def _scratch_run(trainer, first) -> None:
     scratch_cfg = replace(
         cfg,
         data=replace(cfg.data, eval_data=None),
-        # a budget of one batch's working set: later batches spill to SSD-PS and load back
-        tiers=replace(cfg.tiers, ssd_path=None, keep_ssd=False, hbm_capacity=None,
-                      mem_budget=budget_for_rows(working_set, trainer.row_width, cfg.tiers.rows_per_file)),
+        # the job's budget (its plan holds the scratch job's smaller shares), and below, a MEM-PS
+        # cache of one batch's working set: later batches spill to SSD-PS and load back
+        tiers=replace(cfg.tiers, ssd_path=None, keep_ssd=False, hbm_capacity=None, mem_budget=trainer.plan.budget),
         train=replace(cfg.train, batch_size=WARMUP_EXAMPLES,
                       minibatch_size=min(cfg.train.minibatch_size, WARMUP_EXAMPLES // 2), epochs=1,
                       checkpoint_dir=None, checkpoint_every=0, resume=False, export=None, metrics_out=None,
                       plots=None, progress=False, eval_every=0, early_stop=0, fae=None, hot_bytes=None))
     feed = Feed.replay(parts, trainer.feed.n_fields, trainer.feed.n_dense, scratch_cfg.train.minibatch_size)
-    scratch = type(trainer)(scratch_cfg, Collectives(), log=lambda *a, **k: None, feed=feed)
+    scratch = type(trainer)(scratch_cfg, Collectives(), log=lambda *a, **k: None, feed=feed, cache_rows=working_set)
     try:
         scratch.fit(warm_up=False)
         scratch.evaluate(parts[:1])
