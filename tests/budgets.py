@@ -26,11 +26,42 @@ def spill_budget(job, cache_rows: int, table_keys: int | None = None) -> int:
         trainer.close()
 
 
-def smallest_budget(run, margin: float = 0.02) -> int:
-    """The smallest --mem-budget every rank of a job accepts, plus ``margin``: ``run(budget)`` starts
-    the job (one process or under mpiexec) and returns its CompletedProcess; a budget of 1 MiB is
+def smallest_budget(run, margin: int = 4096) -> int:
+    """The smallest --mem-budget every rank of a job accepts, plus ``margin`` bytes: ``run(budget)`` starts
+    the job (one process or under mpiexec) and returns its CompletedProcess; a budget too small is
     refused by each rank with the budget it needs ("raise --mem-budget to at least N B")."""
-    proc = run(1 << 20)
-    needs = [int(n) for n in re.findall(r"raise --mem-budget to at least (\d+) B", proc.stderr)]
-    assert proc.returncode != 0 and needs, proc.stderr[-3000:]
-    return int(max(needs) * (1 + margin))
+    budget = 1 << 20
+    for _ in range(8):   # a budget below the model's share is refused before the plan: try larger
+        proc = run(budget)
+        needs = [int(n) for n in re.findall(r"raise --mem-budget to at least (\d+) B", proc.stderr)]
+        if needs:
+            return max(needs) + margin
+        assert proc.returncode != 0 and "its memory budget is" in proc.stderr, proc.stderr[-3000:]
+        budget *= 4
+    raise AssertionError(proc.stderr[-3000:])
+
+
+def mpi_spill_budget(run, table_keys: int, row_bytes: int) -> int:
+    """A --mem-budget for every rank of an MPI job whose MEM-PS caches about one batch's working set
+    beside the SSD-PS index of ``table_keys`` (its rank's share of the table) of ``row_bytes`` rows:
+    :func:`smallest_budget` plus that index (``run(budget)``: as there)."""
+    from hps.train._budget import index_bytes_for
+
+    return smallest_budget(run) + index_bytes_for(int(table_keys), int(row_bytes)) * 16 // 15
+
+
+#: The value of --mem-budget in a test's flags that :func:`resolve_spill` replaces.
+SPILL = "spill-budget"
+
+
+def resolve_spill(argv, run, table_keys: int, row_bytes: int = 64) -> list:
+    """``argv`` with ``--mem-budget SPILL`` made :func:`mpi_spill_budget` of the job ``run(argv)``
+    (its CompletedProcess) for a rank's ``table_keys``; ``argv`` itself without the placeholder."""
+    argv = [str(a) for a in argv]
+    if SPILL not in argv:
+        return argv
+
+    def sub(budget):
+        return [str(budget) if a == SPILL else a for a in argv]
+
+    return sub(mpi_spill_budget(lambda b: run(sub(b)), table_keys, row_bytes))

@@ -224,15 +224,14 @@ def pipeline_bytes(batch_bytes: int, queue_depth: int, reader_bytes: int, owned_
 
 def reader_bytes(readers) -> int:
     """The buffers of this rank's readers (``Feed.readers``): ``READER_CHUNKS`` text chunks each, or
-    chunks of their files' size when smaller (a compressed file counts whole chunks)."""
+    chunks of the bytes its shard reads when fewer (a compressed file counts whole chunks)."""
     total = 0
     for r in readers:
         r = getattr(r, "_d", r)   # an --op-osrp HashedReader's dataset
         chunk = getattr(r, "chunk_bytes", 0)
-        if chunk:
-            paths = getattr(r, "paths", ())
-            data = sum(p.stat().st_size for p in paths) if all(p.suffix not in (".gz", ".zst") for p in paths) else chunk
-            total += READER_CHUNKS * min(chunk, data)
+        if chunk and hasattr(r, "segments"):
+            spans = [seg.stop - seg.start if seg.stop is not None else chunk for seg in r.segments()]
+            total += READER_CHUNKS * min(chunk, sum(spans))
     return total
 
 

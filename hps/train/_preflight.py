@@ -85,9 +85,11 @@ def check_memory(n_fields: int, n_dense: int, cfg, n_ranks: int, budget: tuple[i
     have, source = budget
     if sum(need.values()) <= have:
         return model
-    parts = ", ".join(f"{what} {b / 2**30:,.1f} GiB" for what, b in need.items())
+    from ._budget import _size
+
+    parts = ", ".join(f"{what} {_size(b)}" for what, b in need.items())
     raise InvalidInputError(
-        f"this job needs at least {sum(need.values()) / 2**30:,.1f} GiB of memory ({parts}; "
+        f"this job needs at least {_size(sum(need.values()))} of memory ({parts}; "
         f"{n_fields} fields x embedding-dim {cfg.model.embedding_dim}, hidden {list(cfg.model.hidden)}) "
-        f"but its memory budget is {have / 2**30:,.1f} GiB ({source}): lower --embedding-dim, --hidden, "
+        f"but its memory budget is {_size(have)} ({source}): lower --embedding-dim, --hidden, "
         f"--minibatch-size or --hbm-capacity, or raise --mem-budget")
