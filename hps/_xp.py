@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._extras import install_hint
 from .errors import DeviceUnavailableError, InvalidInputError
 
 __all__ = ["array_module", "simulated"]
@@ -43,7 +44,7 @@ def array_module(device: str):
 
         n_gpus = cupy.cuda.runtime.getDeviceCount()
     except ImportError as e:
-        raise DeviceUnavailableError("--device cuda needs CuPy: pip install 'hps[gpu]'") from e
+        raise DeviceUnavailableError(f"--device cuda needs CuPy: {install_hint('gpu')}") from e
     except Exception as e:  # CUDARuntimeError (no driver, no device) and the like
         raise DeviceUnavailableError(f"--device cuda: no usable CUDA GPU ({e}); use --device cpu") from None
     if n_gpus < 1:

@@ -6,13 +6,15 @@ max_malformed=0.01, **options)``. Every dataset offers ``batches(start_batch=0)`
 ``SyntheticData`` adds ``eval_batches()`` and ``bayes_auc()``. ``shard`` picks the part of the data a
 reader parses (``hps.data._shards``: line-aligned byte ranges or whole files; rows of the synthetic
 data); shards read one after the other give all of the data. ``op_osrp(keys, offsets, bins, seed)``
-hashes any CSR block of keys into OP+OSRP features (``hps.data._oposrp``).
+hashes any CSR block of keys into OP+OSRP features (``hps.data._oposrp``). ``infer_format(paths)``
+tells the format of data files from their names, or a ``.txt``'s first line (``hps.data._detect``).
 """
 
 from ._batch import FIELD_SHIFT, MAX_FIELD, MAX_FIELDS, Batch, make_keys
 from ._chunks import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MALFORMED, MISSING_VALUE, ReaderStats
 from ._criteo import NEGATIVE_VALUE, CriteoReader
 from ._csv import CsvReader
+from ._detect import format_of, infer_format
 from ._libsvm import LibsvmReader
 from ._open import FORMATS, column_names, open_dataset
 from ._oposrp import HashedReader, hash_batch, op_osrp
@@ -30,6 +32,8 @@ __all__ = [
     "open_dataset",
     "column_names",
     "FORMATS",
+    "infer_format",
+    "format_of",
     "CriteoReader",
     "LibsvmReader",
     "CsvReader",

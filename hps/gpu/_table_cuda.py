@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._extras import install_hint
 from .._keys import EMPTY_KEY, as_keys, check_rows
 from ..errors import DeviceUnavailableError, InternalError, InvalidInputError, InvalidTypeError
 
@@ -42,7 +43,7 @@ def _require_gpu() -> None:
     if _IMPORT_ERROR is not None:
         raise DeviceUnavailableError(
             f"device='cuda' needs numba-cuda, which failed to import ({_IMPORT_ERROR!r}); "
-            "pip install 'hps[gpu]' or use device='cpu'") from _IMPORT_ERROR
+            f"{install_hint('gpu')} or use device='cpu'") from _IMPORT_ERROR
     try:
         ok = cuda.is_available()
     except Exception as e:

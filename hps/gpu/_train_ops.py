@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._extras import install_hint
 from .._xp import simulated
 from ..errors import DeviceUnavailableError, InvalidInputError, InvalidTypeError
 
@@ -58,7 +59,7 @@ BLOCK_SIZE = 256
 def _require_cuda() -> None:
     if _IMPORT_ERROR is not None:
         raise DeviceUnavailableError(f"GPU training kernels need numba-cuda, which failed to import "
-                                     f"({_IMPORT_ERROR!r}); pip install 'hps[gpu]'") from _IMPORT_ERROR
+                                     f"({_IMPORT_ERROR!r}); {install_hint('gpu')}") from _IMPORT_ERROR
 
 
 def _dev(x, name: str, dtype=None, ndim: int | None = None):

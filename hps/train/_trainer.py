@@ -412,7 +412,8 @@ class Trainer:
                                                            Stage("place", self._place),
                                                            Stage("train", self._train)],
                                  depth=tc.queue_depth, on_error=self._stage_failed,
-                                 stop_timeout_s=MPI_STOP_TIMEOUT_S if self.coll.size > 1 else STOP_TIMEOUT_S)
+                                 stop_timeout_s=MPI_STOP_TIMEOUT_S if self.coll.size > 1 else STOP_TIMEOUT_S,
+                                 waiting_on_peers=lambda stage: self.coll.in_call(STAGE_CHANNELS[stage]))
         t0, c0 = time.perf_counter(), time.process_time()
         examples = 0
 
