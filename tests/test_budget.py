@@ -243,3 +243,24 @@ def test_ssd_page_cache_flag_names_the_store_policies():
     assert PAGE_CACHE_MODES == STORE_MODES and TierConfig().ssd_page_cache == SSDOptions().page_cache
     with pytest.raises(InvalidInputError, match="ssd-page-cache"):
         TierConfig(ssd_page_cache="sometimes")
+
+
+def test_a_growing_hbm_twin_is_charged_to_the_mem_ps(tmp_path):
+    """An HBM-PS twin that outgrows its planned share (here: planned at 1,024 keys) takes what it
+    grows by from the MEM-PS tier, whose cache gives way: the plan's total still holds."""
+    from hps.train import Trainer
+    from hps.train._cli import parse_config
+
+    t = Trainer(parse_config([*SMALL, "--hbm-capacity", "1024", "--mem-budget", "64MB",
+                              "--ssd-path", str(tmp_path / "ssd")]), log=lambda *a, **k: None)
+    try:
+        t.fit(warm_up=False)
+        grown = t.hier.hbm.capacity
+        twin = t.hier.hbm._impl
+        table = twin.tkeys.nbytes + twin.tstate.nbytes + twin.tvals.nbytes
+        planned = t.hier.grow._table(1024)
+        assert grown > 1024 and table > planned
+        assert t.memps.budget_bytes == t.plan.tier_bytes - (t.hier.grow._table(grown) - planned)
+        assert t.memps.cache.nbytes + t.store.index_bytes() <= t.memps.budget_bytes
+    finally:
+        t.close()

@@ -301,5 +301,29 @@ def plan_job(trainer, resident: int, owned: int, model: dict, window: int) -> Me
                        source=source, model=model, pipeline=pipe)
 
 
+class TwinBudget:
+    """Charges the growth of the CPU HBM-PS twin beyond the plan to the MEM-PS tier (the twin is
+    sized from the first batch; a later, larger working set grows it: ``ParameterHierarchy.place``).
+    Called as ``grow(capacity, reserve)``: lowers the MEM-PS budget (``hps.mem.MemPS.set_budget``:
+    the cache sheds rows) by what the twin holds beyond its share while it rebuilds (old and new
+    tables and the rows moved between them), reserves, then by what the grown twin holds."""
+
+    def __init__(self, plan: MemoryPlan, memps, n_parts: int, window: int):
+        self.plan, self.memps, self.n_parts, self.window = plan, memps, int(n_parts), int(window)
+        self.capacity = plan.hbm_keys
+
+    def _table(self, capacity: int) -> int:
+        """The twin's table(s) at ``capacity`` keys (its residency bookkeeping does not grow with it)."""
+        return hbm_bytes(capacity, self.plan.row_width, 4, self.n_parts, self.window, 0)
+
+    def __call__(self, capacity: int, reserve) -> None:
+        planned, old, new = self._table(self.plan.hbm_keys), self._table(self.capacity), self._table(capacity)
+        moving = old + new + self.capacity * (8 + self.plan.row_bytes)   # the live rows copied over
+        self.memps.set_budget(self.plan.tier_bytes - max(0, moving - planned))
+        reserve(capacity)
+        self.capacity = capacity
+        self.memps.set_budget(self.plan.tier_bytes - max(0, new - planned))
+
+
 #: The arrays of a ``hps.data.Batch``.
 BATCH_ARRAYS = ("labels", "dense", "keys", "field", "weights", "offsets")

@@ -57,11 +57,14 @@ class ParameterHierarchy:
     """One process's view of the three tiers. ``hbm``: HashTable-like; ``memps``: hps.mem.MemPS of the
     keys this rank owns; ``owned_mask(keys) -> (n,) bool``: which keys this rank owns;
     ``pull(keys, serve) -> rows``: rows of resident-to-be keys that may belong to other ranks, each
-    owner serving its own with ``serve`` (collective; None when every key a rank holds is its own)."""
+    owner serving its own with ``serve`` (collective; None when every key a rank holds is its own).
+    ``grow(capacity, reserve)``: grows the HBM-PS by calling ``reserve(capacity)``, charging it to a
+    memory budget first (``_budget.TwinBudget``; None: ``hbm.reserve`` alone)."""
 
-    def __init__(self, hbm, memps, window: int, owned_mask, pull=None):
+    def __init__(self, hbm, memps, window: int, owned_mask, pull=None, grow=None):
         self.hbm = hbm
         self.memps = memps
+        self.grow = grow or (lambda capacity, reserve: reserve(capacity))
         self.owned_mask = owned_mask
         self.pull = pull
         self.window = int(window)
@@ -168,7 +171,7 @@ class ParameterHierarchy:
         if n:
             need = len(self.hbm) + n  # erases of a concurrent prepare only lower the true need
             if need > self.hbm.capacity:
-                self.hbm.reserve(max(need, 2 * self.hbm.capacity))
+                self.grow(max(need, 2 * self.hbm.capacity), self.hbm.reserve)
             self.hbm.insert(prep.fetch_keys, prep.fetch_rows)
         self._in_flight.pop(prep.index, None)
 

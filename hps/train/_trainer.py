@@ -40,7 +40,7 @@ from ..ssd import ScratchEnv, SSDOptions, SSDStore
 from . import _checkpoint, _fae, _warmup
 from ._admission import FeatureFilter, shared_keys
 from ._blas import blas_threads, limit_blas
-from ._budget import check_batch_size, plan_job, resolve_budget
+from ._budget import TwinBudget, check_batch_size, plan_job, resolve_budget
 from ._control import TrainingControl, run_name
 from ._collectives import Collectives
 from ._device_step import make_device_step, transfer_metrics
@@ -216,7 +216,9 @@ class Trainer:
         if self.device is not None:
             hbm = self.device.wrap(hbm)
         pull = self.coll.prepare.pull_rows if self.sync.replicated else None
-        self.hier = ParameterHierarchy(hbm, self.memps, WINDOW, self.coll.owned_mask, pull)
+        grow = (TwinBudget(self.plan, self.memps, t.n_parts, WINDOW)   # the twin's growth is in the budget
+                if t.device == "cpu" and self.memps.budget_bytes is not None else None)
+        self.hier = ParameterHierarchy(hbm, self.memps, WINDOW, self.coll.owned_mask, pull, grow)
         if self.het:
             self.sync.bind(self.hier)
         self.hier.mark_trained(self.start_index - 1)  # resumed: the batches before were trained
