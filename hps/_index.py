@@ -71,9 +71,10 @@ class KeyIndex:
         reserves room for each) are written in calls of at most ``per_write`` keys (default: one
         call), with no erase meanwhile: its arrays now, or, at each rebuild they cause, the old and
         the new arrays plus what moves between them (the live slots, keys and values). An upper
-        bound: :meth:`reserve` doubles the slots while a call is no larger than the capacity
-        (then the sequence of rebuilds is known); otherwise any table it starts from had room for
-        fewer than ``len + n_more`` keys, and grows to at most what one more call needs."""
+        bound: :meth:`reserve` doubles the slots (or keeps their number, dropping tombstones) while a
+        call is no larger than the capacity (then the sequence of rebuilds is known); otherwise any
+        table it starts from had room for fewer than ``len + n_more`` keys, and grows to at most
+        what one more call needs."""
         total = self._size + self._impl.tombstones + int(n_more)
         if total <= self.capacity:
             return self.nbytes
@@ -96,7 +97,8 @@ class KeyIndex:
         if self._size + self._impl.tombstones + n <= self.capacity:
             return
         keys, vals = self.items()
-        self._alloc(max(2 * self.capacity, self._size + n))   # twice the slots, or what n needs
+        need = self._size + n   # twice the slots (or what n needs) unless tombstones filled it: then as many
+        self._alloc(max(2 * self.capacity, need) if need > self.capacity // 2 else self.capacity)
         if keys.shape[0]:
             self._size += self._impl.upsert(keys, vals, False)[0]
 

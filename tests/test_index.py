@@ -113,3 +113,15 @@ def test_peak_bytes_is_tight_while_rebuilds_double():
     finally:
         tracemalloc.stop()
     assert idx.capacity == 2 * 16_384 and 0.95 * bound <= held <= bound + 4096
+
+
+def test_tombstones_rebuild_the_index_in_place_instead_of_growing_it():
+    """Keys that come and go (the trainer's residency index: each batch assigns its keys and erases
+    those that left) fill the table with tombstones; a rebuild drops them at the same size."""
+    idx = KeyIndex(width=1)
+    for b in range(200):
+        keys = np.arange(b * 300, b * 300 + 300, dtype=np.uint64)
+        idx.assign(keys, np.zeros(300, np.int64))
+        if b >= 2:
+            idx.erase(keys - 600)
+    assert len(idx) == 600 and idx.capacity <= 2048   # 900 keys at once at most (load <= 0.5)
