@@ -54,6 +54,11 @@ INDEX_SLOT_BYTES, INDEX_SLOTS_PER_KEY = 28, (2, 4)
 #: the reader's current batch and its lookahead, and one in each of prepare, place and train;
 #: each queue between two stages holds --queue-depth more.
 HELD_BATCHES, QUEUES = 5, 3
+#: A batch in flight holds about this many times its own bytes: the batch, its plan (unique keys and
+#: their inverse per mini-batch and for the batch) and what its stages derive from it. Measured: a
+#: plan of 2 left 3-100 MiB of the peak RSS of the report's jobs uncounted (3 at batches of 2,048
+#: examples, 100 at 16,384 x 26 fields); 3 covers them.
+PER_BATCH = 3
 #: Bytes per example a batch surely takes whatever the data: one key (8) and a label (4).
 MIN_EXAMPLE_BYTES = 12
 #: A file reader's buffers, in text chunks (``chunk_bytes``, 16 MiB by default, or its files when
@@ -213,12 +218,15 @@ def hbm_bytes(capacity: int, row_width: int, itemsize: int, n_parts: int, window
 
 
 def pipeline_bytes(batch_bytes: int, queue_depth: int, reader_bytes: int, owned_working_set: int, row_bytes: int,
-                   window: int, minibatch_keys: int) -> int:
-    """Bytes of the batches in flight: the parsed batches held (each with its plan: unique keys and
-    their inverse, about its own size again), the readers' buffers (``reader_bytes``), the rows
-    fetched for ``window`` batches prepared ahead and one batch's rows written back, and one
-    mini-batch's rows, gradients and updated rows in the train step."""
-    return (2 * batches_held(queue_depth) * int(batch_bytes) + int(reader_bytes)
+                   window: int, minibatch_keys: int, batch_keys: int = 0) -> int:
+    """Bytes of the batches in flight: the parsed batches held, each with its plan and the arrays its
+    stages derive from it (``PER_BATCH`` x its own bytes), the hash table and outputs of one
+    batch's ``unique_counts`` (``batch_keys`` key occurrences), the readers' buffers
+    (``reader_bytes``), the rows fetched for ``window`` batches prepared ahead and one batch's rows
+    written back, and one mini-batch's rows, gradients and updated rows in the train step."""
+    n = int(batch_keys)
+    unique = 16 * slots_for(n, DEFAULT_MAX_LOAD_FACTOR) + 24 * n if n else 0
+    return (PER_BATCH * batches_held(queue_depth) * int(batch_bytes) + unique + int(reader_bytes)
             + (window + 1) * int(owned_working_set) * row_bytes + 3 * int(minibatch_keys) * row_bytes)
 
 
@@ -294,7 +302,8 @@ def plan_job(trainer, resident: int, owned: int, model: dict, window: int) -> Me
     batch = 0 if first is None else sum(getattr(first, f).nbytes for f in BATCH_ARRAYS)
     share = -(-cfg.train.minibatch_size // trainer.coll.size)
     pipe = pipeline_bytes(batch, cfg.train.queue_depth, reader_bytes(trainer.feed.readers), owned,
-                          4 * trainer.row_width, window, share * trainer.feed.n_fields)
+                          4 * trainer.row_width, window, share * trainer.feed.n_fields,
+                          0 if first is None else first.keys.shape[0])
     budget, source = trainer.budget
     return plan_memory(budget, trainer.row_width, owned, resident, window=window, device=t.device,
                        n_parts=t.n_parts, hbm_capacity=t.hbm_capacity, rows_per_file=t.rows_per_file,
