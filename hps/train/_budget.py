@@ -33,7 +33,7 @@ import numpy as np
 from ..errors import InvalidInputError
 from ..mem import RowCache
 from .._index import KeyIndex
-from ..table import DEFAULT_MAX_LOAD_FACTOR, slots_for
+from ..table import DEFAULT_MAX_LOAD_FACTOR, SLOT_OVERHEAD_BYTES, slots_for
 from ._machine import memory_available, memory_limit
 
 #: Share of the memory available to a rank (``_machine.memory_available()`` over the ranks on its
@@ -205,7 +205,7 @@ def check_batch_size(batch_size: int, minibatch_size: int, n_ranks: int, queue_d
 
 
 def hbm_bytes(capacity: int, row_width: int, itemsize: int, n_parts: int, window: int, working_set: int) -> int:
-    """DRAM of a CPU HBM-PS twin: its table(s) (key u64, state i32, row per slot) and the residency
+    """DRAM of a CPU HBM-PS twin: its table(s) (key u64, state i32, cache score u64, row per slot) and the residency
     bookkeeping (a KeyIndex of the resident keys, the working sets of ``window + 1`` batches)."""
     if n_parts > 1:
         part = min(capacity, -(-5 * capacity // (4 * n_parts)) + 64)
@@ -213,7 +213,8 @@ def hbm_bytes(capacity: int, row_width: int, itemsize: int, n_parts: int, window
     else:
         slots = slots_for(capacity, DEFAULT_MAX_LOAD_FACTOR)
     resident = (window + 1) * working_set
-    return (slots * (12 + row_width * itemsize) + slots_for(2 * resident, DEFAULT_MAX_LOAD_FACTOR) * 20
+    return (slots * (SLOT_OVERHEAD_BYTES["cpu"] + row_width * itemsize)
+            + slots_for(2 * resident, DEFAULT_MAX_LOAD_FACTOR) * 20
             + 8 * resident)
 
 
