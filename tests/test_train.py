@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hps.train import load_export, main
-from tests.budgets import smallest_budget, spill_budget
+from tests.budgets import smallest_spill_budget, spill_budget
 from tests.conftest import _gpu_available
 
 SMALL = ["--rows", "12000", "--fields", "4", "--vocab-per-field", "3000", "--batch-size", "2048",
@@ -171,12 +171,18 @@ def test_frappe_matches_the_in_memory_reference(shared_data, tmp_path):
     frappe = shared_data / "frappe"
     train, test = frappe / "frappe.validation.libfm", frappe / "frappe.test.libfm"
     metrics = tmp_path / "frappe.json"
-    # batches of 1024 and the smallest budget they allow: a MEM-PS of about one batch's working set,
-    # below Frappe's 5,328 keys, so rows spill
+    # batches of 1024 and about the smallest budget they allow: a MEM-PS that holds the SSD-PS index of
+    # Frappe's 5,328 keys (rows of 10 + 10 floats) at its largest, room the cache has while the table
+    # is small: fewer rows than the table, so rows spill. Files of 256 rows keep a compaction's batch
+    # below the index's first capacity (a larger one makes the store count the index's growth by a
+    # bound of twice its size)
     args = ["--format", "libsvm", "--data", str(train), "--eval-data", str(test), "--batch-size", "1024",
-            "--minibatch-size", "512", "--embedding-dim", "10", "--hidden", "64,32", "--no-progress"]
-    budget = smallest_budget(lambda b: subprocess.run([sys.executable, "-m", "hps.train", *args, "--mem-budget", str(b)],
-                                                      capture_output=True, text=True, timeout=300))
+            "--minibatch-size", "512", "--embedding-dim", "10", "--hidden", "64,32", "--no-progress",
+            "--rows-per-file", "256"]
+    budget = smallest_spill_budget(lambda b: subprocess.run([sys.executable, "-m", "hps.train", *args,
+                                                             "--mem-budget", str(b)],
+                                                            capture_output=True, text=True, timeout=300),
+                                   5328, 80, rows_per_file=256)
     code = main([*args, "--mem-budget", str(budget), "--metrics-out", str(metrics)])
     assert code == 0
     m = json.loads(metrics.read_text())

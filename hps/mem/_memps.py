@@ -110,10 +110,12 @@ class MemPS:
         room = self._budget - self._store_bytes(write, ahead) - write * (2 * self._row_bytes + EVICTED_ROW_EXTRA)
         return RowCache.rows_for_bytes(room, self.row_width, self.dtype, self._ghost_factor)
 
-    def _fit(self, write: int | None = None) -> None:
+    def _fit(self, write: int | None = None, pinning: int = 0) -> None:
         """Before a write of ``write`` rows to the store (default one chunk; evicted ones are in flight
-        meanwhile): set the cache's capacity so that the cache, the rows in flight and the store's index
-        fit the budget. The cache gives way to the index ahead of its next rebuild: it sheds rows a
+        meanwhile) and of ``pinning`` rows to be pinned: set the cache's capacity so that the cache,
+        the rows in flight and the store's index fit the budget and the cache holds its pinned rows
+        and the new ones. The cache gives way to the index ahead of its next rebuild (only when it
+        holds the pinned rows beside that rebuild; else beside the index as it is): it sheds rows a
         chunk at a time into the room the index has left (the cache shrinks, then the chunk is
         dumped; on failure it grows back and takes the chunk again). After a rebuild that room is
         about half the index, more than the rows to shed (each frees its row, state and maps, more
@@ -127,7 +129,7 @@ class MemPS:
             return
         cache, chunk = self.cache, self._chunk()
         write = chunk if write is None else max(int(write), 1)
-        need = max(1, cache.n_pinned)
+        need = max(1, cache.n_pinned + int(pinning))
         old = cache.capacity_rows
         while True:   # the index may rebuild meanwhile (a compaction): look again each time
             ahead = self._rows_within(write) >= need
@@ -147,7 +149,7 @@ class MemPS:
         if cap < need:
             raise self._too_small(need, write, ahead)
         if cap < old:
-            cap -= cap // 64
+            cap = max(need, cap - cap // 64)
         if cap != cache.capacity_rows and len(cache) <= cap:
             cache.set_capacity(max(cap, 1))
 
@@ -208,7 +210,10 @@ class MemPS:
         chunk = n if self._budget is None else self._chunk()
         a = 0
         while a < n:
-            self._fit(n - a if pin else min(n - a, chunk))   # pinned rows go at once: so may their victims
+            if pin:   # pinned rows go at once (so may their victims), and the cache must hold them all
+                self._fit(n - a, pinning=n - a)
+            else:
+                self._fit(min(n - a, chunk))
             b = n if pin else min(n, a + max(1, min(chunk, self.cache.capacity_rows - self.cache.n_pinned)))
             ev = self.cache.make_room(b - a)
             self._dump_evicted(ev)

@@ -48,8 +48,9 @@ READ_THREADS = 3
 #: compaction batch), within the bounds below.
 SSD_SHARE = 64
 _MIN_BUF, _MAX_READ_BUF, _MAX_COMPACT = 16 << 10, 16 << 20, 64 << 20
-#: KeyIndex bytes per slot (key u64, state i32, value 2 x i64) and slots per key (load <= 0.5, doubling).
-INDEX_SLOT_BYTES, INDEX_SLOTS_PER_KEY = 28, (2, 4)
+#: KeyIndex bytes per slot (key u64, state i32, value 2 x i64) and slots per key (load <= 0.5, doubling);
+#: bytes per entry a rebuild moves (its slot, key and value).
+INDEX_SLOT_BYTES, INDEX_SLOTS_PER_KEY, INDEX_MOVED_BYTES = 28, (2, 4), 32
 #: Parsed batches one rank's pipeline holds at once, besides ``QUEUED`` per item of --queue-depth:
 #: the reader's current batch and its lookahead, and one in each of prepare, place and train;
 #: each queue between two stages holds --queue-depth more.
@@ -107,15 +108,25 @@ class MemoryPlan:
                     max_read_bytes=min(1 << 20, self.read_buffer_bytes),
                     compact_batch_bytes=self.compact_batch_bytes)
 
+    def index_bytes(self, keys: int) -> int:
+        """The SSD-PS index of a table of ``keys`` at its largest (:func:`index_bytes_for`, written a
+        MEM-PS chunk or a compaction batch at a time); 0 for none."""
+        if keys <= 0:
+            return 0
+        chunk = min(64 << 20, self.tier_bytes // 16) // (2 * self.row_bytes + 25)   # hps.mem.MemPS._chunk
+        merge = compaction_rows(self.budget, self.row_bytes, self.rows_per_file)
+        return index_bytes_for(keys + merge, self.row_bytes, max(chunk, merge))
+
     @property
     def max_table_keys(self) -> int:
-        """The most keys whose SSD-PS index (:func:`index_bytes_for`) fits the tier beside a cache of
-        one batch's working set: a larger table stops the job (``hps.mem.MemPS``)."""
-        room = self.tier_bytes - RowCache.bytes_for(max(1, self.working_set), self.row_width)
+        """The most keys whose SSD-PS index (:meth:`index_bytes`) fits the tier beside a cache of
+        one batch's working set and a chunk on its way: a larger table stops the job
+        (``hps.mem.MemPS``)."""
+        room = self.tier_bytes * 15 // 16 - RowCache.bytes_for(max(1, self.working_set), self.row_width)
         lo, hi = 0, max(1, room // 56)
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if index_bytes_for(mid, self.row_bytes) <= room:
+            if self.index_bytes(mid) <= room:
                 lo = mid
             else:
                 hi = mid - 1
@@ -126,7 +137,7 @@ class MemoryPlan:
         caches ``rows`` rows of this size beside the SSD-PS index of a table of ``table_keys``."""
         fixed = sum(s.nbytes for s in self.shares if s.what != SSD_BUFFERS)
         # the MEM-PS keeps 1/16 of it for rows on their way to the SSD-PS (hps.mem.MemPS)
-        cache = (RowCache.bytes_for(max(1, rows), self.row_width) + index_bytes_for(table_keys, self.row_bytes)) * 16 // 15
+        cache = (RowCache.bytes_for(max(1, rows), self.row_width) + self.index_bytes(table_keys)) * 16 // 15
         budget = fixed + cache
         while fixed + cache + _ssd_buffers(budget, self.rows_per_file)[2] > budget:
             budget = fixed + cache + _ssd_buffers(budget, self.rows_per_file)[2]
@@ -148,13 +159,25 @@ _EMPTY_INDEX = KeyIndex(width=2)
 MODEL, TWIN, IN_FLIGHT, SSD_BUFFERS = "model", "HBM-PS twin", "batches in flight", "SSD-PS buffers"
 
 
-def index_bytes_for(keys: int, row_bytes: int) -> int:
-    """The most DRAM the SSD-PS key index and block crcs hold while a table grows to ``keys`` keys
-    (``KeyIndex.peak_bytes`` of an empty index that doubles as it grows; 4 B of crc per 4 KiB)."""
+def index_bytes_for(keys: int, row_bytes: int, step: int) -> int:
+    """The most DRAM the SSD-PS key index and block crcs hold while a table grows to ``keys`` keys,
+    written ``step`` rows at a time at most (a MEM-PS chunk, a compaction's batch): the largest
+    rebuild on :meth:`KeyIndex.reserve`'s path from an empty index (old and new arrays and the
+    entries moved), as ``KeyIndex.peak_bytes`` counts it; 4 B of crc per 4 KiB of rows."""
     if keys <= 0:
         return 0
-    return (_EMPTY_INDEX.peak_bytes(int(keys), _EMPTY_INDEX.capacity)
-            + 4 * -(-int(keys) * int(row_bytes) // 4096))
+    slots, cap = _EMPTY_INDEX.nbytes // INDEX_SLOT_BYTES, _EMPTY_INDEX.capacity
+    peak = slots * INDEX_SLOT_BYTES
+    while keys > cap:   # a write of at most ``step`` rows overflows the capacity: the table grows
+        new = slots_for(max(2 * cap, min(int(keys), cap + int(step))), DEFAULT_MAX_LOAD_FACTOR)
+        peak = max(peak, INDEX_SLOT_BYTES * (slots + new) + INDEX_MOVED_BYTES * cap)
+        slots, cap = new, int(new * DEFAULT_MAX_LOAD_FACTOR)
+    return peak + 4 * -(-int(keys) * int(row_bytes) // 4096)
+
+
+def compaction_rows(budget: int, row_bytes: int, rows_per_file: int) -> int:
+    """Rows one SSD-PS compaction step merges (``Compactor.rows_cap`` with the plan's batch)."""
+    return max(1, min(int(rows_per_file), _ssd_buffers(budget, rows_per_file)[1] // (int(row_bytes) + 16)))
 
 
 def _size(n: float) -> str:
