@@ -86,9 +86,15 @@ class MemPS:
                    ghost_factor=cfg.ghost_factor)
 
     # ------------------------------------------------------------------ the budget (lock held)
+    @staticmethod
+    def chunk_rows(budget_bytes: int, row_bytes: int) -> int:
+        """Rows a MemPS of ``budget_bytes`` writes to its store at a time: 1/16 of the budget on
+        their way there (their rows copied out of the cache, with key, flag and frequency)."""
+        return max(1, min(FLUSH_CHUNK_BYTES, int(budget_bytes) // 16) // (2 * int(row_bytes) + EVICTED_ROW_EXTRA))
+
     def _chunk(self) -> int:
-        """Rows written to the store at a time with a byte budget: 1/16 of it on their way there."""
-        return max(1, min(FLUSH_CHUNK_BYTES, self._budget // 16) // (2 * self._row_bytes + EVICTED_ROW_EXTRA))
+        """Rows written to the store at a time with a byte budget (:meth:`chunk_rows`)."""
+        return self.chunk_rows(self._budget, self._row_bytes)
 
     def _store_room(self) -> int:
         """Rows the store takes before its index rebuilds (unbounded for a store that does not say)."""

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InvalidInputError
-from ..mem import RowCache
+from ..mem import MemPS, RowCache
 from .._index import KeyIndex
 from ..table import DEFAULT_MAX_LOAD_FACTOR, SLOT_OVERHEAD_BYTES, slots_for
 from ._machine import memory_available, memory_limit
@@ -113,7 +113,7 @@ class MemoryPlan:
         MEM-PS chunk or a compaction batch at a time); 0 for none."""
         if keys <= 0:
             return 0
-        chunk = min(64 << 20, self.tier_bytes // 16) // (2 * self.row_bytes + 25)   # hps.mem.MemPS._chunk
+        chunk = MemPS.chunk_rows(self.tier_bytes, self.row_bytes)
         merge = compaction_rows(self.budget, self.row_bytes, self.rows_per_file)
         return index_bytes_for(keys + merge, self.row_bytes, max(chunk, merge))
 
