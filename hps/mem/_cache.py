@@ -25,7 +25,9 @@ import numpy as np
 from .._keys import as_keys, check_rows
 from ..errors import CacheBudgetError, InvalidInputError
 from . import _cache_kernels as K
-from ._records import CacheStats, Evicted
+from . import _map_kernels as M
+from . import _policy_kernels as P
+from ._records import CacheCounters, CacheStats, Evicted
 from ._slots import INITIAL_SLOTS, CacheSlots, rows_for_bytes, slots_bytes
 
 #: Default share of the capacity given to the LRU part (the rest is the LFU part). Measured with
@@ -77,14 +79,8 @@ class RowCache:
         self.ghost_factor = float(ghost_factor)
         self.lock = threading.RLock()
         self._s = CacheSlots(min(capacity_rows, INITIAL_SLOTS), row_width, self.dtype, self.ghost_factor)
-        self._s.st[K.ST_LRU_TARGET] = int(round(self.lru_fraction * capacity_rows))
-        self._hits = 0
-        self._misses = 0
-        self._inserted = 0
-        self._evicted = 0
-        self._evicted_dirty = 0
-        self._batch_hits: list[int] = []
-        self._batch_misses: list[int] = []
+        self._s.st[P.ST_LRU_TARGET] = int(round(self.lru_fraction * capacity_rows))
+        self._n = CacheCounters()
         self._visit_buf = None   # scratch arrays of visit_batch
 
     @staticmethod
@@ -122,7 +118,7 @@ class RowCache:
 
     @property
     def n_pinned(self) -> int:
-        return int(self._s.st[K.ST_N_PINNED])
+        return int(self._s.st[P.ST_N_PINNED])
 
     def contains(self, keys) -> np.ndarray:
         """(n,) bool: which keys are cached. No access is counted."""
@@ -130,7 +126,7 @@ class RowCache:
         found = np.empty(k.shape[0], dtype=np.bool_)
         with self.lock:
             if k.shape[0]:
-                K.contains(self._s.mkeys, self._s.mvals, k, found)
+                M.contains(self._s.mkeys, self._s.mvals, k, found)
         return found
 
     def peek(self, keys):
@@ -140,7 +136,7 @@ class RowCache:
         found = np.empty(k.shape[0], dtype=np.bool_)
         with self.lock:
             if k.shape[0]:
-                K.gather(self._s.rows, self._s.mkeys, self._s.mvals, k, out, found)
+                M.gather(self._s.rows, self._s.mkeys, self._s.mvals, k, out, found)
         return out, found
 
     def pin_counts(self, keys) -> np.ndarray:
@@ -149,19 +145,13 @@ class RowCache:
         out = np.zeros(k.shape[0], dtype=np.int32)
         with self.lock:
             if k.shape[0]:
-                K.pin_counts(self._s.pins, self._s.mkeys, self._s.mvals, k, out)
+                M.pin_counts(self._s.pins, self._s.mkeys, self._s.mvals, k, out)
         return out
 
     def stats(self) -> CacheStats:
         with self.lock:
-            return CacheStats(
-                capacity_rows=self.capacity_rows, size=len(self), pinned=self.n_pinned,
-                dirty=int(K.dirty_slots(self._s.dirty, self._s.where).shape[0]),
-                hits=self._hits, misses=self._misses, inserted=self._inserted,
-                evicted=self._evicted, evicted_dirty=self._evicted_dirty,
-                per_batch_hits=np.array(self._batch_hits, dtype=np.int64),
-                per_batch_misses=np.array(self._batch_misses, dtype=np.int64),
-            )
+            return self._n.stats(self.capacity_rows, len(self), self.n_pinned,
+                                 int(K.dirty_slots(self._s.dirty, self._s.where).shape[0]))
 
     # ------------------------------------------------------------------ operations
     def lookup(self, keys, pin: bool = True, counts=None):
@@ -176,7 +166,7 @@ class RowCache:
         n = k.shape[0]
         inverse = None
         if counts is None:
-            k, c, inverse = K.unique_counts(k)
+            k, c, inverse = M.unique_counts(k)
         else:
             c = np.ascontiguousarray(counts, dtype=np.int64)
             if c.shape != (n,):
@@ -188,10 +178,7 @@ class RowCache:
             if k.shape[0]:
                 n_hit = self._s.lookup(k, c, bool(pin), out, hit)
             n_miss = k.shape[0] - n_hit if inverse is not None else int(n - hit.sum())
-            self._hits += n_hit
-            self._misses += n_miss
-            self._batch_hits.append(n_hit)
-            self._batch_misses.append(n_miss)
+            self._n.batch(n_hit, n_miss)
         if inverse is not None:
             return out[inverse], hit[inverse]
         return out, hit
@@ -211,10 +198,7 @@ class RowCache:
             buf = self._visit_buffers(n)
             hit = buf["hit"][:n]
             n_hit = self._s.lookup(k, c, True, buf["out"][:n], hit)
-            self._hits += n_hit
-            self._misses += n - n_hit
-            self._batch_hits.append(n_hit)
-            self._batch_misses.append(n - n_hit)
+            self._n.batch(n_hit, n - n_hit)
             miss = np.flatnonzero(~hit)
             m = miss.shape[0]
             if self.n_pinned + m > self.capacity_rows:
@@ -222,7 +206,7 @@ class RowCache:
             self._grow_for(m)
             ev = buf["ev"]
             n_ev = self._s.put(k[miss], buf["zeros"][:m], buf["clean"][:m], c[miss], True, ev)
-            self._inserted += m
+            self._n.inserted += m
             self._account(ev, n_ev)
             self._s.unpin(k)
             return n_hit
@@ -259,8 +243,7 @@ class RowCache:
 
     def _account(self, ev: Evicted, n_ev: int) -> Evicted:
         ev = Evicted(ev.keys[:n_ev], ev.rows[:n_ev], ev.dirty[:n_ev], ev.freq[:n_ev])
-        self._evicted += n_ev
-        self._evicted_dirty += int(ev.dirty.sum())
+        self._n.left(ev)
         return ev
 
     def put(self, keys, rows, dirty=False, pin: bool = False, freq=None) -> Evicted:
@@ -291,7 +274,7 @@ class RowCache:
             # and insert them again.
             ev = self._empty_evicted(n)
             n_ev = self._s.put(k, r, d, f, bool(pin), ev)
-            self._inserted += int(n_new)
+            self._n.inserted += int(n_new)
             return self._account(ev, n_ev)
 
     def make_room(self, n_free: int) -> Evicted:
@@ -334,7 +317,7 @@ class RowCache:
             if c < self._s.n:
                 self._s.resize(c)
             self.capacity_rows = c
-            self._s.st[K.ST_LRU_TARGET] = int(round(self.lru_fraction * c))
+            self._s.st[P.ST_LRU_TARGET] = int(round(self.lru_fraction * c))
 
     def restore(self, ev: Evicted) -> None:
         """Put rows from :meth:`make_room` back, unpinned, with their dirty flags and frequencies
@@ -343,9 +326,8 @@ class RowCache:
             if len(self) + ev.keys.shape[0] > self.capacity_rows:
                 raise self._budget_error(len(self) + ev.keys.shape[0])
             self.put(ev.keys, ev.rows, dirty=ev.dirty, pin=False, freq=ev.freq)
-            self._inserted -= ev.keys.shape[0]
-            self._evicted -= ev.keys.shape[0]
-            self._evicted_dirty -= int(ev.dirty.sum())
+            self._n.inserted -= ev.keys.shape[0]
+            self._n.left(ev, -1)
 
     def update(self, keys, rows) -> np.ndarray:
         """Assign rows of cached keys and mark them dirty (not an access) -> found (n,) bool.
@@ -355,7 +337,7 @@ class RowCache:
         found = np.empty(k.shape[0], dtype=np.bool_)
         with self.lock:
             if k.shape[0]:
-                K.update(self._s.rows, self._s.dirty, self._s.mkeys, self._s.mvals, k, r, found)
+                M.update(self._s.rows, self._s.dirty, self._s.mkeys, self._s.mvals, k, r, found)
         return found
 
     def discard(self, keys) -> int:
@@ -368,7 +350,7 @@ class RowCache:
                 return 0
             if (self.pin_counts(k) > 0).any():
                 raise InvalidInputError("discard: pinned keys cannot be removed (unpin them first)")
-            uk = K.unique_counts(k)[0]
+            uk = M.unique_counts(k)[0]
             return self._s.discard(uk)
 
     def unpin(self, keys) -> None:
@@ -401,10 +383,7 @@ class RowCache:
             n_hit = 0
             if n:
                 n_hit = self._s.take(k, out, hit)
-            self._hits += n_hit
-            self._misses += n - n_hit
-            self._batch_hits.append(n_hit)
-            self._batch_misses.append(n - n_hit)
+            self._n.batch(n_hit, n - n_hit)
         return out, hit
 
     def dirty_rows(self):
@@ -418,7 +397,7 @@ class RowCache:
         k = as_keys(keys)
         with self.lock:
             if k.shape[0]:
-                K.mark_clean(self._s.dirty, self._s.mkeys, self._s.mvals, k)
+                M.mark_clean(self._s.dirty, self._s.mkeys, self._s.mvals, k)
 
     def flush(self, dump, chunk_bytes: int = FLUSH_CHUNK_BYTES, before=None) -> int:
         """Dump every dirty row with ``dump(keys, rows)``, ``chunk_bytes`` of rows per call (memory

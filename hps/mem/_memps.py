@@ -8,7 +8,7 @@ import numpy as np
 
 from .._keys import as_keys, check_rows
 from ..errors import CacheBudgetError, InternalError, InvalidInputError
-from . import _cache_kernels as K
+from . import _map_kernels as K
 from ._cache import DEFAULT_GHOST_FACTOR, DEFAULT_LRU_FRACTION, FLUSH_CHUNK_BYTES, Evicted, RowCache
 
 

@@ -3,7 +3,7 @@
 A cache of a large budget starts with ``INITIAL_SLOTS`` slots and doubles its arrays as rows
 arrive, up to the capacity (amortised O(1) per row); a lowered capacity shrinks them. Memory
 follows the data: a 4 GiB budget over 10 k rows holds about 10 k rows' worth of arrays. The
-kernels see plain arrays of the current size (layout: ``_cache_kernels``) and never resize.
+kernels see plain arrays of the current size (layout: ``_policy_kernels``) and never resize.
 
 Growth and shrinking resize each array in place (``ndarray.resize``: ``realloc``, which moves a
 large block by remapping its pages, so the old and the new array are never both in memory) and
@@ -23,6 +23,7 @@ import numpy as np
 
 from .._keys import EMPTY_KEY
 from . import _cache_kernels as K
+from . import _policy_kernels as P
 from . import _slots_kernels as SK
 
 #: Slots a cache allocates at first (fewer when its capacity is smaller); it doubles from there.
@@ -54,7 +55,7 @@ def slots_bytes(n_slots: int, row_bytes: int, ghost_factor: float) -> int:
     """DRAM of ``CacheSlots`` with ``n_slots`` slots of ``row_bytes``-byte rows (what ``nbytes`` says)."""
     n = int(n_slots)
     return (n * (int(row_bytes) + SLOT_STATE_BYTES) + MAP_CELL_BYTES * map_cells(n)
-            + GHOST_CELL_BYTES * ghost_cells(n, ghost_factor) + 8 * K.N_STATE + 8 * (K.N_BUCKETS + 1))
+            + GHOST_CELL_BYTES * ghost_cells(n, ghost_factor) + 8 * P.N_STATE + 8 * (P.N_BUCKETS + 1))
 
 
 def rows_for_bytes(n_bytes: int, row_bytes: int, ghost_factor: float) -> int:
@@ -70,14 +71,14 @@ def rows_for_bytes(n_bytes: int, row_bytes: int, ghost_factor: float) -> int:
 
 
 class CacheSlots:
-    """The state arrays of a cache of ``n`` slots (names as in ``_cache_kernels``) and the launchers of
+    """The state arrays of a cache of ``n`` slots (names as in ``_policy_kernels``) and the launchers of
     the kernels over them; the owning ``RowCache`` validates, locks, counts and decides."""
 
     def __init__(self, n_slots: int, row_width: int, dtype, ghost_factor: float):
         n = int(n_slots)
         self.n = n
         self.ghost_factor = float(ghost_factor)
-        self.st = np.zeros(K.N_STATE, dtype=np.int64)
+        self.st = np.zeros(P.N_STATE, dtype=np.int64)
         self.skey = np.full(n, EMPTY_KEY, dtype=np.uint64)
         self.rows = np.zeros((n, int(row_width)), dtype=dtype)
         self.dirty = np.zeros(n, dtype=np.bool_)
@@ -88,8 +89,8 @@ class CacheSlots:
         self.prev = np.full(n, -1, dtype=np.int32)
         self.nxt = np.full(n, -1, dtype=np.int32)
         self.bkt = np.zeros(n, dtype=np.int32)
-        self.bhead = np.full(K.N_BUCKETS + 1, -1, dtype=np.int32)   # the LFU classes, then the LRU part
-        self.btail = np.full(K.N_BUCKETS + 1, -1, dtype=np.int32)
+        self.bhead = np.full(P.N_BUCKETS + 1, -1, dtype=np.int32)   # the LFU classes, then the LRU part
+        self.btail = np.full(P.N_BUCKETS + 1, -1, dtype=np.int32)
         self.free = np.empty(n, dtype=np.int32)
         self.mkeys = np.empty(map_cells(n), dtype=np.uint64)
         self.mvals = np.empty(self.mkeys.shape[0], dtype=np.int32)
@@ -115,7 +116,7 @@ class CacheSlots:
 
     @property
     def n_free(self) -> int:
-        return int(self.st[K.ST_FREE_TOP])
+        return int(self.st[P.ST_FREE_TOP])
 
     # -- the operation kernels over this state (REQUIRES: the cache's lock held, inputs validated)
     def lookup(self, k, c, pin: bool, out, hit) -> int:
@@ -176,7 +177,7 @@ class CacheSlots:
             # new slots go *under* the free ones: the stack of a cache allocated at full size
             self.free[n - old:n - old + top] = self.free[:top].copy()
             self.free[:n - old] = np.arange(n - 1, old - 1, -1, dtype=np.int32)
-            self.st[K.ST_FREE_TOP] = top + n - old
+            self.st[P.ST_FREE_TOP] = top + n - old
         else:
             self.free.resize(n, refcheck=False)   # compact left the free slots below n on the stack
         self.n = n

@@ -1,6 +1,6 @@
 """Kernels that resize the state of a ``RowCache`` (``hps.mem._slots.CacheSlots``). Kernels only.
 
-The layout is the one of ``_cache_kernels`` (read its docstring). A resize keeps every cached row,
+The layout is the one of ``_policy_kernels`` and ``_map_kernels`` (read their docstrings). A resize keeps every cached row,
 its list position, pins, frequency and dirty flag; the key map is rebuilt from ``skey`` (a map's
 layout carries no policy state) and the ghost table keeps every remembered key that still has a
 cell of its own.
@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._cache_kernels import ST_FREE_TOP, W_FREE, W_LFU, W_LRU, _ghost_cell, _map_put
+from ._map_kernels import _ghost_cell, _map_put
+from ._policy_kernels import ST_FREE_TOP, W_FREE, W_LFU, W_LRU
 
 
 @njit(nogil=True, cache=True, _nrt=False)
