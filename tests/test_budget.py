@@ -192,11 +192,17 @@ RSS_JOBS = {
 def test_peak_rss_stays_within_the_budget(tmp_path, job):
     """--mem-budget bounds the job as a whole: its peak RSS is at most the budget plus what the same
     command holds on 64 examples (an empty job: interpreter, libraries, compiled kernels), + 5 %
-    (the target: allocator slack and the interpreter's own growth, which no plan counts)."""
+    (the target: allocator slack and the interpreter's own growth, which no plan counts). Both are
+    measured with Numba's cache warm (a first run of the job fills it): compiling a kernel takes
+    LLVM's memory once (on a cold cache the empty job peaked at 318 MiB against 228 warm, the
+    spilling job at 291 against 284), which is neither the budget's nor an empty job's to hold.
+    The peaks are the child's own (ru_maxrss): other processes on the machine do not move them."""
     args, budget = RSS_JOBS[job]
+    metrics = tmp_path / "m.json"
+    warm, _ = hps_train(tmp_path, *args, "--mem-budget", budget)
+    assert warm.returncode == 0, warm.stderr[-2000:]
     empty, base = hps_train(tmp_path, *args, "--rows", "64", "--mem-budget", "8MB")
     assert empty.returncode == 0, empty.stderr[-2000:]
-    metrics = tmp_path / "m.json"
     run, peak = hps_train(tmp_path, *args, "--mem-budget", budget, "--metrics-out", metrics)
     assert run.returncode == 0, run.stderr[-2000:]
     m = json.loads(metrics.read_text())
