@@ -296,3 +296,37 @@ def test_a_table_up_to_the_plans_limit_fits_its_mem_ps(tmp_path, budget, width, 
             assert m.cache.nbytes + s.index_bytes() <= p.tier_bytes
         m.flush()
         assert len(s) == limit and m.stats()["dumped"] > 0
+
+
+def test_the_plan_counts_what_parallel_readers_hold(tmp_path):
+    """With --readers N each dataset holds ``units_in_flight(N)`` work units (N x WINDOW_PER_READER
+    being made or waiting, one with the consumer): the batches in flight grow by what they hold
+    beyond one reader's unit (a synthetic block is a local batch; a text unit is its chunk and
+    parsed arrays, within the bytes the shard reads). The plan counted one unit whatever N (6
+    readers peaked 70 MiB higher than 1 on 16,384 x 26 fields, outside the plan)."""
+    from hps.data import open_dataset
+    from hps.data._parallel import WINDOW_PER_READER
+    from hps.train import Trainer
+    from hps.train._budget import BATCH_ARRAYS, IN_FLIGHT, UNIT_CHUNKS, reader_bytes, units_in_flight
+    from hps.train._cli import parse_config
+
+    assert units_in_flight(1) == 1 and units_in_flight(4) == 4 * WINDOW_PER_READER + 1
+    plans = {}
+    for n in (1, 4):   # synthetic, through the trainer's plan
+        t = Trainer(parse_config([*SMALL, "--readers", str(n), "--mem-budget", "64MB",
+                                  "--ssd-path", str(tmp_path / f"ssd{n}")]), log=lambda *a, **k: None)
+        try:
+            batch = sum(getattr(t.first_batch, f).nbytes for f in BATCH_ARRAYS)
+            plans[n] = t.plan.share(IN_FLIGHT)
+        finally:
+            t.close()
+    assert plans[4] - plans[1] == (units_in_flight(4) - 1) * batch > 0
+    rows = np.random.default_rng(0).integers(0, 900, (40_000, 4))
+    np.savetxt(tmp_path / "d.csv", rows, fmt="%d", delimiter=",", header="click,a,b,c", comments="")
+    size = (tmp_path / "d.csv").stat().st_size - len("click,a,b,c\n")   # the lines a shard reads
+    for chunk in (64 << 10, 16 << 20):   # the file is ~10 chunks of 64 KiB, and less than one of 16 MiB
+        held = {n: reader_bytes([open_dataset(tmp_path / "d.csv", "csv", 1024, chunk_bytes=chunk, readers=n)], n)
+                for n in (1, 4)}
+        assert held[1] == (UNIT_CHUNKS + 1) * min(chunk, size)
+        assert held[4] == UNIT_CHUNKS * min(units_in_flight(4) * chunk, size) + min(chunk, size)
+        assert (held[4] > held[1]) == (size > chunk)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..data._parallel import WINDOW_PER_READER
 from ..errors import InvalidInputError
 from ..mem import MemPS, RowCache
 from .._index import KeyIndex
@@ -62,10 +63,10 @@ HELD_BATCHES, QUEUES = 5, 3
 PER_BATCH = 3
 #: Bytes per example a batch surely takes whatever the data: one key (8) and a label (4).
 MIN_EXAMPLE_BYTES = 12
-#: A file reader's buffers, in text chunks (``chunk_bytes``, 16 MiB by default, or its files when
-#: smaller): the chunk, its parsed arrays (keys take more bytes than their text) and the examples
-#: carried to the next batch. An estimate; synthetic data has no buffers beside its batches.
-READER_CHUNKS = 3
+#: A file reader's work unit in text chunks (``chunk_bytes``, 16 MiB by default, or its files when
+#: smaller): the chunk and its parsed arrays (keys take more bytes than their text); besides its
+#: units a reader holds one chunk of examples carried to the next batch. An estimate.
+UNIT_CHUNKS = 2
 
 
 @dataclass(frozen=True)
@@ -254,16 +255,28 @@ def pipeline_bytes(batch_bytes: int, queue_depth: int, reader_bytes: int, owned_
             + (window + 1) * int(owned_working_set) * row_bytes + 3 * int(minibatch_keys) * row_bytes)
 
 
-def reader_bytes(readers) -> int:
-    """The buffers of this rank's readers (``Feed.readers``): ``READER_CHUNKS`` text chunks each, or
-    chunks of the bytes its shard reads when fewer (a compressed file counts whole chunks)."""
-    total = 0
+def units_in_flight(threads: int) -> int:
+    """Work units a dataset read by ``threads`` reader threads holds at once (``hps.data._parallel``:
+    one, made in the consumer's thread, with one reader; else ``WINDOW_PER_READER`` per thread
+    and the one the consumer holds)."""
+    return 1 if int(threads) <= 1 else int(threads) * WINDOW_PER_READER + 1
+
+
+def reader_bytes(readers, threads: int = 1, batch_bytes: int = 0) -> int:
+    """The buffers of this rank's readers (``Feed.readers``, each read by ``threads`` threads): a
+    file reader holds ``units_in_flight`` units of ``UNIT_CHUNKS`` text chunks each (no more than
+    the bytes its shard reads: a compressed file counts whole chunks) and a chunk of carried
+    examples; a synthetic one holds its units' blocks of examples (``batch_bytes`` per local
+    batch; the block its consumer holds is a batch in flight, counted there)."""
+    units, total = units_in_flight(threads), 0
     for r in readers:
         r = getattr(r, "_d", r)   # an --op-osrp HashedReader's dataset
         chunk = getattr(r, "chunk_bytes", 0)
         if chunk and hasattr(r, "segments"):
-            spans = [seg.stop - seg.start if seg.stop is not None else chunk for seg in r.segments()]
-            total += READER_CHUNKS * min(chunk, sum(spans))
+            spans = sum(seg.stop - seg.start if seg.stop is not None else chunk for seg in r.segments())
+            total += UNIT_CHUNKS * min(units * chunk, spans) + min(chunk, spans)
+        elif getattr(r, "block_rows", 0) and getattr(r, "batch_size", 0):
+            total += (units - 1) * -(-int(batch_bytes) * int(r.block_rows) // int(r.batch_size))
     return total
 
 
@@ -325,7 +338,7 @@ def plan_job(trainer, resident: int, owned: int, model: dict, window: int) -> Me
     first = trainer.first_batch
     batch = 0 if first is None else sum(getattr(first, f).nbytes for f in BATCH_ARRAYS)
     share = -(-cfg.train.minibatch_size // trainer.coll.size)
-    pipe = pipeline_bytes(batch, cfg.train.queue_depth, reader_bytes(trainer.feed.readers), owned,
+    pipe = pipeline_bytes(batch, cfg.train.queue_depth, reader_bytes(trainer.feed.readers, trainer.feed.reader_threads, batch), owned,
                           4 * trainer.row_width, window, share * trainer.feed.n_fields,
                           0 if first is None else first.keys.shape[0])
     budget, source = trainer.budget
