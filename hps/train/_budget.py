@@ -112,10 +112,14 @@ class MemoryPlan:
     def index_bytes(self, keys: int) -> int:
         """The SSD-PS index of a table of ``keys`` at its largest (:func:`index_bytes_for`, written a
         MEM-PS chunk or a compaction batch at a time); 0 for none."""
+        return self._index_bytes(keys, self.budget, self.tier_bytes)
+
+    def _index_bytes(self, keys: int, budget: int, tier: int) -> int:
+        """:meth:`index_bytes` under a plan of ``budget`` whose tier is ``tier`` bytes."""
         if keys <= 0:
             return 0
-        chunk = MemPS.chunk_rows(self.tier_bytes, self.row_bytes)
-        merge = compaction_rows(self.budget, self.row_bytes, self.rows_per_file)
+        chunk = MemPS.chunk_rows(tier, self.row_bytes)
+        merge = compaction_rows(budget, self.row_bytes, self.rows_per_file)
         return index_bytes_for(keys + merge, self.row_bytes, max(chunk, merge))
 
     @property
@@ -134,15 +138,21 @@ class MemoryPlan:
         return lo
 
     def budget_for_cache_rows(self, rows: int, table_keys: int = 0) -> int:
-        """The budget whose plan (these shares, the SSD-PS buffers of that budget) leaves a tier that
-        caches ``rows`` rows of this size beside the SSD-PS index of a table of ``table_keys``."""
+        """The smallest budget whose plan (these shares, the SSD-PS buffers and index of that
+        budget) leaves a tier that caches ``rows`` rows of this size, and at least one batch's
+        working set, beside the SSD-PS index of a table of ``table_keys`` (so that its
+        ``max_table_keys`` >= ``table_keys``: a tier that caches fewer rows than the working set
+        at the table's end would stop the job)."""
         fixed = sum(s.nbytes for s in self.shares if s.what != SSD_BUFFERS)
-        # the MEM-PS keeps 1/16 of it for rows on their way to the SSD-PS (hps.mem.MemPS)
-        cache = (RowCache.bytes_for(max(1, rows), self.row_width) + self.index_bytes(table_keys)) * 16 // 15
+        cache = RowCache.bytes_for(max(1, rows, self.working_set), self.row_width)
         budget = fixed + cache
-        while fixed + cache + _ssd_buffers(budget, self.rows_per_file)[2] > budget:
-            budget = fixed + cache + _ssd_buffers(budget, self.rows_per_file)[2]
-        return budget
+        while True:   # the SSD-PS buffers, the chunk and the compaction batch grow with the budget
+            tier = budget - fixed - _ssd_buffers(budget, self.rows_per_file)[2]
+            # the MEM-PS keeps 1/16 of it for rows on their way to the SSD-PS (hps.mem.MemPS)
+            need = -(-(cache + self._index_bytes(table_keys, budget, tier)) * 16 // 15)
+            if tier >= need:
+                return budget
+            budget += need - tier
 
     def describe(self) -> str:
         parts = ", ".join(f"{s.what} {_size(s.nbytes)}" for s in self.shares)
