@@ -39,6 +39,12 @@ CHUNKS = 35
 CHUNK_ENTRIES = 1024
 PROFILE_SAMPLE_RATE = 5.0
 PROFILE_CONFIDENCE = 0.999
+#: Share of the memory available to a rank (``hps.train._machine.memory_available()`` over the ranks
+#: on its node) taken as its budget (``hps.train._budget``) when ``--mem-budget`` is not given. Half:
+#: beside the budget the process holds what an empty job holds and its allocator's slack, the SSD-PS
+#: reads through the page cache (which MemAvailable counts as free), and the node's other processes
+#: keep running.
+DEFAULT_BUDGET_FRACTION = 0.5
 #: Examples per batch, whole job (``--batch-size``; the pipeline's unit). Synthetic data is generated per
 #: batch, so hps.profile and hps.convert take the training job's value.
 DEFAULT_BATCH_SIZE = 16_384
@@ -132,7 +138,7 @@ def _warm(default, form):
 
 @dataclass(frozen=True)
 class Scratch:
-    """The sizes of the warm-up's scratch job: ``examples`` per batch, ``mem_budget`` bytes of MEM-PS."""
+    """The sizes of the warm-up's scratch job: ``examples`` per batch, ``mem_budget`` the job's budget."""
 
     examples: int
     mem_budget: int

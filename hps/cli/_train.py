@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from .._argparse import ArgumentParser
-from .._options import DEFAULT_BATCH_SIZE
+from .._options import DEFAULT_BATCH_SIZE, DEFAULT_BUDGET_FRACTION
 from ..config import (COMPRESS_MODES, CONSISTENCIES, DENSE_OPTIMIZERS, DENSE_SYNCS, DEVICES, FORMATS,
                       HET_POLICIES, LR_DECAYS, MODELS, MPI_WAITS, PAGE_CACHE_MODES, SPARSE_OPTIMIZERS,
                       SPARSE_SYNCS, Config, flatten_options)
@@ -83,8 +83,10 @@ def build_parser() -> ArgumentParser:
                    help="initial Adagrad accumulator, rows and dense (0.001)")
     g = p.add_argument_group("tiers")
     g.add_argument("--device", choices=DEVICES, default=S, help="HBM-PS and model device (cpu)")
-    g.add_argument("--mem-budget", default=S, help="MEM-PS DRAM budget in binary units: 512MiB = 512MB "
-                   "= 512m = 512 * 2^20 bytes, or a byte count (256MiB)")
+    g.add_argument("--mem-budget", default=S, help="each rank's host memory as a whole (model, HBM-PS twin, batches "
+                   "in flight, SSD-PS buffers and index, MEM-PS cache) in binary units: 512MiB = 512MB = 512m = "
+                   f"512 * 2^20 bytes, or a byte count ({DEFAULT_BUDGET_FRACTION} of the memory available, over "
+                   "the ranks on the node)")
     g.add_argument("--ssd-path", default=S, help="SSD-PS root: each rank claims its own rank{r}-of-{n}/ in it, "
                    "which must be missing or empty, and removes it at the end (a temporary directory)")
     g.add_argument("--keep-ssd", action="store_true", default=S,

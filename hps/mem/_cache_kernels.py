@@ -1,5 +1,6 @@
-"""Kernels of the MEM-PS row cache (``hps.mem.RowCache``): one per host method. Kernels only; the
-state they work on, its layout and the device functions that keep it are in ``_cache_state``.
+"""Kernels of the MEM-PS row cache (``hps.mem.RowCache``): one operation per host method that
+changes the policy's state. Kernels only; the state's layout and the policy's device functions
+are in ``_policy_kernels``, the key -> slot map and the read-only kernels in ``_map_kernels``.
 
 Performance note: the operation kernels that allocate nothing are compiled with ``_nrt=False``.
 With Numba's reference counting on, the array arguments of the inlined helpers get atomic
@@ -18,18 +19,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .._hashing import mix64
 from .._prefetch import prefetch
+from ._map_kernels import _ghost_cell, _map_del, _map_get, _map_put, _prefetch_map
+from ._policy_kernels import (ST_CALL, ST_FREE_TOP, ST_N_PINNED, W_FREE, _detach, _evict_one, _place_lru,
+                              _release, _resift, _visit)
 
-# The state's layout (``_cache_state``), also named here for the host (``K.ST_LRU_SIZE`` …).
-from ._cache_state import (EXACT_FREQS, LRU_LIST, N_BUCKETS, N_STATE, ST_CALL, ST_FREE_TOP,  # noqa: F401
-                           ST_LFU_MIN, ST_LFU_SIZE, ST_LRU_SIZE, ST_LRU_TARGET, ST_N_PINNED, W_FREE, W_LFU,
-                           W_LRU, W_PINNED)
-from ._cache_state import (detach, evict_one, ghost_cell, map_del, map_get, map_put, place_lru, prefetch_map, release,
-                           resift, visit)
-
-
-# ---------------------------------------------------------------- operations (one per host method)
 
 @njit(nogil=True, cache=True, _nrt=False)
 def lookup(st, skey, rows, pins, freq, where, stamp, prev, nxt, bkt, bhead, btail, mkeys, mvals,
@@ -40,9 +34,9 @@ def lookup(st, skey, rows, pins, freq, where, stamp, prev, nxt, bkt, bhead, btai
     st[ST_CALL] += 1
     call = st[ST_CALL]
     n_hit = 0
-    prefetch_map(mkeys, mvals, keys)
+    _prefetch_map(mkeys, mvals, keys)
     for i in range(keys.shape[0]):
-        s = map_get(mkeys, mvals, keys[i])
+        s = _map_get(mkeys, mvals, keys[i])
         if s < 0:
             hit[i] = False
             continue
@@ -51,11 +45,11 @@ def lookup(st, skey, rows, pins, freq, where, stamp, prev, nxt, bkt, bhead, btai
         for j in range(rows.shape[1]):
             out_rows[i, j] = rows[s, j]
         if stamp[s] == call:
-            resift(st, where, freq, prev, nxt, bkt, bhead, btail, s)
+            _resift(st, where, freq, prev, nxt, bkt, bhead, btail, s)
             continue
         stamp[s] = call
         n_hit += 1
-        visit(st, where, freq, prev, nxt, bkt, bhead, btail, pins, s, pin)
+        _visit(st, where, freq, prev, nxt, bkt, bhead, btail, pins, s, pin)
     return n_hit
 
 
@@ -69,9 +63,9 @@ def put_check(st, pins, stamp, mkeys, mvals, keys, pin):
     n_new = 0
     n_old = 0
     n_old_pinned = 0
-    prefetch_map(mkeys, mvals, keys)
+    _prefetch_map(mkeys, mvals, keys)
     for i in range(keys.shape[0]):
-        s = map_get(mkeys, mvals, keys[i])
+        s = _map_get(mkeys, mvals, keys[i])
         if s < 0:
             n_new += 1
         elif stamp[s] != call:
@@ -96,25 +90,25 @@ def put(st, skey, rows, dirty, pins, freq, where, stamp, prev, nxt, bkt, bhead, 
     call = st[ST_CALL]
     n_ev = 0
     empty = np.uint64(0xFFFFFFFFFFFFFFFF)
-    prefetch_map(mkeys, mvals, keys)
+    _prefetch_map(mkeys, mvals, keys)
     if ghost.shape[0] > 0:
         for i in range(keys.shape[0]):
-            prefetch(ghost, ghost_cell(ghost, keys[i]))
+            prefetch(ghost, _ghost_cell(ghost, keys[i]))
     for i in range(keys.shape[0]):
         key = keys[i]
-        s = map_get(mkeys, mvals, key)
+        s = _map_get(mkeys, mvals, key)
         if s < 0:
             if st[ST_FREE_TOP] == 0:
-                evict_one(st, skey, rows, dirty, freq, where, prev, nxt, bkt, bhead, btail, free,
+                _evict_one(st, skey, rows, dirty, freq, where, prev, nxt, bkt, bhead, btail, free,
                            mkeys, mvals, ghost, ev_keys, ev_rows, ev_dirty, ev_freq, n_ev)
                 n_ev += 1
             st[ST_FREE_TOP] -= 1
             s = np.int64(free[st[ST_FREE_TOP]])
-            map_put(mkeys, mvals, key, s)
+            _map_put(mkeys, mvals, key, s)
             skey[s] = key
             f = in_freq[i]
             if ghost.shape[0] > 0:
-                c = ghost_cell(ghost, key)
+                c = _ghost_cell(ghost, key)
                 if ghost[c, 0] == key:
                     f += np.int64(ghost[c, 1])
                     ghost[c, 0] = empty
@@ -129,10 +123,10 @@ def put(st, skey, rows, dirty, pins, freq, where, stamp, prev, nxt, bkt, bhead, 
         for j in range(rows.shape[1]):
             rows[s, j] = in_rows[i, j]
         if stamp[s] == call:
-            resift(st, where, freq, prev, nxt, bkt, bhead, btail, s)
+            _resift(st, where, freq, prev, nxt, bkt, bhead, btail, s)
             continue
         stamp[s] = call
-        visit(st, where, freq, prev, nxt, bkt, bhead, btail, pins, s, pin)
+        _visit(st, where, freq, prev, nxt, bkt, bhead, btail, pins, s, pin)
     return n_ev
 
 
@@ -142,7 +136,7 @@ def make_room(st, skey, rows, dirty, freq, where, prev, nxt, bkt, bhead, btail, 
     """Evict until ``n_free`` slots are free. REQUIRES: n_free <= C - n_pinned. Returns n evicted."""
     n_ev = 0
     while st[ST_FREE_TOP] < n_free:
-        evict_one(st, skey, rows, dirty, freq, where, prev, nxt, bkt, bhead, btail, free,
+        _evict_one(st, skey, rows, dirty, freq, where, prev, nxt, bkt, bhead, btail, free,
                    mkeys, mvals, ghost, ev_keys, ev_rows, ev_dirty, ev_freq, n_ev)
         n_ev += 1
     return n_ev
@@ -156,13 +150,13 @@ def discard(st, skey, dirty, pins, freq, where, prev, nxt, bkt, bhead, btail, fr
     REQUIRES: no key is pinned. Returns the number of keys removed."""
     n = 0
     for i in range(keys.shape[0]):
-        s = map_get(mkeys, mvals, keys[i])
+        s = _map_get(mkeys, mvals, keys[i])
         if s < 0:
             continue
-        detach(st, where, prev, nxt, bkt, bhead, btail, s)
-        map_del(mkeys, mvals, keys[i])
+        _detach(st, where, prev, nxt, bkt, bhead, btail, s)
+        _map_del(mkeys, mvals, keys[i])
         if ghost.shape[0] > 0:
-            c = ghost_cell(ghost, keys[i])
+            c = _ghost_cell(ghost, keys[i])
             if ghost[c, 0] == keys[i]:
                 ghost[c, 0] = np.uint64(0xFFFFFFFFFFFFFFFF)
                 ghost[c, 1] = np.uint64(0)
@@ -176,21 +170,6 @@ def discard(st, skey, dirty, pins, freq, where, prev, nxt, bkt, bhead, btail, fr
     return n
 
 
-@njit(nogil=True, cache=True, _nrt=False)
-def update(rows, dirty, mkeys, mvals, keys, in_rows, found):
-    """Assign rows of cached keys and mark them dirty; no access is counted. found (n,) bool written.
-    Returns the number of keys found."""
-    n = 0
-    for i in range(keys.shape[0]):
-        s = map_get(mkeys, mvals, keys[i])
-        found[i] = s >= 0
-        if s < 0:
-            continue
-        n += 1
-        dirty[s] = True
-        for j in range(rows.shape[1]):
-            rows[s, j] = in_rows[i, j]
-    return n
 
 
 @njit(nogil=True, cache=True, _nrt=False)
@@ -200,9 +179,9 @@ def unpin(st, pins, freq, where, stamp, prev, nxt, bkt, bhead, btail, mkeys, mva
     st[ST_CALL] += 1
     call = st[ST_CALL]
     n_bad = 0
-    prefetch_map(mkeys, mvals, keys)
+    _prefetch_map(mkeys, mvals, keys)
     for i in range(keys.shape[0]):
-        s = map_get(mkeys, mvals, keys[i])
+        s = _map_get(mkeys, mvals, keys[i])
         if s < 0:
             n_bad += 1
             continue
@@ -216,16 +195,10 @@ def unpin(st, pins, freq, where, stamp, prev, nxt, bkt, bhead, btail, mkeys, mva
         if pins[s] == 0:
             st[ST_N_PINNED] -= 1
             where[s] = W_FREE
-            place_lru(st, where, freq, prev, nxt, bkt, bhead, btail, s)
+            _place_lru(st, where, freq, prev, nxt, bkt, bhead, btail, s)
     return n_bad
 
 
-@njit(nogil=True, cache=True, _nrt=False)
-def contains(mkeys, mvals, keys, found):
-    """found[i] = keys[i] is cached. keys (n,) uint64, found (n,) bool (written)."""
-    prefetch_map(mkeys, mvals, keys)
-    for i in range(keys.shape[0]):
-        found[i] = map_get(mkeys, mvals, keys[i]) >= 0
 
 
 @njit(nogil=True, cache=True, _nrt=False)
@@ -238,14 +211,14 @@ def take(st, skey, rows, dirty, pins, freq, where, prev, nxt, bkt, bhead, btail,
     ghost cell holding another key is taken over), so the access counts when the key comes back
     with ``put``. Returns the number of hits."""
     n_hit = 0
-    prefetch_map(mkeys, mvals, keys)
+    _prefetch_map(mkeys, mvals, keys)
     for i in range(keys.shape[0]):
         key = keys[i]
-        s = map_get(mkeys, mvals, key)
+        s = _map_get(mkeys, mvals, key)
         if s < 0:
             hit[i] = False
             if ghost.shape[0] > 0:
-                c = ghost_cell(ghost, key)
+                c = _ghost_cell(ghost, key)
                 f = np.uint64(1)
                 if ghost[c, 0] == key:
                     f += ghost[c, 1]
@@ -259,27 +232,13 @@ def take(st, skey, rows, dirty, pins, freq, where, prev, nxt, bkt, bhead, btail,
         freq[s] += 1
         if pins[s] > 0:
             continue
-        detach(st, where, prev, nxt, bkt, bhead, btail, s)
-        release(st, dirty, freq, free, mkeys, mvals, ghost, s, key)
+        _detach(st, where, prev, nxt, bkt, bhead, btail, s)
+        _release(st, dirty, freq, free, mkeys, mvals, ghost, s, key)
     return n_hit
 
 
-@njit(nogil=True, cache=True, _nrt=False)
-def gather(rows, mkeys, mvals, keys, out_rows, found):
-    """Copy rows of cached keys without counting an access. found (n,) bool written."""
-    for i in range(keys.shape[0]):
-        s = map_get(mkeys, mvals, keys[i])
-        found[i] = s >= 0
-        if s >= 0:
-            for j in range(rows.shape[1]):
-                out_rows[i, j] = rows[s, j]
 
 
-@njit(nogil=True, cache=True, _nrt=False)
-def pin_counts(pins, mkeys, mvals, keys, out):
-    for i in range(keys.shape[0]):
-        s = map_get(mkeys, mvals, keys[i])
-        out[i] = pins[s] if s >= 0 else 0
 
 
 @njit(nogil=True, cache=True)
@@ -296,48 +255,3 @@ def dirty_slots(dirty, where):
             out[n] = s
             n += 1
     return out
-
-
-@njit(nogil=True, cache=True, _nrt=False)
-def mark_clean(dirty, mkeys, mvals, keys):
-    for i in range(keys.shape[0]):
-        s = map_get(mkeys, mvals, keys[i])
-        if s >= 0:
-            dirty[s] = False
-
-
-@njit(nogil=True, cache=True)
-def unique_counts(keys):
-    """Distinct keys in first-occurrence order with their counts and the inverse map.
-    keys (n,) uint64 -> uniq (u,) uint64, counts (u,) int64, inverse (n,) int64."""
-    n = keys.shape[0]
-    m = 16
-    while m < 2 * n:
-        m *= 2
-    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
-    tkeys = np.full(m, empty, dtype=np.uint64)
-    tvals = np.empty(m, dtype=np.int64)
-    mask = np.uint64(m - 1)
-    uniq = np.empty(n, dtype=np.uint64)
-    counts = np.zeros(n, dtype=np.int64)
-    inverse = np.empty(n, dtype=np.int64)
-    u = 0
-    for i in range(n):
-        key = keys[i]
-        h = mix64(key) & mask
-        while True:
-            k = tkeys[h]
-            if k == key:
-                v = tvals[h]
-                break
-            if k == empty:
-                tkeys[h] = key
-                tvals[h] = u
-                uniq[u] = key
-                v = u
-                u += 1
-                break
-            h = (h + np.uint64(1)) & mask
-        counts[v] += 1
-        inverse[i] = v
-    return uniq[:u], counts[:u], inverse

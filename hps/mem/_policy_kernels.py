@@ -1,6 +1,7 @@
-"""The state of the MEM-PS row cache (``hps.mem.RowCache``) and the device functions that keep it: the
-key -> slot map, the LRU and LFU lists, eviction. Device functions and constants only; the operation
-kernels built on them are in ``_cache_kernels``.
+"""The replacement policy of the MEM-PS row cache (``hps.mem.RowCache``): its state, its lists and the
+device functions that place, visit and evict rows (the only writers of the lists and of ``where``).
+Device functions and the state's constants only; the operations that use them are in
+``_cache_kernels``, the key -> slot map and ghost cells in ``_map_kernels``.
 
 State layout (all arrays owned by the host class, passed in as arguments; C = capacity in rows):
 
@@ -14,18 +15,12 @@ State layout (all arrays owned by the host class, passed in as arguments; C = ca
   in at most one list. Every list is FIFO: rows are appended at the tail and leave from the head.
 - LRU part: list LRU_LIST, least recent at the head.
 - LFU part: lists 0 .. N_BUCKETS - 1, one per frequency class. Class of a frequency f: f itself below
-  EXACT_FREQS, then one class per power of two, the last one open-ended (``bucket``). A row enters
+  EXACT_FREQS, then one class per power of two, the last one open-ended (``_bucket``). A row enters
   the tail of its class's list; the victim is the head of the lowest non-empty class:
   least frequent first, and among equals the one that entered the LFU part first. Every LFU
   operation is O(1) (``st[ST_LFU_MIN]`` remembers a lower bound of the lowest non-empty class).
 - ``free`` (C,) int32: stack of free slots (``st[ST_FREE_TOP]`` of them).
-- Key -> slot map: linear probing ``mkeys`` (M,) uint64 / ``mvals`` (M,) int32, M a power of two
-  >= 2 C, ``EMPTY`` = all ones; deletion by backward shift (no tombstones).
-- Ghost history (optional; G = ``ghost.shape[0]`` is 0 or a power of two): a direct-mapped table
-  ``ghost`` (G, 2) uint64 of (evicted key, its frequency) -- one cache line per probe -- cell
-  ``mix64(key ^ 0x2545F4914F6CDD1D) & (G - 1)`` (``ghost_cell``: a salt of its own, written as a
-  literal since kernels read no module globals); an eviction overwrites its cell; a key re-inserted while
-  remembered starts from its remembered frequency (and frees the cell).
+- Key -> slot map and ghost table: see ``_map_kernels``.
 
 Pinned rows are in no list: pinning detaches a row, unpinning to zero puts it at the LRU's recent
 end. Every insertion into the LRU part demotes its least recent row into the LFU part while the LRU
@@ -38,8 +33,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .._hashing import mix64
-from .._prefetch import prefetch
+from ._map_kernels import _ghost_cell, _map_del
 
 # Indices into ``st``.
 ST_LRU_SIZE = 0
@@ -65,86 +59,10 @@ W_LFU = 2
 W_PINNED = 3
 
 
-# ---------------------------------------------------------------- key -> int32 map (linear probing)
-
-@njit(nogil=True, cache=True, inline="always")
-def map_get(mkeys, mvals, key):
-    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
-    mask = np.uint64(mkeys.shape[0] - 1)
-    i = mix64(key) & mask
-    while True:
-        k = mkeys[i]
-        if k == key:
-            return np.int64(mvals[i])
-        if k == empty:
-            return np.int64(-1)
-        i = (i + np.uint64(1)) & mask
-
-
-@njit(nogil=True, cache=True, inline="always")
-def map_put(mkeys, mvals, key, val):
-    """REQUIRES: key absent, map not full."""
-    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
-    mask = np.uint64(mkeys.shape[0] - 1)
-    i = mix64(key) & mask
-    while mkeys[i] != empty:
-        i = (i + np.uint64(1)) & mask
-    mkeys[i] = key
-    mvals[i] = val
-
-
-@njit(nogil=True, cache=True, inline="always")
-def map_del(mkeys, mvals, key):
-    """Remove ``key`` (no-op when absent) by backward-shift deletion."""
-    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
-    mask = np.uint64(mkeys.shape[0] - 1)
-    i = mix64(key) & mask
-    while True:
-        k = mkeys[i]
-        if k == key:
-            break
-        if k == empty:
-            return
-        i = (i + np.uint64(1)) & mask
-    j = i
-    while True:
-        j = (j + np.uint64(1)) & mask
-        k = mkeys[j]
-        if k == empty:
-            break
-        h = mix64(k) & mask
-        # The entry at j may move back to i unless its home h lies cyclically in (i, j].
-        if i <= j:
-            stays = i < h <= j
-        else:
-            stays = h > i or h <= j
-        if not stays:
-            mkeys[i] = k
-            mvals[i] = mvals[j]
-            i = j
-    mkeys[i] = empty
-
-
-@njit(nogil=True, cache=True, inline="always")
-def ghost_cell(ghost, key):
-    """Ghost cell of ``key``: an independent hash (salt 0x2545F4914F6CDD1D) of a power-of-two table."""
-    return mix64(key ^ np.uint64(0x2545F4914F6CDD1D)) & np.uint64(ghost.shape[0] - 1)
-
-
-@njit(nogil=True, cache=True, inline="always")
-def prefetch_map(mkeys, mvals, keys):
-    """Prefetch the home map cell (key and value) of every key (see ``hps/_prefetch.py``)."""
-    mask = np.uint64(mkeys.shape[0] - 1)
-    for i in range(keys.shape[0]):
-        h = mix64(keys[i]) & mask
-        prefetch(mkeys, h)
-        prefetch(mvals, h)
-
-
 # ---------------------------------------------------------------- LFU part: FIFO lists by frequency class
 
 @njit(nogil=True, cache=True, inline="always")
-def bucket(f):
+def _bucket(f):
     """Frequency class of ``f`` (see the module docstring)."""
     if f < EXACT_FREQS:
         return np.int64(0) if f < 0 else np.int64(f)
@@ -156,7 +74,7 @@ def bucket(f):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def append(st, prev, nxt, bkt, bhead, btail, b, s):
+def _append(st, prev, nxt, bkt, bhead, btail, b, s):
     """Append detached slot ``s`` to the tail of list ``b``."""
     t = btail[b]
     prev[s] = t
@@ -171,7 +89,7 @@ def append(st, prev, nxt, bkt, bhead, btail, b, s):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def unlink(st, prev, nxt, bkt, bhead, btail, s):
+def _unlink(st, prev, nxt, bkt, bhead, btail, s):
     """Take slot ``s`` out of its list."""
     b = bkt[s]
     p = prev[s]
@@ -190,16 +108,16 @@ def unlink(st, prev, nxt, bkt, bhead, btail, s):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def lfu_push(st, freq, prev, nxt, bkt, bhead, btail, s):
+def _lfu_push(st, freq, prev, nxt, bkt, bhead, btail, s):
     """Append detached slot ``s`` to the list of its frequency class."""
-    b = bucket(freq[s])
-    append(st, prev, nxt, bkt, bhead, btail, b, s)
+    b = _bucket(freq[s])
+    _append(st, prev, nxt, bkt, bhead, btail, b, s)
     if b < st[ST_LFU_MIN]:
         st[ST_LFU_MIN] = b
 
 
 @njit(nogil=True, cache=True, inline="always")
-def lfu_min(st, bhead):
+def _lfu_min(st, bhead):
     """The LFU victim (head of the lowest non-empty class). REQUIRES: the LFU part is not empty."""
     b = st[ST_LFU_MIN]
     while bhead[b] < 0:
@@ -209,42 +127,42 @@ def lfu_min(st, bhead):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def resift(st, where, freq, prev, nxt, bkt, bhead, btail, s):
+def _resift(st, where, freq, prev, nxt, bkt, bhead, btail, s):
     """The frequency of slot ``s`` grew: if it sits in the LFU part, it re-enters at its class's tail."""
     if where[s] == W_LFU:
-        unlink(st, prev, nxt, bkt, bhead, btail, s)
-        lfu_push(st, freq, prev, nxt, bkt, bhead, btail, s)
+        _unlink(st, prev, nxt, bkt, bhead, btail, s)
+        _lfu_push(st, freq, prev, nxt, bkt, bhead, btail, s)
 
 
 # ---------------------------------------------------------------- placement
 
 @njit(nogil=True, cache=True, inline="always")
-def detach(st, where, prev, nxt, bkt, bhead, btail, s):
+def _detach(st, where, prev, nxt, bkt, bhead, btail, s):
     if where[s] == W_LRU or where[s] == W_LFU:
-        unlink(st, prev, nxt, bkt, bhead, btail, s)
+        _unlink(st, prev, nxt, bkt, bhead, btail, s)
     where[s] = W_FREE
 
 
 @njit(nogil=True, cache=True, inline="always")
-def place_lru(st, where, freq, prev, nxt, bkt, bhead, btail, s):
+def _place_lru(st, where, freq, prev, nxt, bkt, bhead, btail, s):
     """Put detached slot ``s`` at the LRU's recent end, then demote the least recent LRU rows into
     the LFU part while the LRU part is over its target."""
-    append(st, prev, nxt, bkt, bhead, btail, LRU_LIST, s)
+    _append(st, prev, nxt, bkt, bhead, btail, LRU_LIST, s)
     where[s] = W_LRU
     while st[ST_LRU_SIZE] > st[ST_LRU_TARGET]:
         t = bhead[LRU_LIST]
-        unlink(st, prev, nxt, bkt, bhead, btail, t)
+        _unlink(st, prev, nxt, bkt, bhead, btail, t)
         where[t] = W_LFU
-        lfu_push(st, freq, prev, nxt, bkt, bhead, btail, t)
+        _lfu_push(st, freq, prev, nxt, bkt, bhead, btail, t)
 
 
 @njit(nogil=True, cache=True, inline="always")
-def release(st, dirty, freq, free, mkeys, mvals, ghost, s, key):
+def _release(st, dirty, freq, free, mkeys, mvals, ghost, s, key):
     """Slot ``s`` of ``key``, already detached, leaves the cache: the key leaves the map, its
     frequency goes to the ghost table, the slot goes on the free stack."""
-    map_del(mkeys, mvals, key)
+    _map_del(mkeys, mvals, key)
     if ghost.shape[0] > 0:
-        c = ghost_cell(ghost, key)
+        c = _ghost_cell(ghost, key)
         ghost[c, 0] = key
         ghost[c, 1] = np.uint64(freq[s])
     dirty[s] = False
@@ -253,17 +171,17 @@ def release(st, dirty, freq, free, mkeys, mvals, ghost, s, key):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def evict_one(st, skey, rows, dirty, freq, where, prev, nxt, bkt, bhead, btail, free,
+def _evict_one(st, skey, rows, dirty, freq, where, prev, nxt, bkt, bhead, btail, free,
                mkeys, mvals, ghost, ev_keys, ev_rows, ev_dirty, ev_freq, n_ev):
     """Evict the LFU minimum (else the LRU tail) into ``ev_*[n_ev]``; its slot goes on the free stack.
     Returns False when every cached row is pinned."""
     if st[ST_LFU_SIZE] > 0:
-        s = lfu_min(st, bhead)
+        s = _lfu_min(st, bhead)
     elif st[ST_LRU_SIZE] > 0:
         s = bhead[LRU_LIST]
     else:
         return False
-    unlink(st, prev, nxt, bkt, bhead, btail, s)
+    _unlink(st, prev, nxt, bkt, bhead, btail, s)
     key = skey[s]
     ev_keys[n_ev] = key
     for j in range(rows.shape[1]):
@@ -271,19 +189,19 @@ def evict_one(st, skey, rows, dirty, freq, where, prev, nxt, bkt, bhead, btail, 
     ev_dirty[n_ev] = dirty[s]
     ev_freq[n_ev] = freq[s]
     where[s] = W_FREE
-    release(st, dirty, freq, free, mkeys, mvals, ghost, s, key)
+    _release(st, dirty, freq, free, mkeys, mvals, ghost, s, key)
     return True
 
 
 @njit(nogil=True, cache=True, inline="always")
-def visit(st, where, freq, prev, nxt, bkt, bhead, btail, pins, s, pin):
+def _visit(st, where, freq, prev, nxt, bkt, bhead, btail, pins, s, pin):
     """A cached row was accessed: pin it (out of both parts), or move it to the LRU's recent end."""
     if pin:
         if pins[s] == 0:
-            detach(st, where, prev, nxt, bkt, bhead, btail, s)
+            _detach(st, where, prev, nxt, bkt, bhead, btail, s)
             where[s] = W_PINNED
             st[ST_N_PINNED] += 1
         pins[s] += 1
     elif where[s] != W_PINNED:
-        detach(st, where, prev, nxt, bkt, bhead, btail, s)
-        place_lru(st, where, freq, prev, nxt, bkt, bhead, btail, s)
+        _detach(st, where, prev, nxt, bkt, bhead, btail, s)
+        _place_lru(st, where, freq, prev, nxt, bkt, bhead, btail, s)
