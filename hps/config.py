@@ -266,7 +266,7 @@ class TrainConfig:
     epochs: int = 1
     seed: int = 0                       # in [0, MAX_SEED = 2**64 - 1]
     queue_depth: int = 1                # items waiting between two pipeline stages
-    blas_threads: int | None = None     # BLAS pool while training; None = cores per rank - 1 (>= 1)
+    blas_threads: int | None = None     # dense model's threads while training; None = sized to idle cores
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0           # batches between checkpoints; 0 = end of every epoch only
     resume: bool = False                # continue from checkpoint_dir

@@ -39,7 +39,7 @@ from ..pipeline import STOP_TIMEOUT_S, Pipeline, Stage
 from ..ssd import ScratchEnv, SSDOptions, SSDStore
 from . import _checkpoint, _fae, _warmup
 from ._admission import FeatureFilter, shared_keys
-from ._blas import blas_threads, limit_blas
+from ._blas import DenseThreads
 from ._budget import plan_memory
 from ._control import TrainingControl, run_name
 from ._collectives import Collectives
@@ -92,7 +92,9 @@ class Trainer:
         self.on_fatal = on_fatal
         m, t = cfg.model, cfg.tiers
         self.xp = _array_module(t.device)
-        self.blas_threads = blas_threads(cfg.train.blas_threads, self.coll.cores_per_rank)
+        # the dense model's host threads: --blas-threads, else sized between batches to idle cores (_blas)
+        self.dense_threads = DenseThreads(cfg.train.blas_threads, self.coll.cores_per_rank)
+        self.blas_threads = self.dense_threads.label
         self.feed = feed or Feed(cfg, self.coll.rank, self.coll.size)
         check_memory(self.feed.n_fields, self.feed.n_dense, cfg, self.coll.size)
         mcfg = ModelConfig.from_options(m, self.feed.n_fields, self.feed.n_dense, cfg.train.seed)
@@ -275,6 +277,7 @@ class Trainer:
         if self.het and is_cut(self.cfg.train, w.index, w.last_in_epoch):
             self.sync.flush()
         self.hier.mark_trained(w.index)
+        self.dense_threads.after_batch(self.pipeline.stage_times())  # hook: threads for the next batch
         saved = []  # at most one checkpoint of this batch: for the best model, and when it is due
 
         def save():
@@ -388,9 +391,9 @@ class Trainer:
 
     def fit(self, warm_up: bool = True) -> dict:
         """Train every batch (after the checkpoint, with ``resume``) -> :meth:`metrics`. With ``warm_up``
-        the kernels are compiled first (``_warmup``), outside the timed part. The BLAS pool is capped
-        meanwhile (``_blas``: ``--blas-threads``)."""
-        with limit_blas(self.blas_threads):
+        the kernels are compiled first (``_warmup``), outside the timed part. The dense model's threads
+        are sized meanwhile (``_blas``: ``--blas-threads``)."""
+        with self.dense_threads.bound(self.model):
             return self._fit(warm_up)
 
     def _fit(self, warm_up: bool) -> dict:
@@ -547,6 +550,7 @@ class Trainer:
             **self.dense_sync.metrics(),
             "mpi_wait": self.coll.wait_mode,
             "blas_threads": self.blas_threads,
+            **self.dense_threads.metrics(),
             "comm_seconds": self.coll.mpi_seconds(),
             "bytes_parsed": [r["bytes_parsed"] for r in per],
             "resident_rows": [r["resident_rows"] for r in per],
