@@ -9,6 +9,8 @@ CuPy), see :func:`hps.model._layers.pool`.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ..data._batch import Batch
@@ -54,7 +56,8 @@ class FieldModel:
         #: examples per chunk of a pass (``_chunks``): chunks on the host, the whole mini-batch on a GPU
         self.chunk_rows = CHUNK_ROWS if xp is np else None
         self._runner = ChunkThreads(1)
-        self._scratch_bufs: list = []
+        self._scratch_bufs: list = []     # per chunk: the pooled pass keeps every chunk's ctx at once
+        self._local = threading.local()   # per thread: a fused chunk needs its buffers only while it runs
         self.params: dict = {}
         parts = self._parts(self.cfg)
         rng = np.random.default_rng(seed)
@@ -211,14 +214,13 @@ class FieldModel:
             grads = {k: xp.zeros_like(v) for k, v in self.params.items()}
             return 0.0, xp.zeros(0, dtype=self.dtype), xp.zeros_like(rows), grads
         bounds = chunk_bounds(n, self.chunk_rows)
-        scratch = self._scratch(len(bounds))
         z, probs = xp.empty(n, dtype=self.dtype), xp.empty(n, dtype=self.dtype)
         d_pooled = xp.empty((n, self.n_fields * self.row_params), dtype=self.dtype)
         scale = self.dtype.type(denom)
 
         def step(i):
             r0, r1 = bounds[i]
-            ws = scratch[i]
+            ws = self._thread_scratch()
             z_c, ctx = self._network(self._pool(keys, n, r0, r1, ws), _rows(dense, r0, r1), ws)
             p_c = _sigmoid(xp, z_c)
             z[r0:r1], probs[r0:r1] = z_c, p_c
@@ -283,6 +285,14 @@ class FieldModel:
             for k in out:
                 out[k] += g[k]
         return {k: out[k] for k in self.params}
+
+    def _thread_scratch(self):
+        """The calling thread's :class:`~hps.model._layers.Scratch` (for a chunk that runs its forward
+        and backward back to back: threads x one chunk's activations, not the whole pass's)."""
+        ws = getattr(self._local, "ws", None)
+        if ws is None:
+            ws = self._local.ws = L.Scratch(self.xp)
+        return ws
 
     def _scratch(self, k: int) -> list:
         """One :class:`~hps.model._layers.Scratch` per chunk, made before the chunks run."""
