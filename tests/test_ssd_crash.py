@@ -28,9 +28,14 @@ import sys, numpy as np
 from hps.ssd import SSDStore, SSDOptions
 path, gen0, compact = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 opts = SSDOptions(background=compact, compact_ratio=1.0, compact_interval_s=0.002)
+import tempfile
+with tempfile.TemporaryDirectory() as d:   # compile (or load) the dump and compaction kernels now, not in
+    with SSDStore(d, %(dim)d, dtype=np.float64, rows_per_file=64,   # the first dump: on a cold Numba
+                  options=SSDOptions(background=False)) as w:       # cache that outlasts every kill
+        w.dump(np.arange(6, dtype=np.uint64), np.zeros((6, %(dim)d)))
+        w.dump(np.arange(4, dtype=np.uint64), np.ones((4, %(dim)d)))
+        w.compact()
 s = SSDStore(path, %(dim)d, dtype=np.float64, rows_per_file=64, options=opts)
-from hps._index import KeyIndex
-KeyIndex(width=2).stage(np.ones(1, np.uint64))   # load the compiled kernels now, not in the first dump
 print("OPEN", flush=True)
 gen = gen0
 while True:

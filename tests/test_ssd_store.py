@@ -301,7 +301,7 @@ def test_model_based(tmp_path_factory, ops, rpf, background, wide):
 
 def test_read_handles_are_reused_and_bounded(tmp_path):
     """Loads keep at most ``cap`` idle file handles open; deleted files release theirs."""
-    from hps.ssd import _fileio
+    from hps.ssd import _handles
 
     def open_fds():
         return len(os.listdir("/proc/self/fd"))
@@ -319,7 +319,7 @@ def test_read_handles_are_reused_and_bounded(tmp_path):
         s.compact()
         assert (s.load(keys)[0] == 0).all()
         assert len(s._io._fds._open) <= 3
-    assert isinstance(s._io._fds, _fileio._FdCache) and len(s._io._fds._open) == 0   # closed with the store
+    assert isinstance(s._io._fds, _handles.FdCache) and len(s._io._fds._open) == 0   # closed with the store
 
 
 def test_checksum_is_zlib_crc32():

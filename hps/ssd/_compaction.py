@@ -21,7 +21,7 @@ import threading
 import numpy as np
 
 from . import _format as F
-from ._store import _space_error, switch_manifest
+from ._commit import space_error, switch_manifest
 
 
 class Compactor:
@@ -130,6 +130,6 @@ class Compactor:
             if not committed:    # the manifest does not list the merged files: they go
                 self._unlink([f.seq for f in written])
             if isinstance(e, OSError):
-                raise _space_error(e, "compacting") from e
+                raise space_error(e, "compacting") from e
             raise
         self._unlink(doomed)

@@ -6,7 +6,7 @@ must not bake in an address).
 Why: a Python thread that reads one block per call must take the GIL back after every read, and
 while any other thread of the process runs Python (the trainer's stages do), each of those takes up
 to the interpreter's switch interval (``bench/bench_ssd.py -k busy_neighbour``: with one busy
-Python thread beside it a load ran at ~4-6 k reads/s, against ~70-120 k alone; README, Benchmarks,
+Python thread beside it a load ran at ~4-6 k reads/s, against ~70-120 k alone; bench/results/HISTORY.md,
 "Out of core"). The kernels issue a whole list of reads, and check their blocks, in one call each.
 
 ``PREAD`` / ``CRC32`` are None where the library or symbol is missing; callers then use Python's

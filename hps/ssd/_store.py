@@ -3,8 +3,9 @@
 Rows live in append-only parameter files of whole rows (format: :mod:`hps.ssd._format`). The
 :class:`~hps.ssd._catalog.Catalog` owns the in-memory state (key -> (file seq, slot) index, file
 table with stale counters); :class:`~hps.ssd._fileio.FileIO` does the file I/O. ``dump`` writes new
-files and switches the manifest; ``load`` reads only the blocks holding asked rows, each checked
-against its crc; compaction (:mod:`hps.ssd._compaction`) merges files more than ``stale_fraction`` stale.
+files and switches the manifest (:mod:`hps.ssd._commit`, the protocol compaction follows too);
+``load`` reads only the blocks holding asked rows, each checked against its crc; compaction
+(:mod:`hps.ssd._compaction`) merges files more than ``stale_fraction`` stale.
 
 Concurrency contract
 --------------------
@@ -17,7 +18,6 @@ compaction's lock before ``changing()`` before the catalog's lock. A file is del
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import threading
@@ -26,14 +26,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._keys import as_keys, check_rows
-from ..errors import DiskFullError, InvalidInputError
+from ..errors import InvalidInputError
 from . import _format as F
+from ._commit import space_error, switch_manifest
+from ._compaction import Compactor
 from ._env import DEFAULT_ENV
-from ._fileio import PAGE_CACHE_MODES
+from ._fileio import PAGE_CACHE_MODES, FileIO
+from ._h5 import export_h5, import_h5
+from ._recovery import open_store
 
 log = logging.getLogger("hps.ssd")
-
-_SPACE_ERRNOS = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 
 
 @dataclass(frozen=True)
@@ -69,30 +71,6 @@ class SSDOptions:
         if self.page_cache not in PAGE_CACHE_MODES:
             raise InvalidInputError(f"page_cache must be one of {', '.join(PAGE_CACHE_MODES)}; "
                                     f"got {self.page_cache!r}")
-
-
-def switch_manifest(io, cat, add, remove, commit) -> None:
-    """Make the file set (with ``add`` entered, ``remove`` left out) the manifest's, then run
-    ``commit()`` (the in-memory change) under the catalog's ``changing()``. A failure before the
-    manifest's rename changes nothing; after it, ``commit()`` still runs (the manifest on disk may
-    list the new files already) and the error propagates."""
-    with cat.changing():
-        io.write_manifest(*cat.manifest(add, remove))
-        try:
-            io.env.fsync_dir(io.path)
-        finally:
-            commit()
-
-
-def _space_error(e: OSError, what: str) -> OSError:
-    """Turn ENOSPC/EDQUOT into DiskFullError; leave other OSErrors as they are."""
-    if e.errno in _SPACE_ERRNOS:
-        err = DiskFullError(e.errno, f"no space left on the SSD-PS device while {what} "
-                                     f"({e.strerror or e}); nothing acknowledged was lost: free space "
-                                     "and retry, or point --ssd-path at a larger device")
-        err.filename = e.filename
-        return err
-    return e
 
 
 class SSDStore:
@@ -134,10 +112,6 @@ class SSDStore:
         self._dump_mu = threading.Lock()
         self._wake = threading.Event()
         self._thread = None
-        from ._compaction import Compactor
-        from ._fileio import FileIO
-        from ._recovery import open_store
-
         self._io = FileIO(env if env is not None else DEFAULT_ENV, self.path, self.dim, self._code,
                           self.options)
         try:
@@ -187,7 +161,7 @@ class SSDStore:
                 if not committed:        # (unless the manifest lists them already)
                     io.unlink_quietly([F.param_name(seq0 + i) for i in range(n_files)])
                 if isinstance(e, OSError):
-                    raise _space_error(e, f"dumping {m} rows") from e
+                    raise space_error(e, f"dumping {m} rows") from e
                 raise
         if self._thread is not None and cat.needs_compaction(self.options.compact_ratio):
             self._wake.set()
@@ -268,12 +242,10 @@ class SSDStore:
     def export_h5(self, path) -> int:
         """Write every live (key, row) to HDF5 datasets "keys" (n,) uint64 and "rows" (n, dim),
         attrs dim and dtype -> n. Consistent with the dumps acknowledged before the call."""
-        from ._h5 import export_h5
         return export_h5(self, path)
 
     def import_h5(self, path) -> int:
         """Dump every (key, row) of an HDF5 file written by ``export_h5`` -> number of rows."""
-        from ._h5 import import_h5
         return import_h5(self, path)
 
     def close(self) -> None:
