@@ -303,7 +303,9 @@ class FieldModel:
     def _pool(self, keys, n: int, r0: int, r1: int, ws):
         """Pooled rows (r1 - r0, F * row_params) of examples ``r0:r1`` (into ``ws`` when given)."""
         rows, inv, f, w, off = keys
-        if (r0, r1) != (0, n):  # a chunk: its key occurrences, offsets from 0
+        if (r0, r1) != (0, n) and self.use_cpu_kernels:  # the kernel reads offsets as absolute positions
+            off = off[r0:r1 + 1]
+        elif (r0, r1) != (0, n):  # a chunk's own key occurrences, offsets from 0
             k0, k1 = int(off[r0]), int(off[r1])
             inv, f, w, off = inv[k0:k1], f[k0:k1], w[k0:k1], off[r0:r1 + 1] - k0
         out = None if ws is None else ws.get("pooled", (r1 - r0, self.n_fields * self.row_params), self.dtype)
