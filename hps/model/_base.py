@@ -121,7 +121,7 @@ class FieldModel:
     def _join(self, d_emb, dz, ws=None):
         """Inverse of :meth:`_split` for gradients: d_emb (n, F, d), dz (n, 1) -> (n, F * (d + 1))."""
         n = d_emb.shape[0]
-        out = L._empty(self.xp, ws, "d_pooled", (n, self.n_fields, self.row_params), self.dtype)
+        out = L.buffer(self.xp, ws, "d_pooled", (n, self.n_fields, self.row_params), self.dtype)
         out[:, :, :self.emb_dim] = d_emb
         out[:, :, self.emb_dim] = dz
         return out.reshape(n, self.n_fields * self.row_params)
@@ -133,7 +133,7 @@ class FieldModel:
         n, F, d = emb.shape[0], self.n_fields, self.emb_dim
         if dense is None:
             return emb.reshape(n, F * d)
-        x = L._empty(self.xp, ws, "x0", (n, F * d + dense.shape[1]), self.dtype)
+        x = L.buffer(self.xp, ws, "x0", (n, F * d + dense.shape[1]), self.dtype)
         x[:, :F * d].reshape(n, F, d)[...] = emb  # a view: splits the contiguous last axis
         x[:, F * d:] = dense
         return x

@@ -23,7 +23,7 @@ import numpy as np
 
 from . import _kernels
 
-__all__ = ["init_weight", "Scratch", "Linear", "MLP", "CrossNet", "relu", "relu_backward", "fm", "fm_backward",
+__all__ = ["init_weight", "Scratch", "buffer", "Linear", "MLP", "CrossNet", "relu_backward", "fm", "fm_backward",
            "fm_backward_add", "DotInteraction", "pool", "pool_backward", "scatter_add_for"]
 
 
@@ -60,7 +60,8 @@ class Scratch:
         return a[:shape[0]]
 
 
-def _empty(xp, ws, name, shape, dtype):
+def buffer(xp, ws, name: str, shape, dtype):
+    """A new uninitialised array, or with ``ws`` its buffer ``name`` (:meth:`Scratch.get`)."""
     return xp.empty(shape, dtype=dtype) if ws is None else ws.get(name, shape, dtype)
 
 
@@ -72,11 +73,6 @@ def _matmul(ws, name, a, b):
 
 
 # -- ReLU --------------------------------------------------------------------------------------
-def relu(xp, x):
-    """``max(x, 0)``; the output is the backward's ctx."""
-    return xp.maximum(x, 0)
-
-
 def relu_backward(y, dy):
     """Gradient through a ReLU whose OUTPUT was ``y``: ``dy * (y > 0)``."""
     return dy * (y > 0)
@@ -196,7 +192,7 @@ class CrossNet:
         for layer in self.layers:
             u, _ = layer.forward(p, x, ws)
             ctx.append((x, u))
-            nxt = _empty(xp, ws, layer.w + ".x", x0.shape, x0.dtype)
+            nxt = buffer(xp, ws, layer.w + ".x", x0.shape, x0.dtype)
             xp.multiply(x0, u, out=nxt)
             nxt += x
             x = nxt
@@ -207,8 +203,8 @@ class CrossNet:
         layer's product); ``dy`` is left as it is."""
         x0, layers = ctx
         shape, dtype = x0.shape, x0.dtype
-        dx0 = _empty(xp, ws, "cross.dx0", shape, dtype)
-        tmp = _empty(xp, ws, "cross.tmp", shape, dtype)
+        dx0 = buffer(xp, ws, "cross.dx0", shape, dtype)
+        tmp = buffer(xp, ws, "cross.tmp", shape, dtype)
         for i, (layer, (x, u)) in enumerate(zip(reversed(self.layers), reversed(layers))):
             if i == 0:
                 xp.multiply(dy, u, out=dx0)
@@ -277,7 +273,7 @@ class DotInteraction:
         """t (n, m, d) -> (n, out_dim); ctx is t."""
         lower, _ = self._pairs(xp)
         n, m = t.shape[0], self.m
-        gram = _empty(xp, ws, "inter.gram", (n, m, m), t.dtype)
+        gram = buffer(xp, ws, "inter.gram", (n, m, m), t.dtype)
         xp.matmul(t, t.transpose(0, 2, 1), out=gram)
         return xp.take(gram.reshape(n, m * m), lower, axis=1), t
 
@@ -290,7 +286,7 @@ class DotInteraction:
         flat = s.reshape(n, m * m)
         flat[:, lower] = dy
         flat[:, upper] = dy
-        return xp.matmul(s, t, out=_empty(xp, ws, "inter.dt", t.shape, t.dtype))
+        return xp.matmul(s, t, out=buffer(xp, ws, "inter.dt", t.shape, t.dtype))
 
 
 # -- field pooling -----------------------------------------------------------------------------

@@ -140,7 +140,7 @@ class DCN(FieldModel):
         if self.deep.layers:
             h, acts = self.deep.forward(xp, p, x0, ws)
             K = xl.shape[1]
-            top = L._empty(xp, ws, "top", (xl.shape[0], K + h.shape[1]), self.dtype)
+            top = L.buffer(xp, ws, "top", (xl.shape[0], K + h.shape[1]), self.dtype)
             top[:, :K], top[:, K:] = xl, h
         else:
             acts = None
@@ -188,12 +188,12 @@ class DLRM(FieldModel):
         bottom_acts = None
         if self.bottom is not None:
             b, bottom_acts = self.bottom.forward(xp, p, dense, ws)
-            t = L._empty(xp, ws, "inter.t", (n, F + 1, d), self.dtype)
+            t = L.buffer(xp, ws, "inter.t", (n, F + 1, d), self.dtype)
             t[:, 0, :], t[:, 1:, :] = b, pooled.reshape(n, F, d)
         dots, _ = self.inter.forward(xp, t, ws)
         x = dots
         if self.bottom is not None:
-            x = L._empty(xp, ws, "top.x", (n, d + dots.shape[1]), self.dtype)
+            x = L.buffer(xp, ws, "top.x", (n, d + dots.shape[1]), self.dtype)
             x[:, :d], x[:, d:] = t[:, 0, :], dots
         z, acts = self.top.forward(xp, p, x, ws)
         return z[:, 0], (t, bottom_acts, acts)
