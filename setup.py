@@ -1,7 +1,8 @@
 from setuptools import find_packages, setup
 
 EXTRAS = {
-    "gpu": ["cupy-cuda12x>=13", "numba-cuda[cu12]>=0.20"],
+    # numba-cuda (0.30.4, in maintenance) does not import under NumPy 2.5, which removed np.row_stack
+    "gpu": ["cupy-cuda12x>=13", "numba-cuda[cu12]>=0.20", "numpy<2.5"],
     "mpi": ["mpi4py>=4.0", "mpich>=4.2"],
     "test": ["pytest>=8", "pytest-benchmark>=4", "hypothesis>=6.100"],
     "plots": ["matplotlib>=3.8"],

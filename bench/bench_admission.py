@@ -15,7 +15,6 @@ not a timing. Each run is ``hps.train.main`` in this process, one after the othe
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import platform
@@ -23,6 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from hps._argparse import ArgumentParser
 from hps.train import main
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -53,7 +53,7 @@ def run_one(args: list[str]) -> dict:
 
 
 def main_bench(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=200_000)
     p.add_argument("--fields", type=int, default=8)
     p.add_argument("--vocab", type=int, default=100_000)

@@ -29,11 +29,12 @@ not for predicting a cluster.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
 import time
+
+from hps._argparse import ArgumentParser
 
 
 def _iters(size):
@@ -137,7 +138,7 @@ def _fmt_size(s):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m bench.bench_comm", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m bench.bench_comm", description=__doc__.split("\n")[0])
     p.add_argument("--ranks-per-node", type=int, default=None, help="override node grouping (default: shared memory)")
     p.add_argument("--min-size", type=int, default=1 << 10)
     p.add_argument("--max-size", type=int, default=16 << 20)

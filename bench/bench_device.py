@@ -13,10 +13,11 @@ depend on the machine (AUC, bytes) are exact; examples/s needs a quiet machine w
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
+
+from hps._argparse import ArgumentParser
 
 from .bench_train import RESULTS, run_job
 
@@ -31,7 +32,7 @@ def gpu_name() -> str | None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.bench_device", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="python -m bench.bench_device", description=__doc__.split("\n\n")[0])
     p.add_argument("--simulate", action="store_true", help="run cuda on the CUDA simulator (tiny jobs only)")
     p.add_argument("--rows", type=int, default=2_000_000)
     p.add_argument("--fields", type=int, default=26)

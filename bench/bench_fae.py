@@ -17,13 +17,13 @@ stdout. Timing is only meaningful on a quiet machine with one core per rank.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from bench._jobs import train_job, write_result
+from hps._argparse import ArgumentParser
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CRITEO = ROOT.parent / "shared" / "data" / "criteo_sample" / "train-10k.txt"
@@ -81,7 +81,7 @@ def row_bytes(model_flags: dict) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.bench_fae", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="python -m bench.bench_fae", description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=200_000, help="synthetic training rows (200000)")
     p.add_argument("--fields", type=int, default=4, help="synthetic categorical fields (4)")
     p.add_argument("--vocab", type=int, default=20_000, help="synthetic values per field (20000)")

@@ -24,13 +24,13 @@ within 0.001 of ``s = 0``. Raw results go to ``bench/results/het.json`` (``--out
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
 from pathlib import Path
 
 from bench._jobs import train_job
+from hps._argparse import ArgumentParser
 
 CRITEO = Path(__file__).resolve().parents[2] / "shared" / "data" / "criteo_sample" / "train-10k.txt"
 STALENESS = ("10", "100", "1000", "inf")
@@ -92,7 +92,7 @@ def line(job, key, r, bsp, s0) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.bench_het", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="python -m bench.bench_het", description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", type=int, default=4)
     p.add_argument("--rows", type=int, default=100_000, help="synthetic examples")
     p.add_argument("--fields", type=int, default=8)

@@ -19,12 +19,12 @@ Raw metrics and the summary go to ``bench/results/ht.json`` (``--out``).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
 
 from bench._jobs import train_job, write_result
+from hps._argparse import ArgumentParser
 
 RESULTS = Path(__file__).resolve().parent / "results"
 W_BITS = 10e9
@@ -91,7 +91,7 @@ def report(s: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.bench_ht", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="python -m bench.bench_ht", description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", type=int, default=4)
     p.add_argument("--rows", type=int, default=400_000, help="synthetic training examples (400000)")
     p.add_argument("--syncs", default=",".join(SYNCS), help=f"subset of {','.join(SYNCS)}")

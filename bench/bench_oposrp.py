@@ -15,13 +15,13 @@ and the summary go to ``bench/results/oposrp.json`` (``--out``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
 from pathlib import Path
 
 from bench._jobs import write_result
+from hps._argparse import ArgumentParser
 from hps.train import main as train
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -67,7 +67,7 @@ def report(s: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.bench_oposrp", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="python -m bench.bench_oposrp", description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=200_000, help="criteo and synthetic training examples (200000)")
     p.add_argument("--data", default="frappe,criteo,synthetic")
     p.add_argument("--out", default=str(RESULTS / "oposrp.json"))

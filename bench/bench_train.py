@@ -11,7 +11,6 @@ so the ratios compare like with like on this (noisy, 2-core) machine.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -24,6 +23,7 @@ import time
 from pathlib import Path
 
 from bench._jobs import train_command
+from hps._argparse import ArgumentParser
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -105,7 +105,7 @@ def scale(a) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.bench_train", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="python -m bench.bench_train", description=__doc__.split("\n\n")[0])
     p.add_argument("which", choices=["outofcore", "scaling", "scale"])
     p.add_argument("--rows", type=int, default=None, help="examples (scaling: lines per part) "
                    "(400000; scaling 200000)")

@@ -38,7 +38,6 @@ of hps and the NumPy reference to torch, overall and per core.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -48,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hps._argparse import ArgumentParser
 from hps.data import Batch, open_dataset
 from hps.metrics import auc, logloss
 from hps.model import MODELS, ModelConfig, init_embeddings, make_model, make_optimizers
@@ -289,7 +289,7 @@ def _load(args):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.peer_torch", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="python -m bench.peer_torch", description=__doc__.split("\n\n")[0])
     p.add_argument("--data", choices=["synthetic", "frappe", "criteo"], default="synthetic")
     p.add_argument("--frappe-dir", default=str(FRAPPE_DIR))
     p.add_argument("--criteo-file", default=None,

@@ -20,9 +20,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import _table_cpu_kernels as K
+from .table import _cpu_kernels as K
 from ._keys import as_keys
-from ._table_cpu import CpuTableImpl
+from .table._cpu import CpuTableImpl
 from .table import DEFAULT_MAX_LOAD_FACTOR, slots_for
 
 
@@ -46,7 +46,7 @@ class KeyIndex:
 
     def _alloc(self, capacity: int) -> None:
         self.capacity = capacity
-        self._impl = CpuTableImpl(slots_for(capacity, self._mlf), self.width, np.int64)
+        self._impl = CpuTableImpl(slots_for(capacity, self._mlf), self.width, np.int64, scores=False)
         self._impl.tstate.fill(0)   # fault the pages in now (a rebuild fills the table right after),
         self._impl.tvals.fill(0)    # not in the middle of the next caller's batch
         self._size = 0

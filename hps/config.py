@@ -23,12 +23,12 @@ import os
 import re
 from dataclasses import dataclass, field, fields
 
-from .data import DEFAULT_MAX_MALFORMED
+from .data import DENSE_TRANSFORMS
 from .data._batch import check_n_fields
+from ._data_options import FORMATS, resolve_format
 from ._xp import DEVICES
 from .errors import InvalidInputError, InvalidTypeError
 
-FORMATS = ("synthetic", "criteo", "libsvm", "csv", "parquet")
 MODELS = ("ctr", "wdl", "deepfm", "dcn", "dlrm")
 SPARSE_OPTIMIZERS = ("adagrad", "rowwise-adagrad", "adam", "sgd")
 DENSE_OPTIMIZERS = ("adam", "adagrad", "sgd")
@@ -120,57 +120,48 @@ def _one_of(name, value, allowed):
 
 @dataclass
 class DataConfig:
-    format: str = "synthetic"           # synthetic | criteo | libsvm | csv | parquet
+    """The data of a job: ``format`` None is inferred; unset options take their format's defaults; an
+    option of another format is an error (``hps._data_options.resolve_format``)."""
+
+    format: str | None = None           # synthetic | criteo | libsvm | csv | parquet; None = inferred
     data: str | tuple[str, ...] | None = None       # training files, directories or globs, plain,
                                                     # .gz or .zst (not used by synthetic)
     eval_data: str | tuple[str, ...] | None = None  # evaluation data, the same; synthetic has its own split
-    rows: int = 200_000                 # synthetic: training examples
-    fields: int = 8                     # synthetic: categorical fields
-    vocab_per_field: int = 20_000       # synthetic: distinct values per field
-    zipf: float = 1.1                   # synthetic: Zipf exponent of value popularity
-    n_dense: int = 4                    # synthetic: dense features
-    label_column: str = "click"         # csv, parquet: the label column
+    rows: int | None = None             # synthetic: training examples
+    fields: int | None = None           # synthetic: categorical fields
+    vocab_per_field: int | None = None  # synthetic: distinct values per field
+    zipf: float | None = None           # synthetic: Zipf exponent of value popularity
+    n_dense: int | None = None          # synthetic: dense features
+    label_column: str | None = None     # csv, parquet: the label column ("click")
     ignore_columns: tuple[str, ...] = ()    # csv, parquet: columns dropped (e.g. a row id)
     dense_columns: tuple[str, ...] = ()     # csv, parquet: numeric columns, the dense features in order
     categorical_columns: tuple[str, ...] | None = None  # csv, parquet: the fields in order (None = all others)
     int_as_categorical: bool = False    # criteo: also bucketize I1..I13 into fields 26..38
     libsvm_fields: int | None = None    # libsvm: positional fields (default: features on line 1)
     strict: bool = False                # first malformed line is an error instead of skipped
-    max_malformed: float = DEFAULT_MAX_MALFORMED  # fraction of malformed lines a pass may skip
+    max_malformed: float | None = None  # fraction of malformed lines a pass may skip (DEFAULT_MAX_MALFORMED)
     data_shards: int | None = None      # shards the data is cut into (None = one per rank)
     op_osrp: int | None = None          # hash every example's keys into 2 x this many binary features (OP+OSRP)
-    drift: float = 0.0                  # synthetic: popularity ranks shifted per example (new keys over time)
+    drift: float | None = None          # synthetic: popularity ranks shifted per example (new keys over time)
+    readers: int | None = None          # threads reading batches per rank (None = from its cores, hps.train._feed)
+    dense_transform: str | None = None  # csv, parquet: none | log1p | standardize of the dense columns ("none")
 
     def __post_init__(self):
         _check_types(self)
-        _one_of("format", self.format, FORMATS)
-        _positive(self, "rows", "fields", "vocab_per_field", "zipf", "libsvm_fields", "data_shards", "op_osrp")
+        resolve_format(self)
+        _positive(self, "rows", "fields", "vocab_per_field", "zipf", "libsvm_fields", "data_shards", "op_osrp",
+                  "readers")
+        if self.dense_transform is not None:
+            _one_of("dense-transform", self.dense_transform, DENSE_TRANSFORMS)
         for name in ("fields", "libsvm_fields"):
             if getattr(self, name) is not None:
                 check_n_fields(getattr(self, name), name.replace("_", "-"))
-        if self.drift < 0:
+        if self.drift is not None and self.drift < 0:
             raise InvalidInputError(f"drift must be >= 0, got {self.drift}")
-        if not 0.0 <= self.max_malformed <= 1.0:
+        if self.max_malformed is not None and not 0.0 <= self.max_malformed <= 1.0:
             raise InvalidInputError(f"max-malformed must be a fraction in [0, 1], got {self.max_malformed}")
         if self.format != "synthetic" and not self.data:
             raise InvalidInputError(f"--format {self.format} needs --data FILE")
-        self._check_format_options()
-
-    def _check_format_options(self):
-        """Lists as tuples; a format option given to another format is an error."""
-        for name in ("data", "eval_data"):
-            if isinstance(getattr(self, name), list):
-                setattr(self, name, tuple(getattr(self, name)))
-        for name in ("ignore_columns", "dense_columns", "categorical_columns"):
-            value = getattr(self, name)
-            if value is not None:
-                setattr(self, name, tuple(value))
-            if value and self.format not in ("csv", "parquet"):
-                raise InvalidInputError(f"--{name.replace('_', '-')} is an option of --format csv and "
-                                        f"parquet, not of --format {self.format}")
-        if self.int_as_categorical and self.format != "criteo":
-            raise InvalidInputError(f"--int-as-categorical is an option of --format criteo, not of "
-                                    f"--format {self.format}")
 
 
 def check_architecture(model: str, embedding_dim: int, hidden, cross_layers, bottom_mlp) -> None:

@@ -21,7 +21,11 @@ re-raised unchanged, not wrapped: it is the user's decision, not a stage's failu
 
 Stopping never waits longer than ``stop_timeout_s`` in all for the stage threads to finish the item
 each is working on; a thread still busy after that (e.g. blocked in a collective whose peers have
-stopped) is a daemon thread left behind, and :meth:`Pipeline.run` returns or raises anyway.
+stopped) is a daemon thread left behind, and :meth:`Pipeline.run` returns or raises anyway. After an
+interrupt, a thread that ``waiting_on_peers(stage name)`` says is waiting in a collective is left
+behind after ``INTERRUPT_GRACE_S``: its peers, stopped by the same signal a collective earlier, may
+never join it (every rank of an MPI job is interrupted, and each exits without it). What such a
+thread raises later is not reported: the interrupt already stopped the pipeline.
 
 Thread safety: a Pipeline is driven by one caller thread; stage functions run in their own threads
 and must be thread-safe with respect to each other.
@@ -41,6 +45,8 @@ _DONE = object()  # end-of-stream marker, passed down the queues
 _POLL_S = 0.05
 #: Default of ``Pipeline(stop_timeout_s=...)``: how long stopping waits for busy stage threads.
 STOP_TIMEOUT_S = 60.0
+#: After an interrupt, how long stopping waits for a stage thread that is waiting on its peers.
+INTERRUPT_GRACE_S = 0.5
 
 
 @dataclass
@@ -68,11 +74,15 @@ class Stage:
 
 class Pipeline:
     """``Pipeline(source_name, source_iterable, [Stage, ...], depth=1, stop_timeout_s=60,
-    on_error=None)``; ``run(sink)`` drives it."""
+    on_error=None, waiting_on_peers=None)``; ``run(sink)`` drives it. ``waiting_on_peers(name)``: whether
+    the thread of stage ``name`` is now inside a collective (called from the caller's thread)."""
 
     def __init__(self, source_name: str, source: Iterable, stages: list[Stage], depth: int = 1,
-                 stop_timeout_s: float = STOP_TIMEOUT_S, on_error: Callable | None = None):
+                 stop_timeout_s: float = STOP_TIMEOUT_S, on_error: Callable | None = None,
+                 waiting_on_peers: Callable[[str], bool] | None = None):
         self.on_error = on_error
+        self.waiting_on_peers = waiting_on_peers
+        self._interrupted = False
         self.source = Stage(source_name, lambda x: x)
         self._source_iter = source
         self.stages = stages
@@ -111,6 +121,8 @@ class Pipeline:
         return _DONE
 
     def _fail(self, stage: str, exc: BaseException) -> None:
+        if self._interrupted:  # a thread left behind by an interrupt, failing as the job winds down
+            return
         if self.on_error is not None:
             self.on_error(stage, exc)
         with self._lock:
@@ -185,20 +197,31 @@ class Pipeline:
                     sink(item)
         except KeyboardInterrupt as e:  # the caller was interrupted: stop, then let it through
             interrupt = e
+            self._interrupted = True
             self._stop.set()
         except BaseException as e:  # noqa: BLE001
             self._fail("sink", e)
         finally:
             if self._error is not None:
                 self._stop.set()
-            deadline = time.monotonic() + self.stop_timeout_s
-            for th in threads:
-                th.join(timeout=max(0.0, deadline - time.monotonic()))
+            self._join(threads)
         if interrupt is not None:
             raise interrupt
         if self._error is not None:
             stage, exc = self._error
             raise PipelineError(stage, f"{type(exc).__name__}: {exc}") from exc
+
+    def _join(self, threads: list[threading.Thread]) -> None:
+        """Wait for the stopped stage threads: ``stop_timeout_s`` in all; after an interrupt, no longer
+        than ``INTERRUPT_GRACE_S`` for one waiting on its peers (module docstring)."""
+        now = time.monotonic()
+        deadline, grace = now + self.stop_timeout_s, now + INTERRUPT_GRACE_S
+        peers = self.waiting_on_peers if self._interrupted else None
+        for th in threads:
+            while th.is_alive() and time.monotonic() < deadline:
+                if peers is not None and time.monotonic() >= grace and peers(th.name):
+                    break  # left behind: see the module docstring
+                th.join(timeout=min(_POLL_S, max(0.0, deadline - time.monotonic())))
 
     # -- reporting -----------------------------------------------------------------------------------------
     def stage_times(self) -> dict[str, StageTimes]:

@@ -23,13 +23,15 @@ except ImportError:  # pragma: no cover - numba-cuda missing
     pytest.skip("numba-cuda is not importable", allow_module_level=True)
 from numba import types  # noqa: E402
 
-from hps.gpu import _table_kernels as K  # noqa: E402
+from hps.table import _cache_kernels_cuda as C  # noqa: E402
+from hps.table import _cuda_kernels as K  # noqa: E402
 from hps.gpu import _train_kernels as T  # noqa: E402
+from hps.model import _optim_kernels_cuda as R  # noqa: E402
 
-MODULES = {"table": K, "train": T}
+MODULES = {"table": K, "train": T, "cache": C, "rows": R}
 
 #: Kernels whose float32 version sums in float64 on purpose (as their CPU twins do).
-F64_BY_DESIGN = {"train.rowwise_adagrad_rows"}
+F64_BY_DESIGN = {"rows.rowwise_adagrad_rows"}
 
 _FLOATS = {np.dtype(np.float32): types.float32, np.dtype(np.float64): types.float64}
 
@@ -82,6 +84,30 @@ def _arg_types(ftype, rows_type=None):
         "loss": types.float64[::1],
         "cells": types.float64[::1],
         "src": types.float64[::1],
+        # the deterministic backward (BackwardPlan)
+        "ex": types.int64[::1],
+        "fld": types.int32[::1],
+        "wts": ftype[::1],
+        "cstart": types.int64[::1],
+        "cend": types.int64[::1],
+        "cptr": types.int64[::1],
+        "partial": ftype[:, ::1],
+        # the HBM-PS cache (scores, victims)
+        "tscore": types.uint64[::1],
+        "batch": types.uint64,
+        "protect": types.uint64,
+        "c_score": types.uint64[::1],
+        "c_key": types.uint64[::1],
+        "c_slot": types.int64[::1],
+        "m": types.int64,
+        "prefix": types.uint64[::1],
+        "pas": types.int64,
+        "hist": types.int64[::1],
+        "rank": types.int64[::1],
+        "out_slot": types.int64[::1],
+        "out_score": types.uint64[::1],
+        "out_key": types.uint64[::1],
+        "scores": types.uint64[::1],
     }
 
 
@@ -140,10 +166,13 @@ def _device_functions_without_gpu(monkeypatch):
 def test_kernels_are_discovered():
     names = set(_kernels())
     assert {f"table.{k}" for k in ("upsert_claim", "upsert_rows", "claim", "rollback", "write_rows", "get",
-                                   "contains", "erase", "clear", "live_slots", "gather_keys")} <= names
-    assert {f"train.{k}" for k in ("find_slots", "pool_forward", "pool_backward", "sgd_rows", "adagrad_rows",
-                                   "rowwise_adagrad_rows", "adam_rows", "gather_rows", "part_of", "bce_loss_grad",
-                                   "zero_rows", "zero_cells", "add_cells")} <= names
+                                   "contains", "erase", "clear", "live_entries", "gather_keys")} <= names
+    assert {f"cache.{k}" for k in ("lookup", "radix_hist", "radix_pick", "select_upto", "erase_slots",
+                                   "set_scores")} <= names
+    assert {f"rows.{k}" for k in ("sgd_rows", "adagrad_rows", "rowwise_adagrad_rows", "adam_rows")} <= names
+    assert {f"train.{k}" for k in ("find_slots", "pool_forward", "pool_backward", "gather_rows", "part_of", "bce_loss_grad",
+                                   "zero_rows", "zero_cells", "add_cells", "pool_backward_chunks",
+                                   "sum_chunks")} <= names
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
@@ -169,7 +198,8 @@ def test_float32_training_kernels_compute_rows_in_float32():
     f64; the one f64 division is log1p's, in the float64 loss)."""
     ptx = _compile(T.bce_loss_grad.py_func, _arg_types(types.float32))
     assert ptx.count("div.rn.f32") >= 2
-    for kernel in (T.adagrad_rows, T.pool_forward, T.pool_backward, T.sgd_rows, T.gather_rows):
+    for kernel in (R.adagrad_rows, T.pool_forward, T.pool_backward, R.sgd_rows, T.gather_rows,
+                   T.pool_backward_chunks, T.sum_chunks):
         assert ".f64" not in _compile(kernel.py_func, _arg_types(types.float32)), kernel.__name__
 
 

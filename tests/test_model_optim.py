@@ -177,29 +177,6 @@ def _hyper(opt):
     return h
 
 
-@pytest.mark.parametrize("l2", [0.0, 0.05])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("idx", range(4), ids=["sgd", "adagrad", "rowwise-adagrad", "adam"])
-def test_kernels_match_the_vectorised_path(idx, dtype, l2):
-    """The Numba kernels (host rows) and the vectorised path (CuPy's) take the same steps; extra
-    columns after the state are carried unchanged by both."""
-    rng = np.random.default_rng(6)
-    kern, vec = _all_row_optimizers(l2)[idx], _all_row_optimizers(l2)[idx]
-    vec.use_cpu_kernels = False
-    P = 4
-    rows = np.concatenate([kern.init_rows(rng.normal(size=(9, P))), rng.normal(size=(9, 2))], axis=1)
-    rows = rows.astype(dtype)
-    a, b = rows, rows
-    for _ in range(3):
-        g = rng.normal(size=(9, P)).astype(dtype)
-        a, b = kern.apply(a, g), vec.apply(b, g)
-    assert a.dtype == b.dtype == dtype
-    tol = 1e-6 if dtype == np.float32 else 1e-13
-    np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
-    np.testing.assert_array_equal(a[:, -2:], rows[:, -2:])
-    assert not np.allclose(a[:, :P], rows[:, :P])
-
-
 def test_dense_adagrad_matches_closed_form_and_resumes():
     rng = np.random.default_rng(7)
     p0 = rng.normal(size=(3, 2))

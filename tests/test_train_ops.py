@@ -6,12 +6,13 @@ import numpy as np
 import pytest
 
 from hps import HashTable
+from hps._xp import cuda_import_error
 from hps.errors import InvalidInputError, InvalidTypeError
 from hps.gpu import _row_ops as rops
 from hps.gpu import _train_ops as ops
 from hps.table import TableView
 
-pytestmark = pytest.mark.skipif(ops._IMPORT_ERROR is not None, reason="numba-cuda is not importable")
+pytestmark = pytest.mark.skipif(cuda_import_error() is not None, reason="numba-cuda is not importable")
 
 
 class Dev:

@@ -52,6 +52,8 @@ def _libsvm(path, n=3000):
 def test_the_timed_training_compiles_nothing(tmp_path, case):
     flat = dict(SMALL)
     if case != "in-memory":  # rows leave MEM-PS for SSD-PS and come back; a file reader; checkpoints
+        for synthetic_only in ("rows", "fields", "vocab_per_field"):
+            del flat[synthetic_only]
         flat.update(format="libsvm", data=_libsvm(tmp_path / "train.libfm"), eval_data=str(tmp_path / "train.libfm"),
                     batch_size=128, minibatch_size=32, mem_budget=budget_for_rows(600, 16, 64), rows_per_file=64,
                     checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=2)

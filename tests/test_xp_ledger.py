@@ -116,7 +116,8 @@ def test_recorded_and_peer_copies_are_counted_apart():
 def test_placement_spreads_parts_round_robin_and_refuses_gpus_it_has_not(monkeypatch):
     from numba import config
 
-    from hps.gpu import Placement, _placement
+    from hps.gpu import Placement
+    from hps.table import _placement
 
     monkeypatch.setattr(config, "ENABLE_CUDASIM", 0)
     monkeypatch.setattr(_placement, "visible_gpus", lambda: 2)

@@ -12,7 +12,8 @@ import ctypes
 import os
 
 import numpy as np
-from mpi4py import MPI
+
+from ._mpi import MPI
 
 #: Environment override read by :func:`cuda_aware`: "1" forces the device path, "0" forces staging.
 ENV_FORCE = "HPS_MPI_CUDA_AWARE"

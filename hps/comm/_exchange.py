@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-from mpi4py import MPI
 
 from .._keys import as_keys
 from ..errors import InvalidInputError
 from ._cuda import is_device_array, to_host
+from ._mpi import MPI
 from ._stats import KINDS, OWNER_WRITEBACK, SPARSE_PULL, metered
 
 

@@ -40,6 +40,14 @@ def abort(comm, code: int) -> None:
     comm.Abort(code)
 
 
+def write_line(line: str, file=None) -> None:
+    """Write ``line`` and its newline to ``file`` (stderr) in one write call, then flush: the lines of
+    processes sharing one stream (the ranks under mpiexec) stay whole instead of running together."""
+    file = sys.stderr if file is None else file
+    file.write(line if line.endswith("\n") else line + "\n")
+    file.flush()
+
+
 def failure_message(comm, exc: BaseException) -> str:
     """``hps: rank R of N failed: <Type>: <message>`` for ``exc`` on this rank of ``comm``."""
     return f"hps: rank {comm.Get_rank()} of {comm.Get_size()} failed: {type(exc).__name__}: {exc}"
@@ -53,8 +61,7 @@ def abort_job(comm, exc: BaseException, code: int = ABORT_CODE, file=None) -> No
     file = sys.stderr if file is None else file
     try:
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        file.write(f"{tb}{failure_message(comm, exc)}\n")
-        file.flush()
+        write_line(f"{tb}{failure_message(comm, exc)}", file)
     finally:
         abort(comm, code)
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-from mpi4py import MPI
 
 from .._keys import as_keys
 from ..errors import InvalidInputError, InvalidTypeError
 from . import _kernels as K
 from ._cuda import is_device_array, to_device_like, to_host
+from ._mpi import MPI
 from ._schedule import hierarchical_allreduce
 from ._stats import SPARSE_ALLREDUCE, metered
 

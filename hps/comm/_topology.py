@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from mpi4py import MPI
-
 from ..errors import InvalidInputError
+from ._mpi import MPI
 
 
 class Topology:

@@ -14,9 +14,8 @@ from __future__ import annotations
 import os
 import time
 
-from mpi4py import MPI
-
 from ..errors import CommError, InvalidInputError
+from ._mpi import MPI
 
 #: ``--mpi-wait`` values: ``auto`` picks ``yield`` when the ranks on a node outnumber its cores.
 WAIT_MODES = ("auto", "spin", "yield")

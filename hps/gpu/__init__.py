@@ -1,12 +1,16 @@
-"""HBM-PS: the GPU hash table (Numba CUDA kernels behind ``hps.HashTable(device="cuda")``), the
-multi-device partitioned table of Algorithm 2, and the pieces of GPU-resident training: the
-transfer ledger and the asynchronous training operations over a table's ``device_view()``
-(``hps/gpu/_train_ops.py``, ``_row_ops.py``), which ``--device cuda`` training runs
-(``hps/train/_device_step.py``)."""
+"""GPU-resident training: the transfer ledger and the asynchronous operations over an HBM-PS table's
+``device_view()`` (``_train_ops.py``, ``_row_ops.py``, ``_partition_ops.py``; kernels in
+``_train_kernels.py``), which ``--device cuda`` training runs (``hps/train/_device_step.py``).
 
+The table itself (``hps.HashTable(device="cuda")``, its CUDA kernels and the partitioned table of
+Algorithm 2) lives in ``hps.table``; ``PartitionedHashTable``, ``Placement`` and ``visible_gpus`` are
+re-exported here, where the multi-GPU training code has always found them.
+"""
+
+from ..table import PartitionedHashTable, Placement, visible_gpus
+from ._dedup import missing_keys, unique_inverse
 from ._ledger import PURPOSES, TransferLedger
 from ._partition_ops import part_of_async, partition_keys
-from ._placement import Placement, visible_gpus
 from ._row_ops import (
     adagrad_update_async,
     adam_update_async,
@@ -15,15 +19,17 @@ from ._row_ops import (
     sparse_update_async,
 )
 from ._train_ops import (
+    BackwardPlan,
     BatchScalars,
+    backward_plan,
     bce_loss_grad_async,
     find_slots_async,
     gather_rows_async,
     pool_backward_async,
     pool_forward_async,
+    pool_backward_sorted_async,
     pool_forward_rows_async,
 )
-from .partitioned import PartitionedHashTable
 
 __all__ = [
     "PartitionedHashTable",
@@ -32,6 +38,9 @@ __all__ = [
     "TransferLedger",
     "PURPOSES",
     "BatchScalars",
+    "BackwardPlan",
+    "backward_plan",
+    "pool_backward_sorted_async",
     "find_slots_async",
     "pool_forward_async",
     "pool_forward_rows_async",
@@ -45,4 +54,6 @@ __all__ = [
     "bce_loss_grad_async",
     "part_of_async",
     "partition_keys",
+    "unique_inverse",
+    "missing_keys",
 ]

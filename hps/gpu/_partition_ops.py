@@ -18,7 +18,8 @@ import numpy as np
 
 from .._hashing import PART_SALT
 from ..errors import InvalidInputError
-from ._train_ops import K, _dev, _grid1, _launch_zero, _stream
+from .. import _launch as L
+from ._train_ops import K, _dev, _launch_zero
 
 __all__ = ["part_of_async", "partition_keys"]
 
@@ -35,10 +36,9 @@ def part_of_async(keys, n_parts: int, parts, counts, salt=PART_SALT, stream=0) -
                                 f"counts shape {tuple(counts.shape)}")
     if parts.shape[0] != keys.shape[0]:
         raise InvalidInputError(f"parts must have {keys.shape[0]} rows (one per key), got {tuple(parts.shape)}")
-    s = _stream(stream)
-    _launch_zero(counts, s)
+    _launch_zero(counts, stream)
     if keys.shape[0]:
-        K.part_of[_grid1(keys.shape[0]) + (s,)](keys, np.uint64(salt), n, parts, counts)
+        L.launch(K.part_of, L.grid1(keys.shape[0]), stream, keys, np.uint64(salt), n, parts, counts)
 
 
 def partition_keys(keys, n_parts: int, xp, ledger=None, purpose: str = "plan", salt=PART_SALT):

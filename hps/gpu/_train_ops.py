@@ -31,77 +31,32 @@ Not thread-safe per stream: one thread enqueues a mini-batch's work.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
-from .._xp import simulated
-from ..errors import DeviceUnavailableError, InvalidInputError, InvalidTypeError
+from .. import _launch as L
+from ..errors import InvalidInputError, InvalidTypeError
 
 try:
-    from numba import cuda
-
     from . import _train_kernels as K
-except Exception as e:  # numba-cuda missing or broken: reported when an operation is called
-    cuda = None
+except Exception:  # numba-cuda missing or broken: reported when an operation is called (_launch.cuda)
     K = None
-    _IMPORT_ERROR: Exception | None = e
-else:
-    _IMPORT_ERROR = None
 
 __all__ = ["find_slots_async", "pool_forward_async", "pool_forward_rows_async", "pool_backward_async",
-           "gather_rows_async", "bce_loss_grad_async", "BatchScalars"]
-
-#: Threads per block of every launch (tests patch it small so tiny inputs span several blocks).
-BLOCK_SIZE = 256
+           "pool_backward_sorted_async", "backward_plan", "BackwardPlan", "gather_rows_async",
+           "bce_loss_grad_async", "BatchScalars"]
 
 
 # -- device arrays, streams, launch shapes ------------------------------------------------------------
 def _require_cuda() -> None:
-    if _IMPORT_ERROR is not None:
-        raise DeviceUnavailableError(f"GPU training kernels need numba-cuda, which failed to import "
-                                     f"({_IMPORT_ERROR!r}); pip install 'hps[gpu]'") from _IMPORT_ERROR
+    L.cuda("GPU training kernels")
 
 
 def _dev(x, name: str, dtype=None, ndim: int | None = None):
     """A device array the kernels take for ``x`` (zero-copy), after checking dtype and ndim."""
     _require_cuda()
-    if getattr(x, "__cuda_ndarray__", False):  # Numba device array (or the simulator's)
-        d = x
-    elif hasattr(x, "__cuda_array_interface__"):
-        d = cuda.as_cuda_array(x, sync=False)
-    elif isinstance(x, np.ndarray) and simulated():
-        d = x
-    else:
-        raise InvalidTypeError(f"{name} must be a device array (CuPy or Numba; NumPy only under the CUDA "
-                               f"simulator), got {type(x).__name__}: upload it with TransferLedger.to_device")
-    if ndim is not None and d.ndim != ndim:
-        raise InvalidInputError(f"{name} must be {ndim}-D, got shape {tuple(d.shape)}")
-    if dtype is not None and d.dtype != np.dtype(dtype):
-        raise InvalidTypeError(f"{name} must be {np.dtype(dtype)}, got {d.dtype}")
-    return d
-
-
-def _stream(stream):
-    """A Numba stream for ``stream``: 0 (default stream), a Numba stream, or a CuPy stream (by pointer)."""
-    if stream is None or (isinstance(stream, int) and stream == 0):
-        return 0
-    if type(stream).__module__.split(".")[0] == "cupy":
-        return cuda.external_stream(stream.ptr)
-    return stream
-
-
-def _next_pow2(x: int) -> int:
-    return 1 << (max(1, x) - 1).bit_length()
-
-
-def _grid1(n: int):
-    return (n + BLOCK_SIZE - 1) // BLOCK_SIZE, BLOCK_SIZE
-
-
-def _grid_rows(n: int, width: int):
-    """(blocks, (bx, by)): bx threads stride ``width`` columns, by items per block."""
-    bx = min(32, _next_pow2(width), BLOCK_SIZE)
-    by = max(1, BLOCK_SIZE // bx)
-    return (n + by - 1) // by, (bx, by)
+    return L.arg(x, name, dtype, ndim)
 
 
 def _view(view):
@@ -113,9 +68,7 @@ def _view(view):
     return keys, state, values
 
 
-def _check_len(a, n: int, name: str, what: str) -> None:
-    if a.shape[0] != n:
-        raise InvalidInputError(f"{name} must have {n} rows ({what}), got shape {tuple(a.shape)}")
+_check_len = L.check_len
 
 
 def _plan(inv, field, weights, offsets, dtype):
@@ -134,29 +87,16 @@ def _plan(inv, field, weights, offsets, dtype):
 
 
 # -- private launchers (launch shape and stream only) ----------------------------------------------------
-def _launch_find_slots(tkeys, tstate, keys, slots, missing, stream):
-    K.find_slots[_grid1(keys.shape[0]) + (stream,)](tkeys, tstate, keys, slots, missing)
-
-
 def _launch_pool_forward(tvals, slots, inv, field, weights, offsets, col0, width, out, stream):
-    K.pool_forward[_grid_rows(out.shape[0], width) + (stream,)](tvals, slots, inv, field, weights, offsets,
-                                                               col0, width, out)
+    L.launch(K.pool_forward, L.grid_rows(out.shape[0], width), stream, tvals, slots, inv, field, weights,
+             offsets, col0, width, out)
 
 
 def _launch_zero(a, stream):
     if a.ndim == 1:
-        K.zero_cells[_grid1(a.shape[0]) + (stream,)](a)
+        L.launch(K.zero_cells, L.grid1(a.shape[0]), stream, a)
     else:
-        K.zero_rows[_grid_rows(a.shape[0], a.shape[1]) + (stream,)](a)
-
-
-def _launch_pool_backward(grad_pooled, inv, field, weights, offsets, grads, stream):
-    K.pool_backward[_grid_rows(grad_pooled.shape[0], grads.shape[1]) + (stream,)](
-        grad_pooled, inv, field, weights, offsets, grads)
-
-
-def _launch_bce(z, labels, denom, dz, loss, stream):
-    K.bce_loss_grad[_grid1(z.shape[0]) + (stream,)](z, labels, denom, dz, loss)
+        L.launch(K.zero_rows, L.grid_rows(a.shape[0], a.shape[1]), stream, a)
 
 
 # -- public functions ----------------------------------------------------------------------------------
@@ -173,7 +113,7 @@ def find_slots_async(view, keys, slots, missing, stream=0) -> None:
     missing = _dev(missing, "missing", np.float64, 1)
     _check_len(slots, keys.shape[0], "slots", "one per key")
     if keys.shape[0]:
-        _launch_find_slots(tkeys, tstate, keys, slots, missing, _stream(stream))
+        L.launch(K.find_slots, L.grid1(keys.shape[0]), stream, tkeys, tstate, keys, slots, missing)
 
 
 def pool_forward_async(view, slots, inv, field, weights, offsets, out, width: int, col0: int = 0,
@@ -198,7 +138,7 @@ def pool_forward_async(view, slots, inv, field, weights, offsets, out, width: in
     if out.shape[0] != n or out.shape[1] % width:
         raise InvalidInputError(f"out must be (n={n}, n_fields * {width}), got {tuple(out.shape)}")
     if n and out.shape[1]:
-        _launch_pool_forward(tvals, slots, inv, field, weights, offsets, col0, width, out, _stream(stream))
+        _launch_pool_forward(tvals, slots, inv, field, weights, offsets, col0, width, out, stream)
 
 
 def pool_backward_async(grad_pooled, inv, field, weights, offsets, grads, stream=0) -> None:
@@ -219,11 +159,84 @@ def pool_backward_async(grad_pooled, inv, field, weights, offsets, grads, stream
     if grad_pooled.shape[0] != n or p == 0 or grad_pooled.shape[1] % p:
         raise InvalidInputError(f"grad_pooled must be (n={n}, n_fields * {p}) for grads of width {p}, got "
                                 f"{tuple(grad_pooled.shape)}")
-    s = _stream(stream)
     if grads.shape[0]:
-        _launch_zero(grads, s)
+        _launch_zero(grads, stream)
     if n and inv.shape[0]:
-        _launch_pool_backward(grad_pooled, inv, field, weights, offsets, grads, s)
+        L.launch(K.pool_backward, L.grid_rows(n, p), stream, grad_pooled, inv, field, weights, offsets, grads)
+
+
+#: Occurrences of one key a thread of the deterministic backward sums serially (``pool_backward_chunks``);
+#: a key with more is summed in chunks of this many, then the chunks in order.
+BACKWARD_CHUNK = 64
+
+
+class BackwardPlan(NamedTuple):
+    """A mini-batch's occurrences grouped by key, on the device, for :func:`pool_backward_sorted_async`
+    (from :func:`backward_plan`). ``nnz`` occurrences, ``u`` keys, ``c`` chunks (an upper bound; the
+    unused ones are empty)."""
+
+    ex: object       #: (nnz,) int64, the example of each occurrence, in key order (CSR order within a key)
+    fld: object      #: (nnz,) int32, its field
+    wts: object      #: (nnz,) float, its weight
+    cstart: object   #: (c,) int64, first position of each chunk (chunks never cross keys)
+    cend: object     #: (c,) int64, one past its last
+    cptr: object     #: (u + 1,) int64, the chunks of key i are ``cptr[i]:cptr[i + 1]``
+    partial: object  #: (c, P) float scratch, the sum of each chunk
+
+
+def backward_plan(inv, field, weights, offsets, u: int, width: int, xp, chunk: int = BACKWARD_CHUNK):
+    """:class:`BackwardPlan` of a mini-batch plan (inv (nnz,) int64, field (nnz,) int32, weights (nnz,)
+    float, offsets (n + 1,) int64: device arrays of ``xp``, CuPy, or NumPy under the simulator) with
+    ``u`` keys and gradients of ``width`` columns, built with ``xp`` on the device: one sort of
+    ``inv * nnz + k`` (distinct values, so any sort keeps CSR order within a key), counts, scans and
+    binary searches; nothing is read back. Asynchronous on ``xp``'s current stream; allocates the plan
+    (build it where a batch is staged, e.g. the place stage, not inside the mini-batch loop)."""
+    nnz, u, chunk = int(inv.shape[0]), int(u), int(chunk)
+    if chunk < 1 or u < 0 or width < 1:
+        raise InvalidInputError(f"need chunk >= 1, u >= 0 and width >= 1, got {chunk}, {u}, {width}")
+    cptr = xp.zeros(u + 1, np.int64)
+    c = u + nnz // chunk if nnz and u else 0  # sum over keys of ceil(count / chunk) is at most this
+    if c == 0:
+        empty = xp.zeros(0, np.int64)
+        return BackwardPlan(empty, xp.zeros(0, np.int32), xp.zeros(0, weights.dtype), empty, empty, cptr,
+                            xp.zeros((0, width), weights.dtype))
+    order = xp.sort(inv * nnz + xp.arange(nnz, dtype=np.int64)) % nnz
+    counts = xp.bincount(inv, minlength=u).astype(np.int64)
+    kptr = xp.zeros(u + 1, np.int64)
+    kptr[1:] = xp.cumsum(counts)
+    cptr[1:] = xp.cumsum((counts + chunk - 1) // chunk)
+    ids = xp.arange(c, dtype=np.int64)
+    ckey = xp.minimum(xp.searchsorted(cptr[1:], ids, side="right"), u - 1)  # key of each chunk
+    used = ids < cptr[u]
+    cstart = xp.where(used, kptr[ckey] + (ids - cptr[ckey]) * chunk, 0)
+    cend = xp.where(used, xp.minimum(cstart + chunk, kptr[ckey + 1]), 0)
+    ex = xp.searchsorted(offsets[1:], order, side="right").astype(np.int64)
+    return BackwardPlan(ex, field[order], weights[order], cstart, cend, cptr, xp.empty((c, width), weights.dtype))
+
+
+def pool_backward_sorted_async(grad_pooled, plan: BackwardPlan, grads, stream=0) -> None:
+    """:func:`pool_backward_async` without atomics, the same sums in a fixed order, so a run repeats
+    bit for bit (and a key with at most ``BACKWARD_CHUNK`` occurrences sums in ``pool_fields_backward``'s
+    order): chunk sums (``pool_backward_chunks``), then each key's chunks in order (``sum_chunks``).
+    grad_pooled (n, F * P); plan from :func:`backward_plan` with width P; grads (u, P), fully written.
+    Asynchronous."""
+    grad_pooled = _dev(grad_pooled, "grad_pooled", None, 2)
+    dt = grad_pooled.dtype
+    grads = _dev(grads, "grads", dt, 2)
+    partial = _dev(plan.partial, "plan.partial", dt, 2)
+    cptr = _dev(plan.cptr, "plan.cptr", np.int64, 1)
+    u, p = grads.shape
+    _check_len(cptr, u + 1, "plan.cptr", "u + 1 for grads of u keys")
+    if partial.shape[1] != p or p == 0 or grad_pooled.shape[1] % p:
+        raise InvalidInputError(f"grads (u, {p}), the plan's width {partial.shape[1]} and grad_pooled "
+                                f"{tuple(grad_pooled.shape)} (n, F * P) do not agree")
+    c = partial.shape[0]
+    if c:
+        L.launch(K.pool_backward_chunks, L.grid_rows(c, p), stream, grad_pooled, _dev(plan.ex, "plan.ex", np.int64, 1),
+                 _dev(plan.fld, "plan.fld", np.int32, 1), _dev(plan.wts, "plan.wts", dt, 1),
+                 _dev(plan.cstart, "plan.cstart", np.int64, 1), _dev(plan.cend, "plan.cend", np.int64, 1), partial)
+    if u:
+        L.launch(K.sum_chunks, L.grid_rows(u, p), stream, partial, cptr, grads)
 
 
 def pool_forward_rows_async(rows, ident, inv, field, weights, offsets, out, stream=0) -> None:
@@ -239,7 +252,7 @@ def pool_forward_rows_async(rows, ident, inv, field, weights, offsets, out, stre
     if width == 0 or out.shape[0] != n or out.shape[1] % width:
         raise InvalidInputError(f"out must be (n={n}, n_fields * {width}), got {tuple(out.shape)}")
     if n and out.shape[1]:
-        _launch_pool_forward(rows, ident, inv, field, weights, offsets, 0, width, out, _stream(stream))
+        _launch_pool_forward(rows, ident, inv, field, weights, offsets, 0, width, out, stream)
 
 
 def gather_rows_async(view, slots, idx, out, stream=0) -> None:
@@ -255,7 +268,7 @@ def gather_rows_async(view, slots, idx, out, stream=0) -> None:
     if out.shape[1] > tvals.shape[1]:
         raise InvalidInputError(f"out has {out.shape[1]} columns, more than the row width {tvals.shape[1]}")
     if out.shape[0] and out.shape[1]:
-        K.gather_rows[_grid_rows(out.shape[0], out.shape[1]) + (_stream(stream),)](tvals, slots, idx, out)
+        L.launch(K.gather_rows, L.grid_rows(out.shape[0], out.shape[1]), stream, tvals, slots, idx, out)
 
 
 def bce_loss_grad_async(z, labels, n_total: int, dz, loss, stream=0) -> None:
@@ -273,7 +286,7 @@ def bce_loss_grad_async(z, labels, n_total: int, dz, loss, stream=0) -> None:
     if int(n_total) < max(1, z.shape[0]):
         raise InvalidInputError(f"n_total must be >= the {z.shape[0]} examples and > 0, got {n_total}")
     if z.shape[0]:
-        _launch_bce(z, labels, z.dtype.type(n_total), dz, loss, _stream(stream))
+        L.launch(K.bce_loss_grad, L.grid1(z.shape[0]), stream, z, labels, z.dtype.type(n_total), dz, loss)
 
 
 class BatchScalars:
@@ -288,8 +301,7 @@ class BatchScalars:
     NAMES = ("loss", "missing")
 
     def __init__(self, stream=0):
-        _require_cuda()
-        self.cells = cuda.device_array(len(self.NAMES), dtype=np.float64)
+        self.cells = L.cuda("GPU training kernels").device_array(len(self.NAMES), dtype=np.float64)
         self.zero(stream)
 
     @property
@@ -302,20 +314,20 @@ class BatchScalars:
 
     def zero(self, stream=0) -> None:
         """Reset both accumulators on the device (a kernel, no copy). Asynchronous."""
-        _launch_zero(self.cells, _stream(stream))
+        _launch_zero(self.cells, stream)
 
     def add(self, other, stream=0) -> None:
         """Add ``other``'s accumulators into these (a kernel; ``other.cells`` must be on this GPU,
         e.g. a part's scalars after ``Placement.peer``). Asynchronous."""
         cells = _dev(other.cells if isinstance(other, BatchScalars) else other, "other", np.float64, 1)
         _check_len(cells, len(self.NAMES), "other", "one cell per accumulator")
-        K.add_cells[_grid1(cells.shape[0]) + (_stream(stream),)](self.cells, cells)
+        L.launch(K.add_cells, L.grid1(cells.shape[0]), stream, self.cells, cells)
 
     def read(self, ledger, stream=0) -> dict:
         """``{"loss": float, "missing": int}``: one 16-byte copy to the host, counted by ``ledger``
         (a :class:`~hps.gpu.TransferLedger`) as ``minibatch`` bytes. Blocks until the values are
         on the host (the copy waits for the work queued before it on ``stream``)."""
-        s = _stream(stream)
+        s = L.stream_of(stream)
         host = ledger.to_host(self.cells, "minibatch", stream=s)
         if s != 0:
             s.synchronize()

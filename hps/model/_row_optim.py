@@ -17,8 +17,9 @@ optimizer           state columns        update (g: the key's gradient summed ov
 L2 (``l2 > 0``): ``g += l2 * w`` on the parameter columns before the update, for the rows being
 updated, i.e. the keys the global mini-batch uses (BARS' embedding regularizer).
 
-On host NumPy rows the update runs as a Numba kernel (``_optim_kernels.py``); any other array module
-(CuPy) takes the vectorised path, which computes the same formulas. Not thread-safe.
+Each optimizer's per-row update is written once (``_optim_kernels.py``): on host NumPy rows it runs as
+a Numba CPU kernel, on device rows (CuPy) as a CUDA kernel (``_optim_cuda.py``, enqueued on the current
+stream). Not thread-safe.
 """
 
 from __future__ import annotations
@@ -61,8 +62,6 @@ class _SparseRowOptimizer:
     def __init__(self, lr: float, l2: float = 0.0):
         self.lr = _check_lr(lr)
         self.l2 = _check_l2(l2)
-        #: False: the vectorised path also for NumPy rows (tests compare both paths)
-        self.use_cpu_kernels = True
 
     def state_width(self, n_params: int) -> int:
         """Optimizer-state columns that follow the ``n_params`` parameter columns of a row."""
@@ -111,22 +110,20 @@ class _SparseRowOptimizer:
                                     f"rows {tuple(rows.shape)}, grads {tuple(grads.shape)}")
 
     def _step(self, out, grads):
-        """One step on ``out`` in place (C-contiguous when NumPy) -> ``out``."""
+        """One step on ``out`` in place (C-contiguous when NumPy) -> ``out``: the per-row functions of
+        ``_optim_kernels.py`` as a Numba CPU kernel on NumPy rows, else as a CUDA kernel over every
+        row (CuPy rows: ``slots = arange(u)``, enqueued on the current stream)."""
+        if _xp_of(out) is np:
+            self._kernel(out, np.ascontiguousarray(grads.astype(out.dtype, copy=False)))
+            return out
+        from ._optim_cuda import update_rows_async
+
         xp = _xp_of(out)
-        g = grads.astype(out.dtype, copy=False)
-        if xp is np and self.use_cpu_kernels:
-            self._kernel(out, np.ascontiguousarray(g))
-        else:
-            P = g.shape[1]
-            if self.l2:
-                g = g + out.dtype.type(self.l2) * out[:, :P]
-            self._update(out, g, xp)
+        g = xp.ascontiguousarray(grads.astype(out.dtype, copy=False))
+        update_rows_async(out, xp.arange(out.shape[0], dtype=np.int64), g, self)
         return out
 
     def _kernel(self, out, g):  # Numba, in place
-        raise NotImplementedError
-
-    def _update(self, out, g, xp):  # vectorised, in place; g already holds the L2 term
         raise NotImplementedError
 
     def __repr__(self):
@@ -148,8 +145,6 @@ class SparseSGD(_SparseRowOptimizer):
     def _kernel(self, out, g):
         K.sgd_rows(out, g, self.lr, self.l2)
 
-    def _update(self, out, g, xp):
-        out[:, :g.shape[1]] -= out.dtype.type(self.lr) * g
 
 
 class SparseAdagrad(_SparseRowOptimizer):
@@ -182,12 +177,6 @@ class SparseAdagrad(_SparseRowOptimizer):
     def _kernel(self, out, g):
         K.adagrad_rows(out, g, self.lr, self.eps, self.l2)
 
-    def _update(self, out, g, xp):
-        P = g.shape[1]
-        t = out.dtype.type
-        acc = out[:, P:2 * P]
-        acc += g * g
-        out[:, :P] -= t(self.lr) * g / (xp.sqrt(acc) + t(self.eps))
 
 
 class SparseRowwiseAdagrad(SparseAdagrad):
@@ -207,12 +196,6 @@ class SparseRowwiseAdagrad(SparseAdagrad):
     def _kernel(self, out, g):
         K.rowwise_adagrad_rows(out, g, self.lr, self.eps, self.l2)
 
-    def _update(self, out, g, xp):
-        P = g.shape[1]
-        t = out.dtype.type
-        g64 = g.astype(np.float64)
-        out[:, P] += ((g64 * g64).sum(axis=1) / P).astype(out.dtype)
-        out[:, :P] -= t(self.lr) * g / (xp.sqrt(out[:, P:P + 1]) + t(self.eps))
 
 
 class SparseAdam(_SparseRowOptimizer):
@@ -247,16 +230,3 @@ class SparseAdam(_SparseRowOptimizer):
     def _kernel(self, out, g):
         K.adam_rows(out, g, self.lr, self.betas[0], self.betas[1], self.eps, self.l2)
 
-    def _update(self, out, g, xp):
-        P = g.shape[1]
-        t = out.dtype.type
-        b1, b2 = self.betas
-        step = out[:, 3 * P] + 1
-        out[:, 3 * P] = step
-        s64 = step.astype(np.float64)
-        step_size = (self.lr / (1.0 - b1 ** s64)).astype(out.dtype)[:, None]
-        bc2 = xp.sqrt(1.0 - b2 ** s64).astype(out.dtype)[:, None]
-        m, v = out[:, P:2 * P], out[:, 2 * P:3 * P]
-        m[...] = t(b1) * m + t(1 - b1) * g
-        v[...] = t(b2) * v + t(1 - b2) * (g * g)
-        out[:, :P] -= step_size * m / (xp.sqrt(v) / bc2 + t(self.eps))

@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..config import DataConfig, ModelOptions, parse_bytes
+from .._argparse import ArgumentParser
+from ..config import FORMATS, DataConfig, ModelOptions, parse_bytes
 from ..errors import HpsError, InvalidInputError
 from ._estimate import CHUNK_ENTRIES, CHUNKS
 from ._profile import profile, row_bytes_of, write_profile
@@ -23,14 +24,15 @@ def default_row_bytes() -> int:
     return row_bytes_of(width)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m hps.profile",
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="python -m hps.profile", error_prefix="hps.profile",
                                 description="FAE profiler: sample the input, log key accesses, estimate the hot-set "
                                             "size per threshold (Student-t interval) and pick the threshold "
                                             "that fits --hot-bytes; write the hot keys as HDF5.")
     S = argparse.SUPPRESS
     p.add_argument("--data", default=S, help="training data file")
-    p.add_argument("--format", default="synthetic", help="synthetic | criteo | libsvm | csv (synthetic)")
+    p.add_argument("--format", choices=FORMATS, default=S,
+                   help="data format (default: told by the --data file names; synthetic without --data)")
     p.add_argument("--hot-bytes", required=True, help="HBM-PS bytes for hot rows (512MiB, 2g, bytes; 0: none)")
     p.add_argument("--row-bytes", type=int, default=None,
                    help="bytes of one hot row: 4 x the row floats the trainer prints + 8 for the key "
@@ -54,9 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args) -> int:
     from ..train._feed import format_options
 
-    data_opts = {k: getattr(args, k) for k in ("data", "rows", "fields", "vocab_per_field", "zipf", "n_dense",
-                                                "libsvm_fields", "label_column") if hasattr(args, k)}
-    d = DataConfig(format=args.format, **data_opts)
+    data_opts = {k: getattr(args, k) for k in ("format", "data", "rows", "fields", "vocab_per_field", "zipf",
+                                                "n_dense", "libsvm_fields", "label_column") if hasattr(args, k)}
+    d = DataConfig(**data_opts)
     row_bytes = args.row_bytes if args.row_bytes is not None else default_row_bytes()
     prof = profile(d.data, d.format, parse_bytes(args.hot_bytes), row_bytes, args.sample_rate, args.confidence,
                    args.exact, args.seed, format_options(d, args.seed, args.batch_size), args.chunks,

@@ -1,6 +1,6 @@
 """``hps.train``: the training job (``python -m hps.train``) and its library entry points."""
 
-from ._checkpoint import load_export
+from ._export import load_export
 from ._cli import main
 from ._run import run
 from ._trainer import Trainer

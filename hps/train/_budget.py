@@ -36,7 +36,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from ..mem import RowCache
-from ..table import DEFAULT_MAX_LOAD_FACTOR, slots_for
+from ..table import DEFAULT_MAX_LOAD_FACTOR, SLOT_OVERHEAD_BYTES, slots_for
 
 #: Threads that may load from the SSD-PS at once, each with its own read buffer (prepare, compaction,
 #: evaluation / export / checkpoint).
@@ -92,7 +92,7 @@ def _size(n: float) -> str:
 
 
 def hbm_bytes(capacity: int, row_width: int, itemsize: int, n_parts: int, window: int, working_set: int) -> int:
-    """DRAM of a CPU HBM-PS twin: its table(s) (key u64, state i32, row per slot) and the residency
+    """DRAM of a CPU HBM-PS twin: its table(s) (key u64, state i32, cache score u64, row per slot) and the residency
     bookkeeping (a KeyIndex of the resident keys, the working sets of ``window + 1`` batches)."""
     if n_parts > 1:
         part = min(capacity, -(-5 * capacity // (4 * n_parts)) + 64)
@@ -100,7 +100,8 @@ def hbm_bytes(capacity: int, row_width: int, itemsize: int, n_parts: int, window
     else:
         slots = slots_for(capacity, DEFAULT_MAX_LOAD_FACTOR)
     resident = (window + 1) * working_set
-    return (slots * (12 + row_width * itemsize) + slots_for(2 * resident, DEFAULT_MAX_LOAD_FACTOR) * 20
+    return (slots * (SLOT_OVERHEAD_BYTES["cpu"] + row_width * itemsize)
+            + slots_for(2 * resident, DEFAULT_MAX_LOAD_FACTOR) * 20
             + 8 * resident)
 
 

@@ -15,26 +15,30 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
+from .._argparse import ArgumentParser
 from ..config import (COMPRESS_MODES, CONSISTENCIES, DENSE_OPTIMIZERS, DENSE_SYNCS, DEVICES, FORMATS,
                       HET_POLICIES, LR_DECAYS, MODELS, MPI_WAITS, PAGE_CACHE_MODES, SPARSE_OPTIMIZERS,
                       SPARSE_SYNCS, Config, flatten_options)
-from ..data import DEFAULT_MAX_MALFORMED
+from ..data import DEFAULT_MAX_MALFORMED, DENSE_TRANSFORMS
 from ..errors import HpsError, InvalidInputError, InvalidTypeError
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(
         prog="python -m hps.train",
         description="Train a CTR model over the HBM/DRAM/SSD parameter hierarchy. With no arguments: "
                     "synthetic data on the CPU, in about a minute.")
     S = argparse.SUPPRESS  # unset flags stay absent, so TOML values and dataclass defaults apply
     g = p.add_argument_group("data")
     g.add_argument("--config", help="TOML file with any of these options as keys")
-    g.add_argument("--format", choices=FORMATS, default=S, help="data format (default synthetic)")
+    g.add_argument("--format", choices=FORMATS, default=S,
+                   help="data format (default: told by the --data file names, .csv .parquet .libsvm .libfm, or "
+                        "a .txt/.tsv file's first line; synthetic without --data)")
     g.add_argument("--data", nargs="+", default=S,
                    help="training data: files, directories or globs (quoted), plain, .gz or .zst")
     g.add_argument("--eval-data", nargs="+", default=S,
@@ -53,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--categorical-columns", default=S,
                    help="csv, parquet: the categorical fields in field-id order, comma separated "
                         "(default: every column not given another part, in table order)")
+    g.add_argument("--dense-transform", choices=DENSE_TRANSFORMS, default=S,
+                   help="csv, parquet: transform of the dense columns: log1p = sign(x) log1p(|x|) (Criteo's), "
+                        "standardize = (x - mean) / std of the first 65,536 training examples (none)")
     g.add_argument("--int-as-categorical", action="store_true", default=S,
                    help="criteo: also bucketize the 13 integer columns into fields 26..38")
     g.add_argument("--libsvm-fields", type=int, default=S, help="libsvm: positional fields")
@@ -63,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-malformed", type=float, default=S, metavar="FRACTION",
                    help="stop when more than this fraction of the data lines are malformed "
                         f"({DEFAULT_MAX_MALFORMED}); malformed lines below it are skipped and reported")
+    g.add_argument("--readers", type=int, default=S, metavar="N",
+                   help="threads that parse (or generate) the batches of each rank, in parallel; the "
+                        "batches are the same for any N (this rank's cores minus 3, 1 to 8)")
     g = p.add_argument_group("model")
     g.add_argument("--model", choices=MODELS, default=S, help="network (ctr); see README 'Models'")
     g.add_argument("--embedding-dim", type=int, default=S, help="embedding width (16)")
@@ -226,8 +236,13 @@ class _Terminated(KeyboardInterrupt):
     """SIGTERM (what schedulers send), raised in the main thread so it unwinds like Ctrl-C."""
 
 
-def _raise_terminated(signum, frame):
-    raise _Terminated()
+def _stop(signum, frame):
+    """SIGINT / SIGTERM handler: stop the job by raising in the main thread; from then on both signals
+    are ignored, so the job's clean-up runs to its end. (A terminal's Ctrl-C reaches each rank of
+    ``mpiexec`` twice: from the terminal, and forwarded by mpiexec.)"""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise _Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
 def main(argv=None) -> int:
@@ -239,13 +254,16 @@ def main(argv=None) -> int:
     rank: each rank cleans up, the ranks wait for each other (a bounded wait) and all exit."""
     comm, cfg = None, None
     in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
+    for sig, handler in previous.items():
+        if handler is not signal.SIG_IGN or sig == signal.SIGTERM:  # a background job ignores SIGINT
+            signal.signal(sig, _stop)
     try:
         cfg = parse_config(argv)
         if _mpi_launched():
-            from mpi4py import MPI
+            from ..comm._mpi import load_mpi
 
-            comm = MPI.COMM_WORLD
+            comm = load_mpi().COMM_WORLD
         from ._run import run
 
         run(cfg, comm=comm, on_fatal=(lambda e: _abort(comm, e)) if comm is not None else None)
@@ -259,8 +277,8 @@ def main(argv=None) -> int:
             _abort(comm, e)
         raise
     finally:
-        if in_main:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 #: Under MPI, how long an interrupted rank waits for the others to finish cleaning up before it
@@ -272,8 +290,9 @@ def _interrupted(comm, cfg, signum) -> int:
     """Report an interrupt (the job's own files are already removed by ``run``) -> 128 + signum."""
     code = 128 + int(signum)
     if comm is None or comm.Get_rank() == 0:
-        print(f"hps: interrupted by {signal.Signals(signum).name}: training stopped. {_resume_hint(cfg)}",
-              file=sys.stderr, flush=True)
+        from ..comm._failure import write_line
+
+        write_line(f"hps: interrupted by {signal.Signals(signum).name}: training stopped. {_resume_hint(cfg)}")
     if comm is not None and comm.Get_size() > 1:
         _leave_together(comm, code)
     return code
@@ -329,25 +348,26 @@ def _is_bad_input(e: BaseException) -> bool:
 
 
 def _fail(comm, e: BaseException, code: int) -> int:
-    if comm is not None and comm.Get_size() > 1:
-        from ..comm._failure import abort, failure_message
+    from ..comm._failure import abort, failure_message, write_line
 
-        print(failure_message(comm, e), file=sys.stderr, flush=True)
+    if comm is not None and comm.Get_size() > 1:
+        write_line(failure_message(comm, e))
         abort(comm, code)
         return code
-    print(f"hps: error: {e}", file=sys.stderr)
+    write_line(f"hps: error: {e}")
     return code
 
 
 # -- python -m hps.predict ---------------------------------------------------------------------------------
 
 
-def build_predict_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def build_predict_parser() -> ArgumentParser:
+    p = ArgumentParser(
         prog="python -m hps.predict",
         description="Score raw data with a model exported by python -m hps.train --export DIR: one "
                     "probability per valid example, in input order.")
-    p.add_argument("--model-dir", required=True, help="the export directory (--export of the training job)")
+    p.add_argument("--model-dir", required=True, help="the export directory (--export of the training job), a "
+                   "checkpoint, or a --checkpoint-dir (its latest checkpoint: the best one after --early-stop)")
     p.add_argument("--data", nargs="+", required=True,
                    help="data in the training format: files, directories or globs, plain, .gz or .zst")
     p.add_argument("--out", required=True, help="CSV file to write: label,probability (probability only "
@@ -359,6 +379,8 @@ def build_predict_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="stop at the first malformed line")
     p.add_argument("--max-malformed", type=float, default=DEFAULT_MAX_MALFORMED, metavar="FRACTION",
                    help=f"stop when more than this fraction of the lines are malformed ({DEFAULT_MAX_MALFORMED})")
+    p.add_argument("--readers", type=int, default=1, metavar="N",
+                   help="threads parsing the data in parallel; the same scores for any N (1)")
     return p
 
 
@@ -368,12 +390,21 @@ def predict_main(argv=None) -> int:
     try:
         if args.batch_size < 1:
             raise InvalidInputError(f"--batch-size must be positive, got {args.batch_size}")
+        if args.readers < 1:
+            raise InvalidInputError(f"--readers must be positive, got {args.readers}")
+        from ..data import infer_format, is_converted
         from ..predict import Predictor
+        from ._preflight import check_writable
 
+        check_writable("--out", Path(args.out), is_dir=False)
         pred = Predictor(args.model_dir, unknown=args.unknown)
         data = args.data[0] if len(args.data) == 1 else args.data
+        named = infer_format(data, required=False)
+        if named not in (None, pred.format) and not is_converted(data):  # hps.convert's data: Predictor checks it
+            raise InvalidInputError(f"--data is {named} data by its file names, but the model in {args.model_dir} "
+                                    f"was trained on {pred.format} data (hps.predict reads the training format)")
         res = pred.write_csv(data, args.out, batch_size=args.batch_size, strict=args.strict,
-                             max_malformed=args.max_malformed)
+                             max_malformed=args.max_malformed, readers=args.readers)
     except (HpsError, OSError) as e:
         return _fail(None, e, EXIT_BAD_INPUT if _is_bad_input(e) else EXIT_FAILED)
     auc = f"; AUC {res['auc']:.4f}" if res["auc"] is not None else ""

@@ -48,6 +48,7 @@ class Channel:
         self.topo = topo                 # hps.comm.Topology over ``comm`` for the hierarchical collectives
         self.mpi_seconds = 0.0
         self.mpi_cpu_seconds = 0.0
+        self.in_call = False             # inside an MPI call now (set by this channel's thread, read by any)
 
     # -- plumbing ----------------------------------------------------------------------------------
     def _call(self, blocking, nonblocking=None) -> None:
@@ -56,12 +57,14 @@ class Channel:
         from ..comm import poll
 
         c0, t0 = time.thread_time(), time.perf_counter()
+        self.in_call = True
         try:
             if self.spin or nonblocking is None:
                 blocking()
             else:
                 poll(nonblocking())
         finally:
+            self.in_call = False
             self.mpi_cpu_seconds += time.thread_time() - c0
             self.mpi_seconds += time.perf_counter() - t0
 
@@ -265,6 +268,10 @@ class Collectives:
 
     def channels(self) -> dict:
         return {name: getattr(self, name) for name in CHANNELS}
+
+    def in_call(self, channel: str | None) -> bool:
+        """Whether the thread of channel ``channel`` (None: a thread without one) is inside an MPI call."""
+        return channel is not None and getattr(self, channel).in_call
 
     def bytes_sent(self) -> dict:
         """Bytes this rank sent to other ranks, by kind."""

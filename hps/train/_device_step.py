@@ -14,7 +14,7 @@ stream, so ordered before the table's own next call (insert, erase, purge, growt
 
     find_slots(keys) -> pool_forward (from the table rows) -> model.forward_backward_pooled
     (dense model on the array module; bce_loss_grad adds the loss to a device accumulator)
-    -> pool_backward (per-key sums with cuda.atomic.add) -> [MPI] -> row optimizer kernel on the
+    -> pool_backward (per-key sums in a fixed order, no atomics) -> [MPI] -> row optimizer kernel on the
     table rows in place -> [MPI] dense all-reduce -> dense step
 
 Once per batch the loss and the missing-key count come back (16 bytes, ``minibatch``). Nothing else
@@ -40,6 +40,7 @@ kernels run in the simulator, and the ledger counts the copies a GPU would make.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,8 +53,9 @@ from ..gpu import (
     BatchScalars,
     Placement,
     TransferLedger,
+    backward_plan,
     bce_loss_grad_async,
-    pool_backward_async,
+    pool_backward_sorted_async,
     pool_forward_rows_async,
 )
 from ._device_rows import OneTable, Parts
@@ -132,6 +134,7 @@ class DevicePlan:
     labels: object
     dense: object
     uinv: object = None
+    bwd: object = None  # hps.gpu.BackwardPlan: the gradient sums in a fixed order (runs repeat bit for bit)
 
 
 class DeviceStep:
@@ -189,6 +192,9 @@ class DeviceStep:
                 field=up(b.field, np.int32), weights=up(b.weights, dt), offsets=up(b.offsets, np.int64),
                 labels=up(b.labels, dt), dense=up(b.dense, dt) if self.model.n_dense else None,
                 uinv=up(p.uinv, np.int64) if owner else None))
+            with s if s is not None else contextlib.nullcontext():
+                d = out[-1]
+                d.bwd = backward_plan(d.inv, d.field, d.weights, d.offsets, p.keys.shape[0], self.row_params, self.xp)
         if s is not None:
             s.synchronize()
         if isinstance(self.rows, Parts):
@@ -245,7 +251,7 @@ class DeviceStep:
         d_pooled, g_dense = m.forward_backward_pooled(pooled, d.dense,
                                                       lambda z: self._loss_grad(z, d.labels, n_total))
         grads = xp.empty((u, P), m.dtype)
-        pool_backward_async(d_pooled, d.inv, d.field, d.weights, d.offsets, grads)
+        pool_backward_sorted_async(d_pooled, d.bwd, grads)
         if self._owner_exchange:  # per-key sums go to the owners, summed there in rank order
             back = ch.alltoallv(self.ledger.to_host(grads, "mpi"), p.send, p.recv, SPARSE_GRADS)
             grads = self.ledger.to_device(segment_sum(back, p.uinv, p.ukeys.shape[0]), "mpi")

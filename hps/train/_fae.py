@@ -322,14 +322,11 @@ def _holdout(trainer, n: int):
     d, tc = trainer.cfg.data, trainer.cfg.train
     if n == 0 or not trainer.feed.has_eval:
         return None
-    opts = format_options(d, tc.seed, tc.batch_size)
-    if d.eval_data:
-        opts = {k: v for k, v in opts.items() if k not in ("seed", "block_rows")}
-        if d.format == "libsvm":
-            opts["n_fields"] = trainer.feed.n_fields
+    if d.eval_data:  # the eval readers' options: the training data's columns by name and dense statistics
+        opts = {k: v for k, v in trainer.feed.eval_options.items() if k != "readers"}
         it = open_dataset(d.eval_data, d.format, n, strict=d.strict, max_malformed=d.max_malformed, **opts).batches()
     else:
-        it = open_dataset(None, "synthetic", n, **opts).eval_batches()
+        it = open_dataset(None, "synthetic", n, **format_options(d, tc.seed, tc.batch_size)).eval_batches()
     parts, got = [], 0
     for b in it:
         parts.append(b.slice(0, min(len(b), n - got)))

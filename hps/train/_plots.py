@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .._extras import install_hint
 from ..errors import InvalidInputError
 
 
@@ -23,7 +24,7 @@ def require():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as e:
-        raise InvalidInputError(f"--plots needs matplotlib ({e}): pip install 'hps[plots]'") from None
+        raise InvalidInputError(f"--plots needs matplotlib ({e}): {install_hint('plots')}") from None
     return plt
 
 

@@ -1,7 +1,7 @@
 """Checks a job makes before it trains, so one that cannot finish fails in its first seconds.
 
 - ``check_outputs``: ``--plots`` has matplotlib; every output path (``--metrics-out``, ``--plots``,
-  ``--export``, ``--checkpoint-dir``) can be written.
+  ``--export``, ``--checkpoint-dir``) can be written (``check_writable``, also ``hps.predict --out``'s).
 - ``check_memory``: what the model and the HBM-PS table will surely allocate on the host fits in
   this machine's memory.
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 from pathlib import Path
 
 from ..errors import InvalidInputError
@@ -31,14 +32,17 @@ def check_outputs(tc) -> None:
 
         require()
     if tc.metrics_out:
-        _check_writable("--metrics-out", Path(tc.metrics_out), is_dir=False)
+        check_writable("--metrics-out", Path(tc.metrics_out), is_dir=False)
     for flag, path in (("--plots", tc.plots), ("--export", tc.export), ("--checkpoint-dir", tc.checkpoint_dir)):
         if path:
-            _check_writable(flag, Path(path), is_dir=True)
+            check_writable(flag, Path(path), is_dir=True)
 
 
-def _check_writable(flag: str, path: Path, is_dir: bool) -> None:
-    """A directory (created with its parents if missing) or a file (its directory must exist)."""
+def check_writable(flag: str, path: Path, is_dir: bool) -> None:
+    """Raises InvalidInputError naming ``flag``, ``path`` and why, unless ``path`` can be written: a
+    directory (created with its parents if missing) or a file (its directory must exist). Whether
+    the directory takes a file is tried (a temporary file, removed at once), not judged from its
+    mode bits, which say nothing of root, read-only mounts, immutable directories or /proc."""
     if path.exists() and path.is_dir() != is_dir:
         raise InvalidInputError(f"{flag} {path} is a {'file' if is_dir else 'directory'}, not a "
                                 f"{'directory' if is_dir else 'file'}")
@@ -50,8 +54,13 @@ def _check_writable(flag: str, path: Path, is_dir: bool) -> None:
         where = path.parent
         if not where.is_dir():
             raise InvalidInputError(f"{flag} {path}: directory {where} does not exist")
-    if not where.is_dir() or not os.access(where, os.W_OK | os.X_OK):
+    if not where.is_dir():
         raise InvalidInputError(f"{flag} {path}: {where} is not a writable directory")
+    try:
+        with tempfile.TemporaryFile(dir=where):
+            pass
+    except OSError as e:
+        raise InvalidInputError(f"{flag} {path}: {where} is not a writable directory ({e.strerror})") from None
 
 
 def physical_memory() -> int | None:

@@ -37,11 +37,11 @@ from ..metrics import logloss as logloss_score
 from ..model import ModelConfig, make_model, make_optimizers
 from ..pipeline import STOP_TIMEOUT_S, Pipeline, Stage
 from ..ssd import ScratchEnv, SSDOptions, SSDStore
-from . import _checkpoint, _fae, _warmup
+from . import _checkpoint, _export, _fae, _warmup
 from ._admission import FeatureFilter, shared_keys
 from ._blas import DenseThreads
 from ._budget import plan_memory
-from ._control import TrainingControl, run_name
+from ._control import TrainingControl, best_dir, run_name
 from ._collectives import Collectives
 from ._device_step import make_device_step, transfer_metrics
 from ._easgd import make_dense_sync
@@ -95,7 +95,7 @@ class Trainer:
         # the dense model's host threads: --blas-threads, else sized between batches to idle cores (_blas)
         self.dense_threads = DenseThreads(cfg.train.blas_threads, self.coll.cores_per_rank)
         self.blas_threads = self.dense_threads.label
-        self.feed = feed or Feed(cfg, self.coll.rank, self.coll.size)
+        self.feed = feed or Feed(cfg, self.coll.rank, self.coll.size, self.coll.cores_per_rank)
         check_memory(self.feed.n_fields, self.feed.n_dense, cfg, self.coll.size)
         mcfg = ModelConfig.from_options(m, self.feed.n_fields, self.feed.n_dense, cfg.train.seed)
         self.model = make_model(mcfg, xp=self.xp)
@@ -118,7 +118,7 @@ class Trainer:
                                        self.row_params, self.xp, self.sync.replicated)
         self.store = None
         # this job's own directory (never one another job or the user holds), removed by close()
-        self._ssd = SSDDir.claim(t.ssd_path, self.coll.rank, self.coll.size, keep=t.keep_ssd)
+        self._ssd = SSDDir.claim(t.ssd_path, self.coll.rank, self.coll.size, keep=t.keep_ssd, log=log)  # every rank
         self.ssd_dir = self._ssd.store_path
         try:
             resident, owned = self._first_working_set()
@@ -155,7 +155,7 @@ class Trainer:
         self.filter = (FeatureFilter(self.coll, tc.admit_after, tc.expire_after, tc.admit_sketch_width)
                        if tc.admit_after > 1 or tc.expire_after else None)
         self.schedule = LRSchedule(tc, len(self.feed.sizes), self.sparse_opt, self.dense_opt)
-        self.control = TrainingControl(tc.eval_every, tc.early_stop, WINDOW, tc.checkpoint_dir)
+        self.control = TrainingControl(tc.eval_every, tc.early_stop, WINDOW, best_dir(tc))
 
     def _first_working_set(self) -> tuple[int, int]:
         """(keys this rank will hold resident for the first batch, how many of them it owns): the
@@ -226,6 +226,8 @@ class Trainer:
             if self.het and w.index > self.start_index and after_cut:
                 # het: a consistent cut ends batch index - 1 (flushed by train); nothing is prepared past it
                 self.hier.wait_ready(w.index - 1 + WINDOW, self.pipeline.stop_event)
+            if self.control.cut_before(w.index):  # the best checkpoint is the model after its batch (_control)
+                self.hier.wait_ready(w.index - 1 + WINDOW, self.pipeline.stop_event)
 
     def _read_past_stop(self, index: int) -> bool:
         """Early stopping decided and batch ``index`` is past what ``prepare`` still runs (_control)."""
@@ -276,8 +278,10 @@ class Trainer:
                                  "lower --lr/--dense-lr or check the data for inf/NaN features")
         if self.het and is_cut(self.cfg.train, w.index, w.last_in_epoch):
             self.sync.flush()
-        self.hier.mark_trained(w.index)
         self.dense_threads.after_batch(self.pipeline.stage_times())  # hook: threads for the next batch
+        cut = self.control.keeps_best(w.index)  # prepare(index + 1) waits for the evaluation, the best too
+        if not cut:
+            self.hier.mark_trained(w.index)
         saved = []  # at most one checkpoint of this batch: for the best model, and when it is due
 
         def save():
@@ -287,8 +291,10 @@ class Trainer:
         self.control.after_batch(w.index, n_ex, self._evaluate_now, save)  # first: checkpoints hold its state
         if self._checkpoint_due(w):
             save()
-        if self.control.stop == w.index and self.control.pinned():
-            _checkpoint.point_latest(self.cfg.train.checkpoint_dir, self.control.pinned()[0])
+        if self.control.stop == w.index and self.control.pinned() and self.coll.rank == 0:  # one writer of LATEST
+            _checkpoint.point_latest(self.control.checkpoint_dir, self.control.pinned()[0])
+        if cut:
+            self.hier.mark_trained(w.index)
         return {"index": w.index, "loss": loss_sum / max(n_ex, 1), "examples": n_ex}
 
     def _evaluate_now(self) -> tuple[float, float]:
@@ -362,8 +368,9 @@ class Trainer:
         easgd = self.dense_sync.checkpoint_writer(self.model.params, self.dense_opt)  # None without groups
         writers += [easgd] if easgd is not None else []
         extra = (lambda h: [write(h) for write in writers]) if writers else None
-        return _checkpoint.save(tc.checkpoint_dir, self.coll.train, self.store, self.model, self.dense_opt,
-                                meta, keep=tc.keep_checkpoints, extra=extra, pinned=self.control.pinned())
+        return _checkpoint.save(self.control.checkpoint_dir, self.coll.train, self.store, self.model, self.dense_opt,
+                                meta, keep=tc.keep_checkpoints, extra=extra, pinned=self.control.pinned(),
+                                model_meta=self._model_meta())
 
     def resume(self) -> None:
         meta = _checkpoint.load(self.cfg.train.checkpoint_dir, self.coll.main, self.store, self.model,
@@ -411,7 +418,8 @@ class Trainer:
                                                            Stage("place", self._place),
                                                            Stage("train", self._train)],
                                  depth=tc.queue_depth, on_error=self._stage_failed,
-                                 stop_timeout_s=MPI_STOP_TIMEOUT_S if self.coll.size > 1 else STOP_TIMEOUT_S)
+                                 stop_timeout_s=MPI_STOP_TIMEOUT_S if self.coll.size > 1 else STOP_TIMEOUT_S,
+                                 waiting_on_peers=lambda stage: self.coll.in_call(STAGE_CHANNELS[stage]))
         t0, c0 = time.perf_counter(), time.process_time()
         examples = 0
 
@@ -585,11 +593,16 @@ class Trainer:
         return (f"model: {m.describe()}; {dense:,} dense parameters ({self.dense_opt.name}); "
                 f"one row of {self.row_width} floats ({row}) per key, made on first use")
 
-    def export(self, directory: str) -> None:
+    def _model_meta(self) -> dict:
+        """The model and its input (``_records.export_meta``), for exports and checkpoints."""
         from ._records import export_meta
 
-        meta = export_meta(self.cfg, self.feed, self.model, getattr(self.feed, "format_options", {}))
-        _checkpoint.export(directory, self.coll.main, self.store, self.model, meta=meta)
+        return export_meta(self.cfg, self.feed, self.model, getattr(self.feed, "format_options", {}))
+
+    def export(self, directory: str) -> dict:
+        """Export the model (after ``--early-stop`` the best one) -> what it holds (``_export``)."""
+        return _export.export_trained(directory, self.coll.main, self.store, self.model, self._model_meta(),
+                                      self.control, self.log)
 
     def close(self) -> None:
         """Close the SSD-PS and remove it with the directories this job made (unless --keep-ssd).

@@ -2,7 +2,8 @@
 
 Run in its own process: ``NUMBA_ENABLE_CUDASIM=1 pytest tests/cudasim -q`` (the conftest skips these
 tests otherwise). Sizes are tiny (the simulator runs every thread in Python) and the launch block
-is patched to 16 threads, so even tiny batches span several blocks.
+is patched to 16 threads and 3 blocks (``conftest.py``), so even tiny batches span several blocks and
+every grid-stride loop runs several rounds.
 """
 
 import numpy as np
@@ -21,15 +22,6 @@ SENTINEL = 2**64 - 1
 # a small universe makes duplicates, revivals and collisions likely; includes the edge keys
 UNIVERSE = [0, 1, 2, 3, 5, 8, 13, 2**63, 2**64 - 2, 12345678901234567890] + list(range(100, 130))
 DIM = 3
-
-
-@pytest.fixture(scope="module", autouse=True)
-def small_blocks():
-    from hps.gpu import _table_cuda
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(_table_cuda, "BLOCK_SIZE", 16)
-        yield
 
 
 def cuda():
@@ -165,7 +157,8 @@ def test_duplicates_in_one_insert_last_wins(fill_first):
 def test_owner_scratch_marks_last_occurrence_and_is_reset():
     """The dedup protocol itself (the simulator runs threads in order, so a missing dedup could
     still pass the test above by luck; this checks the marks the row kernel relies on)."""
-    from hps.gpu import _table_kernels as K
+    from hps import _launch as L
+    from hps.table import _cuda_kernels as K
 
     table = HashTable(40, 1, device="cuda")
     impl = table._impl
@@ -173,14 +166,14 @@ def test_owner_scratch_marks_last_occurrence_and_is_reset():
     table.insert(keys, np.arange(10, dtype=np.float32)[:, None])
     assert (impl.owner.copy_to_host() == -1).all()  # reset after every insert
     d_keys = cuda().to_device(keys[::-1].copy())  # 7 9 7 7 3 9 7 3 7 7: last 7 at 9, 9 at 5, 3 at 7
-    impl._zero_counts()
-    K.upsert_claim[impl._grid1(10)](impl.tkeys, impl.tstate, impl.owner, d_keys, True, impl.counts)
+    impl._zero(impl.counts, 0)
+    L.launch(K.upsert_claim, L.grid1(10), 0, impl.tkeys, impl.tstate, impl.owner, d_keys, True, impl.counts)
     owner = impl.owner.copy_to_host()
     tk = impl.tkeys.copy_to_host()
     marks = {int(tk[s]): int(owner[s]) for s in np.flatnonzero(owner >= 0)}
     assert marks == {7: 9, 9: 5, 3: 7}
-    assert impl._read_counts()[:3].tolist() == [0, 0, 0]  # all three keys were already live
-    K.unmark_keys[impl._grid1(10)](impl.tkeys, impl.owner, d_keys)
+    assert impl._read(impl.counts, 0)[:3].tolist() == [0, 0, 0]  # all three keys were already live
+    L.launch(K.unmark_keys, L.grid1(10), 0, impl.tkeys, impl.owner, d_keys)
     assert (impl.owner.copy_to_host() == -1).all()
 
 
@@ -304,9 +297,7 @@ def test_export_clear_and_properties():
 
 
 def test_no_gpu_raises_device_unavailable(monkeypatch):
-    from hps.gpu import _table_cuda
-
-    monkeypatch.setattr(_table_cuda.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(cuda(), "is_available", lambda: False)
     with pytest.raises(DeviceUnavailableError, match="no usable CUDA GPU"):
         HashTable(4, 2, device="cuda")
 

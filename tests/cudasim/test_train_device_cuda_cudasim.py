@@ -106,6 +106,32 @@ def test_parts_on_several_simulated_gpus_train_like_the_cpu(tmp_path, parts, gpu
     assert (mg["peer_bytes"] > 0) == (gpus > 1)
 
 
+@pytest.mark.parametrize("case", ["ctr-adagrad", "deepfm-adam-growth"])
+def test_a_job_repeats_bit_for_bit_whatever_the_launch_geometry(tmp_path, monkeypatch, case):
+    """Run-to-run determinism of ``--device cuda``: the same job under launch geometries that order a
+    GPU's threads differently (block size, blocks, grid-stride rounds) ends with the same bits, because
+    no float sum of the step depends on the order threads run in (the gradient sums are
+    ``pool_backward_sorted_async``; float atomics made them differ in the last bits, which Adam's
+    normalised steps amplify over a run)."""
+    from hps import _launch
+
+    args = CASES[case][0]
+    exports = []
+    for i, (block, blocks) in enumerate([(16, 3), (64, 1), (8, 5)]):
+        monkeypatch.setattr(_launch, "BLOCK_SIZE", block)
+        monkeypatch.setattr(_launch, "SIM_MAX_BLOCKS", blocks)
+        (tmp_path / str(i)).mkdir()
+        exports.append(run(tmp_path / str(i), "cuda", args)[0])
+    k0, v0, d0, f0 = exports[0]
+    for k, v, d, f in exports[1:]:
+        np.testing.assert_array_equal(k, k0)
+        np.testing.assert_array_equal(v, v0)
+        for name in d0:
+            np.testing.assert_array_equal(d[name], d0[name])
+        if f0 is not None:
+            np.testing.assert_array_equal(f, f0)
+
+
 def mpirun(mpiexec, args, tmp_path, name):
     out, metrics = tmp_path / name, tmp_path / f"{name}.json"
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(REPO))

@@ -24,16 +24,6 @@ from tests.reference import model as ref
 pytestmark = pytest.mark.cudasim
 
 
-@pytest.fixture(scope="module", autouse=True)
-def small_blocks():
-    from hps.gpu import _table_cuda
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(_table_cuda, "BLOCK_SIZE", 16)
-        mp.setattr(ops, "BLOCK_SIZE", 16)
-        yield
-
-
 def make_case(seed, n=12, n_fields=3, row_width=7, dtype=np.float32, weighted=True, extra_keys=5):
     """A batch (duplicates inside and across examples, some examples empty), its plan, and a CUDA table
     holding the rows of its unique keys plus a few other keys."""
@@ -172,6 +162,95 @@ def test_pool_backward_duplicates_sum_exactly():
     np.testing.assert_array_equal(grads, [[2.0 * n * reps * (j + 1) for j in range(p)]])
 
 
+def zipf_case(seed, n=40, n_fields=3, p=4):
+    """Many occurrences of a few keys (sums of tens of products), empty examples, float32 gradients."""
+    rng = np.random.default_rng(seed)
+    b = ref.random_batch(rng, n, n_fields, max_keys=4, vocab=3, weighted=True)
+    keys, inv = np.unique(b.keys, return_inverse=True)
+    plan = dict(inv=inv.astype(np.int64), field=b.field.astype(np.int32), weights=b.weights.astype(np.float32),
+                offsets=b.offsets.astype(np.int64))
+    g = rng.normal(size=(n, n_fields * p)).astype(np.float32)
+    return keys.shape[0], plan, g
+
+
+def sorted_backward(u, plan, g, chunk=ops.BACKWARD_CHUNK):
+    bp = ops.backward_plan(plan["inv"], plan["field"], plan["weights"], plan["offsets"], u, g.shape[1] // 3, np,
+                           chunk=chunk)
+    got = np.full((u, g.shape[1] // 3), np.nan, np.float32)  # every element written
+    ops.pool_backward_sorted_async(g, bp, got)
+    return got
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_sorted_backward_is_pool_fields_backward_bit_for_bit(seed):
+    """Each key's occurrences sum from 0 in CSR order, as the CPU kernel adds them: the same float32
+    bits (no key here has more than BACKWARD_CHUNK occurrences)."""
+    u, plan, g = zipf_case(seed)
+    want = np.zeros((u, 4), np.float32)
+    cpu.pool_fields_backward(g, plan["inv"], plan["field"], plan["weights"], plan["offsets"], want)
+    assert np.bincount(plan["inv"]).max() > 10  # sums long enough for the order to show
+    np.testing.assert_array_equal(sorted_backward(u, plan, g), want)
+
+
+def test_sorted_backward_in_chunks_is_the_chunk_sums_in_order():
+    """Keys with more occurrences than a chunk: chunks of 3 in CSR order, summed from 0, then the chunks
+    in order (a Python model of that fixed order), bit for bit; and within rounding of the CPU."""
+    u, plan, g = zipf_case(5)
+    order = np.argsort(plan["inv"], kind="stable")
+    ex = np.searchsorted(plan["offsets"][1:], order, side="right")
+    want = np.zeros((u, 4), np.float32)
+    for i in range(u):
+        occ = order[plan["inv"][order] == i]
+        total = np.zeros(4, np.float32)
+        for a in range(0, occ.shape[0], 3):
+            part = np.zeros(4, np.float32)
+            for k in occ[a:a + 3]:
+                e = ex[np.flatnonzero(order == k)[0]]
+                f = plan["field"][k]
+                part += plan["weights"][k] * g[e, f * 4:(f + 1) * 4]
+            total += part
+        want[i] = total
+    got = sorted_backward(u, plan, g, chunk=3)
+    np.testing.assert_array_equal(got, want)
+    cpu_sums = np.zeros((u, 4), np.float32)
+    cpu.pool_fields_backward(g, plan["inv"], plan["field"], plan["weights"], plan["offsets"], cpu_sums)
+    np.testing.assert_allclose(got, cpu_sums, rtol=1e-5, atol=1e-5)
+
+
+def test_sorted_backward_does_not_depend_on_the_launch_geometry(monkeypatch):
+    """The interleaving a GPU chooses, forced in the simulator: blocks of other sizes and grid-stride
+    rounds change the order in which the atomic kernel's additions land (float sums move in the last
+    bits), never the sorted kernel's result. Keys that never occur get zeros."""
+    from hps import _launch
+
+    u, plan, g = zipf_case(6)
+    plan["inv"] = plan["inv"] + 1  # key 0 occurs nowhere
+    u += 1
+    results, atomic = [], []
+    for block, blocks in [(16, 3), (32, 1), (8, 7)]:
+        monkeypatch.setattr(_launch, "BLOCK_SIZE", block)
+        monkeypatch.setattr(_launch, "SIM_MAX_BLOCKS", blocks)
+        results.append(sorted_backward(u, plan, g))
+        a = np.empty((u, 4), np.float32)
+        ops.pool_backward_async(g, grads=a, **plan)
+        atomic.append(a)
+    assert all(np.array_equal(results[0], r) for r in results[1:])
+    assert (results[0][0] == 0).all()
+    for a in atomic:  # the atomic sums agree only to rounding
+        np.testing.assert_allclose(a, results[0], rtol=1e-5, atol=1e-5)
+
+
+def test_backward_plan_of_an_empty_minibatch_zeroes_the_gradients():
+    plan = dict(inv=np.zeros(0, np.int64), field=np.zeros(0, np.int32), weights=np.zeros(0, np.float32),
+                offsets=np.zeros(4, np.int64))
+    got = np.full((2, 4), np.nan, np.float32)
+    bp = ops.backward_plan(plan["inv"], plan["field"], plan["weights"], plan["offsets"], 2, 4, np)
+    ops.pool_backward_sorted_async(np.zeros((3, 12), np.float32), bp, got)
+    assert (got == 0).all()
+    with pytest.raises(InvalidInputError):
+        ops.pool_backward_sorted_async(np.zeros((3, 12), np.float32), bp, np.zeros((3, 4), np.float32))
+
+
 @pytest.mark.parametrize("opt", [SparseSGD(0.1), SparseAdagrad(0.05, initial_accumulator=0.1),
                                  SparseAdagrad(0.3), SparseSGD(0.1, l2=0.01), SparseAdagrad(0.3, l2=0.02),
                                  SparseRowwiseAdagrad(0.2, initial_accumulator=0.1),
@@ -206,6 +285,34 @@ def test_sparse_update_matches_the_cpu_optimizer(opt, dtype):
     else:
         np.testing.assert_array_equal(rows_of(table, keys), want)
     np.testing.assert_array_equal(rows_of(table, bystander), np.ones((1, rows.shape[1])))
+
+
+@pytest.mark.parametrize("l2", [0.0, 0.05])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("opt", [SparseSGD(0.1), SparseAdagrad(0.05, initial_accumulator=0.1),
+                                 SparseRowwiseAdagrad(0.2), SparseAdam(0.01)],
+                         ids=["sgd", "adagrad", "rowwise-adagrad", "adam"])
+def test_device_rows_step_with_the_cpu_kernels_math(opt, dtype, l2):
+    """``apply`` on device rows (CuPy's path: ``_optim_cuda.update_rows_async`` over every row, the CUDA
+    kernels of the per-row functions the CPU kernels call) takes the CPU's steps; columns after the
+    state are carried unchanged. Bit for bit but for Adam's float64 powers (the simulator's Python vs
+    Numba's CPU code may differ in the last bit)."""
+    from hps.model import _optim_cuda
+
+    opt = type(opt)(**{**{"lr": opt.lr}, **opt._hyper(), "l2": l2})
+    rng = np.random.default_rng(6)
+    P = 4
+    rows = np.concatenate([opt.init_rows(rng.normal(size=(9, P))), rng.normal(size=(9, 2))], axis=1).astype(dtype)
+    cpu_rows, dev_rows = rows.copy(), rows.copy()
+    for _ in range(3):
+        g = rng.normal(size=(9, P)).astype(dtype)
+        cpu_rows = opt.apply(cpu_rows, g)
+        _optim_cuda.update_rows_async(dev_rows, np.arange(9, dtype=np.int64), g, opt)
+    if opt.name == "adam":
+        np.testing.assert_allclose(dev_rows, cpu_rows, rtol=1e-6, atol=1e-7)
+    else:
+        np.testing.assert_array_equal(dev_rows, cpu_rows)
+    np.testing.assert_array_equal(dev_rows[:, -2:], rows[:, -2:])
 
 
 def test_updates_skip_missing_slots_and_refuse_bad_layouts():

@@ -160,3 +160,17 @@ def test_partitioned_cuda_matches_single_cpu():
         t.insert(keys[::5], deltas[::5])
     np.testing.assert_array_equal(parted.get(keys)[0], single.get(keys)[0])
     assert len(parted) == len(single)
+
+
+def test_async_calls_take_device_arrays_only():
+    """Asynchronous calls enqueue and return: a host array would need a copy behind the caller's back."""
+    from numba import cuda
+
+    from hps.errors import InvalidTypeError
+
+    t = HashTable(8, 2, device="cuda")
+    with pytest.raises(InvalidTypeError, match="device array"):
+        t.insert_async(np.array([1], np.uint64), cuda.to_device(np.ones((1, 2), np.float32)))
+    with pytest.raises(InvalidTypeError, match="device array"):
+        t.get_async(cuda.to_device(np.array([1], np.uint64)), np.zeros((1, 2), np.float32),
+                    cuda.device_array(1, np.bool_))

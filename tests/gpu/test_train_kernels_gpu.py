@@ -1,6 +1,7 @@
 """GPU-resident training kernels on a real GPU (skips itself without one): CuPy arrays zero-copy, a
 CuPy stream, real atomics under contention, sizes the simulator cannot run; against the CPU twins.
-On a GPU, NVVM may fuse multiply-adds, so float results agree to a few ulp, not bit for bit."""
+On a GPU, NVVM may fuse multiply-adds, so float results agree to a few ulp, not bit for bit; sums made
+with float atomics agree to what their addition order can change (:func:`atomic_sum_bound`)."""
 
 import numpy as np
 import pytest
@@ -32,6 +33,24 @@ def zipf_plan(rng, n, n_fields, vocab, max_keys=3):
     return uniq, dict(inv=inv.astype(np.int64), field=field, weights=weights, offsets=offsets)
 
 
+def atomic_sum_bound(g_pooled, plan, u, dtype=np.float32):
+    """Per (key, column) bound on how far two float sums of the same products may differ when only the
+    order of the additions changes (``cuda.atomic.add`` from many examples lands in any order): each
+    order's sum of n products lies within gamma_(n+1) * sum(|product|) of the exact sum (Higham,
+    "Accuracy and Stability of Numerical Algorithms", 2nd ed., Sec. 4.2; n - 1 additions plus the
+    rounding of each product, or none when it is fused), so two orders differ by at most twice that,
+    with gamma_m = m u / (1 - m u) and u = 2**-24 for float32. Relative to the magnitude of the
+    summands, not of the sum: a key whose products nearly cancel may differ far more than rtol allows
+    relative to its (small) sum, and that is still correct."""
+    mags = np.zeros((u, g_pooled.shape[1] // (plan["field"].max() + 1)), np.float64)
+    cpu.pool_fields_backward(np.abs(g_pooled).astype(np.float64), plan["inv"], plan["field"],
+                             np.abs(plan["weights"]).astype(np.float64), plan["offsets"], mags)
+    n = np.bincount(plan["inv"], minlength=u).astype(np.float64)[:, None]
+    unit = np.finfo(dtype).eps / 2
+    gamma = (n + 1) * unit / (1 - (n + 1) * unit)
+    return 2 * gamma * mags + np.finfo(dtype).tiny
+
+
 @pytest.mark.parametrize("opt", [SparseSGD(0.05), SparseAdagrad(0.05, initial_accumulator=0.1)],
                          ids=["sgd", "adagrad"])
 def test_minibatch_step_matches_cpu_at_scale(opt):
@@ -50,7 +69,6 @@ def test_minibatch_step_matches_cpu_at_scale(opt):
                     plan["offsets"], pooled_cpu)
     g_cpu = np.zeros((u, d), np.float32)
     cpu.pool_fields_backward(g_pooled, plan["inv"], plan["field"], plan["weights"], plan["offsets"], g_cpu)
-    want = opt.apply(rows, g_cpu)
 
     stream = cp.cuda.Stream(non_blocking=False)
     dplan = {k: cp.asarray(v) for k, v in plan.items()}
@@ -66,10 +84,15 @@ def test_minibatch_step_matches_cpu_at_scale(opt):
         rops.sparse_update_async(v, slots, grads, opt, stream=stream)
         stream.synchronize()
     np.testing.assert_allclose(pooled.get(), pooled_cpu, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(grads.get(), g_cpu, rtol=1e-4, atol=1e-5)
+    # 232,832 sums of up to hundreds of atomic adds each: compare within what reordering may change
+    g_gpu = grads.get()
+    err = np.abs(g_gpu.astype(np.float64) - g_cpu)
+    bound = atomic_sum_bound(g_pooled, plan, u)
+    assert (err <= bound).all(), f"{int((err > bound).sum())} gradients beyond the reordering bound"
     got, found = table.get(keys)
     assert found.all()
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    # the row update itself, from the GPU's own sums (FMA contraction only)
+    np.testing.assert_allclose(got, opt.apply(rows, g_gpu), rtol=1e-5, atol=1e-7)
     assert scalars.read(TransferLedger(cp))["missing"] == 0
 
 
@@ -121,3 +144,16 @@ def test_table_growth_and_purge_on_the_gpu():
     v, f = table.get(keys)
     assert f.all()
     np.testing.assert_array_equal(v, rows)
+
+
+@pytest.mark.parametrize("opt", [SparseSGD(0.05), SparseAdagrad(0.05, initial_accumulator=0.1)], ids=["sgd", "adagrad"])
+def test_apply_on_cupy_rows_runs_the_shared_per_row_math(opt):
+    """``opt.apply`` on CuPy rows launches the CUDA kernels of the per-row functions the CPU kernels call
+    (no vectorised third copy): the CPU's result to a few ulp (FMA contraction on the GPU)."""
+    cp = cupy()
+    rng = np.random.default_rng(3)
+    rows = opt.init_rows(rng.normal(size=(1000, 16)).astype(np.float32))
+    g = rng.normal(size=(1000, 16)).astype(np.float32)
+    got = opt.apply(cp.asarray(rows), cp.asarray(g))
+    assert type(got).__module__.startswith("cupy")
+    np.testing.assert_allclose(got.get(), opt.apply(rows, g), rtol=1e-6, atol=1e-7)

@@ -84,13 +84,29 @@ class Placement:
 
     def peer(self, a, src: int, dst: int, ledger=None):
         """Device array ``a`` (of the array module, on GPU ``src``) on GPU ``dst``: ``a`` itself when
-        ``src == dst``, else a copy (counted by ``ledger`` as ``peer_bytes`` when given). Ordered on
-        the current streams of both devices (the legacy default stream)."""
+        ``src == dst``, else a copy (counted by ``ledger`` as ``peer_bytes`` when given).
+
+        Ordered on the current streams of both devices (the legacy default stream, where hps's kernels
+        run): streams of two GPUs never wait for each other by themselves, so the copy (on ``dst``'s
+        stream) first waits for an event recorded on ``src``'s stream after the work that wrote ``a``,
+        and ``src``'s stream then waits for the copy, so memory of ``a`` freed afterwards is not reused
+        on ``src`` while the copy still reads it. Asynchronous."""
         if src == dst:
             return a
         if ledger is not None:
             ledger.peer(a.nbytes)
         if self.simulated:
             return a.copy()
+        import cupy
+
+        with self.use_device(src):
+            written = cupy.cuda.Event(disable_timing=True)
+            written.record()
         with self.use_device(dst):
-            return a.copy()  # CuPy copies an array of another device onto the current one
+            cupy.cuda.get_current_stream().wait_event(written)
+            out = a.copy()  # CuPy copies an array of another device onto the current one
+            copied = cupy.cuda.Event(disable_timing=True)
+            copied.record()
+        with self.use_device(src):
+            cupy.cuda.get_current_stream().wait_event(copied)
+        return out

@@ -21,9 +21,23 @@ Contract
   re-lays the live entries in place, on the table's device, without a round trip through the host.
 - :meth:`HashTable.reserve` grows the table to a larger ``capacity`` between calls, keeping every
   entry; a table never shrinks.
-- Empty batches are no-ops. All calls block until the result is ready.
+- Empty batches are no-ops.
 - ``device="cuda"``: inputs may be NumPy arrays or ``__cuda_array_interface__`` arrays (CuPy, Numba);
   results are device arrays when the keys were on the device (zero-copy), host arrays otherwise.
+
+Blocking and streams (as cuCollections: ``insert`` blocks, ``insert_async`` does not)
+-------------------------------------------------------------------------------------
+Every call takes ``stream`` (0 / None: the legacy default stream; a Numba or CuPy stream). The plain
+calls block until their result is ready, synchronising that stream only. The ``*_async`` calls
+(:meth:`insert_async`, :meth:`accumulate_async`, :meth:`get_async`, :meth:`contains_async`,
+:meth:`erase_async`) take device arrays, enqueue their kernels on ``stream`` and return; order the
+streams that produce their inputs and read their outputs yourself. Their counts (keys new, erased)
+reach ``len(table)`` at the next blocking call or :meth:`synchronize`. An asynchronous insert that
+might not fit (by the upper bound of what is in flight) first settles and, if the table is nearly
+full, runs as the blocking insert (so a full table still raises and changes nothing). The sentinel key
+is not checked in asynchronous calls (REQUIRES): lookups answer it absent, inserts skip it and the next
+:meth:`synchronize` raises. A table's calls stay in issue order across streams. On ``"cpu"`` every call
+completes before it returns.
 
 Thread safety: a ``HashTable`` serialises its own calls with a lock, so it may be shared by threads.
 """
@@ -36,10 +50,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .errors import HashTableFullError, InvalidInputError, InvalidTypeError
+from ..errors import HashTableFullError, InvalidInputError, InvalidTypeError
+from ._cache import CacheOps
 
 #: Default fraction of slots the table may fill at ``capacity`` live keys.
 DEFAULT_MAX_LOAD_FACTOR = 0.5
+#: Bytes a slot holds besides its row: key (uint64), state (int32) and cache score (uint64); the CUDA
+#: table adds the ``owner`` scratch (int32). For memory budgets (``hps/train/_budget.py``).
+SLOT_OVERHEAD_BYTES = {"cpu": 20, "cuda": 24}
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -51,7 +69,7 @@ def slots_for(capacity: int, max_load_factor: float) -> int:
 
 class TableView(NamedTuple):
     """Non-owning view of a table's slot arrays for kernels (device arrays on ``cuda``, NumPy on
-    ``cpu``); see :meth:`HashTable.device_view`. Layout: ``hps/_table_cpu_kernels.py``."""
+    ``cpu``); see :meth:`HashTable.device_view`. Layout: ``hps/table/_cpu_kernels.py``."""
 
     keys: object        #: (S,) uint64, the key of each slot; all ones where empty
     state: object       #: (S,) int32, 0 live, 1 tombstone
@@ -61,18 +79,19 @@ class TableView(NamedTuple):
 
 def _make_impl(device: str, n_slots: int, dim: int, dtype):
     if device == "cpu":
-        from ._table_cpu import CpuTableImpl
+        from ._cpu import CpuTableImpl
 
         return CpuTableImpl(n_slots, dim, dtype)
     if device == "cuda":
-        from .gpu._table_cuda import CudaTableImpl
+        from ._cuda import CudaTableImpl
 
         return CudaTableImpl(n_slots, dim, dtype)
     raise InvalidInputError(f"device must be 'cpu' or 'cuda', got {device!r}")
 
 
-class HashTable:
-    """Open-addressing key -> row table. See the module docstring for the full contract.
+class HashTable(CacheOps):
+    """Open-addressing key -> row table. See the module docstring for the full contract; as the HBM-PS
+    cache across batches, :meth:`lookup` and :meth:`evict` (``_cache.py``).
 
     Args:
         capacity: live keys the table is guaranteed to hold (> 0).
@@ -105,6 +124,8 @@ class HashTable:
         self._impl = _make_impl(device, slots_for(self._capacity, self._max_load_factor), self._dim, dt)
         self._size = 0
         self._tombstones = 0
+        self._maybe_new = 0      # keys of asynchronous inserts not yet settled (upper bound of new ones)
+        self._maybe_erased = 0   # keys of asynchronous erases not yet settled
         self._generation = 0
         self._open_views = 0
         self._lock = threading.RLock()
@@ -146,62 +167,126 @@ class HashTable:
     @property
     def load_factor(self) -> float:
         """Live keys / slots."""
-        return self._size / self._impl.n_slots
+        return len(self) / self._impl.n_slots
 
     def __len__(self) -> int:
-        return self._size
+        """Live keys (settles asynchronous calls first: may block)."""
+        with self._lock:
+            self._settle()
+            return self._size
 
     def __repr__(self) -> str:
         return (f"HashTable(capacity={self._capacity}, dim={self._dim}, device={self.device!r}, "
                 f"dtype={self._dtype.name}, size={self._size})")
 
     # -- public batch operations --------------------------------------------------------------------
-    def insert(self, keys, values) -> None:
+    def insert(self, keys, values, stream=None) -> None:
         """Insert or assign. keys (n,) uint64; values (n, dim). Later duplicates win. Blocking."""
-        self._upsert(keys, values, accumulate=False)
+        self._upsert(keys, values, False, stream)
 
-    def accumulate(self, keys, deltas) -> None:
+    def accumulate(self, keys, deltas, stream=None) -> None:
         """Add ``deltas`` (n, dim) to the rows of ``keys``; missing keys start from zeros. Blocking."""
-        self._upsert(keys, deltas, accumulate=True)
+        self._upsert(keys, deltas, True, stream)
 
-    def get(self, keys, out=None):
+    def get(self, keys, out=None, stream=None):
         """(values (n, dim), found (n,) bool); zeros where a key is missing. Blocking.
 
         ``out``: optional (n, dim) array of the table dtype that receives the values and is returned
         (no allocation per call; a device array on ``cuda``)."""
         with self._lock:
-            k, on_dev = self._impl.keys_in(keys)
-            vals, found = self._impl.get(k, out)
+            self._settle()
+            k, on_dev = self._impl.keys_in(keys, stream=stream)
+            vals, found = self._impl.get(k, out, on_dev, stream)
             if out is not None and isinstance(out, np.ndarray) and out is not vals:
                 vals.copy_to_host(out)  # a cuda table filling a host ``out``
-                return out, self._impl.out(found, on_dev)
-            return self._impl.out(vals, on_dev), self._impl.out(found, on_dev)
+                return out, self._impl.out(found, on_dev, stream)
+            return self._impl.out(vals, on_dev, stream), self._impl.out(found, on_dev, stream)
 
-    def contains(self, keys):
+    def contains(self, keys, stream=None):
         """found (n,) bool. Blocking."""
         with self._lock:
-            k, on_dev = self._impl.keys_in(keys)
-            return self._impl.out(self._impl.contains(k), on_dev)
+            self._settle()
+            k, on_dev = self._impl.keys_in(keys, stream=stream)
+            return self._impl.out(self._impl.contains(k, on_dev, stream), on_dev, stream)
 
-    def erase(self, keys) -> int:
-        """Remove keys; returns how many were present (a key repeated in ``keys`` counts once)."""
+    def erase(self, keys, stream=None) -> int:
+        """Remove keys; returns how many were present (a key repeated in ``keys`` counts once). Blocking."""
         with self._lock:
-            k, _ = self._impl.keys_in(keys)
+            self._settle()
+            k, _ = self._impl.keys_in(keys, stream=stream)
             if k.shape[0] == 0:
                 return 0
-            n = self._impl.erase(k)
+            n = self._impl.erase(k, stream)
             self._size -= n
             self._tombstones += n
             return n
 
+    # -- asynchronous batch operations (device arrays; see the module docstring) ----------------------
+    def insert_async(self, keys, values, stream=0) -> None:
+        """:meth:`insert` enqueued on ``stream``; keys (n,) uint64 and values (n, dim) device arrays."""
+        self._upsert_async(keys, values, False, stream)
+
+    def accumulate_async(self, keys, deltas, stream=0) -> None:
+        """:meth:`accumulate` enqueued on ``stream``; device arrays."""
+        self._upsert_async(keys, deltas, True, stream)
+
+    def get_async(self, keys, out, found, stream=0) -> None:
+        """out (n, dim) of the table dtype and found (n,) bool, device arrays, receive each key's row
+        (zeros where missing) and whether it is live. Enqueued on ``stream``."""
+        with self._lock:
+            k, _ = self._impl.keys_in(keys, stream=stream, blocking=False)
+            self._impl.get_async(k, self._out_arg(out, (k.shape[0], self._dim), self._dtype, "out"),
+                                 self._out_arg(found, (k.shape[0],), np.bool_, "found"), stream)
+
+    def contains_async(self, keys, found, stream=0) -> None:
+        """found (n,) bool device array: each key is live. Enqueued on ``stream``."""
+        with self._lock:
+            k, _ = self._impl.keys_in(keys, stream=stream, blocking=False)
+            self._impl.contains_async(k, self._out_arg(found, (k.shape[0],), np.bool_, "found"), stream)
+
+    def erase_async(self, keys, stream=0) -> None:
+        """:meth:`erase` enqueued on ``stream`` (the count reaches ``len`` at the next settle)."""
+        with self._lock:
+            k, _ = self._impl.keys_in(keys, stream=stream, blocking=False)
+            if k.shape[0]:
+                self._impl.erase_async(k, stream)
+                self._maybe_erased += k.shape[0]
+
+    def synchronize(self) -> None:
+        """Wait for this table's asynchronous calls and fold their counts into ``len``. Raises
+        InvalidInputError when one of them held the sentinel key (those keys were skipped)."""
+        with self._lock:
+            self._settle()
+
+    def _out_arg(self, a, shape, dtype, name):
+        view = self._impl.device_out(a)
+        if tuple(view.shape) != shape or view.dtype != np.dtype(dtype):
+            raise InvalidInputError(f"{name} must have shape {shape} and dtype {np.dtype(dtype)}, got "
+                                    f"{tuple(view.shape)} {view.dtype}")
+        return view
+
+    def _settle(self) -> None:
+        """REQUIRES: lock held. Fold the counts of asynchronous calls into the size (blocks if any)."""
+        if not (self._maybe_new or self._maybe_erased):
+            return
+        new, revived, failed, erased = (int(c) for c in self._impl.settle())
+        self._maybe_new = self._maybe_erased = 0
+        self._size += new - erased
+        self._tombstones += erased - revived
+        if failed:
+            raise InvalidInputError(f"{failed} keys of earlier insert_async calls were the reserved sentinel "
+                                    "key 2**64-1 and were not inserted (the others were)")
+
     def export(self):
         """(keys (m,) uint64, values (m, dim)) of every live entry, in no particular order; host arrays."""
         with self._lock:
+            self._settle()
             return self._impl.export(self._size)
 
     def clear(self) -> None:
         """Remove every entry (keeps the memory)."""
         with self._lock:
+            self._settle()
             self._check_no_view("clear")
             self._impl.clear()
             self._size = 0
@@ -220,6 +305,7 @@ class HashTable:
         with self._lock:
             if capacity <= self._capacity:
                 return
+            self._settle()
             self._check_no_view("reserve")
             n_slots = slots_for(int(capacity), self._max_load_factor)
             if n_slots != self._impl.n_slots:
@@ -232,6 +318,7 @@ class HashTable:
         counters crosses to the host). Inserts also do this by themselves when tombstones would
         crowd out new keys. Blocking."""
         with self._lock:
+            self._settle()
             self._check_no_view("purge")
             if self._tombstones:
                 self._rebuild(self._impl.n_slots)
@@ -258,10 +345,12 @@ class HashTable:
         entries) raise :class:`InvalidInputError`, and inserts do not purge tombstones.
         REQUIRES of the kernels: they write only rows of live slots (never keys, states, or rows of
         other slots). Kernels launched inside the block on a blocking CUDA stream are ordered before
-        the table's next call (its kernels run on the legacy default stream); keep slots across
-        blocks only while :attr:`generation` is unchanged and their keys are not erased.
+        the table's next call on the legacy default stream (``stream`` 0, the default); a call on
+        another stream must be ordered by the caller (an event). Keep slots across blocks only while
+        :attr:`generation` is unchanged and their keys are not erased. Settles asynchronous calls first.
         """
         with self._lock:
+            self._settle()
             self._open_views += 1
             try:
                 yield TableView(self._impl.tkeys, self._impl.tstate, self._impl.tvals, self._generation)
@@ -269,24 +358,32 @@ class HashTable:
                 self._open_views -= 1
 
     # -- two-phase protocol (used by PartitionedHashTable to stay atomic across parts) -------------
-    def _validate(self, keys, rows, name):
-        k, on_dev = self._impl.keys_in(keys)
-        r = self._impl.rows_in(rows, k.shape[0], name)
+    def _validate(self, keys, rows, name, stream=None):
+        k, on_dev = self._impl.keys_in(keys, stream=stream)
+        if on_dev:
+            self._impl.check_sentinel(k, "keys", stream)
+        r = self._impl.rows_in(rows, k.shape[0], name, stream)
         return k, r
 
+    def _room(self, n: int, exact: bool) -> bool:
+        """Room for ``n`` more keys even if all are new (by upper bounds unless ``exact``)."""
+        size = self._size + (0 if exact else self._maybe_new)
+        tombs = self._tombstones + (0 if exact else self._maybe_erased)
+        return size + n <= self._capacity and size + tombs + n <= self._slot_budget
+
     def _make_room(self, n: int) -> None:
-        """REQUIRES: lock held. Drop tombstones if ``n`` more slots could pass the slot budget."""
+        """REQUIRES: lock held, settled. Drop tombstones if ``n`` more slots could pass the slot budget."""
         crowded = self._size + self._tombstones + n > self._slot_budget
         if self._tombstones and crowded and not self._open_views:
             self._rebuild(self._impl.n_slots)
 
-    def _claim(self, k):
-        """REQUIRES: lock held. Claim slots for validated keys; returns a ticket for commit/rollback,
-        or raises HashTableFullError with the table unchanged."""
+    def _claim(self, k, stream=None):
+        """REQUIRES: lock held, settled. Claim slots for validated keys; returns a ticket for
+        commit/rollback, or raises HashTableFullError with the table unchanged."""
         self._make_room(k.shape[0])
-        slots, is_new, n_new, n_revived, n_failed = self._impl.claim(k)
+        slots, is_new, n_new, n_revived, n_failed = self._impl.claim(k, stream)
         if n_failed or self._size + n_new > self._capacity:
-            self._impl.rollback(slots, is_new)
+            self._impl.rollback(slots, is_new, stream)
             new = f"more than {n_new}" if n_failed else f"{n_new}"
             raise HashTableFullError(
                 f"HashTable is full: {self._size} live keys + {new} new keys in this call > "
@@ -294,27 +391,44 @@ class HashTable:
                 "or erase keys first")
         return slots, is_new, n_new, n_revived
 
-    def _rollback(self, ticket) -> None:
-        self._impl.rollback(ticket[0], ticket[1])
+    def _rollback(self, ticket, stream=None) -> None:
+        self._impl.rollback(ticket[0], ticket[1], stream)
 
-    def _commit(self, ticket, rows, accumulate: bool) -> None:
+    def _commit(self, ticket, rows, accumulate: bool, stream=None) -> None:
         slots, _, n_new, n_revived = ticket
-        self._impl.write(slots, rows, accumulate)
+        self._impl.write(slots, rows, accumulate, stream)
         self._size += n_new
         self._tombstones -= n_revived
 
-    def _upsert(self, keys, rows, accumulate: bool) -> None:
+    def _upsert(self, keys, rows, accumulate: bool, stream=None) -> None:
         with self._lock:
-            k, r = self._validate(keys, rows, "deltas" if accumulate else "values")
+            self._settle()
+            k, r = self._validate(keys, rows, "deltas" if accumulate else "values", stream)
             n = k.shape[0]
             if n == 0:
                 return
             self._make_room(n)
-            if self._size + n <= self._capacity and self._size + self._tombstones + n <= self._slot_budget:
+            if self._room(n, exact=True):
                 # room for every key even if all are new: one fused pass, nothing to undo
-                n_new, n_revived = self._impl.upsert(k, r, accumulate)
+                n_new, n_revived = self._impl.upsert(k, r, accumulate, stream)
                 self._size += n_new
                 self._tombstones -= n_revived
                 return
-            ticket = self._claim(k)
-            self._commit(ticket, r, accumulate)
+            self._commit(self._claim(k, stream), r, accumulate, stream)
+
+    def _upsert_async(self, keys, rows, accumulate: bool, stream) -> None:
+        with self._lock:
+            k, _ = self._impl.keys_in(keys, stream=stream, blocking=False)
+            name = "deltas" if accumulate else "values"
+            r = self._impl.rows_in(rows, k.shape[0], name, stream, blocking=False)
+            n = k.shape[0]
+            if n == 0:
+                return
+            if not self._room(n, exact=False):  # might not fit: settle, purge, and if still tight block
+                self._settle()
+                self._make_room(n)
+                if not self._room(n, exact=True):
+                    self._commit(self._claim(k, stream), r, accumulate, stream)
+                    return
+            self._impl.upsert_async(k, r, accumulate, stream)
+            self._maybe_new += n

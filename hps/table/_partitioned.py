@@ -30,7 +30,7 @@ import numpy as np
 from .._hashing import PART_SALT, group_by_owner, owner_of
 from .._keys import as_keys, check_rows
 from ..errors import HashTableFullError, InvalidInputError
-from ..table import DEFAULT_MAX_LOAD_FACTOR, HashTable
+from ._hashtable import DEFAULT_MAX_LOAD_FACTOR, HashTable
 from ._placement import Placement
 
 

@@ -1,4 +1,4 @@
-"""CPU kernels of the open-addressing hash table (the twin of ``hps/gpu/_table_kernels.py``; the
+"""CPU kernels of the open-addressing hash table (the twin of ``_cuda_kernels.py``; the
 two-phase ``slot_order``/``claim_hidden``/``publish`` serve :class:`hps._index.KeyIndex` only).
 
 Layout, shared with the GPU kernels (see ``hps/table.py`` for the contract):
@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._hashing import mix64
+from .._hashing import mix64
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -146,14 +146,18 @@ def contains(tkeys, tstate, keys, found, tombstones):
 
 
 @njit(nogil=True, cache=True)
-def erase(tkeys, tstate, tvals, keys):
-    """Turn live keys into zeroed tombstones. Returns how many were live (duplicates count once)."""
+def erase(tkeys, tstate, tvals, tscore, keys):
+    """Turn live keys into tombstones with zeroed rows and scores (``tscore`` (S,) uint64, the cache
+    scores of ``_cache.py``, or (0,) for a table without them). Returns how many were live
+    (duplicates count once)."""
     mask = np.uint64(tkeys.shape[0] - 1)
     n = 0
     for i in range(keys.shape[0]):
         s = _probe(tkeys, mask, keys[i])
         if s >= 0 and tstate[s] == 0:
             tstate[s] = 1
+            if tscore.shape[0]:
+                tscore[s] = 0
             for j in range(tvals.shape[1]):
                 tvals[s, j] = 0
             n += 1

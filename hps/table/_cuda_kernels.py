@@ -1,4 +1,4 @@
-"""CUDA kernels of the open-addressing hash table (the twin of ``hps/_table_cpu_kernels.py``).
+"""CUDA kernels of the open-addressing hash table (the twin of ``_cpu_kernels.py``).
 
 Same slot layout as the CPU kernels (see that module and ``hps/table.py`` for the contract):
 
@@ -6,6 +6,7 @@ Same slot layout as the CPU kernels (see that module and ``hps/table.py`` for th
 - ``tstate`` (S,) int32: ``0`` live, ``1`` erased (a tombstone keeping its key; only that key
   revives it). An empty slot always has state 0.
 - ``tvals`` (S, dim) float32/float64: the row of each slot; every slot that is not live holds zeros.
+- ``tscore`` (S,) uint64: the cache score of each slot (``_cache.py``); 0 where not live.
 - ``owner`` (S,) int32 scratch: ``-1`` between calls. An insert marks each slot with the largest
   batch index that maps to it (``atomic.max``), so the last duplicate wins deterministically.
 
@@ -14,9 +15,13 @@ Linear probing from ``mix64(key) & (S - 1)``. Keys are claimed with ``atomic.cas
 ``atomic.add``. Within one launch a slot's key only ever goes EMPTY -> key, so every thread probing
 for the same key stops at the same slot.
 
-Launch shapes: "1-D" kernels take one thread per key (any 1-D grid/block). "Row" kernels take a
-2-D block ``(bx, by)``: ``threadIdx.y`` picks one of ``by`` keys of the block, ``threadIdx.x`` strides
-over the ``dim`` columns, so a warp reads/writes consecutive columns of a row (coalesced).
+Launch shapes (``hps._launch``): every kernel loops grid-stride, so any grid covers any batch. "1-D"
+kernels take a 1-D block, one thread per key per round. "Row" kernels take a 2-D block ``(bx, by)``:
+``threadIdx.y`` picks one of ``by`` keys of the block per round, ``threadIdx.x`` strides over the
+``dim`` columns, so a warp reads/writes consecutive columns of a row (coalesced).
+
+The sentinel key (all ones) is never found, claimed or erased: lookups answer "absent" and the
+claiming kernels count it as failed, so a batch holding it leaves the table as it was.
 
 Kernels and device functions only: no state, no I/O; every constant is an argument or a literal.
 Counters ``counts`` (3,) int64 are added to (the host zeroes them).
@@ -27,6 +32,8 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
+from .._grid_kernels import row0 as _row0
+from .._grid_kernels import row_step as _row_step
 from .._hashing import mix64
 
 # -- device functions ---------------------------------------------------------------------------
@@ -36,6 +43,8 @@ from .._hashing import mix64
 def _find(tkeys, key):
     """Slot (int64) holding ``key``, live or tombstone; -1 when absent. Reads only."""
     empty = np.uint64(0xFFFFFFFFFFFFFFFF)
+    if key == empty:
+        return np.int64(-1)
     mask = np.uint64(tkeys.shape[0] - 1)
     s = mix64(key) & mask
     for _ in range(tkeys.shape[0]):
@@ -53,8 +62,11 @@ def _find_or_claim(tkeys, tstate, key):
     """(slot int64, kind int32) for ``key``, claiming an empty slot or reviving its tombstone.
 
     kind: 1 this thread claimed an empty slot, 2 this thread revived a tombstone, 0 the key was live
-    (or another thread of this launch claimed/revived it), -1 no free slot (slot is -1)."""
+    (or another thread of this launch claimed/revived it), -1 no free slot or the sentinel key (slot
+    is -1)."""
     empty = np.uint64(0xFFFFFFFFFFFFFFFF)
+    if key == empty:
+        return np.int64(-1), np.int32(-1)
     mask = np.uint64(tkeys.shape[0] - 1)
     s = mix64(key) & mask
     for _ in range(tkeys.shape[0]):
@@ -74,8 +86,9 @@ def _find_or_claim(tkeys, tstate, key):
 
 @cuda.jit(device=True)
 def _add_counts(counts, c0, c1, c2):
-    """counts[0..2] += per-thread c0..c2, reduced per block in shared memory (one global atomic per
-    block and counter). REQUIRES: a 1-D block, and every thread of the block calls it."""
+    """counts[0..2] += per-thread c0..c2 (a thread's totals over its grid-stride rounds), reduced per
+    block in shared memory (one global atomic per block and counter). REQUIRES: a 1-D block, and every
+    thread of the block calls it."""
     sh = cuda.shared.array(3, dtype=np.int64)
     t = cuda.threadIdx.x
     if t == 0:
@@ -102,9 +115,9 @@ def _add_counts(counts, c0, c1, c2):
 @cuda.jit
 def has_key(keys, key, hit):
     """1-D. hit (1,) int64 is set to 1 if any of keys (n,) uint64 equals ``key``."""
-    i = cuda.grid(1)
-    if i < keys.shape[0] and keys[i] == key:
-        hit[0] = 1
+    for i in range(cuda.grid(1), keys.shape[0], cuda.gridsize(1)):
+        if keys[i] == key:
+            hit[0] = 1
 
 
 @cuda.jit
@@ -112,19 +125,18 @@ def upsert_claim(tkeys, tstate, owner, keys, mark, counts):
     """1-D. Find or claim a slot for each of keys (n,); counts += (n_new, n_revived, n_failed).
 
     n_new includes revived keys. With ``mark``, owner[slot] = max batch index of the slot's key."""
-    i = cuda.grid(1)
     c_new = 0
     c_rev = 0
     c_fail = 0
-    if i < keys.shape[0]:
+    for i in range(cuda.grid(1), keys.shape[0], cuda.gridsize(1)):
         s, kind = _find_or_claim(tkeys, tstate, keys[i])
         if kind < 0:
-            c_fail = 1
+            c_fail += 1
         else:
             if kind > 0:
-                c_new = 1
+                c_new += 1
             if kind == 2:
-                c_rev = 1
+                c_rev += 1
             if mark:
                 cuda.atomic.max(owner, s, np.int32(i))
     _add_counts(counts, c_new, c_rev, c_fail)
@@ -146,20 +158,16 @@ def _write_row(tvals, owner, rows, i, s, accumulate):
 def upsert_rows(tkeys, tvals, owner, keys, rows, accumulate):
     """Row kernel. Add (``accumulate``) or assign rows (n, dim) into the slots of keys (n,), which
     ``upsert_claim`` placed. Assignment writes only the marked (last) occurrence of a key."""
-    i = cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
-    if i >= keys.shape[0]:
-        return
-    s = _find(tkeys, keys[i])
-    if s < 0:
-        return
-    _write_row(tvals, owner, rows, i, s, accumulate)
+    for i in range(_row0(), keys.shape[0], _row_step()):
+        s = _find(tkeys, keys[i])
+        if s >= 0:
+            _write_row(tvals, owner, rows, i, s, accumulate)
 
 
 @cuda.jit
 def unmark_keys(tkeys, owner, keys):
     """1-D. owner[slot of each key] = -1 (after ``upsert_rows``)."""
-    i = cuda.grid(1)
-    if i < keys.shape[0]:
+    for i in range(cuda.grid(1), keys.shape[0], cuda.gridsize(1)):
         s = _find(tkeys, keys[i])
         if s >= 0:
             owner[s] = np.int32(-1)
@@ -171,30 +179,28 @@ def claim(tkeys, tstate, keys, slots, is_new, counts):
 
     slots (n,) int64 out: the slot, -1 where no slot was free. is_new (n,) int8 out: 1 claimed an
     empty slot, 2 revived a tombstone, 0 otherwise (live, failed, or a duplicate of a claimer)."""
-    i = cuda.grid(1)
     c_new = 0
     c_rev = 0
     c_fail = 0
-    if i < keys.shape[0]:
+    for i in range(cuda.grid(1), keys.shape[0], cuda.gridsize(1)):
         s, kind = _find_or_claim(tkeys, tstate, keys[i])
         slots[i] = s
         if kind < 0:
-            c_fail = 1
+            c_fail += 1
             is_new[i] = np.int8(0)
         else:
             is_new[i] = np.int8(kind)
             if kind > 0:
-                c_new = 1
+                c_new += 1
             if kind == 2:
-                c_rev = 1
+                c_rev += 1
     _add_counts(counts, c_new, c_rev, c_fail)
 
 
 @cuda.jit
 def rollback(tkeys, tstate, slots, is_new):
     """1-D. Undo ``claim``: empty what it claimed, re-bury what it revived (rows never written)."""
-    i = cuda.grid(1)
-    if i < slots.shape[0]:
+    for i in range(cuda.grid(1), slots.shape[0], cuda.gridsize(1)):
         if is_new[i] == 1:
             tkeys[slots[i]] = np.uint64(0xFFFFFFFFFFFFFFFF)
         elif is_new[i] == 2:
@@ -204,16 +210,14 @@ def rollback(tkeys, tstate, slots, is_new):
 @cuda.jit
 def mark_slots(owner, slots):
     """1-D. owner[slots[i]] = max i over the batch (the last occurrence of each slot)."""
-    i = cuda.grid(1)
-    if i < slots.shape[0]:
+    for i in range(cuda.grid(1), slots.shape[0], cuda.gridsize(1)):
         cuda.atomic.max(owner, slots[i], np.int32(i))
 
 
 @cuda.jit
 def unmark_slots(owner, slots):
     """1-D. owner[slots[i]] = -1."""
-    i = cuda.grid(1)
-    if i < slots.shape[0]:
+    for i in range(cuda.grid(1), slots.shape[0], cuda.gridsize(1)):
         owner[slots[i]] = np.int32(-1)
 
 
@@ -221,59 +225,60 @@ def unmark_slots(owner, slots):
 def write_rows(tvals, owner, slots, rows, accumulate):
     """Row kernel. Add or assign rows (n, dim) into claimed slots (n,) int64; assignment writes only
     where owner[slot] == i (``mark_slots`` ran first)."""
-    i = cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
-    if i >= slots.shape[0]:
-        return
-    s = slots[i]
-    _write_row(tvals, owner, rows, i, s, accumulate)
+    for i in range(_row0(), slots.shape[0], _row_step()):
+        _write_row(tvals, owner, rows, i, slots[i], accumulate)
 
 
 @cuda.jit
-def get(tkeys, tstate, tvals, keys, out, found):
-    """Row kernel. out (n, dim) gets each live key's row, zeros otherwise; found (n,) bool."""
-    i = cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
-    if i >= keys.shape[0]:
-        return
-    s = _find(tkeys, keys[i])
-    hit = s >= 0 and tstate[s] == 0
-    if cuda.threadIdx.x == 0:
-        found[i] = hit
-    if hit:
-        for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
-            out[i, j] = tvals[s, j]
-    else:
-        for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
-            out[i, j] = 0
+def get(tkeys, tstate, tvals, keys, out, found, hit):
+    """Row kernel. out (n, dim) gets each live key's row, zeros otherwise; found (n,) bool; hit (1,)
+    int64 is set to 1 when a key is the sentinel (answered absent; the blocking caller raises)."""
+    for i in range(_row0(), keys.shape[0], _row_step()):
+        key = keys[i]
+        s = _find(tkeys, key)
+        live = s >= 0 and tstate[s] == 0
+        if cuda.threadIdx.x == 0:
+            found[i] = live
+            if key == np.uint64(0xFFFFFFFFFFFFFFFF):
+                hit[0] = 1
+        if live:
+            for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
+                out[i, j] = tvals[s, j]
+        else:
+            for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
+                out[i, j] = 0
 
 
 @cuda.jit
-def contains(tkeys, tstate, keys, found):
-    """1-D. found (n,) bool: the key is live."""
-    i = cuda.grid(1)
-    if i < keys.shape[0]:
-        s = _find(tkeys, keys[i])
+def contains(tkeys, tstate, keys, found, hit):
+    """1-D. found (n,) bool: the key is live; hit (1,) int64 set to 1 on the sentinel key (as ``get``)."""
+    for i in range(cuda.grid(1), keys.shape[0], cuda.gridsize(1)):
+        key = keys[i]
+        s = _find(tkeys, key)
         found[i] = s >= 0 and tstate[s] == 0
+        if key == np.uint64(0xFFFFFFFFFFFFFFFF):
+            hit[0] = 1
 
 
 @cuda.jit
-def erase(tkeys, tstate, tvals, keys, counts):
-    """1-D. Turn live keys into zeroed tombstones; counts[0] += keys erased (duplicates once)."""
-    i = cuda.grid(1)
+def erase(tkeys, tstate, tvals, tscore, keys, counts):
+    """1-D. Turn live keys into tombstones with zeroed rows and scores; counts[0] += keys erased
+    (duplicates once)."""
     c = 0
-    if i < keys.shape[0]:
+    for i in range(cuda.grid(1), keys.shape[0], cuda.gridsize(1)):
         s = _find(tkeys, keys[i])
         if s >= 0 and cuda.atomic.cas(tstate, s, np.int32(0), np.int32(1)) == np.int32(0):
             for j in range(tvals.shape[1]):
                 tvals[s, j] = 0
-            c = 1
+            tscore[s] = np.uint64(0)
+            c += 1
     _add_counts(counts, c, 0, 0)
 
 
 @cuda.jit
 def gather_rows(tvals, slots, out):
     """Row kernel. out (m, dim) = tvals[slots] for slots (m,) int64."""
-    i = cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
-    if i < slots.shape[0]:
+    for i in range(_row0(), slots.shape[0], _row_step()):
         s = slots[i]
         for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
             out[i, j] = tvals[s, j]
@@ -282,55 +287,59 @@ def gather_rows(tvals, slots, out):
 @cuda.jit
 def cast_rows(rows, out):
     """Row kernel. out (n, dim) = rows (n, dim) converted to out's dtype."""
-    i = cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
-    if i < out.shape[0]:
+    for i in range(_row0(), out.shape[0], _row_step()):
         for j in range(cuda.threadIdx.x, out.shape[1], cuda.blockDim.x):
             out[i, j] = rows[i, j]
 
 
 @cuda.jit
-def clear(tkeys, tstate, tvals, owner):
-    """Row kernel over the S slots: every slot empty, state 0, row zeros, owner -1."""
-    s = cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
-    if s >= tkeys.shape[0]:
-        return
-    if cuda.threadIdx.x == 0:
-        tkeys[s] = np.uint64(0xFFFFFFFFFFFFFFFF)
-        tstate[s] = np.int32(0)
-        owner[s] = np.int32(-1)
-    for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
-        tvals[s, j] = 0
+def clear(tkeys, tstate, tvals, tscore, owner):
+    """Row kernel over the S slots: every slot empty, state 0, row zeros, score 0, owner -1."""
+    for s in range(_row0(), tkeys.shape[0], _row_step()):
+        if cuda.threadIdx.x == 0:
+            tkeys[s] = np.uint64(0xFFFFFFFFFFFFFFFF)
+            tstate[s] = np.int32(0)
+            tscore[s] = np.uint64(0)
+            owner[s] = np.int32(-1)
+        for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
+            tvals[s, j] = 0
 
 
 @cuda.jit
-def live_slots(tkeys, tstate, slots, counts):
-    """1-D over the S slots. Writes every live slot into slots (m,) int64, in no particular order:
-    a block counts its live slots in shared memory, takes its range with one ``atomic.add`` on
-    counts[0], and each thread writes at the block's base plus its own shared-memory ticket.
-    counts[0] ends at the number of live slots, which may exceed m (then only m are written).
+def live_entries(tkeys, tstate, tscore, protect, out_score, out_key, out_slot, counts):
+    """1-D over the S slots: every live slot whose score's last batch (its low 32 bits, ``_cache.py``)
+    is below ``protect`` (uint64; 2**32 for every live slot) goes to (out_score, out_key, out_slot)
+    (m,), in no particular order: per round a block counts its slots in shared memory, takes its range
+    with one ``atomic.add`` on counts[0], and each thread writes at the block's base plus its own
+    ticket. counts[0] ends at their number, which may exceed m (then only m are written).
     REQUIRES: a 1-D block, and every thread of the block runs (no early return)."""
     sh = cuda.shared.array(2, dtype=np.int64)
     t = cuda.threadIdx.x
-    if t == 0:
-        sh[0] = 0
-    cuda.syncthreads()
-    s = cuda.grid(1)
-    p = np.int64(-1)
-    if s < tkeys.shape[0] and tkeys[s] != np.uint64(0xFFFFFFFFFFFFFFFF) and tstate[s] == 0:
-        p = cuda.atomic.add(sh, 0, np.int64(1))
-    cuda.syncthreads()
-    if t == 0 and sh[0] > 0:
-        sh[1] = cuda.atomic.add(counts, 0, sh[0])
-    cuda.syncthreads()
-    if p >= 0:
-        q = sh[1] + p
-        if q < slots.shape[0]:
-            slots[q] = np.int64(s)
+    n = tkeys.shape[0]
+    for base in range(cuda.blockIdx.x * cuda.blockDim.x, n, cuda.gridsize(1)):  # same rounds per block
+        if t == 0:
+            sh[0] = 0
+        cuda.syncthreads()
+        s = base + t
+        p = np.int64(-1)
+        if s < n and tkeys[s] != np.uint64(0xFFFFFFFFFFFFFFFF) and tstate[s] == 0 \
+                and (tscore[s] & np.uint64(0xFFFFFFFF)) < protect:
+            p = cuda.atomic.add(sh, 0, np.int64(1))
+        cuda.syncthreads()
+        if t == 0 and sh[0] > 0:
+            sh[1] = cuda.atomic.add(counts, 0, sh[0])
+        cuda.syncthreads()
+        if p >= 0:
+            q = sh[1] + p
+            if q < out_slot.shape[0]:
+                out_score[q] = tscore[s]
+                out_key[q] = tkeys[s]
+                out_slot[q] = np.int64(s)
+        cuda.syncthreads()
 
 
 @cuda.jit
 def gather_keys(tkeys, slots, out_keys):
     """1-D. out_keys (m,) uint64 = tkeys[slots] for slots (m,) int64."""
-    i = cuda.grid(1)
-    if i < slots.shape[0]:
+    for i in range(cuda.grid(1), slots.shape[0], cuda.gridsize(1)):
         out_keys[i] = tkeys[slots[i]]

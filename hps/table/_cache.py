@@ -1,0 +1,108 @@
+"""The HBM-PS as a cache across batches: a score beside every slot, and victims chosen on the table's
+device (seed 004, Section 4.2 and Appendix D: the MEM-PS keeps recently used parameters in an LRU
+stage and the others in an LFU stage; here the same two ideas rank the rows of the HBM-PS).
+
+Policy, the same on both backends (``_cache_kernels_cpu.py`` / ``_cache_kernels_cuda.py``):
+
+- Each slot carries ``score = (count << 32) | last``: ``count`` the batches that looked the key up
+  (saturating at 2**32 - 1), ``last`` the latest of them. :meth:`CacheOps.lookup` (the batch's find:
+  its unique keys, once per batch) counts one use for every live key it finds, with atomics on the GPU,
+  so the score does not depend on the order threads run in. A key inserted, revived or re-laid keeps
+  the score it has (0 when new); an erased or evicted key's score is reset.
+- :meth:`CacheOps.evict` frees up to ``n`` slots: keys looked up in batch ``protect_from`` or later
+  (the batches in flight: the LRU stage) are never chosen; among the others the least frequently used
+  go first (the LFU stage), then the least recently used, then the smaller key, i.e. ascending
+  ``(score, key)``, a total order, so the choice does not depend on the slot layout and the CPU and
+  the GPU choose the same keys. The victims' keys and rows come back in key order in one blocking
+  call (one copy of each array on the GPU), and are erased. Dirtiness is not tracked: every victim's
+  row comes back.
+
+On the GPU the choice is made on the device: the eligible slots are compacted, a radix select over the
+128-bit ``(score, key)`` finds the ``n``-th smallest in 16 passes of 8-bit digits (a histogram per
+pass, reduced on one thread; nothing crosses to the host but the number of eligible slots), and the
+slots at or below it are compacted.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _launch as L
+from ..errors import InternalError, InvalidInputError
+
+#: Batch indices a score holds (its low 32 bits).
+BATCH_LIMIT = 2**32 - 1
+
+
+def _batch(b, name: str) -> int:
+    if int(b) != b or not 0 <= b < BATCH_LIMIT:
+        raise InvalidInputError(f"{name} must be a batch index in [0, {BATCH_LIMIT}), got {b!r}")
+    return int(b)
+
+
+class CacheOps:
+    """The cache operations of :class:`hps.HashTable` (a mixin: the table's lock, backend and counts)."""
+
+    def lookup(self, keys, batch: int, stream=None):
+        """Slots (n,) int64 of ``keys`` (n,) uint64, -1 where a key is not live (the miss list is
+        ``keys[slots < 0]``); each live key's score counts a use in ``batch``. Pass a batch's unique keys
+        (a key repeated in one call counts each time). A device array when the keys were on the device,
+        else a host array. Blocking."""
+        with self._lock:
+            self._settle()
+            k, on_dev = self._impl.keys_in(keys, stream=stream)
+            slots = self._impl.empty("slots", (k.shape[0],), np.int64, on_dev)
+            self._impl.lookup_async(k, _batch(batch, "batch"), slots, stream)
+            self._impl.sync(stream)
+            return self._impl.out(slots, on_dev, stream)
+
+    def lookup_async(self, keys, batch: int, slots, stream=0) -> None:
+        """:meth:`lookup` into ``slots`` (n,) int64, device arrays; enqueued on ``stream``."""
+        with self._lock:
+            k, _ = self._impl.keys_in(keys, stream=stream, blocking=False)
+            out = self._impl.device_out(slots)
+            if tuple(out.shape) != (k.shape[0],) or out.dtype != np.int64:
+                raise InvalidInputError(f"slots must be ({k.shape[0]},) int64, got {tuple(out.shape)} {out.dtype}")
+            self._impl.lookup_async(k, _batch(batch, "batch"), out, stream)
+
+    def evict(self, n: int, protect_from: int, stream=None):
+        """Erase up to ``n`` victims (see the module docstring) and return their (keys (k,) uint64, rows
+        (k, dim)) host arrays in key order, k = min(n, live keys not looked up since batch
+        ``protect_from``). Blocking."""
+        if int(n) != n or n < 0:
+            raise InvalidInputError(f"n must be a non-negative integer, got {n!r}")
+        with self._lock:
+            self._settle()
+            protect = _batch(protect_from, "protect_from")
+            if n == 0 or self._size == 0:
+                return np.empty(0, np.uint64), np.empty((0, self._dim), self._dtype)
+            keys, rows = self._impl.evict(int(n), protect, self._size, stream)
+            self._size -= keys.shape[0]
+            self._tombstones += keys.shape[0]
+            return keys, rows
+
+
+def victim_slots(impl, n: int, protect: int, n_live: int, s):
+    """Device slots (k,) int64 of the k = min(n, eligible) victims of a CUDA table ``impl`` (its
+    ``tkeys``, ``tstate``, ``tscore``), in no particular order; ``n_live`` its live keys. Enqueued on
+    ``s``; reads back the number of eligible slots (8 bytes)."""
+    from . import _cache_kernels_cuda as C
+
+    cuda = impl.cuda
+    c_score, c_key, c_slot = impl.entries(n_live, protect, s)
+    m = int(impl._read(impl.counts, s)[0])
+    if m <= n:
+        return c_slot[:m]
+    prefix = cuda.to_device(np.zeros(2, np.uint64))
+    rank = cuda.to_device(np.array([n], np.int64))
+    hist = cuda.to_device(np.zeros(C.N_BINS, np.int64))
+    for pas in range(C.N_PASSES):
+        L.launch(C.radix_hist, L.grid1(m), s, c_score, c_key, np.int64(m), prefix, np.int64(pas), hist)
+        L.launch(C.radix_pick, (1, 1), s, hist, prefix, rank, np.int64(pas))
+    out = cuda.device_array(n, dtype=np.int64)
+    impl._zero(impl.counts, s)
+    L.launch(C.select_upto, L.grid1(m), s, c_score, c_key, c_slot, np.int64(m), prefix, out, impl.counts)
+    got = int(impl._read(impl.counts, s)[0])
+    if got != n:
+        raise InternalError(f"the radix select chose {got} victims instead of {n} (a bug)")
+    return out

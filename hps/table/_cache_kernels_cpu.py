@@ -1,0 +1,78 @@
+"""CPU kernels of the HBM-PS as a cache across batches (the twin of ``_cache_kernels_cuda.py``; policy
+in ``_cache.py``): ``tscore`` (S,) uint64 = ``(count << 32) | last batch``, 0 where no key is live.
+
+Kernels only, ``@njit(nogil=True, cache=True)``; every input is an argument.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ._cpu_kernels import _probe
+
+
+@njit(nogil=True, cache=True)
+def lookup(tkeys, tstate, tscore, keys, batch, slots):
+    """slots (n,) int64 = the slot of each live key, -1 elsewhere; each live key's score counts one more
+    use (saturating at 2**32 - 1), in batch ``batch`` (the later of it and the score's last)."""
+    mask = np.uint64(tkeys.shape[0] - 1)
+    low = np.uint64(0xFFFFFFFF)
+    b = np.uint64(batch)
+    for i in range(keys.shape[0]):
+        s = _probe(tkeys, mask, keys[i])
+        if s >= 0 and tstate[s] == 0:
+            slots[i] = s
+            old = tscore[s]
+            cnt = old >> np.uint64(32)
+            last = old & low
+            if b > last:
+                last = b
+            if cnt < low:
+                cnt += np.uint64(1)
+            tscore[s] = (cnt << np.uint64(32)) | last
+        else:
+            slots[i] = -1
+
+
+@njit(nogil=True, cache=True)
+def victim_slots(tkeys, tstate, tscore, protect, n):
+    """Slots (k,) int64 of the k = min(n, eligible) live slots last used before batch ``protect``
+    with the smallest ``(score, key)``, in that order."""
+    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
+    p = np.uint64(protect)
+    low = np.uint64(0xFFFFFFFF)
+    m = 0
+    for s in range(tkeys.shape[0]):
+        if tkeys[s] != empty and tstate[s] == 0 and (tscore[s] & low) < p:
+            m += 1
+    cand = np.empty(m, np.int64)
+    m = 0
+    for s in range(tkeys.shape[0]):
+        if tkeys[s] != empty and tstate[s] == 0 and (tscore[s] & low) < p:
+            cand[m] = s
+            m += 1
+    by_key = cand[np.argsort(tkeys[cand], kind="mergesort")]
+    ordered = by_key[np.argsort(tscore[by_key], kind="mergesort")]  # stable: key order within a score
+    return ordered[:min(n, m)].copy()
+
+
+@njit(nogil=True, cache=True)
+def erase_slots(tstate, tvals, tscore, slots):
+    """Slots (m,) of live, distinct keys become tombstones with zeroed rows and scores."""
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        tstate[s] = 1
+        tscore[s] = 0
+        for j in range(tvals.shape[1]):
+            tvals[s, j] = 0
+
+
+@njit(nogil=True, cache=True)
+def set_scores(tkeys, tscore, keys, scores):
+    """The score of each key's slot = scores[i] (after a rebuild re-laid the keys)."""
+    mask = np.uint64(tkeys.shape[0] - 1)
+    for i in range(keys.shape[0]):
+        s = _probe(tkeys, mask, keys[i])
+        if s >= 0:
+            tscore[s] = scores[i]

@@ -1,0 +1,175 @@
+"""CPU backend of :class:`hps.HashTable`: owns the slot arrays, launches ``_cpu_kernels``.
+
+Not thread-safe on its own; :class:`hps.HashTable` serialises calls. Inputs are validated host
+arrays (keys (n,) uint64 contiguous, rows (n, dim) of the table dtype).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _cache_kernels_cpu as C
+from . import _cpu_kernels as K
+from .._keys import EMPTY_KEY, as_keys, check_rows
+from ..errors import InvalidInputError, InvalidTypeError
+
+
+class CpuTableImpl:
+    device = "cpu"
+
+    def __init__(self, n_slots: int, dim: int, dtype, scores: bool = True):
+        """``scores``: keep the cache score of every slot (``_cache.py``; 8 bytes a slot); an index
+        that never evicts by score (``hps._index.KeyIndex``) goes without."""
+        self.n_slots = n_slots
+        self.dim = dim
+        self.dtype = np.dtype(dtype)
+        self.tkeys = np.full(n_slots, EMPTY_KEY, dtype=np.uint64)
+        self.tstate = np.zeros(n_slots, dtype=np.int32)
+        self.tvals = np.zeros((n_slots, dim), dtype=self.dtype)
+        self.tscore = np.zeros(n_slots if scores else 0, dtype=np.uint64)  # cache scores (_cache.py)
+        self.tombstones = 0  # lookups skip tstate while there are none
+        self._pending = np.zeros(4, np.int64)
+
+    # -- input conversion (``stream`` is accepted for the CUDA twin's interface and ignored) --------
+    def keys_in(self, keys, name="keys", stream=None, blocking=True):
+        """(host keys, on_device=False). Device arrays are refused: the CPU table is host-only."""
+        if hasattr(keys, "__cuda_array_interface__"):
+            raise InvalidTypeError(f"{name} is a GPU array but this table lives on the CPU; "
+                                   "pass a NumPy array or build the table with device='cuda'")
+        return as_keys(keys, name), False
+
+    def check_sentinel(self, keys, name="keys", stream=None) -> None:
+        """Host keys were checked by ``keys_in``."""
+
+    def rows_in(self, rows, n, name="values", stream=None, blocking=True):
+        if hasattr(rows, "__cuda_array_interface__"):
+            raise InvalidTypeError(f"{name} is a GPU array but this table lives on the CPU")
+        return check_rows(rows, n, self.dim, self.dtype, name)
+
+    def out(self, arr, on_device, stream=None):
+        return arr
+
+    def empty(self, name, shape, dtype, on_device=False):
+        """A new host array for an output (``name``: the CUDA twin's scratch name)."""
+        return np.empty(shape, dtype)
+
+    def sync(self, stream=None) -> None:
+        """Every CPU call has completed when it returns."""
+
+    def device_out(self, a):
+        """``a`` as an output array of an ``*_async`` call: a writable C-contiguous NumPy array."""
+        if not isinstance(a, np.ndarray) or not (a.flags.c_contiguous and a.flags.writeable):
+            raise InvalidTypeError(f"outputs of a CPU table are writable C-contiguous NumPy arrays, got "
+                                   f"{type(a).__name__}")
+        return a
+
+    # -- operations (validated inputs) ------------------------------------------------------------
+    def upsert(self, keys, rows, accumulate: bool, stream=None):
+        """-> (n_new, n_revived)"""
+        n_new, n_revived = K.upsert(self.tkeys, self.tstate, self.tvals, keys, rows, accumulate)
+        self.tombstones -= int(n_revived)
+        return int(n_new), int(n_revived)
+
+    def claim(self, keys, stream=None):
+        slots = np.empty(keys.shape[0], dtype=np.int64)
+        is_new = np.empty(keys.shape[0], dtype=np.int8)
+        n_new, n_revived, n_failed = K.claim(self.tkeys, self.tstate, keys, slots, is_new)
+        self.tombstones -= int(n_revived)
+        return slots, is_new, int(n_new), int(n_revived), int(n_failed)
+
+    def rollback(self, slots, is_new, stream=None) -> None:
+        K.rollback(self.tkeys, self.tstate, slots, is_new)
+        self.tombstones += int((is_new == 2).sum())
+
+    def write(self, slots, rows, accumulate: bool, stream=None) -> None:
+        K.write(self.tvals, slots, rows, accumulate)
+
+    def get(self, keys, out=None, on_device=False, stream=None):
+        if out is None:
+            out = np.empty((keys.shape[0], self.dim), dtype=self.dtype)
+        else:
+            _check_out(out, (keys.shape[0], self.dim), self.dtype)
+        found = np.empty(keys.shape[0], dtype=np.bool_)
+        self.get_async(keys, out, found)
+        return out, found
+
+    def contains(self, keys, on_device=False, stream=None):
+        found = np.empty(keys.shape[0], dtype=np.bool_)
+        self.contains_async(keys, found)
+        return found
+
+    def erase(self, keys, stream=None) -> int:
+        n = int(K.erase(self.tkeys, self.tstate, self.tvals, self.tscore, keys))
+        self.tombstones += n
+        return n
+
+    # -- the asynchronous interface: on the CPU each call completes at once; counts wait for settle --
+    def upsert_async(self, keys, rows, accumulate: bool, stream=None) -> None:
+        n_new, n_revived = self.upsert(keys, rows, accumulate)
+        self._pending[0] += n_new
+        self._pending[1] += n_revived
+
+    def get_async(self, keys, out, found, stream=None) -> None:
+        K.get(self.tkeys, self.tstate, self.tvals, keys, out, found, self.tombstones > 0)
+
+    def contains_async(self, keys, found, stream=None) -> None:
+        K.contains(self.tkeys, self.tstate, keys, found, self.tombstones > 0)
+
+    def erase_async(self, keys, stream=None) -> None:
+        self._pending[3] += self.erase(keys)
+
+    def lookup_async(self, keys, batch: int, slots, stream=None) -> None:
+        C.lookup(self.tkeys, self.tstate, self.tscore, keys, batch, slots)
+
+    def evict(self, n: int, protect: int, n_live: int, stream=None):
+        """(keys (k,) uint64, rows (k, dim)) of the k <= n victims (``_cache.py``), erased; key order."""
+        slots = C.victim_slots(self.tkeys, self.tstate, self.tscore, protect, n)
+        keys, rows = self.tkeys[slots], self.tvals[slots]
+        C.erase_slots(self.tstate, self.tvals, self.tscore, slots)
+        self.tombstones += slots.shape[0]
+        o = np.argsort(keys, kind="stable")
+        return keys[o], rows[o]
+
+    def settle(self) -> np.ndarray:
+        """(4,) int64 counts of the ``*_async`` calls since the last settle: new, revived, failed, erased."""
+        got, self._pending = self._pending, np.zeros(4, np.int64)
+        return got
+
+    def export(self, n_live: int | None = None):
+        """(keys (m,) uint64, rows (m, dim)) of the live entries, in slot order (``n_live``: the CUDA
+        twin's argument, not needed here)."""
+        slots = K.live_slots(self.tkeys, self.tstate)
+        return self.tkeys[slots], self.tvals[slots]
+
+    def rebuild(self, n_slots: int, n_live: int | None = None) -> None:
+        """Re-lay the live entries into ``n_slots`` (>= the current count) slots, dropping every
+        tombstone; growing allocates the new arrays before anything changes."""
+        slots = K.live_slots(self.tkeys, self.tstate)
+        scored = self.tscore.shape[0] > 0
+        keys, rows, scores = self.tkeys[slots], self.tvals[slots], self.tscore[slots] if scored else None
+        if n_slots != self.n_slots:
+            tkeys = np.empty(n_slots, dtype=np.uint64)
+            tstate = np.empty(n_slots, dtype=np.int32)
+            tvals = np.empty((n_slots, self.dim), dtype=self.dtype)
+            tscore = np.empty(n_slots if scored else 0, dtype=np.uint64)
+            self.tkeys, self.tstate, self.tvals, self.tscore, self.n_slots = tkeys, tstate, tvals, tscore, n_slots
+        self.clear()
+        K.upsert(self.tkeys, self.tstate, self.tvals, keys, rows, False)
+        if scored:
+            C.set_scores(self.tkeys, self.tscore, keys, scores)
+
+    def clear(self) -> None:
+        self.tkeys.fill(EMPTY_KEY)
+        self.tstate.fill(0)
+        self.tvals.fill(0)
+        self.tscore.fill(0)
+        self.tombstones = 0
+
+
+def _check_out(out, shape, dtype) -> None:
+    """``out`` must be a writable C-contiguous host array of exactly ``shape`` and ``dtype``."""
+    if not isinstance(out, np.ndarray) or out.dtype != dtype:
+        raise InvalidTypeError(f"out must be a NumPy array of {dtype}, got "
+                               f"{type(out).__name__} {getattr(out, 'dtype', '')}")
+    if out.shape != shape or not out.flags.c_contiguous or not out.flags.writeable:
+        raise InvalidInputError(f"out must be a writable C-contiguous array of shape {shape}, got {out.shape}")

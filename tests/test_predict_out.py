@@ -1,0 +1,66 @@
+"""``hps.predict --out`` that cannot be written is one line naming the file and why, exit 2 (it was
+``hps: error: [Errno 1] …``, exit 1, after loading the model), found by the same check as the
+trainer's outputs (``hps.train._preflight.check_writable``): it tries the directory, which mode bits
+cannot tell for root, read-only mounts or immutable directories."""
+
+import os
+import subprocess
+
+import pytest
+
+from hps.errors import InvalidInputError
+from hps.train._cli import main, predict_main
+from hps.train._preflight import check_outputs, check_writable
+from tests.test_data_format import SMALL, _csv
+
+
+@pytest.fixture
+def unwritable(tmp_path):
+    """A directory no file can be created in, even by root (immutable where chattr works)."""
+    d = tmp_path / "locked"
+    d.mkdir()
+    d.chmod(0o500)
+    immutable = False
+    try:
+        (d / "probe").touch()  # root ignores the mode bits
+    except PermissionError:
+        pass
+    else:
+        (d / "probe").unlink()
+        immutable = subprocess.run(["chattr", "+i", str(d)], capture_output=True).returncode == 0
+        if not immutable:
+            pytest.skip("no way to make a directory unwritable here (root without chattr)")
+    yield d
+    if immutable:
+        subprocess.run(["chattr", "-i", str(d)], check=True)
+    d.chmod(0o700)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    d = tmp_path_factory.mktemp("model")
+    _csv(d / "a.csv")
+    assert main(["--data", str(d / "a.csv"), "--export", str(d / "model"), *SMALL]) == 0
+    return d
+
+
+@pytest.mark.parametrize("where, why", [
+    ("locked/p.csv", "locked is not a writable directory ("),
+    ("missing/p.csv", "directory {tmp}/missing does not exist"),
+    (".", "is a directory, not a file"),
+])
+def test_an_out_that_cannot_be_written_is_one_line_and_exit_2(model, unwritable, tmp_path, capsys, where, why):
+    out = tmp_path / where
+    assert predict_main(["--model-dir", str(model / "model"), "--data", str(model / "a.csv"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"hps: error: --out {out}") and why.format(tmp=tmp_path) in err, err
+    assert err.count("\n") == 1 and "Errno" not in err
+
+
+def test_the_trainer_finds_the_same_directory_unwritable(unwritable):
+    from hps.config import TrainConfig
+
+    with pytest.raises(InvalidInputError, match=f"--export {unwritable}/m: {unwritable} is not a writable directory"):
+        check_outputs(TrainConfig(export=str(unwritable / "m")))
+    check_writable("--out", unwritable.parent / "fine.csv", is_dir=False)  # its parent is fine
+    assert os.listdir(unwritable.parent) == ["locked"]  # the tries leave nothing behind

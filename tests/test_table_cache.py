@@ -1,0 +1,79 @@
+"""``HashTable`` as the HBM-PS cache across batches on the CPU (``hps/table/_cache.py``): scores counted
+by ``lookup``, victims by ``evict``, against the dict model of ``tests/reference/hbm_cache.py``; and the
+device dedup's host twin (``hps.gpu.unique_inverse`` on NumPy) against ``hps.mem.unique_counts``."""
+
+import numpy as np
+import pytest
+
+from hps import HashTable
+from hps.errors import InvalidInputError
+from hps.gpu import missing_keys, unique_inverse
+from hps.mem import unique_counts
+from tests.reference.hbm_cache import ScoredDict, assert_same, random_ops, replay
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_cache_sequences_match_the_model(seed):
+    ops = random_ops(seed)
+    assert_same(replay(HashTable(8, 3, max_load_factor=0.75), ops), replay(ScoredDict(3), ops))
+
+
+def test_closed_form_victims_least_used_then_least_recent_then_smaller_key():
+    t = HashTable(64, 1)
+    keys = np.arange(1, 11, dtype=np.uint64)
+    t.insert(keys, keys.astype(np.float32)[:, None])
+    t.lookup(keys[:6], 1)        # 1..6 used once, in batch 1
+    t.lookup(keys[:3], 2)        # 1..3 twice, last in batch 2
+    t.lookup(keys[8:], 3)        # 9, 10 once, in batch 3 (protected below)
+    k, r = t.evict(5, protect_from=3)
+    # unused 7, 8 first; then once-used 4, 5, 6 (batch 1): five victims, 9 and 10 protected
+    assert k.tolist() == [4, 5, 6, 7, 8] and r[:, 0].tolist() == [4, 5, 6, 7, 8]
+    assert len(t) == 5 and t.contains(keys).tolist() == [True] * 3 + [False] * 5 + [True] * 2
+    k, _ = t.evict(10, protect_from=3)
+    assert k.tolist() == [1, 2, 3]  # all that is eligible
+    assert t.evict(3, protect_from=4)[0].tolist() == [9, 10] and len(t) == 0
+
+
+def test_scores_survive_growth_and_purge_and_reset_when_a_key_leaves():
+    t = HashTable(4, 1)
+    t.insert(np.array([1, 2, 3], np.uint64), np.ones((3, 1)))
+    t.lookup(np.array([1], np.uint64), 5)
+    t.erase(np.array([3], np.uint64))
+    t.purge()
+    t.reserve(64)  # entries re-laid twice: the scores go with them
+    t.insert(np.array([3], np.uint64), np.ones((1, 1)))  # back, unused
+    assert t.evict(2, protect_from=6)[0].tolist() == [2, 3]
+
+
+def test_lookup_answers_slots_and_refuses_bad_batches():
+    t = HashTable(16, 2)
+    t.insert(np.array([7, 8], np.uint64), np.ones((2, 2)))
+    slots = t.lookup(np.array([8, 9, 7], np.uint64), 0)
+    assert slots.dtype == np.int64 and (slots >= 0).tolist() == [True, False, True]
+    with pytest.raises(InvalidInputError, match="batch"):
+        t.lookup(np.array([7], np.uint64), -1)
+    with pytest.raises(InvalidInputError, match="protect_from"):
+        t.evict(1, 2**32)
+    assert t.evict(0, 1)[0].shape == (0,)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_unique_inverse_on_the_array_module_is_the_hosts_first_occurrence_order(seed):
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(0, 50, 400).astype(np.uint64) * np.uint64(2**40 + 7)
+    u, inv = unique_inverse(keys, np)
+    hu, _, hinv = unique_counts(keys)
+    np.testing.assert_array_equal(u, hu)
+    np.testing.assert_array_equal(inv, hinv)
+    np.testing.assert_array_equal(u[inv], keys)
+    e, ei = unique_inverse(np.empty(0, np.uint64), np)
+    assert e.shape == ei.shape == (0,)
+
+
+def test_missing_keys_are_the_keys_not_resident_in_input_order():
+    t = HashTable(32, 1)
+    t.insert(np.array([5, 9], np.uint64), np.ones((2, 1)))
+    ukeys = np.array([9, 4, 5, 1], np.uint64)
+    slots, misses = missing_keys(t, ukeys, 3, np)
+    assert misses.tolist() == [4, 1] and (slots >= 0).tolist() == [True, False, True, False]
+    assert t.evict(5, protect_from=3)[0].shape == (0,)  # 5 and 9 were used in batch 3: protected
