@@ -18,7 +18,11 @@ and over the last ``WINDOW_BATCHES`` batches computes how many cores the other s
 
 Helper ``k`` (k = 1, 2, ...) is added when ``spare >= k - 1 + GROW_SHARE`` (its core would be at least
 half idle) and dropped when ``spare < k - 1 + KEEP_SHARE``; the gap between the two keeps the count
-from flapping. A stage's busy time counts the time it waits on I/O inside its work, so an I/O-bound
+from flapping. The count starts at ``cores``: the first decision needs a window of two trained batches,
+and a job whose train stage is the bottleneck (the usual case) would otherwise train its first batches
+on one thread (2 of the 13 batches of the 200k-line Criteo-format DCN job, ``bench.peer_torch``); a
+wrong start costs no spinning (helpers sleep) and at most those batches' time-slicing with the other
+stages. A stage's busy time counts the time it waits on I/O inside its work, so an I/O-bound
 prepare (the larger-than-DRAM job: read + prepare + place busy 1.08 cores over its run) keeps the
 count at one, as does the in-memory job whose stages are busy ~1 core; a 2-core Criteo-format job
 whose other stages are busy ~0.25 cores gets a helper. ``--blas-threads N`` fixes the count at N.
@@ -59,7 +63,7 @@ class DenseThreads:
             raise InvalidInputError(f"--blas-threads must be a positive integer, got {fixed!r}")
         self.fixed = None if fixed is None else int(fixed)
         self.cores = max(1, int(cores))
-        self.threads = self.fixed if self.fixed is not None else 1  # start as the old default, grow if idle
+        self.threads = self.fixed if self.fixed is not None else self.cores  # every core until measured
         self._marks: deque = deque(maxlen=max(1, int(window)) + 1)  # (wall, others' busy seconds)
         self._model = None
         self.batches_at: dict[int, int] = {}  # thread count -> batches trained with it
