@@ -35,8 +35,8 @@ import pyarrow.parquet as pq
 import pytest
 from numba import njit
 
-from hps.data import MISSING_VALUE, Batch, open_dataset
-from hps.data._chunks import fixed_width_batch
+from hps.data import MISSING_VALUE, Batch, make_keys, open_dataset
+from hps.data._batch import FixedBatch
 from hps.data._columns import plan_columns
 from hps.data._parquet import arrow_examples, text_buffers
 
@@ -158,8 +158,6 @@ LIBSVM_TYPES = {"label": pa.int8(), **{f"f{j}": pa.string() for j in range(10)}}
 
 
 def _libsvm_batch(rb):
-    from hps.data import make_keys
-
     n = rb.num_rows
     labels = (rb.column("label").to_numpy() == 1).astype(np.float32)
     idx = np.empty((n, 10), np.uint64)
@@ -179,7 +177,10 @@ def peer_same_work(path, fmt) -> list:
     out = []
     if fmt == "criteo":
         for rb in _stream(path, "\t", CRITEO_NAMES, CRITEO_TYPES):
-            out.append(fixed_width_batch(*_criteo_examples(rb)))
+            labels, dense, values = _criteo_examples(rb)
+            n = len(labels)
+            keys = make_keys(np.tile(np.arange(26), n), values.reshape(-1)).reshape(n, 26)
+            out.append(FixedBatch(labels, dense, keys).batch())
     elif fmt == "libsvm":
         for rb in _stream(path, " ", LIBSVM_NAMES, LIBSVM_TYPES):
             out.append(_libsvm_batch(rb))
@@ -187,13 +188,13 @@ def peer_same_work(path, fmt) -> list:
         plan = plan_columns(["click", *CSV_COLS], "click")
         for rb in _stream(path, ",", None, {"click": pa.int8(), **{c: pa.string() for c in CSV_COLS}}):
             labels, dense, values, code = arrow_examples(rb, plan)
-            out.append(fixed_width_batch(labels, dense, values))
+            out.append(FixedBatch(labels, dense, values).batch())
     else:  # parquet: hps's reader is pyarrow + this column work already
         plan = plan_columns(["click", *CSV_COLS], "click")
         with pq.ParquetFile(path) as pf:
             for rb in pf.iter_batches(batch_size=65536):  # threads as hps's reader uses them
                 labels, dense, values, code = arrow_examples(rb, plan)
-                out.append(fixed_width_batch(labels, dense, values))
+                out.append(FixedBatch(labels, dense, values).batch())
     return out
 
 

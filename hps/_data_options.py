@@ -18,11 +18,12 @@ _FILES, _TABLES = FORMATS[1:], ("csv", "parquet")
 #: The synthetic generator's defaults (a DataConfig of another format leaves these options unset).
 SYNTHETIC_DEFAULTS = {"rows": 200_000, "fields": 8, "vocab_per_field": 20_000, "zipf": 1.1, "n_dense": 4, "drift": 0.0}
 #: The defaults of the file formats' options (unset for the formats they do not belong to).
-FILE_DEFAULTS = {"max_malformed": DEFAULT_MAX_MALFORMED, "label_column": "click"}
+FILE_DEFAULTS = {"max_malformed": DEFAULT_MAX_MALFORMED, "label_column": "click", "dense_transform": "none"}
 #: Data option -> the formats it belongs to.
 OPTION_FORMATS = {**dict.fromkeys(SYNTHETIC_DEFAULTS, FORMATS[:1]),
                   **dict.fromkeys(("data", "eval_data", "strict", "max_malformed"), _FILES),
-                  **dict.fromkeys(("label_column", "ignore_columns", "dense_columns", "categorical_columns"), _TABLES),
+                  **dict.fromkeys(("label_column", "ignore_columns", "dense_columns", "categorical_columns",
+                                   "dense_transform"), _TABLES),
                   "int_as_categorical": ("criteo",), "libsvm_fields": ("libsvm",)}
 
 

@@ -23,6 +23,7 @@ import os
 import re
 from dataclasses import dataclass, field, fields, replace
 
+from .data import DENSE_TRANSFORMS
 from .data._batch import check_n_fields
 from ._data_options import FORMATS, resolve_format
 from ._xp import DEVICES
@@ -176,11 +177,16 @@ class DataConfig:
     data_shards: int | None = None      # shards the data is cut into (None = one per rank)
     op_osrp: int | None = None          # hash every example's keys into 2 x this many binary features (OP+OSRP)
     drift: float | None = None          # synthetic: popularity ranks shifted per example (new keys over time)
+    readers: int | None = None          # threads reading batches per rank (None = from its cores, hps.train._feed)
+    dense_transform: str | None = None  # csv, parquet: none | log1p | standardize of the dense columns ("none")
 
     def __post_init__(self):
         _check_types(self)
         resolve_format(self)
-        _positive(self, "rows", "fields", "vocab_per_field", "zipf", "libsvm_fields", "data_shards", "op_osrp")
+        _positive(self, "rows", "fields", "vocab_per_field", "zipf", "libsvm_fields", "data_shards", "op_osrp",
+                  "readers")
+        if self.dense_transform is not None:
+            _one_of("dense-transform", self.dense_transform, DENSE_TRANSFORMS)
         for name in ("fields", "libsvm_fields"):
             if getattr(self, name) is not None:
                 check_n_fields(getattr(self, name), name.replace("_", "-"))

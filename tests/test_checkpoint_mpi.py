@@ -21,7 +21,7 @@ def test_one_damaged_shard_makes_every_rank_fall_back(mpiexec, tmp_path):
     assert first.returncode == 0, first.stderr[-2000:]
     newest, older = ck / "ckpt-00000005", ck / "ckpt-00000003"
     meta = json.loads((newest / "meta.json").read_text())
-    assert sorted(meta["files"]) == ["dense.h5", "sparse-rank0-of-2.h5", "sparse-rank1-of-2.h5"]
+    assert sorted(meta["files"]) == ["dense.h5", "model.json", "sparse-rank0-of-2.h5", "sparse-rank1-of-2.h5"]
     shard = newest / "sparse-rank1-of-2.h5"  # only rank 1 reads it
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0x10

@@ -161,11 +161,13 @@ def test_unwritable_outputs_fail_before_training(tmp_path):
 
 
 def test_eval_data_with_another_layout_fails_before_training(tmp_path):
-    """A CSV eval file with other columns would only fail in the evaluation after training."""
+    """A CSV eval file without a column of the training data's fields would only fail in the evaluation
+    after training: it fails at start, naming the column."""
     (tmp_path / "t.csv").write_text("click,a,b\n" + "".join(f"{i % 2},x{i % 7},y{i % 5}\n" for i in range(200)))
     (tmp_path / "e.csv").write_text("click,a\n1,x1\n0,x2\n")
     proc = hps_train("--format", "csv", "--data", "t.csv", "--eval-data", "e.csv", "--no-progress", cwd=tmp_path)
-    assert_fails_at_start(proc, "--eval-data e.csv has 1 fields and 0 dense features, --data t.csv has 2 and 0")
+    assert_fails_at_start(proc, "--eval-data: categorical column(s) ['b'] not in the columns of the CSV header of "
+                                "e.csv")
 
 
 def test_libsvm_eval_data_takes_the_training_fields(tmp_path):

@@ -166,22 +166,16 @@ def test_resume_with_the_same_ranks_reproduces_an_uninterrupted_run(mpiexec, tmp
 
 
 def test_a_shorter_shard_adds_empty_batches_instead_of_breaking_the_job(mpiexec, data_file, tmp_path):
-    """Rank 1 reads a shorter copy of the data: it runs out first, the others carry on (no
-    'Message truncated'), and the job trains exactly the examples the two shards hold."""
-    lines = data_file.read_text().splitlines(keepends=True)
-    short = tmp_path / "short.txt"
-    short.write_text("".join(lines[: len(lines) // 3]))
-    mine = [*criteo_args(data_file, eval_data=False), "--metrics-out", str(tmp_path / "m.json")]
-    theirs = criteo_args(short, eval_data=False)
-    proc = subprocess.run([mpiexec, "-n", "1", sys.executable, "-m", "hps.train", *mine, ":",
-                           "-n", "1", sys.executable, "-m", "hps.train", *theirs],
-                          capture_output=True, text=True, timeout=300)
+    """Rank 1's shard holds far fewer examples (the file's second half has the long lines): it runs
+    out first, the others carry on (no 'Message truncated'), and the job trains exactly the examples
+    the two shards hold. (Different copies of the data per rank are refused: test_input_agreement_mpi.)"""
+    shards = [sum(len(b) for b in CriteoReader(data_file, 1024, shard=(r, 2)).batches()) for r in range(2)]
+    assert shards[1] < shards[0] - 2048  # rank 1 runs out at least one batch earlier
+    proc = mpirun(mpiexec, 2, [*criteo_args(data_file, eval_data=False), "--metrics-out", str(tmp_path / "m.json")])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "truncated" not in proc.stderr
     m = json.loads((tmp_path / "m.json").read_text())
-    want = sum(len(b) for b in CriteoReader(data_file, 1024, shard=(0, 2)).batches()) + \
-        sum(len(b) for b in CriteoReader(short, 1024, shard=(1, 2)).batches())
-    assert m["examples"] == want
+    assert m["examples"] == sum(shards)
 
 
 def _mpmd(mpiexec, groups, timeout=120):
@@ -196,22 +190,25 @@ def _mpmd(mpiexec, groups, timeout=120):
 
 @pytest.mark.parametrize("case", ["random bytes", "garbage after good data", "strict"])
 def test_a_rank_reading_garbage_ends_the_job_naming_itself(mpiexec, tmp_path, case):
-    """Rank 3 of 4 is given bad data: 1 MB of random bytes (found before training starts), or good
-    lines followed by 1 MB of garbage in its shard (found by its read stage in the middle of the run:
-    too many malformed lines at the end of its pass; with --strict the first one, already in the
-    chunk the warm-up parses). Either way the job ends within a minute, every rank non-zero, naming
-    rank 3; no rank hangs in a collective."""
-    good_data = criteo_file(tmp_path / "good.txt", n=4000)
+    """Rank 3 of 4 reads bad data — the last of the four files every rank is given, each rank reading
+    one whole file: 1 MB of random bytes (found before training starts), or good lines followed by
+    1 MB of garbage (found by its read stage in the middle of the run: too many malformed lines at
+    the end of its pass; with --strict the first one, already in the chunk the warm-up parses).
+    Either way the job ends within a minute, every rank non-zero, naming rank 3; no rank hangs in a
+    collective. (A rank given another copy of the data stops at start: test_input_agreement_mpi.)"""
+    good = [criteo_file(tmp_path / f"good{i}.txt", n=4000, seed=i) for i in range(3)]
     noise = np.random.default_rng(0).integers(0, 256, size=1 << 20, dtype=np.uint8).tobytes()
     bad = tmp_path / "bad.bin"
     if case == "random bytes":
         bad.write_bytes(noise)
-    else:  # rank 3 reads the last quarter: ~1.5 MB of good lines (more than the probe's first MiB), then noise
-        good = criteo_file(tmp_path / "long.txt", n=34000, seed=3).read_bytes()
-        bad.write_bytes(good + noise)
+    else:  # ~1.5 MB of good lines (more than the probe's first MiB), then noise
+        bad.write_bytes(criteo_file(tmp_path / "long.txt", n=5000, seed=3).read_bytes() + noise)
     strict = ["--strict"] if case == "strict" else []
-    ok = [*criteo_args(good_data, eval_data=False), *strict]
-    proc, secs = _mpmd(mpiexec, [(3, ok), (1, [a if a != str(good_data) else str(bad) for a in ok])])
+    args = criteo_args(good[0], eval_data=False)
+    args[args.index("--data") + 1:args.index("--data") + 2] = [*map(str, good), str(bad)]
+    t = time.time()
+    proc = mpirun(mpiexec, 4, [*args, *strict], timeout=120)
+    secs = time.time() - t
     assert proc.returncode != 0 and secs < 60, proc.stderr[-2000:]
     assert "hps: rank 3 of 4 failed" in proc.stderr and "truncated" not in proc.stderr
     assert "malformed" in proc.stderr or "no valid example" in proc.stderr

@@ -8,15 +8,19 @@ reader parses (``hps.data._shards``: line-aligned byte ranges or whole files; ro
 data); shards read one after the other give all of the data. ``op_osrp(keys, offsets, bins, seed)``
 hashes any CSR block of keys into OP+OSRP features (``hps.data._oposrp``). ``infer_format(paths)``
 tells the format of data files from their names, or a ``.txt``'s first line (``hps.data._detect``).
+``readers=N`` parses or generates with N threads, the same batches for any N (``hps.data._parallel``).
+Parquet written by ``python -m hps.convert`` (keys already hashed) is read by :class:`ConvertedReader`.
 """
 
-from ._batch import FIELD_SHIFT, MAX_FIELD, MAX_FIELDS, Batch, make_keys
+from ._batch import FIELD_SHIFT, HASHING_VERSION, MAX_FIELD, MAX_FIELDS, Batch, FixedBatch, make_keys
 from ._chunks import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MALFORMED, MISSING_VALUE, ReaderStats
 from ._criteo import NEGATIVE_VALUE, CriteoReader
+from ._dense import DENSE_TRANSFORMS
 from ._csv import CsvReader
 from ._detect import format_of, infer_format
 from ._libsvm import LibsvmReader
-from ._open import FORMATS, column_names, open_dataset
+from ._converted import ConvertedReader, converted_source, is_converted
+from ._open import FORMATS, column_names, format_options, open_dataset
 from ._oposrp import HashedReader, hash_batch, op_osrp
 from ._parquet import ParquetReader
 from ._shards import share_bounds
@@ -26,10 +30,16 @@ from ._synthetic import SyntheticData
 __all__ = [
     "Batch",
     "make_keys",
+    "FixedBatch",
     "FIELD_SHIFT",
+    "HASHING_VERSION",
     "MAX_FIELD",
     "MAX_FIELDS",
     "open_dataset",
+    "format_options",
+    "ConvertedReader",
+    "is_converted",
+    "converted_source",
     "column_names",
     "FORMATS",
     "infer_format",
@@ -45,6 +55,7 @@ __all__ = [
     "NEGATIVE_VALUE",
     "DEFAULT_CHUNK_BYTES",
     "DEFAULT_MAX_MALFORMED",
+    "DENSE_TRANSFORMS",
     "share_bounds",
     "expand_paths",
     "op_osrp",

@@ -8,6 +8,10 @@ Array contract (host NumPy arrays):
 - ``field`` (nnz,) int32: the field of each key, in [0, n_fields)
 - ``weights`` (nnz,) float32: the feature value multiplying its embedding (1 for categoricals)
 - ``offsets`` (n + 1,) int64: keys of example i are ``keys[offsets[i]:offsets[i + 1]]``
+
+``FixedBatch`` is the same examples when each has exactly one key per field and weight 1 (every format
+but libsvm): ``labels``, ``dense`` and ``keys`` (n, F) only. The readers cut and join those (less to
+copy) and make the ``Batch`` of each batch they yield with ``FixedBatch.batch()``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ from ..errors import InvalidInputError
 #: Bits of a key below the field id: key = field << FIELD_SHIFT | (mix64(value) >> (64 - FIELD_SHIFT)).
 #: Written to disk inside every key: never change.
 FIELD_SHIFT = 48
+#: Version of how the readers turn a feature into its key: ``make_keys`` (FIELD_SHIFT, SplitMix64),
+#: FNV-1a of CSV/Parquet text, Criteo's hex values and log2 buckets, MISSING_VALUE / NEGATIVE_VALUE,
+#: libsvm's positional fields. Data converted by ``hps.convert`` records it: bump it with any change
+#: that gives a feature another key.
+HASHING_VERSION = 1
 #: Largest field id (all-ones field with an all-ones hash would be the sentinel key).
 MAX_FIELD = (1 << (64 - FIELD_SHIFT)) - 2
 #: Most fields a dataset may have (ids 0..MAX_FIELD).
@@ -103,3 +112,36 @@ class Batch:
                      np.concatenate([p.keys for p in parts]), np.concatenate([p.field for p in parts]),
                      np.concatenate([p.weights for p in parts]), offsets.astype(np.int64),
                      parts[0].n_fields)
+
+
+@dataclass
+class FixedBatch:
+    """Examples with one key per field, in field order, all of weight 1: ``labels`` (n,) float32,
+    ``dense`` (n, D) float32, ``keys`` (n, F) uint64 (row-major: example i's keys are ``keys[i]``)."""
+
+    labels: np.ndarray
+    dense: np.ndarray
+    keys: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    def slice(self, start: int, stop: int) -> "FixedBatch":
+        """Examples [start, stop) (views)."""
+        return FixedBatch(self.labels[start:stop], self.dense[start:stop], self.keys[start:stop])
+
+    @staticmethod
+    def concat(parts: list["FixedBatch"]) -> "FixedBatch":
+        """Examples of ``parts`` in order (one copy; the part itself when there is one)."""
+        if len(parts) == 1:
+            return parts[0]
+        return FixedBatch(np.concatenate([p.labels for p in parts]), np.concatenate([p.dense for p in parts]),
+                          np.concatenate([p.keys for p in parts]))
+
+    def batch(self) -> Batch:
+        """The :class:`Batch` of these examples (``keys`` flattened: a view when contiguous)."""
+        n, n_fields = self.keys.shape
+        field = np.tile(np.arange(n_fields, dtype=np.int32), n)
+        return Batch(self.labels, self.dense, np.ascontiguousarray(self.keys).reshape(-1), field,
+                     np.ones(n * n_fields, dtype=np.float32),
+                     np.arange(n + 1, dtype=np.int64) * n_fields, n_fields)

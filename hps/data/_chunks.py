@@ -5,7 +5,9 @@ Every text reader works the same way (constant memory for any file size):
 1. ``iter_line_chunks`` reads the file in ``chunk_bytes`` blocks, cuts each block after its last
    newline and carries the partial line over to the next block; a line longer than a block simply
    makes the next block bigger.
-2. A Numba kernel (``_parse_kernels``) parses one chunk into arrays: no Python loop over lines.
+2. A Numba kernel (``_parse_kernels``, ``_criteo_kernels``) parses one chunk into arrays and hashes
+   its features into keys: no Python loop over lines. With ``readers`` > 1 the chunks are parsed in
+   that many threads and come back in order (``hps.data._parallel``).
 3. ``Rebatcher`` cuts the parsed examples into batches of exactly ``batch_size`` (the last may be
    shorter).
 
@@ -21,6 +23,7 @@ Not thread-safe: one ``batches()`` iteration per reader object at a time.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -28,7 +31,10 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ..errors import InvalidInputError
-from ._batch import Batch, make_keys
+from ._batch import Batch, FixedBatch
+from ._dense import SAMPLE_ROWS, check_transform, sample_stats
+from ._dense import apply as dense_apply
+from ._parallel import check_readers, ordered_map
 from ._shards import Segment, check_shard, plan_segments, seek_segment, share_bounds
 from ._sources import compression, expand_paths, open_source
 
@@ -85,13 +91,13 @@ class ReaderStats:
 
 
 def iter_line_chunks(f, chunk_bytes: int, first_line: int = 1,
-                     limit: int | None = None) -> Iterator[tuple[np.ndarray, int]]:
+                     limit: int | None = None) -> Iterator[tuple[np.ndarray, int, int]]:
     """Blocks of whole lines of the binary file object ``f`` from its current position.
 
-    Yields ``(buf, first_line)``: buf (m,) uint8 host, every line ending in ``\\n`` (one is added to an
-    unterminated last line); ``first_line`` the 1-based line number of buf's first line. With
-    ``limit``, only the lines that start within the next ``limit`` bytes (the last one is read to its
-    end, past the limit).
+    Yields ``(buf, first_line, n_lines)``: buf (m,) uint8 host, read-only, every line ending in ``\\n``
+    (one is added to an unterminated last line); ``first_line`` the 1-based line number of buf's first
+    line; ``n_lines`` the lines in buf. With ``limit``, only the lines that start within the next
+    ``limit`` bytes (the last one is read to its end, past the limit).
     """
     carry = b""
     line = first_line
@@ -106,62 +112,95 @@ def iter_line_chunks(f, chunk_bytes: int, first_line: int = 1,
                         carry += data[:cut + 1] if cut >= 0 else data + b"\n"
                         break
                     carry += data
-                yield np.frombuffer(carry, dtype=np.uint8), line
+                yield np.frombuffer(carry, dtype=np.uint8), line, 1
             return
         data = f.read(chunk_bytes if left is None else min(chunk_bytes, left))
         if left is not None:
             left -= len(data)
         if not data:
             if carry:
-                yield np.frombuffer(carry + b"\n", dtype=np.uint8), line
+                yield np.frombuffer(carry + b"\n", dtype=np.uint8), line, 1
             return
         buf = carry + data if carry else data
         cut = buf.rfind(b"\n")
         if cut < 0:
             carry = buf
             continue
-        chunk = buf[:cut + 1]
         carry = buf[cut + 1:]
-        yield np.frombuffer(chunk, dtype=np.uint8), line
-        line += chunk.count(b"\n")
+        n = buf.count(b"\n", 0, cut + 1)
+        yield np.frombuffer(buf, dtype=np.uint8, count=cut + 1), line, n  # a view: no copy
+        line += n
 
 
-def fixed_width_batch(labels: np.ndarray, dense: np.ndarray, values: np.ndarray) -> Batch:
-    """Batch of examples that all have one key per field. values (n, F) uint64 feature values."""
-    n, n_fields = values.shape
-    field_ids = np.tile(np.arange(n_fields, dtype=np.int32), n)
-    keys = make_keys(field_ids, values.reshape(-1))
-    return Batch(labels, dense, keys, field_ids, np.ones(n * n_fields, dtype=np.float32),
-                 np.arange(0, (n + 1) * n_fields, n_fields, dtype=np.int64), n_fields)
+def cut_at_batches(part, first: int, batch_size: int) -> list:
+    """``part`` (a FixedBatch or Batch: rows ``first`` … of a stream cut into batches of ``batch_size``)
+    cut at the stream's batch boundaries; each whole batch already made a ``Batch`` — so a reader's
+    threads, not the one :class:`Rebatcher`, build the batches that lie inside one work unit."""
+    out, i, n = [], 0, len(part)
+    while i < n:
+        pos = first + i
+        end = min(n, i + batch_size - pos % batch_size)
+        piece = part.slice(i, end)
+        if end - i == batch_size and isinstance(piece, FixedBatch):
+            piece = piece.batch()
+        out.append(piece)
+        i = end
+    return out
 
 
 class Rebatcher:
-    """Cuts a stream of Batches of any size into Batches of exactly ``batch_size`` examples."""
+    """Cuts a stream of parts (``Batch`` or ``FixedBatch``, all of one kind — but for whole batches
+    made by :func:`cut_at_batches`) of any size into Batches of exactly ``batch_size`` examples
+    (``flush``: the rest). Every example is copied at most once: a batch inside one part is a view of
+    it."""
 
     def __init__(self, batch_size: int):
         self.batch_size = batch_size
-        self._parts: list[Batch] = []
+        self._parts: deque = deque()
         self._n = 0
 
-    def push(self, part: Batch) -> Iterator[Batch]:
+    def push(self, part) -> Iterator[Batch]:
+        """The batches ``part`` completes (a list: its pieces in order)."""
+        if isinstance(part, list):
+            for p in part:
+                yield from self.push(p)
+            return
         if len(part) == 0:
             return
         self._parts.append(part)
         self._n += len(part)
-        if self._n < self.batch_size:
-            return
-        big = Batch.concat(self._parts)
-        bs, i = self.batch_size, 0
-        while self._n - i >= bs:
-            yield big.slice(i, i + bs)
-            i += bs
-        self._parts = [big.slice(i, self._n)] if i < self._n else []
-        self._n -= i
+        while self._n >= self.batch_size:
+            yield self._take(self.batch_size)
 
     def flush(self) -> Iterator[Batch]:
         if self._n:
-            yield Batch.concat(self._parts)
-        self._parts, self._n = [], 0
+            yield self._take(self._n)
+
+    def _take(self, k: int) -> Batch:
+        out, need = [], k
+        while need:
+            p = self._parts[0]
+            if len(p) <= need:
+                out.append(self._parts.popleft())
+                need -= len(p)
+            else:
+                out.append(p.slice(0, need))
+                self._parts[0] = p.slice(need, len(p))
+                need = 0
+        self._n -= k
+        joined = type(out[0]).concat(out)
+        return joined if isinstance(joined, Batch) else joined.batch()
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """One work unit of a text reader: ``buf`` (m,) uint8 of ``n_lines`` whole lines, the first of
+    them line ``first_line`` of ``path`` (as malformed-line reports name it)."""
+
+    buf: np.ndarray
+    n_lines: int
+    path: str
+    first_line: int
 
 
 def check_common(batch_size: int, shard) -> tuple[int, int]:
@@ -172,11 +211,16 @@ def check_common(batch_size: int, shard) -> tuple[int, int]:
 
 
 class TextReader:
-    """Base of the text readers. Subclasses set ``n_fields``, ``n_dense`` and ``format_description``
-    and implement ``_parse``; ``_open`` may skip a header.
+    """Base of the file readers. Subclasses set ``n_fields``, ``n_dense`` and ``format_description``
+    and implement ``_parse``; ``_open`` may skip a header. (Parquet replaces the work units:
+    ``_units``, ``_work``, ``_accept``.)
 
     ``batches(start_batch)`` yields this shard's batches start_batch, start_batch+1, … (earlier
     batches are parsed and dropped, so a resumed run sees exactly the same batches).
+
+    ``readers`` threads parse the chunks of a pass (``hps.data._parallel``): the chunks are read in
+    order by the iterating thread, parsed in parallel, and counted, checked and cut into batches in
+    order — the same batches, counts and errors for any number of readers.
 
     Malformed lines are counted (in the parse kernels) and skipped. A pass raises
     ``InvalidInputError`` naming the first of them by file:line and the expected format when:
@@ -193,7 +237,8 @@ class TextReader:
     format_description: str = ""
 
     def __init__(self, path, batch_size: int, shard=(0, 1), strict: bool = False,
-                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, max_malformed: float = DEFAULT_MAX_MALFORMED):
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, max_malformed: float = DEFAULT_MAX_MALFORMED,
+                 readers: int = 1):
         self.paths: Sequence[Path] = expand_paths(path)
         self.batch_size = int(batch_size)
         self.shard, self.n_shards = check_common(batch_size, shard)
@@ -204,6 +249,9 @@ class TextReader:
         self.strict = bool(strict)
         self.chunk_bytes = int(chunk_bytes)
         self.max_malformed = float(max_malformed)
+        self.readers = check_readers(readers)
+        self.dense_transform, self.dense_stats = "none", None  # CSV / Parquet: _setup_dense
+        self.probe_dense_max = 0.0
         self.stats = ReaderStats()
         self._starts: dict = {}
         self._cut = False
@@ -227,12 +275,11 @@ class TextReader:
         self.stats = ReaderStats()
         reb = Rebatcher(self.batch_size)
         gb = 0
-        for seg in self.segments():
-            for part in self._parts(seg, self.chunk_bytes):
-                for b in reb.push(part):
-                    if gb >= start_batch:
-                        yield b
-                    gb += 1
+        for _, part in self._pass(self.chunk_bytes):
+            for b in reb.push(part):
+                if gb >= start_batch:
+                    yield b
+                gb += 1
         self._check(self.stats, final=True)
         for b in reb.flush():
             if gb >= start_batch:
@@ -248,15 +295,39 @@ class TextReader:
         saved, self.stats = self.stats, ReaderStats()
         self._cut = False
         try:
-            for seg in self.segments():
-                for _ in self._parts(seg, PROBE_BYTES, max_chunks=1):
-                    pass
+            for _, part in self._pass(PROBE_BYTES, max_chunks=1, readers=1):
+                for p in part if isinstance(part, list) else [part]:
+                    if len(p) and p.dense.size:  # how large the dense values are (the trainer warns)
+                        self.probe_dense_max = max(self.probe_dense_max, float(np.abs(p.dense).max()))
             st = self.stats
             all_bad = st.examples == 0 and st.malformed > self.max_malformed * (st.lines - st.blank)
             self._check(st, final=not self._cut or all_bad)
             return st
         finally:
             self.stats = saved
+
+    def read_segments(self, segments: list[Segment]) -> Iterator[tuple[int, object]]:
+        """``(i, part)`` of one pass over ``segments`` — this shard's own, or a finer cut of them
+        (``hps.data._shards.split_segments``) — part (a Batch or FixedBatch of valid examples, or a
+        list of them) coming from ``segments[i]``, in order; counted into ``stats`` (reset) and checked as a pass of
+        :meth:`batches` is, the end-of-pass check included (``python -m hps.convert``)."""
+        self.stats = ReaderStats()
+        yield from self._pass(self.chunk_bytes, segments=segments)
+        self._check(self.stats, final=True)
+
+    def _pass(self, chunk_bytes: int, max_chunks: int | None = None, readers: int | None = None,
+              segments: list[Segment] | None = None):
+        """``(segment index, part)`` of a pass over ``segments`` (default: this shard's), in order,
+        counted into ``stats`` and checked unit by unit; ``max_chunks``: per segment (a probe)."""
+        segs = self.segments() if segments is None else segments
+        self._pass_rows = 0  # rows of the pass before the next unit, where readers know them (_converted)
+        units = ((i, u) for i, seg in enumerate(segs) for u in self._units(seg, chunk_bytes, max_chunks))
+        for (i, unit), result in ordered_map(self._work_on, units, readers or self.readers):
+            yield i, self._accept(unit, result)
+            self._after(unit, result)
+
+    def _work_on(self, item):
+        return item, self._work(item[1])
 
     def _open(self, path: Path):
         """(binary stream positioned at the first data line, its 1-based line number); compressed
@@ -272,18 +343,19 @@ class TextReader:
                 self._starts[path] = (0 if compression(path) else f.tell(), first)
         return self._starts[path]
 
-    def _parse(self, buf: np.ndarray, bad_line: np.ndarray, bad_code: np.ndarray):
-        """Parse one chunk -> ((n_lines, n_ok, n_bad, n_blank), Batch of the n_ok valid lines)."""
+    def _parse(self, buf: np.ndarray, n_lines: int, bad_line: np.ndarray, bad_code: np.ndarray):
+        """Parse one chunk of ``n_lines`` lines -> ((n_lines, n_ok, n_bad, n_blank), the n_ok valid
+        lines as a Batch or FixedBatch). Pure (no state of the reader changes): runs in the readers'
+        threads."""
         raise NotImplementedError
 
-    def _parts(self, seg: Segment, chunk_bytes: int, max_chunks: int | None = None) -> Iterator[Batch]:
-        """Parsed chunks of the lines of one segment, counted into ``stats`` (and checked) one by
-        one. Malformed lines are named by file:line, or — when the segment starts inside a file —
-        by line counted from the segment's first byte."""
+    def _units(self, seg: Segment, chunk_bytes: int, max_chunks: int | None = None) -> Iterator[_Chunk]:
+        """The chunks of lines of one segment, in order. Malformed lines are named by file:line, or
+        — when the segment starts inside a file — by line counted from the segment's first byte."""
         if seg.stop is None:  # a compressed file: its whole stream, past what _open skips
             f, first = self._open(seg.path)
             with f:
-                yield from self._stream_parts(f, seg.path, first, None, chunk_bytes, max_chunks)
+                yield from self._chunks(f, seg.path, first, None, chunk_bytes, max_chunks)
             return
         with open(seg.path, "rb") as f:
             begin = seek_segment(f, seg)
@@ -293,34 +365,59 @@ class TextReader:
                 path, first = seg.path, self._data_start(seg.path)[1]
             else:
                 path, first = f"{seg.path} (lines counted from byte {begin})", 1
-            yield from self._stream_parts(f, path, first, seg.stop - begin, chunk_bytes, max_chunks)
+            yield from self._chunks(f, path, first, seg.stop - begin, chunk_bytes, max_chunks)
 
-    def _stream_parts(self, f, path, first: int, limit, chunk_bytes: int, max_chunks) -> Iterator[Batch]:
-        """Parsed chunks of the lines of ``f`` from its position (``limit``: see ``iter_line_chunks``);
-        ``path`` and ``first`` (the line number there) name malformed lines."""
-        bad_line = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int64)
-        bad_code = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int32)
-        for k, (buf, first_line) in enumerate(iter_line_chunks(f, chunk_bytes, first, limit=limit)):
+    def _chunks(self, f, path, first: int, limit, chunk_bytes: int, max_chunks) -> Iterator[_Chunk]:
+        for k, (buf, first_line, n) in enumerate(iter_line_chunks(f, chunk_bytes, first, limit=limit)):
             if max_chunks is not None and k >= max_chunks:
                 self._cut = True
                 return
-            (n_lines, n_ok, n_bad, n_blank), part = self._parse(buf, bad_line, bad_code)
-            st = self.stats
-            st.lines += n_lines
-            st.examples += n_ok
-            st.blank += n_blank
-            st.malformed += n_bad
-            st.bytes += buf.shape[0]
-            for j in range(min(n_bad, bad_line.shape[0],
-                               MAX_RECORDED_MALFORMED - len(st.malformed_at))):
-                st.malformed_at.append((str(path), first_line + int(bad_line[j]),
-                                        REASONS[int(bad_code[j])]))
-            yield part
-            if n_bad and self.strict:
-                raise InvalidInputError(f"{path}:{first_line + int(bad_line[0])}: malformed line "
-                                        f"({REASONS[int(bad_code[0])]}); expected "
-                                        f"{self.format_description}")
-            self._check(st, final=False)
+            yield _Chunk(buf, n, str(path), first_line)
+
+    def _work(self, unit: _Chunk):
+        bad_line = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int64)
+        bad_code = np.empty(MAX_RECORDED_MALFORMED, dtype=np.int32)
+        counts, part = self._parse(unit.buf, unit.n_lines, bad_line, bad_code)
+        return counts, bad_line, bad_code, self._transformed(part)
+
+    def _transformed(self, part):
+        """``part`` with its dense columns transformed (``hps.data._dense``). Thread-safe."""
+        if self.dense_transform != "none":
+            part.dense = dense_apply(part.dense, self.dense_transform, self.dense_stats)
+        return part
+
+    def _setup_dense(self, transform: str, stats, sample) -> None:
+        """Sets the dense transform; ``standardize`` without ``stats`` takes them from ``sample()`` (the
+        untransformed batches of the whole data, from its start)."""
+        self.dense_stats = check_transform(transform, stats, self.n_dense)
+        if transform == "standardize" and self.dense_stats is None:
+            it = sample()
+            try:
+                self.dense_stats = sample_stats(it)
+            finally:
+                it.close()
+        self.dense_transform = transform
+
+    def _accept(self, unit: _Chunk, result):
+        """Counts a parsed chunk into ``stats`` (in order) and returns its part."""
+        (n_lines, n_ok, n_bad, n_blank), bad_line, bad_code, part = result
+        st = self.stats
+        st.lines += n_lines
+        st.examples += n_ok
+        st.blank += n_blank
+        st.malformed += n_bad
+        st.bytes += unit.buf.shape[0]
+        for j in range(min(n_bad, bad_line.shape[0], MAX_RECORDED_MALFORMED - len(st.malformed_at))):
+            st.malformed_at.append((unit.path, unit.first_line + int(bad_line[j]), REASONS[int(bad_code[j])]))
+        return part
+
+    def _after(self, unit: _Chunk, result) -> None:
+        """What follows a chunk's part: the strict stop at its first malformed line, the checks."""
+        (_, _, n_bad, _), bad_line, bad_code, _ = result
+        if n_bad and self.strict:
+            raise InvalidInputError(f"{unit.path}:{unit.first_line + int(bad_line[0])}: malformed line "
+                                    f"({REASONS[int(bad_code[0])]}); expected {self.format_description}")
+        self._check(self.stats, final=False)
 
     def _check(self, st: ReaderStats, final: bool) -> None:
         """Raises when ``st`` has too many malformed lines or (``final``) no example at all."""

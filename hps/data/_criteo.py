@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._batch import FIELD_SHIFT, FixedBatch
 from ._chunks import (BAD_COLUMNS, BAD_HEX, BAD_LABEL, BAD_NUMBER, DEFAULT_CHUNK_BYTES,
-                      DEFAULT_MAX_MALFORMED, MISSING_VALUE, TextReader, fixed_width_batch)
-from ._parse_kernels import parse_criteo
+                      DEFAULT_MAX_MALFORMED, MISSING_VALUE, TextReader)
+from ._criteo_kernels import hex_digits, log1p_table, parse_criteo_keys
 
 #: Number of integer (dense) and categorical columns of the Criteo layout.
 N_INT = 13
@@ -26,6 +27,8 @@ N_CAT = 26
 NEGATIVE_VALUE = (1 << 32) + 2
 
 _CODES = np.array([BAD_COLUMNS, BAD_LABEL, BAD_NUMBER, BAD_HEX], dtype=np.int32)
+#: Counts whose log1p the kernel looks up instead of computing (the same float32 values).
+LOG1P_TABLE_SIZE = 4096
 
 
 class CriteoReader(TextReader):
@@ -35,7 +38,8 @@ class CriteoReader(TextReader):
     batch_size: examples per batch; shard=(index, n_shards): read only that shard of the files.
     strict: raise ``InvalidInputError`` (naming file:line and why) at the first malformed line,
     instead of counting and skipping it; max_malformed: the fraction of lines a pass may skip (see
-    ``TextReader``). int_as_categorical: also bucketize I1..I13 into fields 26..38.
+    ``TextReader``). int_as_categorical: also bucketize I1..I13 into fields 26..38. readers: threads
+    parsing in parallel (the same batches for any number).
     """
 
     format_description = ("Criteo TSV: 40 tab-separated columns, a 0/1 label, 13 integer counts, "
@@ -43,19 +47,19 @@ class CriteoReader(TextReader):
 
     def __init__(self, path, batch_size: int, shard=(0, 1), strict: bool = False,
                  int_as_categorical: bool = False, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-                 max_malformed: float = DEFAULT_MAX_MALFORMED):
-        super().__init__(path, batch_size, shard, strict, chunk_bytes, max_malformed)
+                 max_malformed: float = DEFAULT_MAX_MALFORMED, readers: int = 1):
+        super().__init__(path, batch_size, shard, strict, chunk_bytes, max_malformed, readers)
         self.int_as_categorical = bool(int_as_categorical)
         self.n_fields = N_CAT + (N_INT if self.int_as_categorical else 0)
         self.n_dense = N_INT
+        self._hex, self._log1p = hex_digits(), log1p_table(LOG1P_TABLE_SIZE)
 
-    def _parse(self, buf: np.ndarray, bad_line: np.ndarray, bad_code: np.ndarray):
-        cap = int(np.count_nonzero(buf == 10))
-        labels = np.empty(cap, dtype=np.float32)
-        dense = np.empty((cap, N_INT), dtype=np.float32)
-        values = np.empty((cap, self.n_fields), dtype=np.uint64)
-        counts = parse_criteo(buf, self.int_as_categorical, self.strict, np.uint64(MISSING_VALUE),
-                              np.uint64(NEGATIVE_VALUE), _CODES, labels, dense, values, bad_line,
-                              bad_code)
+    def _parse(self, buf: np.ndarray, n_lines: int, bad_line: np.ndarray, bad_code: np.ndarray):
+        labels = np.empty(n_lines, dtype=np.float32)
+        dense = np.empty((n_lines, N_INT), dtype=np.float32)
+        keys = np.empty((n_lines, self.n_fields), dtype=np.uint64)
+        counts = parse_criteo_keys(buf, self.int_as_categorical, self.strict, np.uint64(MISSING_VALUE),
+                                   np.uint64(NEGATIVE_VALUE), _CODES, self._hex, self._log1p, FIELD_SHIFT,
+                                   labels, dense, keys, bad_line, bad_code)
         n_ok = counts[1]
-        return counts, fixed_width_batch(labels[:n_ok], dense[:n_ok], values[:n_ok])
+        return counts, FixedBatch(labels[:n_ok], dense[:n_ok], keys[:n_ok])

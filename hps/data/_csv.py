@@ -21,10 +21,11 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import InvalidInputError
-from ._batch import check_n_fields
+from ._batch import FIELD_SHIFT, FixedBatch, check_n_fields
 from ._chunks import (BAD_COLUMNS, BAD_LABEL, BAD_NUMBER, DEFAULT_CHUNK_BYTES,
-                      DEFAULT_MAX_MALFORMED, MISSING_VALUE, TextReader, fixed_width_batch)
+                      DEFAULT_MAX_MALFORMED, MISSING_VALUE, TextReader)
 from ._columns import plan_columns
+from ._dense import SAMPLE_ROWS
 from ._parse_kernels import parse_csv
 from ._sources import open_source
 
@@ -47,13 +48,16 @@ class CsvReader(TextReader):
     every label 0); dense_columns: names of numeric columns; ignore_columns: columns to drop (e.g. a
     unique row ``id``); categorical_columns: the fields in field-id order (default: every other
     column, in header order). ``categorical_columns`` then lists the field names in field-id order.
+    dense_transform: "none", "log1p" or "standardize" (with ``dense_stats``, else statistics of the
+    data's first rows; ``hps.data._dense``). readers: threads parsing in parallel.
     """
 
     def __init__(self, path, batch_size: int, shard=(0, 1), strict: bool = False,
                  label: str | None = "click", dense_columns: Sequence[str] = (),
                  ignore_columns: Sequence[str] = (), categorical_columns: Sequence[str] | None = None,
-                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, max_malformed: float = DEFAULT_MAX_MALFORMED):
-        super().__init__(path, batch_size, shard, strict, chunk_bytes, max_malformed)
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, max_malformed: float = DEFAULT_MAX_MALFORMED,
+                 readers: int = 1, dense_transform: str = "none", dense_stats: dict | None = None):
+        super().__init__(path, batch_size, shard, strict, chunk_bytes, max_malformed, readers)
         self.header = _read_header(self.paths[0])
         for p in self.paths[1:]:
             if _read_header(p) != self.header:
@@ -70,18 +74,21 @@ class CsvReader(TextReader):
         self.n_fields = check_n_fields(len(self.categorical_columns), "categorical CSV columns",
                                        low=0)
         self.n_dense = len(self.dense_columns)
+        self._setup_dense(dense_transform, dense_stats, lambda: CsvReader(
+            self.paths, SAMPLE_ROWS, strict=strict, label=label, dense_columns=dense_columns,
+            ignore_columns=ignore_columns, categorical_columns=categorical_columns, chunk_bytes=chunk_bytes,
+            max_malformed=max_malformed).batches())
 
     def _open(self, path: Path):
         f = open_source(path)
         f.readline()  # the header (checked in __init__)
         return f, 2
 
-    def _parse(self, buf: np.ndarray, bad_line: np.ndarray, bad_code: np.ndarray):
-        cap = int(np.count_nonzero(buf == 10))
-        labels = np.zeros(cap, dtype=np.float32)  # stays 0 without a label column
-        dense = np.empty((cap, self.n_dense), dtype=np.float32)
-        values = np.empty((cap, self.n_fields), dtype=np.uint64)
+    def _parse(self, buf: np.ndarray, n_lines: int, bad_line: np.ndarray, bad_code: np.ndarray):
+        labels = np.zeros(n_lines, dtype=np.float32)  # stays 0 without a label column
+        dense = np.empty((n_lines, self.n_dense), dtype=np.float32)
+        keys = np.empty((n_lines, self.n_fields), dtype=np.uint64)
         counts = parse_csv(buf, self._kind, self._slot, self.strict, np.uint64(MISSING_VALUE), _CODES,
-                           labels, dense, values, bad_line, bad_code)
+                           FIELD_SHIFT, labels, dense, keys, bad_line, bad_code)
         n_ok = counts[1]
-        return counts, fixed_width_batch(labels[:n_ok], dense[:n_ok], values[:n_ok])
+        return counts, FixedBatch(labels[:n_ok], dense[:n_ok], keys[:n_ok])

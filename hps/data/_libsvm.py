@@ -25,8 +25,7 @@ _FORMAT = ("libsvm/libFM: a label (1, 0 or -1), then space-separated idx:value f
 _PEEK_BYTES = 1 << 16
 
 
-def _parse_chunk(buf: np.ndarray, strict: bool, bad_line: np.ndarray, bad_code: np.ndarray):
-    cap = int(np.count_nonzero(buf == 10))
+def _parse_chunk(buf: np.ndarray, cap: int, strict: bool, bad_line: np.ndarray, bad_code: np.ndarray):
     nnz_cap = int(np.count_nonzero(buf == 58))
     labels = np.empty(cap, dtype=np.float32)
     offsets = np.empty(cap + 1, dtype=np.int64)
@@ -42,15 +41,16 @@ class LibsvmReader(TextReader):
 
     path: a file or a list of files; batch_size: examples per batch; shard=(index, n_shards);
     strict: raise at the first malformed line; max_malformed: the fraction of lines a pass may skip
-    (see ``TextReader``); n_fields: positional fields (default: features on the first valid line).
+    (see ``TextReader``); n_fields: positional fields (default: features on the first valid line);
+    readers: threads parsing in parallel (the same batches for any number).
     """
 
     format_description = _FORMAT
 
     def __init__(self, path, batch_size: int, shard=(0, 1), strict: bool = False,
                  n_fields: int | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-                 max_malformed: float = DEFAULT_MAX_MALFORMED):
-        super().__init__(path, batch_size, shard, strict, chunk_bytes, max_malformed)
+                 max_malformed: float = DEFAULT_MAX_MALFORMED, readers: int = 1):
+        super().__init__(path, batch_size, shard, strict, chunk_bytes, max_malformed, readers)
         if n_fields is None:
             self.n_fields = check_n_fields(self._first_line_width(), "features on the first valid "
                                            "libsvm line (the positional fields; set n_fields)")
@@ -63,15 +63,15 @@ class LibsvmReader(TextReader):
         bad_code = np.empty(1, dtype=np.int32)
         for path in self.paths:
             with open_source(path) as f:
-                for buf, _ in iter_line_chunks(f, _PEEK_BYTES):
-                    (_, n_ok, _, _), _, offsets, *_ = _parse_chunk(buf, False, bad_line, bad_code)
+                for buf, _, n in iter_line_chunks(f, _PEEK_BYTES):
+                    (_, n_ok, _, _), _, offsets, *_ = _parse_chunk(buf, n, False, bad_line, bad_code)
                     if n_ok:
                         return max(1, int(offsets[1] - offsets[0]))
         raise InvalidInputError(f"no valid libsvm line in {', '.join(map(str, self.paths))}; "
                                 f"cannot infer n_fields; expected {_FORMAT}")
 
-    def _parse(self, buf: np.ndarray, bad_line: np.ndarray, bad_code: np.ndarray):
-        counts, labels, offsets, idx, val, pos = _parse_chunk(buf, self.strict, bad_line, bad_code)
+    def _parse(self, buf: np.ndarray, n_lines: int, bad_line: np.ndarray, bad_code: np.ndarray):
+        counts, labels, offsets, idx, val, pos = _parse_chunk(buf, n_lines, self.strict, bad_line, bad_code)
         n_ok = counts[1]
         nnz = int(offsets[n_ok])
         field = np.minimum(pos[:nnz], np.int32(self.n_fields - 1))

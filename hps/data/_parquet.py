@@ -21,17 +21,19 @@ pages), so ``.gz`` / ``.zst`` around one is refused. Malformed rows are named ``
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import numpy as np
 
 from ..errors import InvalidInputError
-from ._batch import Batch, check_n_fields
+from ._batch import FIELD_SHIFT, FixedBatch, check_n_fields
 from ._chunks import (BAD_LABEL, BAD_NUMBER, DEFAULT_CHUNK_BYTES, DEFAULT_MAX_MALFORMED,
-                      MAX_RECORDED_MALFORMED, MISSING_VALUE, REASONS, TextReader, fixed_width_batch)
+                      MAX_RECORDED_MALFORMED, MISSING_VALUE, REASONS, TextReader)
 from ._columns import ColumnPlan, plan_columns
+from ._dense import SAMPLE_ROWS
 from ._parse_kernels import hash_strings
-from ._shards import Segment, share_bounds
+from ._shards import Segment, row_segments, share_bounds
 from ._sources import compression
 
 #: Bytes of ``chunk_bytes`` per row read: a read is ``chunk_bytes // BYTES_PER_ROW`` rows (65,536 at
@@ -80,16 +82,16 @@ def text_buffers(arr):
     return data, offsets, valid
 
 
-def hash_column(arr, values: np.ndarray, col: int, missing: int = MISSING_VALUE) -> None:
-    """Fill ``values[:, col]`` (n, F) uint64 with the FNV-1a hash of each entry's text (see the module
-    docstring). arr: an Arrow array of n entries. Blocking."""
-    hash_strings(*text_buffers(arr), np.uint64(missing), values, col)
+def hash_column(arr, keys: np.ndarray, col: int, missing: int = MISSING_VALUE) -> None:
+    """Fill ``keys[:, col]`` (n, F) uint64 with the keys of field ``col``: the FNV-1a hash of each
+    entry's text (see the module docstring). arr: an Arrow array of n entries. Blocking."""
+    hash_strings(*text_buffers(arr), np.uint64(missing), FIELD_SHIFT, keys, col)
 
 
 def arrow_examples(rb, plan: ColumnPlan):
     """Column work of one Arrow RecordBatch ``rb`` (n rows; the columns ``plan`` uses, by name) ->
-    ``(labels (n,) float32, dense (n, D) float32, values (n, F) uint64, code (n,) int32)``, code 0
-    for a valid row, else BAD_LABEL / BAD_NUMBER. Host arrays; blocking."""
+    ``(labels (n,) float32, dense (n, D) float32, keys (n, F) uint64, code (n,) int32)``, code 0
+    for a valid row, else BAD_LABEL / BAD_NUMBER. Host arrays; blocking; thread-safe."""
     n = rb.num_rows
     code = np.zeros(n, dtype=np.int32)
     labels = np.zeros(n, dtype=np.float32)
@@ -104,22 +106,24 @@ def arrow_examples(rb, plan: ColumnPlan):
         bad = ~(np.abs(x) < _F32_MAX)  # NaN, inf and beyond float32
         code[bad & (code == 0)] = BAD_NUMBER
         dense[:, j] = np.where(bad, 0.0, x)
-    values = np.empty((n, len(plan.categorical)), dtype=np.uint64)
+    keys = np.empty((n, len(plan.categorical)), dtype=np.uint64)
     for j, name in enumerate(plan.categorical):
-        hash_column(rb.column(name), values, j)
-    return labels, dense, values, code
+        hash_column(rb.column(name), keys, j)
+    return labels, dense, keys, code
 
 
 class ParquetReader(TextReader):
     """Streams ``Batch``es from Parquet file(s) (see the module docstring). ``label``,
-    ``dense_columns``, ``ignore_columns``, ``categorical_columns`` as for :class:`CsvReader`.
+    ``dense_columns``, ``ignore_columns``, ``categorical_columns``, ``dense_transform`` and
+    ``dense_stats`` as for :class:`CsvReader`.
     ``rows`` is the rows of all files (from their footers)."""
 
     def __init__(self, path, batch_size: int, shard=(0, 1), strict: bool = False,
                  label: str | None = "click", dense_columns: Sequence[str] = (),
                  ignore_columns: Sequence[str] = (), categorical_columns: Sequence[str] | None = None,
-                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, max_malformed: float = DEFAULT_MAX_MALFORMED):
-        super().__init__(path, batch_size, shard, strict, chunk_bytes, max_malformed)
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, max_malformed: float = DEFAULT_MAX_MALFORMED,
+                 readers: int = 1, dense_transform: str = "none", dense_stats: dict | None = None):
+        super().__init__(path, batch_size, shard, strict, chunk_bytes, max_malformed, readers)
         pa, _ = _arrow()
         for p in self.paths:
             if compression(p):
@@ -151,6 +155,10 @@ class ParquetReader(TextReader):
         labelled = f"label column {label!r} 0/1 (or -1)" if label is not None else "no label column"
         self.format_description = (f"Parquet with the columns of {self.paths[0]}: {labelled}, dense "
                                    "columns numbers")
+        self._setup_dense(dense_transform, dense_stats, lambda: ParquetReader(
+            self.paths, SAMPLE_ROWS, strict=strict, label=label, dense_columns=dense_columns,
+            ignore_columns=ignore_columns, categorical_columns=categorical_columns, chunk_bytes=chunk_bytes,
+            max_malformed=max_malformed).batches())
 
     @staticmethod
     def _meta(path):
@@ -165,16 +173,11 @@ class ParquetReader(TextReader):
     def segments(self) -> list[Segment]:
         """Row ranges ``[start, stop)`` (rows of one file) of this shard."""
         lo, hi = share_bounds(self.rows, self.shard, self.n_shards)
-        out, base = [], 0
-        for p, groups in zip(self.paths, self._group_rows):
-            n = sum(groups)
-            a, b = max(lo, base), min(hi, base + n)
-            if a < b:
-                out.append(Segment(p, a - base, b - base, 0))
-            base += n
-        return out
+        return row_segments(self.paths, [sum(g) for g in self._group_rows], lo, hi)
 
-    def _parts(self, seg: Segment, chunk_bytes: int, max_chunks: int | None = None) -> Iterator[Batch]:
+    def _units(self, seg: Segment, chunk_bytes: int, max_chunks: int | None = None) -> Iterator[_Rows]:
+        """Record batches of ``chunk_bytes // BYTES_PER_ROW`` rows of one segment (decoded by
+        pyarrow, with its threads, in the iterating thread), in order."""
         import pyarrow.parquet as pq
 
         groups = self._group_rows[self.paths.index(seg.path)]
@@ -197,26 +200,48 @@ class ParquetReader(TextReader):
                 if max_chunks is not None and k >= max_chunks:
                     self._cut = True
                     return
-                rb = rb.slice(a - first, b - a)
-                yield self._convert(rb, seg.path, a)
+                yield _Rows(rb.slice(a - first, b - a), str(seg.path), a)
                 if row >= seg.stop:
                     return
 
-    def _convert(self, rb, path, first_row: int) -> Batch:
-        """One RecordBatch -> a Batch of its valid rows, counted into ``stats`` (and checked)."""
-        labels, dense, values, code = arrow_examples(rb, self._plan)
+    def _work(self, unit: _Rows):
+        """The column work of one record batch: (its valid rows as a FixedBatch, code (n,) int32)."""
+        labels, dense, keys, code = arrow_examples(unit.rb, self._plan)
+        dense = self._transformed(FixedBatch(labels, dense, keys)).dense
         ok = code == 0
-        n, n_ok = rb.num_rows, int(ok.sum())
+        if ok.all():
+            return FixedBatch(labels, dense, keys), code
+        return FixedBatch(labels[ok], dense[ok], keys[ok]), code
+
+    def _accept(self, unit: _Rows, result) -> FixedBatch:
+        """Counts one record batch into ``stats`` (and checks it), in order; returns its part."""
+        part, code = result
+        n, n_ok = code.shape[0], len(part)
         st = self.stats
         st.lines += n
         st.examples += n_ok
         st.malformed += n - n_ok
-        st.bytes += rb.nbytes
-        bad = np.flatnonzero(~ok)[:max(0, MAX_RECORDED_MALFORMED - len(st.malformed_at))]
-        st.malformed_at.extend((str(path), first_row + int(i) + 1, REASONS[int(code[i])]) for i in bad)
-        if n_ok < n and self.strict:
-            i = int(np.flatnonzero(~ok)[0])
-            raise InvalidInputError(f"{path}:{first_row + i + 1}: malformed row ({REASONS[int(code[i])]}); "
-                                    f"expected {self.format_description}")
+        st.bytes += unit.rb.nbytes
+        if n_ok < n:
+            bad = np.flatnonzero(code)
+            for i in bad[:max(0, MAX_RECORDED_MALFORMED - len(st.malformed_at))]:
+                st.malformed_at.append((unit.path, unit.first_row + int(i) + 1, REASONS[int(code[i])]))
+            if self.strict:
+                i = int(bad[0])
+                raise InvalidInputError(f"{unit.path}:{unit.first_row + i + 1}: malformed row "
+                                        f"({REASONS[int(code[i])]}); expected {self.format_description}")
         self._check(st, final=False)
-        return fixed_width_batch(labels[ok], dense[ok], values[ok])
+        return part
+
+    def _after(self, unit, result) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """One work unit of the Parquet reader: record batch ``rb`` of ``path``, whose first row is row
+    ``first_row`` (0-based) of the file."""
+
+    rb: object
+    path: str
+    first_row: int

@@ -19,6 +19,8 @@ import math
 import numpy as np
 from numba import njit
 
+from .._hashing import mix64
+
 _TAB = 9
 _NL = 10
 _CR = 13
@@ -37,6 +39,24 @@ def _line_end(buf, pos):
     if e > pos and buf[e - 1] == 13:
         e -= 1
     return end, e
+
+
+@njit(nogil=True, cache=True, inline="always")
+def blank_line(buf, pos):
+    """Bytes of the blank line starting at buf[pos] (1 for ``\\n``, 2 for ``\\r\\n``), 0 if it is not blank."""
+    c = buf[pos]
+    if c == 10:
+        return 1
+    return 2 if c == 13 and buf[pos + 1] == 10 else 0
+
+
+@njit(nogil=True, cache=True, inline="always")
+def record_bad(bad_line, bad_code, n_bad, line, code):
+    """Records malformed line ``line`` (its reason ``code``) while there is room; returns n_bad + 1."""
+    if n_bad < bad_line.shape[0]:
+        bad_line[n_bad] = line
+        bad_code[n_bad] = code
+    return n_bad + 1
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -70,26 +90,6 @@ def _parse_uint(buf, a, b):
         if c < 48 or c > 57:
             return False, np.uint64(0)
         v = v * np.uint64(10) + np.uint64(c - 48)
-    return True, v
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _parse_hex(buf, a, b):
-    """(ok, uint64 value) of 1-8 hex digits filling buf[a:b]."""
-    if a >= b or b - a > 8:
-        return False, np.uint64(0)
-    v = np.uint64(0)
-    for i in range(a, b):
-        c = buf[i]
-        if 48 <= c <= 57:
-            d = c - 48
-        elif 97 <= c <= 102:
-            d = c - 87
-        elif 65 <= c <= 70:
-            d = c - 55
-        else:
-            return False, np.uint64(0)
-        v = (v << np.uint64(4)) | np.uint64(d)
     return True, v
 
 
@@ -167,98 +167,6 @@ def _fnv1a(buf, a, b):
     return h
 
 
-@njit(nogil=True, cache=True, inline="always")
-def _log2_bucket(x):
-    """floor(log2(1 + x)) of an int64 x >= 0."""
-    v = x + 1
-    k = 0
-    while v > 1:
-        v >>= 1
-        k += 1
-    return k
-
-
-@njit(nogil=True, cache=True)
-def parse_criteo(buf, int_as_cat, strict, missing, negative, codes,
-                 labels, dense, values, bad_line, bad_code):
-    """Criteo TSV: label, 13 integer counts, 26 hex categoricals (40 tab-separated columns).
-
-    labels (n,) float32; dense (n, 13) float32 = log1p(max(x, 0)), missing -> 0; values (n, 26 or
-    39) uint64: column j of the hex categoricals, ``missing`` when empty; with ``int_as_cat`` columns
-    26..38 hold floor(log2(1+x)) of the integers (``missing`` when empty, ``negative`` when x < 0).
-    codes = (BAD_COLUMNS, BAD_LABEL, BAD_NUMBER, BAD_HEX).
-    """
-    n = buf.shape[0]
-    pos = 0
-    n_lines = 0
-    r = 0
-    n_bad = 0
-    n_blank = 0
-    while pos < n:
-        end, e = _line_end(buf, pos)
-        line = n_lines
-        n_lines += 1
-        if e == pos:
-            n_blank += 1
-            pos = end + 1
-            continue
-        code = 0
-        col = 0
-        a = pos
-        while True:
-            b = a
-            while b < e and buf[b] != 9:
-                b += 1
-            if col == 0:
-                ok, v = _parse_int(buf, a, b)
-                if not ok or (v != 0 and v != 1):
-                    code = codes[1]
-                    break
-                labels[r] = v
-            elif col <= 13:
-                if b == a:
-                    dense[r, col - 1] = 0.0
-                    if int_as_cat:
-                        values[r, 25 + col] = missing
-                else:
-                    ok, v = _parse_int(buf, a, b)
-                    if not ok:
-                        code = codes[2]
-                        break
-                    dense[r, col - 1] = math.log1p(max(v, 0))
-                    if int_as_cat:
-                        values[r, 25 + col] = negative if v < 0 else np.uint64(_log2_bucket(v))
-            elif col <= 39:
-                if b == a:
-                    values[r, col - 14] = missing
-                else:
-                    ok, h = _parse_hex(buf, a, b)
-                    if not ok:
-                        code = codes[3]
-                        break
-                    values[r, col - 14] = h
-            else:
-                code = codes[0]
-                break
-            col += 1
-            if b >= e:
-                break
-            a = b + 1
-        if code == 0 and col != 40:
-            code = codes[0]
-        pos = end + 1
-        if code == 0:
-            r += 1
-        else:
-            if n_bad < bad_line.shape[0]:
-                bad_line[n_bad] = line
-                bad_code[n_bad] = code
-            n_bad += 1
-            if strict:
-                break
-    return n_lines, r, n_bad, n_blank
-
-
 @njit(nogil=True, cache=True)
 def parse_libsvm(buf, strict, codes, labels, offsets, idx, val, pos_in_line, bad_line, bad_code):
     """libsvm/libFM: ``label idx:val idx:val …`` separated by spaces or tabs.
@@ -331,94 +239,107 @@ def parse_libsvm(buf, strict, codes, labels, offsets, idx, val, pos_in_line, bad
             offsets[r] = nnz
         else:
             nnz = start
-            if n_bad < bad_line.shape[0]:
-                bad_line[n_bad] = line
-                bad_code[n_bad] = code
-            n_bad += 1
+            n_bad = record_bad(bad_line, bad_code, n_bad, line, code)
             if strict:
                 break
     return n_lines, r, n_bad, n_blank
 
 
 @njit(nogil=True, cache=True)
-def parse_csv(buf, kind, slot, strict, missing, codes, labels, dense, values, bad_line, bad_code):
+def parse_csv(buf, kind, slot, strict, missing, codes, shift, labels, dense, keys, bad_line, bad_code):
     """Comma-separated lines without quoting; column c is of ``kind[c]``: 0 label, 1 dense, 2
-    categorical, 3 ignored, and goes to column ``slot[c]`` of ``dense``/``values``.
+    categorical, 3 ignored, and goes to column ``slot[c]`` of ``dense``/``keys``.
 
     labels (n,) float32 (1 -> 1, 0 or -1 -> 0); dense (n, D) float32 (empty -> 0, beyond float32's
-    range malformed); values (n, F)
-    uint64: FNV-1a of the column's bytes (``missing`` when empty).
-    codes = (BAD_COLUMNS, BAD_LABEL, BAD_NUMBER).
+    range malformed); keys (n, F) uint64: ``(j << shift) | mix64(v) >> (64 - shift)`` (``make_keys``)
+    of field j = slot, v the FNV-1a hash of the column's bytes (``missing`` when empty), hashed as
+    the column is scanned (one pass). codes = (BAD_COLUMNS, BAD_LABEL, BAD_NUMBER).
     """
     n = buf.shape[0]
     n_cols = kind.shape[0]
+    sh = np.uint64(shift)
+    low = np.uint64(64 - shift)
     pos = 0
     n_lines = 0
     r = 0
     n_bad = 0
     n_blank = 0
     while pos < n:
-        end, e = _line_end(buf, pos)
         line = n_lines
         n_lines += 1
-        if e == pos:
+        k = blank_line(buf, pos)
+        if k:
             n_blank += 1
-            pos = end + 1
+            pos += k
             continue
         code = 0
         col = 0
-        a = pos
+        i = pos
         while True:
-            b = a
-            while b < e and buf[b] != 44:
-                b += 1
             if col >= n_cols:
                 code = codes[0]
                 break
             kd = kind[col]
-            if kd == 0:
-                ok, v = _parse_float(buf, a, b)
-                if not ok or (v != 1.0 and v != 0.0 and v != -1.0):
-                    code = codes[1]
-                    break
-                labels[r] = 1.0 if v == 1.0 else 0.0
-            elif kd == 1:
-                if b == a:
-                    dense[r, slot[col]] = 0.0
-                else:
-                    ok, v = _parse_float32(buf, a, b)
-                    if not ok:
-                        code = codes[2]
+            a = i
+            if kd == 2:
+                h = np.uint64(0xCBF29CE484222325)
+                while True:
+                    c = buf[i]
+                    if c == 44 or c == 10 or (c == 13 and buf[i + 1] == 10):
                         break
-                    dense[r, slot[col]] = v
-            elif kd == 2:
-                values[r, slot[col]] = missing if b == a else _fnv1a(buf, a, b)
+                    h = (h ^ np.uint64(c)) * np.uint64(0x100000001B3)
+                    i += 1
+                keys[r, slot[col]] = (np.uint64(slot[col]) << sh) | (mix64(missing if i == a else h) >> low)
+            else:
+                while True:
+                    c = buf[i]
+                    if c == 44 or c == 10 or (c == 13 and buf[i + 1] == 10):
+                        break
+                    i += 1
+                if kd == 0:
+                    ok, v = _parse_float(buf, a, i)
+                    if not ok or (v != 1.0 and v != 0.0 and v != -1.0):
+                        code = codes[1]
+                        break
+                    labels[r] = 1.0 if v == 1.0 else 0.0
+                elif kd == 1:
+                    if i == a:
+                        dense[r, slot[col]] = 0.0
+                    else:
+                        ok, v = _parse_float32(buf, a, i)
+                        if not ok:
+                            code = codes[2]
+                            break
+                        dense[r, slot[col]] = v
             col += 1
-            if b >= e:
+            if buf[i] != 44:
                 break
-            a = b + 1
+            i += 1
         if code == 0 and col != n_cols:
             code = codes[0]
-        pos = end + 1
+        while buf[i] != 10:  # to the end of the line
+            i += 1
+        pos = i + 1
         if code == 0:
             r += 1
         else:
-            if n_bad < bad_line.shape[0]:
-                bad_line[n_bad] = line
-                bad_code[n_bad] = code
-            n_bad += 1
+            n_bad = record_bad(bad_line, bad_code, n_bad, line, code)
             if strict:
                 break
     return n_lines, r, n_bad, n_blank
 
 
 @njit(nogil=True, cache=True)
-def hash_strings(data, offsets, valid, missing, values, col):
-    """Arrow string/binary column -> keys' values: ``values[i, col]`` = FNV-1a of the bytes
+def hash_strings(data, offsets, valid, missing, shift, keys, col):
+    """Arrow string/binary column -> the keys of field ``col``: ``keys[i, col]`` = ``(col << shift) |
+    mix64(v) >> (64 - shift)`` (``make_keys``) of v = the FNV-1a hash of the bytes
     ``data[offsets[i]:offsets[i + 1]]`` (as ``parse_csv`` hashes a CSV column), ``missing`` when the
     entry is null (``valid[i]`` False) or empty. data (b,) uint8; offsets (n+1,) int64 (Arrow's,
-    absolute into data); valid (n,) bool; values (n, F) uint64."""
+    absolute into data); valid (n,) bool; keys (n, F) uint64."""
+    sh = np.uint64(shift)
+    low = np.uint64(64 - shift)
+    top = np.uint64(col) << sh
     for i in range(offsets.shape[0] - 1):
         a = offsets[i]
         b = offsets[i + 1]
-        values[i, col] = _fnv1a(data, a, b) if valid[i] and b > a else missing
+        keys[i, col] = top | (mix64(_fnv1a(data, a, b) if valid[i] and b > a else missing) >> low)

@@ -102,3 +102,30 @@ def seek_segment(f, seg: Segment) -> int:
             f.seek(pos)
             return pos
         pos += len(block)
+
+
+def split_segments(segments: list[Segment], cuts: dict) -> list[Segment]:
+    """``segments`` cut at the offsets ``cuts[path]`` (a set of ints) that fall inside them: the same
+    lines (or rows) in the same order, in finer pieces (a line belongs to the piece it starts in). A
+    whole-stream segment (``stop`` None: a compressed file) is never cut. Pure."""
+    out = []
+    for seg in segments:
+        if seg.stop is None:
+            out.append(seg)
+            continue
+        inner = sorted(c for c in cuts.get(seg.path, ()) if seg.start < c < seg.stop)
+        edges = [seg.start, *inner, seg.stop]
+        out.extend(Segment(seg.path, a, b, seg.data_start) for a, b in zip(edges, edges[1:]))
+    return out
+
+
+def row_segments(paths, file_rows, lo: int, hi: int) -> list[Segment]:
+    """Rows ``[lo, hi)`` of files laid end to end (``file_rows[i]`` rows in ``paths[i]``) as segments of
+    rows of one file each (``start``/``stop`` rows of that file). Pure."""
+    out, base = [], 0
+    for p, n in zip(paths, file_rows):
+        a, b = max(lo, base), min(hi, base + n)
+        if a < b:
+            out.append(Segment(p, a - base, b - base, 0))
+        base += n
+    return out

@@ -20,10 +20,15 @@ Example generation (all vectorised, batch by batch):
 - label ~ Bernoulli(sigmoid(true logit)).
 
 Block b of a stream (``block_rows`` examples, by default the batch size) uses the random generator
-seeded with (seed, stream, b): any block can be made again on its own. Training, eval and
+seeded with (seed, stream, b): any block can be made again on its own, so ``readers`` threads make
+blocks in parallel (``hps.data._parallel``; one nogil kernel per block, ``_synthetic_kernels``) and
+the batches are the same for any number of readers. Training, eval and
 calibration examples come from different streams. ``shard=(s, K)`` keeps only rows
 ``share_bounds(rows, s, K)`` of each split (the blocks they overlap are generated whole), so the
 shards of a split, one after the other, are exactly its rows.
+
+``GENERATOR_VERSION`` names the data a seed gives; it changes only when that data does (the kernels
+of version 1 reproduce the NumPy code of version 1 draw for draw: ``tests/reference/synthetic.py``).
 
 Thread-safe for concurrent iterations (no mutable state besides the cached ``bayes_auc``).
 """
@@ -36,12 +41,23 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from ..metrics import auc
-from ._batch import Batch, check_n_fields, make_keys
-from ._chunks import ReaderStats, Rebatcher, check_common
+from ._batch import FIELD_SHIFT, Batch, FixedBatch, check_n_fields, make_keys
+from ._chunks import ReaderStats, Rebatcher, check_common, cut_at_batches
+from ._parallel import check_readers, ordered_map
 from ._shards import share_bounds
+from ._synthetic_kernels import guide_table, synth_block, zipf_ranks
 
+#: The data a seed gives (with the other parameters). Bump it when a change makes other data.
+GENERATOR_VERSION = 1
 #: Ranks sampled exactly from a cumulative table (float64: 8 MiB); rarer ones from the continuous law.
 ZIPF_TABLE_MAX = 1 << 20
+#: Most buckets of the guide table that starts each search in the cumulative table (int64: 8 MiB); a
+#: power of two (the kernel relies on it: ``_synthetic_kernels.synth_block``).
+GUIDE_BUCKETS = 1 << 20
+#: Planted normals of the most popular ranks kept in a table, over all fields (float64: 1 MiB).
+PLANTED_TABLE_ENTRIES = 1 << 17
+#: Draws generated per kernel call (its scratch arrays stay in cache).
+TILE_VALUES = 1 << 16
 #: Standard deviation of the true logit before the bias (sets the Bayes AUC, ~0.78).
 LOGIT_STD = 1.25
 #: Share of the logit variance carried by the sparse features when there are dense ones.
@@ -69,10 +85,19 @@ def _mix64(x: np.ndarray) -> np.ndarray:
 
 def planted_normal(keys: np.ndarray, seed: int) -> np.ndarray:
     """Standard normal (float64) per key, a pure function of (key, seed). keys (m,) uint64."""
-    h1 = _mix64(keys ^ _WEIGHT_SALT ^ _mix64(np.array([seed], dtype=np.uint64)))
+    h1 = _mix64(keys ^ _WEIGHT_SALT ^ _seed_mix(seed))
     h2 = _mix64(h1 ^ _WEIGHT_SALT)
     u1 = ((h1 >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0 ** -53
     u2 = (h2 >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+    return _box_muller(u1, u2)
+
+
+def _seed_mix(seed: int) -> np.ndarray:
+    return _mix64(np.array([seed], dtype=np.uint64))
+
+
+def _box_muller(u1: np.ndarray, u2: np.ndarray) -> np.ndarray:
+    """Standard normals of uniforms u1 in (0, 1), u2 in [0, 1) (NumPy's vectorised log and cos)."""
     return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
 
 
@@ -91,6 +116,7 @@ class _Zipf:
         self.total = cdf[-1] + tail
         self.cdf = cdf / self.total
         self.p_head = cdf[-1] / self.total
+        self.guide = guide_table(self.cdf, min(GUIDE_BUCKETS, 1 << (self.head - 1).bit_length())).astype(np.int32)
 
     def _tail_integral(self, a: float, b: float) -> float:
         if abs(self.s - 1.0) < 1e-12:
@@ -98,19 +124,41 @@ class _Zipf:
         return float((b ** (1.0 - self.s) - a ** (1.0 - self.s)) / (1.0 - self.s))
 
     def ranks(self, u: np.ndarray) -> np.ndarray:
-        """Ranks (uint64, same shape) of uniforms u in [0, 1)."""
-        k = np.searchsorted(self.cdf, u, side="right")
-        if self.n > self.head:
-            t = u >= self.p_head
-            if t.any():  # mass m of the tail integral from a = head + 1 solves for x
-                a, s = self.head + 1.0, self.s
-                m = (u[t] - self.p_head) * self.total
-                if abs(s - 1.0) < 1e-12:
-                    x = a * np.exp(m)
-                else:
-                    x = (a ** (1.0 - s) + (1.0 - s) * m) ** (1.0 / (1.0 - s))
-                k[t] = np.floor(x).astype(np.int64) - 1
-        return np.minimum(k, self.n - 1).astype(np.uint64)
+        """Ranks (m,) int64 of uniforms u (m,) float64 in [0, 1), as the generator draws them."""
+        out = np.empty(u.shape[0], dtype=np.int64)
+        zipf_ranks(np.ascontiguousarray(u, dtype=np.float64), self.cdf, self.guide, self.n, self.p_head,
+                   self.total, self.s, out)
+        return out
+
+    def keys(self, rng, n: int, n_fields: int, drift: int, ztab: np.ndarray,
+             seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """(keys (n, F) uint64, planted sparse logit (n,) float64) of the next n x F uniforms of
+        ``rng`` (``rng.random((n, F))``, drawn a tile at a time): field f's rank of u[:, f] (shifted
+        by ``drift``), its key, and the sum over the fields of the keys' planted normals of ``seed``
+        (``ztab`` (F, R): those of ranks below R, see :func:`planted_table`). Blocking; thread-safe
+        for different ``rng``."""
+        keys = np.empty((n, n_fields), dtype=np.uint64)
+        sparse = np.empty(n, dtype=np.float64)
+        rows = max(1, TILE_VALUES // n_fields)  # scratch for one tile of rows, reused
+        z = np.empty((rows, n_fields))
+        miss, u1, u2 = np.empty(rows * n_fields, np.int64), np.empty(rows * n_fields), np.empty(rows * n_fields)
+        mix = _seed_mix(seed)[0]
+        for a in range(0, n, rows):
+            b = min(n, a + rows)
+            u = rng.random((b - a, n_fields))
+            m = synth_block(u, self.cdf, self.guide, self.n, self.p_head, self.total, self.s, np.uint64(drift),
+                            FIELD_SHIFT, ztab, mix, _WEIGHT_SALT, keys[a:b], z, miss, u1, u2)
+            z.reshape(-1)[miss[:m]] = _box_muller(u1[:m], u2[:m])
+            sparse[a:b] = z[:b - a].sum(axis=1)
+        return keys, sparse
+
+
+def planted_table(n_fields: int, n_ranks: int, seed: int) -> np.ndarray:
+    """(n_fields, n_ranks) float64: ``planted_normal`` of the key of rank r in field f — the normals of
+    the most popular keys, looked up instead of computed (the same values)."""
+    field = np.repeat(np.arange(n_fields, dtype=np.int64), n_ranks)
+    ranks = np.tile(np.arange(n_ranks, dtype=np.uint64), n_fields)
+    return planted_normal(make_keys(field, ranks), seed).reshape(n_fields, n_ranks)
 
 
 class SyntheticData:
@@ -121,14 +169,20 @@ class SyntheticData:
     batch yielded; shard=(index, n_shards): keep only that contiguous share of the rows of each split;
     eval_rows: examples of the eval split (default rows // 10, at least 1); block_rows: examples per
     generated block (default batch_size; the data of a seed depends on it, not on the shards);
-    drift: popularity ranks shifted per example (see the module docstring).
+    drift: popularity ranks shifted per example (see the module docstring); readers: threads making
+    blocks in parallel (the same batches for any number); split: "train", or "eval" to make
+    ``batches()`` stream the eval split (``python -m hps.convert --split eval``).
     """
 
     def __init__(self, rows: int = 200_000, fields: int = 8, vocab_per_field: int = 10_000,
                  zipf: float = 1.1, n_dense: int = 4, seed: int = 0, batch_size: int = 4096,
                  shard=(0, 1), eval_rows: int | None = None, block_rows: int | None = None,
-                 drift: float = 0.0):
+                 drift: float = 0.0, readers: int = 1, split: str = "train"):
         self.shard, self.n_shards = check_common(batch_size, shard)
+        if split not in ("train", "eval"):
+            raise InvalidInputError(f"synthetic split must be train or eval, got {split!r}")
+        self.split = split
+        self.readers = check_readers(readers)
         self.block_rows = int(batch_size if block_rows is None else block_rows)
         if self.block_rows < 1:
             raise InvalidInputError(f"block_rows must be >= 1, got {block_rows}")
@@ -149,6 +203,8 @@ class SyntheticData:
         self.n_fields = self.fields
         self.stats = ReaderStats()
         self._zipf = _Zipf(self.vocab_per_field, self.zipf)
+        self._ztab = planted_table(self.fields, min(self.vocab_per_field, max(1, PLANTED_TABLE_ENTRIES // self.fields)),
+                                   self.seed)
         self._field_ids = np.arange(self.fields, dtype=np.int32)
         self._w_dense = np.random.default_rng([self.seed, _DENSE_W]).standard_normal(self.n_dense)
         self._a_s, self._a_d, self._bias = 1.0, 1.0, 0.0
@@ -157,28 +213,24 @@ class SyntheticData:
 
     # --- generation -------------------------------------------------------------------------
     def _raw(self, stream: int, b: int, n: int):
-        """(batch without labels, sparse logit part, dense logit part, rng) of batch b of a stream."""
+        """(examples without labels as a FixedBatch, sparse logit part, dense logit part, rng) of
+        block b of a stream (n examples). Thread-safe."""
         rng = np.random.default_rng([self.seed, stream, b])
-        ranks = self._zipf.ranks(rng.random((n, self.fields)))
+        shift = 0
         if self.drift:  # popularity drift: see the module docstring
             first_row = self.rows if stream == _EVAL else b * self.block_rows if stream == _TRAIN else 0
-            ranks += np.uint64(int(self.drift * first_row))
-        field = np.tile(self._field_ids, n)
-        keys = make_keys(field, ranks.reshape(-1))
-        sparse = planted_normal(keys, self.seed).reshape(n, self.fields).sum(axis=1)
+            shift = int(self.drift * first_row)
+        keys, sparse = self._zipf.keys(rng, n, self.fields, shift, self._ztab, self.seed)
         dense = rng.standard_normal((n, self.n_dense)).astype(np.float32)
         dlogit = dense.astype(np.float64) @ self._w_dense
-        batch = Batch(np.empty(n, dtype=np.float32), dense, keys, field,
-                      np.ones(n * self.fields, dtype=np.float32),
-                      np.arange(0, (n + 1) * self.fields, self.fields, dtype=np.int64), self.fields)
-        return batch, sparse, dlogit, rng
+        return FixedBatch(np.empty(n, dtype=np.float32), dense, keys), sparse, dlogit, rng
 
-    def _generate(self, stream: int, b: int, n: int) -> tuple[Batch, np.ndarray]:
-        """Batch b of a stream (n examples) and its true click probabilities (n,) float64."""
-        batch, sparse, dlogit, rng = self._raw(stream, b, n)
+    def _generate(self, stream: int, b: int, n: int) -> tuple[FixedBatch, np.ndarray]:
+        """Block b of a stream (n examples) and its true click probabilities (n,) float64."""
+        part, sparse, dlogit, rng = self._raw(stream, b, n)
         p = 1.0 / (1.0 + np.exp(-(self._bias + self._a_s * sparse + self._a_d * dlogit)))
-        batch.labels[:] = rng.random(n) < p
-        return batch, p
+        part.labels[:] = rng.random(n) < p
+        return part, p
 
     def _calibrate(self) -> None:
         _, sparse, dlogit, _ = self._raw(_CALIB, 0, CALIBRATION_ROWS)
@@ -196,22 +248,27 @@ class SyntheticData:
                 lo = mid
         self._bias = 0.5 * (lo + hi)
 
-    def _stream(self, stream: int, rows: int, start_batch: int) -> Iterator[Batch]:
-        """This shard's rows of a split, in batches of ``batch_size``, from ``start_batch`` on."""
+    def _stream(self, stream: int, rows: int, start_batch: int, count: bool = False) -> Iterator[Batch]:
+        """This shard's rows of a split, in batches of ``batch_size``, from ``start_batch`` on: the
+        blocks they overlap, generated by ``readers`` threads."""
         a, b = share_bounds(rows, self.shard, self.n_shards)
         blk = self.block_rows
-        reb = Rebatcher(self.batch_size)
         first = a + start_batch * self.batch_size  # earlier batches are not generated at all
-        for k in range(first // blk, -(-b // blk)):
-            lo, hi = k * blk, min(rows, (k + 1) * blk)
-            if max(first, lo) >= min(b, hi):
-                continue
-            batch, _ = self._generate(stream, k, hi - lo)
-            part = batch.slice(max(first, lo) - lo, min(b, hi) - lo)
-            if stream == _TRAIN:
-                self.stats.lines += len(part)
-                self.stats.examples += len(part)
-            yield from reb.push(part)
+        spans = [(k, max(first, k * blk), min(b, (k + 1) * blk, rows)) for k in range(first // blk, -(-b // blk))]
+        spans = [(k, lo, hi) for k, lo, hi in spans if lo < hi]
+
+        def work(span):  # whole batches are built here, in the readers' threads
+            k, lo, hi = span
+            part, _ = self._generate(stream, k, min(rows, (k + 1) * blk) - k * blk)
+            return cut_at_batches(part.slice(lo - k * blk, hi - k * blk), lo - first, self.batch_size)
+
+        reb = Rebatcher(self.batch_size)
+        for pieces in ordered_map(work, spans, self.readers):
+            if stream == _TRAIN or count:
+                n = sum(len(p) for p in pieces)
+                self.stats.lines += n
+                self.stats.examples += n
+            yield from reb.push(pieces)
         yield from reb.flush()
 
     # --- public -------------------------------------------------------------------------------
@@ -221,9 +278,17 @@ class SyntheticData:
         a, b = share_bounds(self.rows, self.shard, self.n_shards)
         return -(-(b - a) // self.batch_size)
 
+    @property
+    def stream_rows(self) -> int:
+        """Examples of the split ``batches()`` streams (all shards)."""
+        return self.eval_rows if self.split == "eval" else self.rows
+
     def batches(self, start_batch: int = 0) -> Iterator[Batch]:
-        """This shard's training batches start_batch, start_batch + 1, …; resets ``stats``."""
+        """This shard's training batches start_batch, start_batch + 1, … (the eval split's with
+        ``split="eval"``); resets ``stats``."""
         self.stats = ReaderStats()
+        if self.split == "eval":
+            return self._stream(_EVAL, self.eval_rows, start_batch, count=True)
         return self._stream(_TRAIN, self.rows, start_batch)
 
     def probe(self) -> ReaderStats:
@@ -248,8 +313,8 @@ class SyntheticData:
             labels, probs = [], []
             for b in range(-(-self.eval_rows // self.block_rows)):
                 n = min(self.block_rows, self.eval_rows - b * self.block_rows)
-                batch, p = self._generate(_EVAL, b, n)
-                labels.append(batch.labels)
+                part, p = self._generate(_EVAL, b, n)
+                labels.append(part.labels)
                 probs.append(p)
             self._bayes_auc = auc(np.concatenate(labels), np.concatenate(probs))
         return self._bayes_auc

@@ -16,20 +16,20 @@ job's own evaluation scored it with, so the Predictor reproduces the job's eval 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
-from ..data import DEFAULT_MAX_MALFORMED, Batch, ReaderStats, column_names, open_dataset
+from ..data import DEFAULT_MAX_MALFORMED, Batch, ReaderStats, column_names, is_converted, open_dataset
+from ..data import converted_source
 from ..errors import InvalidInputError, StoreFormatError
 from ..mem import RowInitializer
 from ..metrics import auc as auc_score
 from ..model import ModelConfig, make_model
 from ..table import HashTable
-from ..train._checkpoint import load_export
-from ..train._records import EXPORT_META, EXPORT_VERSION
+from ..train._export import read_model
+from ..train._records import EXPORT_META
 
 #: What a key missing from the export is scored with.
 UNKNOWN_KEYS = ("init", "zero")
@@ -38,27 +38,26 @@ DEFAULT_BATCH = 65_536
 
 
 class Predictor:
-    """An exported model, ready to score. ``export_dir``: a directory written by ``--export``;
-    ``unknown``: "init" (default) or "zero", see the module docstring.
+    """An exported model, ready to score. ``export_dir``: a directory written by ``--export``, a
+    checkpoint of ``--checkpoint-dir`` (``ckpt-…``), or the checkpoint directory itself (its LATEST
+    checkpoint: the best model after ``--early-stop``); every file is verified first (a damaged one
+    is a one-line CorruptionError naming it). ``unknown``: "init" (default) or "zero", see the
+    module docstring; ``warn(message)``: hears that an older export is read unverified (default
+    ``warnings.warn``).
 
     Holds every exported row in a CPU :class:`hps.HashTable` (memory: about 2 x keys x (8 + 4 x
     row_params) bytes). Thread-safe: scoring only reads (the table serialises its own calls)."""
 
-    def __init__(self, export_dir, unknown: str = "init"):
+    def __init__(self, export_dir, unknown: str = "init", warn=None):
         if unknown not in UNKNOWN_KEYS:
             raise InvalidInputError(f"unknown must be one of {', '.join(UNKNOWN_KEYS)}, got {unknown!r}")
         d = Path(export_dir)
-        meta_path = d / EXPORT_META
-        if not meta_path.is_file():
+        meta, (keys, values, dense, first) = read_model(d, warn)  # verified: damage is a CorruptionError
+        if "model_config" not in meta:
             raise InvalidInputError(f"{d} has no {EXPORT_META}: not an hps export, or one written before "
                                     "exports recorded their model; export it again with --export")
-        meta = json.loads(meta_path.read_text())
-        if meta.get("export_version") != EXPORT_VERSION:
-            raise StoreFormatError(f"{meta_path}: export version {meta.get('export_version')} is not "
-                                   f"{EXPORT_VERSION}, the one this hps reads")
         self.meta = meta
         self.model = make_model(ModelConfig(**meta["model_config"]))
-        keys, values, dense, first = load_export(d, first_order=True)
         self.model.load_state_dict(dense)
         P = self.row_params = int(meta["row_params"])
         rows = values if first is None else np.concatenate([values, first[:, None]], axis=1)
@@ -93,24 +92,38 @@ class Predictor:
         rows, _ = self.rows(keys)
         return np.asarray(self.model.predict(rows, inv.reshape(-1), batch), dtype=np.float32)
 
-    def _read_options(self, data) -> tuple[dict, bool]:
-        """(reader options for ``data``, whether it has labels): the training job's options; CSV /
-        Parquet data without the label column is read without one (every label 0)."""
+    def _read_options(self, data) -> tuple[str, dict, bool]:
+        """(format, reader options for ``data``, whether it has labels): the training job's options;
+        CSV / Parquet data without the label column is read without one (every label 0); data
+        converted by ``python -m hps.convert`` from this model's format and options is read as it is
+        (its keys are the ones the model knows; another source's would not be)."""
+        if is_converted(data):
+            src = converted_source(data)
+            keep = ("categorical_columns", "dense_columns", "dense_transform", "dense_stats", "int_as_categorical",
+                    "n_fields")
+            def settings(opts):  # what decides the keys and dense values; defaults left out
+                return {k: v for k, v in opts.items() if k in keep and v not in (None, "none", False, [], ())}
+
+            mine, theirs = settings(self.options), settings(src["options"])
+            if src["format"] != self.format or mine != theirs:
+                raise InvalidInputError(f"{data} was converted from {src['format']} data with {theirs}; this model "
+                                        f"reads {self.format} data with {mine}: the keys would not match")
+            return "parquet", {}, True
         if self.format == "synthetic":
             raise InvalidInputError("this model was trained on synthetic data: it has no raw format to "
                                     "read; score Batches with predict_batch")
         opts = dict(self.options)
         if self.format in ("csv", "parquet") and opts.get("label") not in column_names(data, self.format):
             opts["label"] = None
-        return opts, self.format not in ("csv", "parquet") or opts["label"] is not None
+        return self.format, opts, self.format not in ("csv", "parquet") or opts["label"] is not None
 
     def batches(self, data, batch_size: int = DEFAULT_BATCH, strict: bool = False,
-                max_malformed: float = DEFAULT_MAX_MALFORMED) -> Iterator[Batch]:
+                max_malformed: float = DEFAULT_MAX_MALFORMED, readers: int = 1) -> Iterator[Batch]:
         """Batches of raw ``data`` (files, a directory or a glob, plain, .gz or .zst) read with the
-        training job's format and options (see :meth:`_read_options`); ``last_stats`` counts the
-        pass (examples, malformed lines)."""
-        opts, _ = self._read_options(data)
-        ds = open_dataset(data, self.format, batch_size, strict=strict, max_malformed=max_malformed, **opts)
+        training job's format and options (see :meth:`_read_options`) by ``readers`` threads;
+        ``last_stats`` counts the pass (examples, malformed lines)."""
+        fmt, opts, _ = self._read_options(data)
+        ds = open_dataset(data, fmt, batch_size, strict=strict, max_malformed=max_malformed, readers=readers, **opts)
         self.last_stats = ds.stats
         for b in ds.batches():
             self.last_stats = ds.stats  # batches() starts a new ReaderStats
@@ -132,7 +145,7 @@ class Predictor:
         """Score ``data`` into the CSV file ``out`` (``label,probability`` per valid example, in input
         order; only ``probability`` when the data has no labels), batch by batch. Returns
         ``{"examples", "malformed", "auc"}`` (auc None without labels or with one class)."""
-        labelled = self._read_options(data)[1]
+        labelled = self._read_options(data)[2]
         labels, probs, n = [], [], 0
         with open(out, "w") as f:
             f.write("label,probability\n" if labelled else "probability\n")

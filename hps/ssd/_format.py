@@ -145,6 +145,12 @@ def parse_name(name: str):
     return None
 
 
+def is_store_file(name: str) -> bool:
+    """Whether ``name`` is one of the files an SSD store makes in its directory (the layout above):
+    what a tool may remove when it removes a store, and nothing else."""
+    return name in (STORE_FILE, STORE_TMP, MANIFEST_FILE, MANIFEST_TMP, LOCK_FILE) or parse_name(name) is not None
+
+
 def _with_crc(body: bytes) -> bytes:
     return body + struct.pack("<I", crc32(body))
 

@@ -9,24 +9,30 @@ from ..errors import StoreFormatError
 
 
 def export_h5(store, path) -> int:
-    """Write every live row (``store.iter_rows``, file by file, in chunks) -> number of rows."""
+    """Write every live row (``store.iter_rows``, file by file, in chunks) -> number of rows.
+    ``path``: a file name, or an open writable ``h5py.File`` (the caller closes it)."""
     import h5py
 
-    chunks = store.iter_rows()
+    if isinstance(path, h5py.File):
+        return _write_rows(store, path)
     with h5py.File(path, "w") as h:
-        h.attrs["dim"] = store.dim
-        h.attrs["dtype"] = str(store.dtype)
-        ks = h.create_dataset("keys", shape=(0,), maxshape=(None,), dtype=np.uint64, chunks=(1 << 16,))
-        ds = h.create_dataset("rows", shape=(0, store.dim), maxshape=(None, store.dim), dtype=store.dtype,
-                              chunks=(max(1, (1 << 20) // max(1, store.dim * store.dtype.itemsize)), store.dim))
-        n = 0
-        for keys, rows in chunks:
-            m = keys.shape[0]
-            ks.resize((n + m,))
-            ds.resize((n + m, store.dim))
-            ks[n:n + m] = keys
-            ds[n:n + m] = rows
-            n += m
+        return _write_rows(store, h)
+
+
+def _write_rows(store, h) -> int:
+    h.attrs["dim"] = store.dim
+    h.attrs["dtype"] = str(store.dtype)
+    ks = h.create_dataset("keys", shape=(0,), maxshape=(None,), dtype=np.uint64, chunks=(1 << 16,))
+    ds = h.create_dataset("rows", shape=(0, store.dim), maxshape=(None, store.dim), dtype=store.dtype,
+                          chunks=(max(1, (1 << 20) // max(1, store.dim * store.dtype.itemsize)), store.dim))
+    n = 0
+    for keys, rows in store.iter_rows():
+        m = keys.shape[0]
+        ks.resize((n + m,))
+        ds.resize((n + m, store.dim))
+        ks[n:n + m] = keys
+        ds[n:n + m] = rows
+        n += m
     return n
 
 

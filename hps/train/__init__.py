@@ -8,7 +8,7 @@ through which a feature plugs into the trainer's pipeline.
 """
 
 from ._backend import HostBackend
-from ._checkpoint import load_export
+from ._export import load_export
 from ._cli import main
 from ._dense_sync import DenseSync
 from ._features import Feature

@@ -10,7 +10,7 @@ from ..errors import InvalidInputError
 from ..gpu import Placement
 from ._admission import FeatureFilter
 from ._backend import HostBackend
-from ._control import TrainingControl, run_name
+from ._control import TrainingControl, best_dir, run_name
 from ._control_feature import ControlFeature
 from ._device_backend import DeviceBackend
 from ._easgd import make_dense_sync
@@ -70,12 +70,12 @@ def features(cfg, coll, feed, sync, dense, hot, opts, row_width: int, predict, l
         fae = FaeOptions(tc.fae, tc.hot_bytes, tc.fae_sample_rate, tc.fae_holdout, tc.minibatch_size, tc.seed,
                          tc.batch_size)
         out.append(FaeFeature(hot, fae, cfg.data, coll, row_width, feed.n_fields, feed.n_dense, feed.has_eval,
-                              predict, log))
+                              feed.eval_options, predict, log))
     schedule = LRSchedule(tc.lr_warmup, tc.lr_decay, tc.lr_decay_steps, len(feed.sizes), opts)
     if schedule.active:
         out.append(schedule)
     if tc.eval_every and not feed.has_eval:
         raise InvalidInputError(f"--eval-every needs eval data: give --eval-data FILE (--format {cfg.data.format})")
-    control = TrainingControl(tc.eval_every, tc.early_stop, WINDOW, tc.checkpoint_dir)
-    out.append(ControlFeature(control, run_name(cfg), tc.checkpoint_dir))
+    control = TrainingControl(tc.eval_every, tc.early_stop, WINDOW, best_dir(tc))
+    out.append(ControlFeature(control, run_name(cfg), writes_latest=coll.rank == 0))
     return Features(out)

@@ -1,4 +1,4 @@
-"""Checkpoints (consistent cuts at a batch boundary) and the HDF5 model export.
+"""Checkpoints: consistent cuts at a batch boundary.
 
 Checkpoint layout under ``--checkpoint-dir`` (a directory every rank can reach)::
 
@@ -9,22 +9,21 @@ Checkpoint layout under ``--checkpoint-dir`` (a directory every rank can reach):
                                     (_manifest)
         dense.h5                    params/<name> and optimizer/<slot>/<name>, attrs step and hypers
         sparse-rank{r}-of-{n}.h5    every row rank r owns: "keys" (m,) uint64, "rows" (m, row_width)
+        model.json                  the model and its input, as in an export (``_records``), so that
+                                    ``hps.predict`` can score a checkpoint (``_export.read_model``);
+                                    absent in checkpoints of older versions
 
 A checkpoint is written into ``.tmp-ckpt-…``, fsynced, renamed into place, and only then named in
 ``LATEST`` (write temp, fsync, rename — the LevelDB manifest switch), so a crash at any moment leaves
 the previous checkpoint usable. Then all but the ``keep`` newest checkpoints are removed. A save that
 fails (e.g. ENOSPC: :class:`~hps.errors.DiskFullError`) removes what it wrote; the previous
-checkpoint stays as it was.
+checkpoint stays as it was. HDF5 files are written through ``_h5out`` (a full disk is one error).
 
 ``load`` checks every file it reads against meta.json before using it. When the newest checkpoint is
 damaged (:class:`~hps.errors.CorruptionError`) it falls back to the next older complete one, if one
 is kept, and says so; under MPI the ranks agree on the checkpoint (each checks its own shard).
 
-Export layout (``--export DIR``): ``sparse-rank{r}-of-{n}.h5`` (datasets "keys" (m,) uint64,
-"values" (m, embedding_dim) float32 and, for models with first-order weights (wdl, deepfm),
-"first_order" (m,) float32, the keys rank r owns; attrs "embedding_dim" and "model") and ``dense.h5``
-(one dataset per dense tensor, attr "model") and ``model.json`` (the model's configuration and its
-input format, ``_records``); :func:`load_export` reads every shard back as one model.
+The model export (``--export DIR``) is written the same way by ``_export``.
 """
 
 from __future__ import annotations
@@ -40,10 +39,11 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CorruptionError, DiskFullError, HpsError, InvalidInputError, StoreFormatError
+from ._h5out import h5_output
 from ._manifest import CHECKPOINT_VERSION, FILES_KEY, META_FILE, file_record, read_meta, verify_file, write_meta
 from ._records import EXPORT_META
 
-__all__ = ["CHECKPOINT_VERSION", "save", "load", "latest", "last_checkpoint", "export", "load_export"]
+__all__ = ["CHECKPOINT_VERSION", "save", "load", "latest", "last_checkpoint"]
 
 _LATEST = "LATEST"
 _DENSE = "dense.h5"
@@ -69,9 +69,7 @@ def _sparse_name(rank: int, size: int) -> str:
 
 
 def _write_dense(path: Path, model, dense_opt) -> None:
-    import h5py
-
-    with h5py.File(path, "w") as h:
+    with h5_output(path) as h:  # fsynced; a full disk is one OSError
         for k, v in model.state_dict().items():
             h.create_dataset(f"params/{k}", data=v)
         if dense_opt is not None:
@@ -83,7 +81,6 @@ def _write_dense(path: Path, model, dense_opt) -> None:
                         g.create_dataset(f"{k}/{name}", data=arr)
                 else:
                     g.attrs[k] = v
-    _fsync_path(path)
 
 
 def _read_dense(path: Path):
@@ -107,9 +104,10 @@ def _is_space_error(e: BaseException) -> bool:
 
 
 @contextmanager
-def _undo_on_error(root: Path, name: str, *paths: Path):
-    """On any error: remove ``paths`` (written by this save), and turn running out of space into a
-    one-line DiskFullError that says the previous checkpoint is intact."""
+def undo_on_error(paths, what: str, kept):
+    """On any error: remove ``paths`` (files or directories written by the call), and turn running
+    out of space into a one-line DiskFullError: "while writing ``what``; removed its partial files
+    and ``kept()``" (what is still intact)."""
     try:
         yield
     except BaseException as e:
@@ -119,32 +117,39 @@ def _undo_on_error(root: Path, name: str, *paths: Path):
             else:
                 p.unlink(missing_ok=True)
         if _is_space_error(e):
-            prev = _read_latest(root)
-            kept = f"the previous checkpoint {root / prev} is intact" if prev else "no earlier checkpoint exists"
-            raise DiskFullError(errno.ENOSPC, f"no space left on the device while writing checkpoint {name} "
-                                              f"in {root}; removed its partial files and {kept}") from e
+            raise DiskFullError(errno.ENOSPC, f"no space left on the device while writing {what}; removed its "
+                                              f"partial files and {kept()}") from e
         raise
 
 
-def save(root, coll, store, model, dense_opt, meta: dict, keep: int = 1, extra=None, pinned=()) -> str:
+def _undo_on_error(root: Path, name: str, *paths: Path):
+    """:func:`undo_on_error` for checkpoint ``name``: the previous checkpoint is intact."""
+    def kept():
+        prev = _read_latest(root)
+        return f"the previous checkpoint {root / prev} is intact" if prev else "no earlier checkpoint exists"
+
+    return undo_on_error(paths, f"checkpoint {name} in {root}", kept)
+
+
+def save(root, coll, store, model, dense_opt, meta: dict, keep: int = 1, extra=None, pinned=(),
+         model_meta: dict | None = None) -> str:
     """Write this rank's part of the checkpoint named by ``meta["index"]``, then keep only the ``keep``
     newest checkpoints (and the checkpoints named in ``pinned``). ``extra(h5file)``, if given, adds
     this rank's other state to its sparse file (e.g. admission state; read back by :func:`load`'s
-    ``extra``). Collective over ``coll``. Blocks. Raises DiskFullError when the device is
-    full (after removing what this save wrote; the previous checkpoint is untouched)."""
+    ``extra``). ``model_meta`` (``_records.export_meta``), if given, is written as ``model.json``,
+    so the checkpoint can be scored like an export (``_export.read_model``). Collective over
+    ``coll``. Blocks. Raises DiskFullError when the device is full (after removing what this save
+    wrote; the previous checkpoint is untouched)."""
     root = Path(root)
     name = checkpoint_name(meta["index"])
     tmp = root / f".tmp-{name}"
     sparse = _sparse_name(coll.rank, coll.size)
     with _undo_on_error(root, name, tmp):
         tmp.mkdir(parents=True, exist_ok=True)
-        store.export_h5(str(tmp / sparse))
-        if extra is not None:
-            import h5py
-
-            with h5py.File(tmp / sparse, "a") as h:
+        with h5_output(tmp / sparse) as h:  # fsynced; a full disk is one OSError
+            store.export_h5(h)
+            if extra is not None:
                 extra(h)
-        _fsync_path(tmp / sparse)
         mine = file_record(tmp / sparse)
     records = coll.gather(np.array([[mine["bytes"], mine["crc32"]]], dtype=np.int64))
     if coll.rank == 0:
@@ -153,6 +158,9 @@ def save(root, coll, store, model, dense_opt, meta: dict, keep: int = 1, extra=N
             files = {_sparse_name(r, coll.size): {"bytes": int(b), "crc32": int(c)}
                      for r, (b, c) in enumerate(records)}
             files[_DENSE] = file_record(tmp / _DENSE)
+            if model_meta is not None:
+                write_meta(tmp / EXPORT_META, model_meta)
+                files[EXPORT_META] = file_record(tmp / EXPORT_META)
             write_meta(tmp / META_FILE, dict(meta, ranks=coll.size, row_width=store.dim, model=model.name,
                                              version=CHECKPOINT_VERSION, **{FILES_KEY: files}))
     coll.barrier()
@@ -328,71 +336,3 @@ def load(root, coll, store, model, dense_opt, warn=lambda msg: None, extra=None)
     if opt is not None and dense_opt is not None:
         dense_opt.load_state_dict(opt)
     return dict(meta, path=str(d))
-
-
-def export(directory, coll, store, model, meta: dict | None = None) -> None:
-    """Write the trained ``model`` (see the module docstring), and ``meta`` as ``model.json``
-    (``_records.EXPORT_META``: what ``hps.Predictor`` needs). Collective over ``coll``."""
-    import h5py
-
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    full = d / f".rows-rank{coll.rank}.h5"
-    store.export_h5(str(full))
-    out = d / _sparse_name(coll.rank, coll.size)
-    D = model.emb_dim
-    with h5py.File(full, "r") as src, h5py.File(out, "w") as dst:
-        n = src["keys"].shape[0]
-        dst.create_dataset("keys", data=src["keys"][()])
-        values = dst.create_dataset("values", shape=(n, D), dtype=np.float32)
-        first = dst.create_dataset("first_order", shape=(n,), dtype=np.float32) if model.first_order else None
-        step = 1 << 18
-        for a in range(0, n, step):
-            rows = src["rows"][a:a + step]
-            values[a:a + step] = rows[:, :D]
-            if first is not None:
-                first[a:a + step] = rows[:, D]
-        dst.attrs["embedding_dim"] = D
-        dst.attrs["model"] = model.name
-    full.unlink()
-    if coll.rank == 0:
-        with h5py.File(d / "dense.h5", "w") as h:
-            for k, v in model.state_dict().items():
-                h.create_dataset(k, data=v)
-            h.attrs["model"] = model.name
-        if meta is not None:
-            (d / EXPORT_META).write_text(json.dumps(meta, indent=1))
-    coll.barrier()
-
-
-def load_export(directory, first_order: bool = False):
-    """Read an export back: ``(keys (m,) uint64, values (m, dim) float32, dense {name: array})``,
-    every shard merged. With ``first_order=True`` a fourth item follows: the first-order weight of
-    each key (m,) float32 (wdl, deepfm), or None for models without one."""
-    import h5py
-
-    d = Path(directory)
-    shards = sorted(d.glob("sparse-rank*-of-*.h5"))
-    if not shards:
-        raise InvalidInputError(f"{d} holds no sparse-rank*-of-*.h5 files: not an hps export")
-    n = int(re.search(r"-of-(\d+)\.h5$", shards[0].name).group(1))
-    expected = {_sparse_name(r, n) for r in range(n)}
-    names = {s.name for s in shards}
-    if names != expected:
-        raise StoreFormatError(f"{d}: export shards {sorted(names)} do not match the {n} expected "
-                               f"({sorted(expected)})")
-    keys, values, first = [], [], []
-    for r in range(n):
-        with h5py.File(d / _sparse_name(r, n), "r") as h:
-            keys.append(h["keys"][()])
-            values.append(h["values"][()])
-            if "first_order" in h:
-                first.append(h["first_order"][()])
-    with h5py.File(d / "dense.h5", "r") as h:
-        dense = {k: h[k][()] for k in h}
-    out = (np.concatenate(keys), np.concatenate(values), dense)
-    if not first_order:
-        return out
-    if first and len(first) != n:
-        raise StoreFormatError(f"{d}: only {len(first)} of {n} shards hold first-order weights")
-    return (*out, np.concatenate(first) if first else None)

@@ -21,7 +21,7 @@ from .._argparse import ArgumentParser
 from ..config import (COMPRESS_MODES, CONSISTENCIES, DENSE_OPTIMIZERS, DENSE_SYNCS, DEVICES, FORMATS,
                       HET_POLICIES, LR_DECAYS, MODELS, MPI_WAITS, PAGE_CACHE_MODES, SPARSE_OPTIMIZERS,
                       SPARSE_SYNCS, Config, flatten_options)
-from ..data import DEFAULT_MAX_MALFORMED
+from ..data import DEFAULT_MAX_MALFORMED, DENSE_TRANSFORMS
 from ..errors import HpsError, InvalidInputError, InvalidTypeError
 
 EXIT_BAD_INPUT = 2
@@ -57,6 +57,9 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--categorical-columns", default=S,
                    help="csv, parquet: the categorical fields in field-id order, comma separated "
                         "(default: every column not given another part, in table order)")
+    g.add_argument("--dense-transform", choices=DENSE_TRANSFORMS, default=S,
+                   help="csv, parquet: transform of the dense columns: log1p = sign(x) log1p(|x|) (Criteo's), "
+                        "standardize = (x - mean) / std of the first 65,536 training examples (none)")
     g.add_argument("--int-as-categorical", action="store_true", default=S,
                    help="criteo: also bucketize the 13 integer columns into fields 26..38")
     g.add_argument("--libsvm-fields", type=int, default=S, help="libsvm: positional fields")
@@ -67,6 +70,9 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--max-malformed", type=float, default=S, metavar="FRACTION",
                    help="stop when more than this fraction of the data lines are malformed "
                         f"({DEFAULT_MAX_MALFORMED}); malformed lines below it are skipped and reported")
+    g.add_argument("--readers", type=int, default=S, metavar="N",
+                   help="threads that parse (or generate) the batches of each rank, in parallel; the "
+                        "batches are the same for any N (this rank's cores minus 3, 1 to 8)")
     g = p.add_argument_group("model")
     g.add_argument("--model", choices=MODELS, default=S, help="network (ctr); see README 'Models'")
     g.add_argument("--embedding-dim", type=int, default=S, help="embedding width (16)")
@@ -146,7 +152,8 @@ def build_parser() -> ArgumentParser:
 
 
 def _hierarchical_training_flags(p, S) -> None:
-    """Hierarchical Training (--dense-sync, --groups, --easgd-*, --compress) and --op-osrp (issue 17)."""
+    """Hierarchical Training (seeds/002 §3: --dense-sync, --groups, --easgd-*, --compress) and --op-osrp
+    (seeds/004 §2)."""
     g = p.add_argument_group("hierarchical training and hashing")
     g.add_argument("--dense-sync", choices=DENSE_SYNCS, default=S,
                    help="MPI: allreduce = one dense copy, gradients summed over all ranks; easgd = --groups "
@@ -163,8 +170,8 @@ def _hierarchical_training_flags(p, S) -> None:
 
 
 def _control_flags(g, S) -> None:
-    """Admission, expiry and training control (issue 14; README "Admission, expiry and training
-    control"), in the ``training`` group (TOML section ``[train]``)."""
+    """Admission, expiry and training control (docs/admission.md), in the ``training`` group (TOML
+    section ``[train]``)."""
     g.add_argument("--admit-after", type=int, default=S, metavar="K",
                    help="a key gets its own row from its K-th occurrence; before, its field's shared row (0: at once)")
     g.add_argument("--admit-sketch-width", type=int, default=S,
@@ -361,7 +368,8 @@ def build_predict_parser() -> ArgumentParser:
         prog="python -m hps.predict",
         description="Score raw data with a model exported by python -m hps.train --export DIR: one "
                     "probability per valid example, in input order.")
-    p.add_argument("--model-dir", required=True, help="the export directory (--export of the training job)")
+    p.add_argument("--model-dir", required=True, help="the export directory (--export of the training job), a "
+                   "checkpoint, or a --checkpoint-dir (its latest checkpoint: the best one after --early-stop)")
     p.add_argument("--data", nargs="+", required=True,
                    help="data in the training format: files, directories or globs, plain, .gz or .zst")
     p.add_argument("--out", required=True, help="CSV file to write: label,probability (probability only "
@@ -373,6 +381,8 @@ def build_predict_parser() -> ArgumentParser:
     p.add_argument("--strict", action="store_true", help="stop at the first malformed line")
     p.add_argument("--max-malformed", type=float, default=DEFAULT_MAX_MALFORMED, metavar="FRACTION",
                    help=f"stop when more than this fraction of the lines are malformed ({DEFAULT_MAX_MALFORMED})")
+    p.add_argument("--readers", type=int, default=1, metavar="N",
+                   help="threads parsing the data in parallel; the same scores for any N (1)")
     return p
 
 
@@ -382,7 +392,9 @@ def predict_main(argv=None) -> int:
     try:
         if args.batch_size < 1:
             raise InvalidInputError(f"--batch-size must be positive, got {args.batch_size}")
-        from ..data import infer_format
+        if args.readers < 1:
+            raise InvalidInputError(f"--readers must be positive, got {args.readers}")
+        from ..data import infer_format, is_converted
         from ..predict import Predictor
         from ._preflight import check_writable
 
@@ -390,11 +402,11 @@ def predict_main(argv=None) -> int:
         pred = Predictor(args.model_dir, unknown=args.unknown)
         data = args.data[0] if len(args.data) == 1 else args.data
         named = infer_format(data, required=False)
-        if named not in (None, pred.format):
+        if named not in (None, pred.format) and not is_converted(data):  # hps.convert's data: Predictor checks it
             raise InvalidInputError(f"--data is {named} data by its file names, but the model in {args.model_dir} "
                                     f"was trained on {pred.format} data (hps.predict reads the training format)")
         res = pred.write_csv(data, args.out, batch_size=args.batch_size, strict=args.strict,
-                             max_malformed=args.max_malformed)
+                             max_malformed=args.max_malformed, readers=args.readers)
     except (HpsError, OSError) as e:
         return _fail(None, e, EXIT_BAD_INPUT if _is_bad_input(e) else EXIT_FAILED)
     auc = f"; AUC {res['auc']:.4f}" if res["auc"] is not None else ""

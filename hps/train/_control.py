@@ -12,9 +12,17 @@ improvement; after P in a row training stops after that batch. Every evaluation 
 the new best: with ``--checkpoint-dir`` a checkpoint of that batch is written (unless the batch
 wrote one anyway) and kept whatever ``--keep-checkpoints`` says, and when training stops ``LATEST``
 is switched to it, so ``--resume`` continues from the best model and ``last_checkpoint`` names it
-(``best_eval`` in the metrics: batch, AUC, checkpoint). The export and the final evaluation are of
-the model at the stop. Checkpoints hold this state (the curve, the best, the evaluations without
-improvement) in ``meta.json``, as of the end of their batch: a resumed run goes on with it.
+(``best_eval`` in the metrics: batch, AUC, checkpoint). Checkpoints hold this state (the curve, the
+best, the evaluations without improvement) in ``meta.json``, as of the end of their batch: a resumed
+run goes on with it.
+
+**The export is of the best model** (Keras' ``restore_best_weights``): with ``--early-stop`` the
+export is written from the best checkpoint (:meth:`TrainingControl.export_choice`) — a cut of the
+model after its batch, as nothing is prepared past an evaluation before it ends
+(:meth:`TrainingControl.cut_before`) — and its
+``model.json`` and the log say which batch it is from. Without ``--checkpoint-dir`` the best
+checkpoints go to ``EXPORT/.best-checkpoint`` (:func:`best_dir`; removed once the export is
+written). The final evaluation is of the model at the stop (the report says so beside the best).
 
 **Stopping a pipeline that runs ahead.** Batches after ``stop`` are not trained. The read stage
 keeps reading until every rank has seen the decision (ranks agree on it with the batch sizes), and
@@ -31,6 +39,18 @@ from __future__ import annotations
 import os
 
 from ._checkpoint import checkpoint_name
+
+#: Where the best checkpoints of ``--early-stop`` go when there is no ``--checkpoint-dir`` (inside
+#: the ``--export`` directory, which every rank reaches). Written to disk: never rename.
+BEST_DIR = ".best-checkpoint"
+
+
+def best_dir(tc) -> str | None:
+    """Where the best checkpoints go (``tc``: TrainConfig): ``--checkpoint-dir``; else, with
+    ``--early-stop`` and ``--export``, the private BEST_DIR of the export; else None (not kept)."""
+    if tc.checkpoint_dir:
+        return tc.checkpoint_dir
+    return os.path.join(tc.export, BEST_DIR) if tc.early_stop and tc.export else None
 
 
 def run_name(cfg) -> str:
@@ -78,6 +98,7 @@ class TrainingControl:
         self.bad = 0
         self.examples = 0              # examples trained so far (the curve's x axis)
         self.stop: int | None = None   # the last batch trained, once early stopping decided
+        self.last: int | None = None   # the last batch trained so far
 
     def due(self, index: int) -> bool:
         """Whether batch ``index`` ends with an evaluation."""
@@ -86,6 +107,13 @@ class TrainingControl:
     def keeps_best(self, index: int) -> bool:
         """Whether batch ``index`` may need a best checkpoint (early stopping evaluates there)."""
         return bool(self.patience) and self.due(index)
+
+    def cut_before(self, index: int) -> bool:
+        """Whether ``prepare(index)`` must wait for ``train(index - 1)``: that batch ends with an
+        evaluation that may keep the best checkpoint, which must be the model after that batch — no
+        row yet born, fetched or expired for a later batch — so that the evaluation, the best
+        checkpoint and the export of the best model do not depend on how far the pipeline ran ahead."""
+        return self.keeps_best(index - 1)
 
     @property
     def stopping(self) -> bool:
@@ -107,6 +135,7 @@ class TrainingControl:
         and decide the stop. ``save()`` writes a checkpoint of this batch (with ``--checkpoint-dir``),
         after the state here was updated, so the checkpoint holds it."""
         self.examples += int(examples)
+        self.last = index
         if not self.due(index):
             return
         auc, logloss = evaluate()
@@ -123,15 +152,28 @@ class TrainingControl:
         if self.bad >= self.patience:
             self.stop = index
 
+    def export_choice(self) -> tuple[str | None, dict]:
+        """What the export holds -> ``(checkpoint to export, or None for the model as it is, record)``;
+        the record (for model.json and the log): ``batch`` (the last batch the model trained),
+        ``source``, ``eval_auc`` (None when that batch was not evaluated) and ``best`` (whether it
+        is the best checkpoint rather than the model as it is). With early stopping it is the best
+        model, unless that is the model as it is."""
+        best = self.best
+        if self.patience and best and best.get("checkpoint") and best["batch"] != self.last:
+            return best["checkpoint"], {"batch": best["batch"], "eval_auc": best["auc"], "best": True,
+                                        "source": f"the best model (checkpoint {best['checkpoint']})"}
+        auc = self.curve[-1]["auc"] if self.curve and self.curve[-1]["batch"] == self.last else None
+        return None, {"batch": self.last, "eval_auc": auc, "best": False, "source": "the model at the end of training"}
+
     def state(self) -> dict:
         """The curve, the best, the count without improvement, the stop (JSON; checkpoints)."""
         return {"curve": self.curve, "best": self.best, "bad": self.bad, "examples": self.examples,
-                "stop": self.stop}
+                "stop": self.stop, "last": self.last}
 
     def load_state(self, st: dict) -> None:
         """Restore :meth:`state` (resume)."""
         self.curve, self.best, self.bad = list(st["curve"]), st["best"], int(st["bad"])
-        self.examples, self.stop = int(st["examples"]), st["stop"]
+        self.examples, self.stop, self.last = int(st["examples"]), st["stop"], st.get("last")
 
     def metrics(self) -> dict:
         out = {"eval_curve": self.curve}

@@ -222,15 +222,17 @@ class FaeFeature(Feature):
     """FAE in the trainer's pipeline (``_features``). ``hot``: the pinned hot rows the step trains
     (``_hot_rows.HotRows``, empty until :meth:`start`); ``opts``: :class:`FaeOptions`; ``data``: the
     job's ``DataConfig`` (profiling, the held-out examples); ``coll``: Collectives; ``row_width``;
-    ``n_fields``, ``n_dense``, ``has_eval``: the feed's; ``predict(rows, inv, batch) -> probs (n,)
+    ``n_fields``, ``n_dense``, ``has_eval``, ``eval_options`` (the eval readers' options, None without
+    --eval-data): the feed's; ``predict(rows, inv, batch) -> probs (n,)
     host``: the model's prediction over parameter rows of the step's array module; ``log``."""
 
     name = "fae"
 
     def __init__(self, hot, opts: FaeOptions, data, coll, row_width: int, n_fields: int, n_dense: int,
-                 has_eval: bool, predict, log):
+                 has_eval: bool, eval_options: dict | None, predict, log):
         self.hot, self.opts, self.data, self.coll = hot, opts, data, coll
         self.row_width, self.n_fields, self.n_dense, self.has_eval = int(row_width), n_fields, n_dense, has_eval
+        self.eval_options = eval_options
         self.predict, self.log = predict, log
         self.fae: Fae | None = None
         self._read_owned = self._memps = None
@@ -326,15 +328,12 @@ class FaeFeature(Feature):
         d, o = self.data, self.opts
         if n == 0 or not self.has_eval:
             return None
-        opts = format_options(d, o.seed, o.batch_size)
-        if d.eval_data:
-            opts = {k: v for k, v in opts.items() if k not in ("seed", "block_rows")}
-            if d.format == "libsvm":
-                opts["n_fields"] = self.n_fields
+        if d.eval_data:  # the eval readers' options: the training data's columns by name and dense statistics
+            opts = {k: v for k, v in self.eval_options.items() if k != "readers"}
             it = open_dataset(d.eval_data, d.format, n, strict=d.strict, max_malformed=d.max_malformed,
                               **opts).batches()
         else:
-            it = open_dataset(None, "synthetic", n, **opts).eval_batches()
+            it = open_dataset(None, "synthetic", n, **format_options(d, o.seed, o.batch_size)).eval_batches()
         parts, got = [], 0
         for b in it:
             parts.append(b.slice(0, min(len(b), n - got)))

@@ -13,7 +13,8 @@ hook                     where (thread)       implemented by
 ``stops_reading``        read                 control (no batch read past an early stop)
 ``stops_epochs``         read, epoch end      control (collective: no next epoch after a stop)
 ``skips``                prepare, train       control (batches past the stop)
-``prepare_horizon``      prepare's gate       HET (nothing prepared past a consistent cut)
+``prepare_horizon``      prepare's gate       HET (nothing prepared past a consistent cut), control
+                                              (nothing prepared past a batch that may be the best)
 ``on_prepare``           prepare              admission (keys not admitted -> their field's row)
 ``on_resident``          prepare              expiry (keys used now; the sweep)
 ``keeps_state``          prepare              control (a best checkpoint may follow the batch)
@@ -22,10 +23,12 @@ hook                     where (thread)       implemented by
 ``after_minibatch``      train                FAE (the strip's loss)
 ``end_batch``            train, before the    HET (a consistent cut flushes the caches)
                          batch counts trained
+``holds_batch``          train                control (the batch counts trained after its evaluation)
 ``after_batch``          train                control (evaluation, the best checkpoint, the stop)
 ``start`` / ``finish``   caller               FAE (pin / write back the hot rows), EASGD (centre)
 ``save`` / ``read_…``    train / caller       admission, FAE, EASGD, control (checkpoint state)
 ``eval_keys``            caller, train        admission (evaluation scores shared rows)
+``export_choice``        caller               control (after an early stop the best checkpoint)
 ``metrics``              caller               every feature that reports figures
 =======================  ===================  =====================================================
 
@@ -104,8 +107,13 @@ class Feature:
     def end_batch(self, w) -> None:
         """``w`` was trained; the prepare stage waits for it. May be collective over the train channel."""
 
+    def holds_batch(self, index: int) -> bool:
+        """Whether batch ``index`` counts as trained (``prepare`` of later batches may go on) only after
+        its :meth:`after_batch` hooks and its checkpoint, rather than before them."""
+        return False
+
     def after_batch(self, w, job) -> None:
-        """``w`` counts as trained. ``job.evaluate()`` -> (AUC, logloss), ``job.save()`` writes a
+        """``w`` was trained (it counts as trained unless a feature holds it). ``job.evaluate()`` -> (AUC, logloss), ``job.save()`` writes a
         checkpoint of ``w`` (both collective over the train channel)."""
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -131,6 +139,12 @@ class Feature:
         """After a checkpoint was loaded (its ``meta``): take its state."""
 
     # -- evaluation and metrics -----------------------------------------------------------------------
+    def export_choice(self, last: int | None):
+        """What an export holds -> ``(checkpoint to export, or None for the model as it is, record)``
+        (``_control.TrainingControl.export_choice``), or None for no opinion. ``last``: the last batch
+        this run trained."""
+        return None
+
     def eval_keys(self, keys, ch):
         """The keys (n,) uint64 an evaluation looks up for ``keys`` (collective over ``ch``)."""
         return keys
@@ -200,6 +214,9 @@ class Features:
         for f in self.all:
             f.end_batch(w)
 
+    def holds_batch(self, index: int) -> bool:
+        return any(f.holds_batch(index) for f in self.all)
+
     def after_batch(self, w, job) -> None:
         for f in self.all:
             f.after_batch(w, job)
@@ -227,6 +244,14 @@ class Features:
     def restore(self, meta: dict) -> None:
         for f in self.all:
             f.restore(meta)
+
+    def export_choice(self, last: int | None):
+        """The first feature's choice; without one, the model as it is."""
+        for f in self.all:
+            got = f.export_choice(last)
+            if got is not None:
+                return got
+        return None, {"batch": last, "eval_auc": None, "best": False, "source": "the model at the end of training"}
 
     def eval_keys(self, keys, ch):
         for f in self.all:

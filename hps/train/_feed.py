@@ -13,19 +13,38 @@ local mini-batch ``j`` is one contiguous slice), so one process reading all ``K`
 exactly the global mini-batches that ``K`` ranks train on together. A shard that has run out adds
 empty local mini-batches; the trainer's read stage agrees with the other ranks on when the epoch ends.
 
+Each shard's reader parses (or generates) with ``--readers`` threads (``hps.data._parallel``: the
+same batches for any number); by default :func:`reader_threads` of the rank's cores.
+
 Not thread-safe: the read stage iterates :meth:`Feed.epoch`; evaluation runs after training.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
 
-from ..data import Batch, HashedReader, ReaderStats, open_dataset, share_bounds
+from ..data import Batch, HashedReader, ReaderStats, format_options, open_dataset, share_bounds
+from ..data._dense import LARGE as DENSE_LARGE
 from ..errors import InvalidInputError
 from ._shuffle import shuffled
+
+
+#: Cores a rank leaves to the pipeline's other stages (prepare, place, train) when it picks its readers.
+OTHER_STAGE_CORES = 3
+#: Most readers a rank picks by default (8 readers make synthetic batches at several M examples/s).
+MAX_DEFAULT_READERS = 8
+
+
+def reader_threads(requested: int | None, cores_per_rank: int) -> int:
+    """Reader threads of a rank: ``requested`` (``--readers``), else its cores minus the
+    ``OTHER_STAGE_CORES`` the other stages need, between 1 and ``MAX_DEFAULT_READERS``."""
+    if requested is not None:
+        return int(requested)
+    return max(1, min(MAX_DEFAULT_READERS, int(cores_per_rank) - OTHER_STAGE_CORES))
 
 
 def minibatch_sizes(batch_size: int, minibatch_size: int) -> np.ndarray:
@@ -73,14 +92,16 @@ class LocalBatch:
 
 
 class Feed:
-    """The shards of rank ``rank`` of ``size`` (``cfg``: the training Config), composed as above.
+    """The shards of rank ``rank`` of ``size`` (``cfg``: the training Config), composed as above;
+    ``cores_per_rank`` sets the default number of readers (None: this machine's cores).
 
     Raises InvalidInputError when ``--data-shards`` is not a multiple of the ranks or exceeds the
-    mini-batch size (a shard would have no place in a mini-batch), and when a shard's first bytes
-    already show its data is unusable (``probe``).
+    mini-batch size (a shard would have no place in a mini-batch), when a shard's first bytes
+    already show its data is unusable (``probe``), and when the eval data lacks a column the
+    training data's fields or dense features come from (CSV/Parquet columns are matched by name).
     """
 
-    def __init__(self, cfg, rank: int, size: int):
+    def __init__(self, cfg, rank: int, size: int, cores_per_rank: int | None = None):
         d, tc = cfg.data, cfg.train
         k = d.data_shards or size
         if k % size:
@@ -95,18 +116,29 @@ class Feed:
         self._local = [shard_minibatch_sizes(self.sizes, s, k) for s in self.shards]
         opts = format_options(d, tc.seed, tc.batch_size)
         self.format_options = opts  # the readers' options (the export records them)
-        read = {"strict": d.strict, "max_malformed": d.max_malformed}
-        self.readers = [open_dataset(d.data, d.format, int(local.sum()), shard=(s, k), **read, **opts)
-                        for s, local in zip(self.shards, self._local)]
-        first = self.readers[0]
+        self.reader_threads = reader_threads(d.readers, cores_per_rank or os.cpu_count() or 1)
+        read = {"strict": d.strict, "max_malformed": d.max_malformed, "readers": self.reader_threads}
+        first = open_dataset(d.data, d.format, int(self._local[0].sum()), shard=(self.shards[0], k), **read, **opts)
+        # data converted by hps.convert holds the keys of its source: the export names the source's format
+        self.source = (first.source["format"], dict(first.source["options"])) if hasattr(first, "source") else None
+        if getattr(first, "dense_stats", None) is not None:  # standardize: every shard and the eval data alike
+            opts["dense_stats"] = first.dense_stats
+        self.readers = [first] + [open_dataset(d.data, d.format, int(local.sum()), shard=(s, k), **read, **opts)
+                                  for s, local in zip(self.shards[1:], self._local[1:])]
         self.n_fields, self.n_dense = first.n_fields, first.n_dense
-        self._eval = None
+        self._eval, self.eval_options = None, None
         if d.eval_data:
             eopts = {key: v for key, v in opts.items() if key not in ("seed", "block_rows")}
             if d.format == "libsvm":  # positional fields: the eval data has the training data's
                 eopts["n_fields"] = self.n_fields
-            self._eval = [open_dataset(d.eval_data, d.format, int(local.sum()), shard=(s, k), **read, **eopts)
-                          for s, local in zip(self.shards, self._local)]
+            if d.format in ("csv", "parquet"):  # columns by name: the training data's fields, in its order;
+                eopts.update(categorical_columns=list(first.categorical_columns), ignore_columns=())  # others ignored
+            self.eval_options = eopts  # also FAE's held-out examples (_fae)
+            try:
+                self._eval = [open_dataset(d.eval_data, d.format, int(local.sum()), shard=(s, k), **read, **eopts)
+                              for s, local in zip(self.shards, self._local)]
+            except InvalidInputError as e:  # e.g. a column the training data's fields come from is missing
+                raise type(e)(f"--eval-data: {e}") from None
             ev = self._eval[0]
             if (ev.n_fields, ev.n_dense) != (self.n_fields, self.n_dense):
                 raise InvalidInputError(f"--eval-data {d.eval_data} has {ev.n_fields} fields and {ev.n_dense} "
@@ -116,6 +148,7 @@ class Feed:
             self._eval = self._eval and [HashedReader(r, d.op_osrp, tc.seed) for r in self._eval]
         for r in self.readers + (self._eval or []):  # unusable data fails now, not after training
             r.probe()
+        self.warnings = _dense_warnings(self.readers, d)
         self._parsed = 0
 
     @classmethod
@@ -123,7 +156,7 @@ class Feed:
         """A one-shard feed that replays ``batches`` (a list of Batches, none longer than the first),
         with no eval data (the warm-up's scratch job)."""
         feed = cls.__new__(cls)
-        feed.n_shards, feed.shards = 1, [0]
+        feed.n_shards, feed.shards, feed.reader_threads, feed.warnings, feed.source = 1, [0], 1, [], None
         feed.shuffle_buffer, feed.seed = 0, 0
         feed.sizes = minibatch_sizes(len(batches[0]), minibatch_size)
         feed._local = [feed.sizes]
@@ -220,19 +253,14 @@ class _Replay:
         return iter(self._batches[start_batch:])
 
 
+def _dense_warnings(readers, d) -> list[str]:
+    """A warning when raw dense values are large enough to saturate the model (``hps.data._dense``)."""
+    big = max((getattr(r, "probe_dense_max", 0.0) for r in readers), default=0.0)
+    if big <= DENSE_LARGE or getattr(readers[0], "dense_transform", "none") != "none":
+        return []
+    return [f"dense values of --data reach {big:.3g} (beyond {DENSE_LARGE:g}): raw, they saturate the model's "
+            "first layer and it may learn nothing from them; give --dense-transform log1p or standardize"]
+
+
 def _malformed(readers) -> tuple[int, list[str]]:
     return (sum(r.stats.malformed for r in readers), [x for r in readers for x in r.stats.first_malformed()])
-
-
-def format_options(d, seed: int, batch_size: int) -> dict:
-    if d.format == "synthetic":  # generated in blocks of the global batch size: the same data for any K
-        return {"rows": d.rows, "fields": d.fields, "vocab_per_field": d.vocab_per_field, "zipf": d.zipf,
-                "n_dense": d.n_dense, "seed": seed, "block_rows": batch_size, "drift": d.drift}
-    if d.format == "libsvm" and d.libsvm_fields:
-        return {"n_fields": d.libsvm_fields}
-    if d.format in ("csv", "parquet"):
-        return {"label": d.label_column, "ignore_columns": d.ignore_columns, "dense_columns": d.dense_columns,
-                "categorical_columns": d.categorical_columns}
-    if d.format == "criteo":
-        return {"int_as_categorical": d.int_as_categorical}
-    return {}

@@ -1,4 +1,5 @@
 """A checkpoint's ``meta.json``: its position, shape and the checksum of every file, itself checksummed.
+(An export's ``model.json`` is written and checked the same way: ``_export``.)
 
 ``meta.json`` (version 2) is one JSON object::
 
@@ -47,20 +48,22 @@ def file_record(path: Path) -> dict:
     return {"bytes": size, CRC_KEY: crc}
 
 
-def verify_file(path: Path, record: dict) -> None:
-    """Raise CorruptionError unless ``path`` has the size and CRC-32 of ``record``."""
+def verify_file(path: Path, record: dict, what: str = "checkpoint", manifest: str = META_FILE) -> None:
+    """Raise CorruptionError unless ``path`` has the size and CRC-32 of ``record`` (as recorded in
+    ``manifest``, of the ``what`` that holds the file: for the message)."""
     if not path.is_file():
-        raise CorruptionError(f"{path} is missing: the checkpoint is incomplete")
+        raise CorruptionError(f"{path} is missing: the {what} is incomplete")
     got = file_record(path)
     if got["bytes"] != record["bytes"]:
-        raise CorruptionError(f"{path} has {got['bytes']} bytes, {META_FILE} records {record['bytes']}: "
+        raise CorruptionError(f"{path} has {got['bytes']} bytes, {manifest} records {record['bytes']}: "
                               "the file is truncated or damaged")
     if got[CRC_KEY] != record[CRC_KEY]:
         raise CorruptionError(f"{path} fails its CRC-32 check (the file is damaged)")
 
 
 def write_meta(path: Path, meta: dict) -> None:
-    """Write ``meta`` (without ``crc32``) as meta.json with its checksum, fsynced."""
+    """Write ``meta`` (without ``crc32``) as JSON with its checksum, fsynced (meta.json of a
+    checkpoint; model.json of an export)."""
     full = dict(meta, **{CRC_KEY: crc32(_canonical(meta))})
     with open(path, "w") as f:
         json.dump(full, f, indent=1, sort_keys=True)
@@ -68,25 +71,33 @@ def write_meta(path: Path, meta: dict) -> None:
         os.fsync(f.fileno())
 
 
-def read_meta(path: Path) -> dict:
-    """meta.json, checked -> the dict (version 1: without ``files``). CorruptionError when it is
-    missing or damaged; StoreFormatError when it is intact but of a version this code cannot read."""
+def read_checked(path: Path, what: str = "checkpoint") -> tuple[dict, bool]:
+    """A JSON object written by :func:`write_meta` -> (the object without ``crc32``, whether it had
+    one: files of older versions have none). CorruptionError when ``path`` is missing (the ``what``
+    is incomplete), not a JSON object, or fails its checksum."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise CorruptionError(f"{path} is missing: the checkpoint is incomplete") from None
+        raise CorruptionError(f"{path} is missing: the {what} is incomplete") from None
     try:
-        meta = json.loads(raw.decode("utf-8"))
+        obj = json.loads(raw.decode("utf-8"))
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
         raise CorruptionError(f"{path} is damaged: not valid JSON ({e})") from None
-    if not isinstance(meta, dict):
+    if not isinstance(obj, dict):
         raise CorruptionError(f"{path} is damaged: not a JSON object")
-    if CRC_KEY in meta:
-        body = {k: v for k, v in meta.items() if k != CRC_KEY}
-        if crc32(_canonical(body)) != meta[CRC_KEY]:
-            raise CorruptionError(f"{path} fails its CRC-32 check (the file is damaged)")
-        meta = body
-    elif meta.get("version") != 1:  # only version 1 went without a checksum
+    if CRC_KEY not in obj:
+        return obj, False
+    body = {k: v for k, v in obj.items() if k != CRC_KEY}
+    if crc32(_canonical(body)) != obj[CRC_KEY]:
+        raise CorruptionError(f"{path} fails its CRC-32 check (the file is damaged)")
+    return body, True
+
+
+def read_meta(path: Path) -> dict:
+    """meta.json, checked -> the dict (version 1: without ``files``). CorruptionError when it is
+    missing or damaged; StoreFormatError when it is intact but of a version this code cannot read."""
+    meta, checked = read_checked(path)
+    if not checked and meta.get("version") != 1:  # only version 1 went without a checksum
         raise CorruptionError(f"{path} is damaged: it has no {CRC_KEY!r} checksum")
     version = meta.get("version")
     if version not in READABLE_VERSIONS:

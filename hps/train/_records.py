@@ -2,13 +2,17 @@
 the data files read, a run name the plots carry) and in the export (what ``hps.Predictor`` needs to
 turn raw rows into the keys the model was trained on).
 
-``EXPORT_META`` (``model.json`` in the export directory) holds::
+``EXPORT_META`` (``model.json`` in the export directory, and in every checkpoint) holds::
 
     {"export_version": EXPORT_VERSION, "hps_version": "...",
      "model_config": {ModelConfig fields},             # the architecture, rebuilt by the Predictor
      "row_params": P, "init": {"seed": s, "scale": c},  # how a key unseen in training is born
      "data": {"format": "...", "options": {...},        # reader options: columns, libsvm n_fields, ...
               "n_fields": F, "n_dense": D}}
+
+and, written by the export (``_export``): ``"batch"`` (the global batch the model is from),
+``"source"`` (``"end of training"`` or the checkpoint exported), ``"eval_auc"`` (its evaluation
+during training, when one was made), ``"files"`` (size and CRC-32 of each file) and ``"crc32"``.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ from ..data import expand_paths
 
 #: File of the export that describes the model and its input (JSON).
 EXPORT_META = "model.json"
-#: Layout version of ``EXPORT_META``; written to disk, never renumber.
-EXPORT_VERSION = 1
+#: Layout version of ``EXPORT_META``; written to disk, never renumber. 1: no checksums; 2: ``files``
+#: and ``crc32`` (the export is switched in atomically, ``_export``).
+EXPORT_VERSION = 2
 
 
 def _jsonable(value):
@@ -66,13 +71,27 @@ def export_meta(cfg, feed, model, format_options: dict) -> dict:
 
     opts = {k: v for k, v in format_options.items() if k not in ("seed", "block_rows")}
     reader = feed.readers[0]
-    if cfg.data.format in ("csv", "parquet"):
+    fmt = cfg.data.format
+    if getattr(feed, "source", None):  # converted data (hps.convert): its keys are those of its source's format
+        fmt, opts = feed.source[0], dict(feed.source[1])
+    if fmt in ("csv", "parquet"):
         opts.update(categorical_columns=list(reader.categorical_columns), dense_columns=list(reader.dense_columns),
                     ignore_columns=[])
-    if cfg.data.format == "libsvm":
+    if fmt == "libsvm":
         opts["n_fields"] = feed.n_fields
     return {"export_version": EXPORT_VERSION, "hps_version": __version__,
             "model_config": _jsonable(dataclasses.asdict(model.cfg)), "row_params": model.row_params,
             "init": {"seed": cfg.train.seed, "scale": cfg.model.init_scale},
-            "data": {"format": cfg.data.format, "options": _jsonable(opts), "n_fields": feed.n_fields,
+            "data": {"format": fmt, "options": _jsonable(opts), "n_fields": feed.n_fields,
                      "n_dense": feed.n_dense}}
+
+
+def describe_model(model, row_width: int, sparse_opt: str, dense_opt: str) -> str:
+    """One line: ``model``'s architecture, its dense parameter count (``dense_opt``: the dense optimizer's
+    name) and the layout of a row of ``row_width`` floats (``sparse_opt``: the row optimizer's name)."""
+    dense = sum(int(p.size) for p in model.params.values())
+    state = row_width - model.row_params
+    row = (f"{model.emb_dim} embedding" + (" + 1 first-order weight" if model.first_order else "")
+           + (f" + {state} {sparse_opt} state" if state else ""))
+    return (f"model: {model.describe()}; {dense:,} dense parameters ({dense_opt}); "
+            f"one row of {row_width} floats ({row}) per key, made on first use")

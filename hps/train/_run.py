@@ -8,6 +8,7 @@ import time
 from ..errors import InvalidInputError
 from ._collectives import Collectives
 from ._control import summary as control_summary
+from ._inputs import check_same_inputs
 from ._preflight import check_outputs
 from ._records import run_record
 from ._trainer import Trainer
@@ -16,7 +17,7 @@ from ._trainer import Trainer
 #: outputs, tiers) may differ between ranks.
 SHARED_OPTIONS = {
     "data": ("format", "data_shards", "fields", "n_dense", "libsvm_fields", "label_column", "ignore_columns",
-             "dense_columns", "categorical_columns", "int_as_categorical", "drift", "op_osrp"),
+             "dense_columns", "categorical_columns", "int_as_categorical", "drift", "op_osrp", "dense_transform"),
     "model": None,  # all of them
     "train": ("batch_size", "minibatch_size", "epochs", "seed", "checkpoint_every", "resume",
               "ranks_per_node", "sparse_sync",
@@ -51,27 +52,33 @@ def run(cfg, comm=None, log=print, on_fatal=None) -> dict:
     ``on_fatal``: see :class:`Trainer`."""
     coll = Collectives(comm, cfg.train.mpi_wait)
     check_same_options(coll.main, cfg)
+    check_same_inputs(coll.main, cfg)  # the same files on every rank, or byte-range shards go wrong
     say = log if coll.rank == 0 else (lambda *a, **k: None)
     check_outputs(cfg.train)
     started = time.time()
-    trainer = Trainer(cfg, coll, log=say, on_fatal=on_fatal)
+    trainer = Trainer(cfg, coll, log=log, on_fatal=on_fatal)  # it says most things on rank 0 only
     try:
         synthetic = trainer.feed.synthetic
         bayes = synthetic.bayes_auc() if synthetic is not None and coll.rank == 0 else None
         say(f"hps: training {cfg.data.format} data on {cfg.tiers.device}, {coll.size} rank(s) "
             f"({trainer.feed.n_shards} data shard(s), sparse sync {cfg.train.sparse_sync}, MPI wait "
-            f"{coll.wait_mode}, BLAS threads {trainer.blas_threads}), batch {cfg.train.batch_size}, mini-batch {cfg.train.minibatch_size}, "
+            f"{coll.wait_mode}, BLAS threads {trainer.blas_threads}, readers {trainer.feed.reader_threads}), batch {cfg.train.batch_size}, mini-batch {cfg.train.minibatch_size}, "
             f"MEM-PS cache {trainer.memps.cache.capacity_rows:,} rows, SSD-PS {trainer.ssd_dir}")
+        for w in trainer.feed.warnings:
+            say(f"hps: warning: {w}")
         say(trainer.describe_model())
         metrics = trainer.fit()
+        exported = None
         if cfg.train.export:  # before evaluating: a bad eval file must not cost the trained model
-            trainer.export(cfg.train.export)
+            exported = trainer.export(cfg.train.export)  # after --early-stop: the best model (_control)
         metrics.update(trainer.evaluate())
         if bayes is not None:
             metrics["bayes_auc"] = bayes
         metrics["bytes_sent_per_example"] = {k: v / max(metrics["examples"], 1)
                                              for k, v in metrics["bytes_sent"].items()}
         metrics.update(run_record(cfg, started))  # config, hps version, data files, run name
+        if exported is not None:
+            metrics["exported"] = exported
         if coll.rank == 0:
             say(report(metrics))
             if cfg.train.metrics_out:
@@ -96,6 +103,10 @@ def report(m: dict) -> str:
         lines.append(f"eval AUC {m['auc']:.4f}{best}  logloss {m['logloss']:.4f}  on {m['eval_examples']} examples")
     else:
         lines.append("no eval data: no AUC computed (give --eval-data FILE)")
+    ex = m.get("exported")
+    if ex and ex["best"]:
+        lines.append(f"the export holds the best model, after batch {ex['batch']} (eval AUC {ex['eval_auc']:.4f}); "
+                     "the evaluation above is of the model at the end of training")
     lines.append(f"trained {m['examples']} examples in {m['train_seconds']:.1f} s: "
                  f"{m['examples_per_sec']:,.0f} examples/s on {m['ranks']} rank(s) "
                  f"(not counting {m['warmup_seconds']:.1f} s of kernel warm-up)")

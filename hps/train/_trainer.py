@@ -39,16 +39,17 @@ from ..metrics import logloss as logloss_score
 from ..model import ModelConfig, make_model, make_optimizers
 from ..pipeline import STOP_TIMEOUT_S, Pipeline, Stage
 from ..ssd import ScratchEnv, SSDOptions, SSDStore
-from . import _build, _checkpoint, _warmup
+from . import _build, _checkpoint, _export, _warmup
 from ._blas import blas_threads, limit_blas
 from ._budget import plan_memory
 from ._collectives import STAGE_CHANNELS, Collectives
+from ._control import best_dir
 from ._features import Checkpoint
 from ._feed import Feed, empty_batch
 from ._hierarchy import WINDOW, ParameterHierarchy, _host, make_hbm
 from ._job_metrics import job_figures, rank_figures
 from ._preflight import check_memory
-from ._records import export_meta
+from ._records import describe_model, export_meta
 from ._ssd_dir import SSDDir
 from ._sync import unique_inverse
 from ._work import BatchJob, Start, Work
@@ -74,7 +75,7 @@ class Trainer:
         m, t = cfg.model, cfg.tiers
         self.xp = array_module(t.device)  # NumPy, CuPy, or NumPy under the CUDA simulator
         self.blas_threads = blas_threads(cfg.train.blas_threads, self.coll.cores_per_rank)
-        self.feed = feed or Feed(cfg, self.coll.rank, self.coll.size)
+        self.feed = feed or Feed(cfg, self.coll.rank, self.coll.size, self.coll.cores_per_rank)
         check_memory(self.feed.n_fields, self.feed.n_dense, cfg, self.coll.size)
         mcfg = ModelConfig.from_options(m, self.feed.n_fields, self.feed.n_dense, cfg.train.seed)
         self.model = make_model(mcfg, xp=self.xp)
@@ -92,7 +93,7 @@ class Trainer:
                                         (self.sparse_opt, self.dense_opt), self.row_width, self._predict, self.log)
         self.store = None
         # this job's own directory (never one another job or the user holds), removed by close()
-        self._ssd = SSDDir.claim(t.ssd_path, self.coll.rank, self.coll.size, keep=t.keep_ssd)
+        self._ssd = SSDDir.claim(t.ssd_path, self.coll.rank, self.coll.size, keep=t.keep_ssd, log=log)  # every rank
         self.ssd_dir = self._ssd.store_path
         try:
             resident, owned = self._first_working_set()
@@ -114,6 +115,9 @@ class Trainer:
         self.start_index = 0
         self.history = {"loss": []}
         self.examples = 0
+        self.last_trained: int | None = None  # the last batch trained so far (the export's record)
+        # where checkpoints go: --checkpoint-dir, or the export's private one for --early-stop's best
+        self.checkpoint_dir = best_dir(cfg.train)
         self._resumed = None   # meta of the checkpoint resume() loaded
 
     def _first_working_set(self) -> tuple[int, int]:
@@ -212,11 +216,15 @@ class Trainer:
             raise NumericalError(f"training loss became {loss_sum} at epoch {w.epoch} batch {w.batch}; "
                                  "lower --lr/--dense-lr or check the data for inf/NaN features")
         self.features.end_batch(w)  # e.g. HET: a consistent cut flushes the caches
-        self.hier.mark_trained(w.index)
+        held = self.features.holds_batch(w.index)  # e.g. control: prepare waits for the best checkpoint
+        if not held:
+            self.hier.mark_trained(w.index)
         job = BatchJob(self._evaluate_now, lambda: self.save_checkpoint(w.index, w.epoch, w.batch, w))
         self.features.after_batch(w, job)  # first (e.g. the eval curve): checkpoints hold its state
         if self._checkpoint_due(w):
             job.save()
+        if held:
+            self.hier.mark_trained(w.index)
         return {"index": w.index, "loss": loss_sum / max(n_ex, 1), "examples": n_ex}
 
     def _train_batch(self, w: Work) -> float:
@@ -258,10 +266,10 @@ class Trainer:
         ckpt = Checkpoint(index, {"index": index, "epoch": epoch, "batch": batch})
         self.features.save(w, ckpt)  # e.g. FAE writes its hot rows back first: the store gets them below
         self.hier.sync_to_store()
-        tc = self.cfg.train
         extra = (lambda h: [write(h) for write in ckpt.writers]) if ckpt.writers else None
-        return _checkpoint.save(tc.checkpoint_dir, self.coll.train, self.store, self.model, self.dense_opt,
-                                ckpt.meta, keep=tc.keep_checkpoints, extra=extra, pinned=tuple(ckpt.pinned))
+        return _checkpoint.save(self.checkpoint_dir, self.coll.train, self.store, self.model, self.dense_opt,
+                                ckpt.meta, keep=self.cfg.train.keep_checkpoints, extra=extra,
+                                pinned=tuple(ckpt.pinned), model_meta=self._model_meta())
 
     def resume(self) -> None:
         meta = _checkpoint.load(self.cfg.train.checkpoint_dir, self.coll.main, self.store, self.model,
@@ -313,6 +321,7 @@ class Trainer:
             if res["loss"] is None:  # not trained (early stopping)
                 return
             examples += res["examples"]
+            self.last_trained = res["index"]
             self.history["loss"].append(res["loss"])
             if bar is not None:
                 bar.update(res["examples"])
@@ -402,17 +411,18 @@ class Trainer:
 
     def describe_model(self) -> str:
         """One line: the architecture, its dense parameter count and the layout of an embedding row."""
-        m = self.model
-        dense = sum(int(p.size) for p in m.params.values())
-        state = self.row_width - self.row_params
-        row = (f"{m.emb_dim} embedding" + (" + 1 first-order weight" if m.first_order else "")
-               + (f" + {state} {self.sparse_opt.name} state" if state else ""))
-        return (f"model: {m.describe()}; {dense:,} dense parameters ({self.dense_opt.name}); "
-                f"one row of {self.row_width} floats ({row}) per key, made on first use")
+        return describe_model(self.model, self.row_width, self.sparse_opt.name, self.dense_opt.name)
 
-    def export(self, directory: str) -> None:
-        meta = export_meta(self.cfg, self.feed, self.model, getattr(self.feed, "format_options", {}))
-        _checkpoint.export(directory, self.coll.main, self.store, self.model, meta=meta)
+    def _model_meta(self) -> dict:
+        """The model and its input (``_records.export_meta``), for exports and checkpoints."""
+        return export_meta(self.cfg, self.feed, self.model, getattr(self.feed, "format_options", {}))
+
+    def export(self, directory: str) -> dict:
+        """Export the model the features choose (after ``--early-stop`` the best one, else the model as
+        it is) -> what it holds (``_export.export_trained``). Collective over the main channel."""
+        choice = self.features.export_choice(self.last_trained)
+        return _export.export_trained(directory, self.coll.main, self.store, self.model, self._model_meta(),
+                                      choice, self.checkpoint_dir, self.log)
 
     def close(self) -> None:
         """Close the SSD-PS and remove it with the directories this job made (unless --keep-ssd).
