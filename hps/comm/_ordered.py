@@ -7,7 +7,7 @@ can be reproduced by one process reading the same shards. Over hundreds of Adam 
 differences grow to 1e-2 (Adam divides by the gradient's own scale). Here the order is the rank order:
 
 - :func:`ordered_allreduce` (dense): a reduce-scatter — rank ``r`` receives chunk ``r`` of every rank's
-  vector (one alltoallv) and folds them in rank order (``sum_rows_f32``) — then an allgather of the
+  vector (one alltoall) and folds them in rank order (``sum_rows_f32``) — then an allgather of the
   folded chunks. The same bytes as a ring all-reduce, ``2 (p - 1) / p`` of the vector per rank, in two
   collectives instead of ``2 (p - 1)`` steps. Element-wise sums do not depend on the chunking, so one
   process folds its shards' whole vectors in shard order (``fold``) and gets the same bits.
@@ -35,14 +35,6 @@ from ._stats import DENSE_ALLREDUCE, SPARSE_ALLREDUCE, metered
 def run_blocking(blocking, nonblocking=None) -> None:
     """The default ``run``: MPI's blocking call."""
     blocking()
-
-
-def chunk_bounds(n: int, p: int) -> tuple[np.ndarray, np.ndarray]:
-    """(counts (p,), displacements (p,)) int64 of ``n`` elements cut into ``p`` contiguous chunks, the
-    first ``n % p`` one element longer."""
-    counts = np.full(p, n // p, np.int64)
-    counts[:n % p] += 1
-    return counts, np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
 
 
 def fold(parts, xp=np):
@@ -75,19 +67,22 @@ def ordered_allreduce(comm, vec: np.ndarray, run=run_blocking, stats=None) -> np
 
 
 def _reduce_scatter_allgather(comm, vec, run, meter) -> None:
-    p, r = comm.Get_size(), comm.Get_rank()
-    counts, displs = chunk_bounds(vec.shape[0], p)
-    mine = int(counts[r])
-    mt = _mpi_type(np.float32)
-    parts = np.empty((p, mine), np.float32)                      # chunk r of every rank, rank order
-    send = [vec, (counts, displs), mt]
-    recv = [parts, (np.full(p, mine, np.int64), np.arange(p, dtype=np.int64) * mine), mt]
-    run(lambda: comm.Alltoallv(send, recv), lambda: comm.Ialltoallv(send, recv))
-    folded = np.empty(mine, np.float32)
+    """Chunks of m = ceil(n / p) elements (the vector zero-padded to p m): one alltoall, the fold, one
+    allgather. Equal chunks, not alltoallv/allgatherv: MPICH's v-collectives took 4-5x the time of
+    ``Allreduce`` on 4 oversubscribed ranks (bench/bench_ordered.py), the equal ones about as long."""
+    p, n = comm.Get_size(), vec.shape[0]
+    m = -(-n // p)
+    padded = vec if n == m * p else np.zeros(m * p, np.float32)
+    if padded is not vec:
+        padded[:n] = vec
+    parts = np.empty((p, m), np.float32)                         # chunk `rank` of every rank, rank order
+    run(lambda: comm.Alltoall(padded, parts), lambda: comm.Ialltoall(padded, parts))
+    folded = np.empty(m, np.float32)
     sum_rows_f32(parts, folded)
-    out = [vec, (counts, displs), mt]
-    run(lambda: comm.Allgatherv([folded, mt], out), lambda: comm.Iallgatherv([folded, mt], out))
-    meter.sent((vec.shape[0] - mine + mine * (p - 1)) * 4)
+    run(lambda: comm.Allgather(folded, padded), lambda: comm.Iallgather(folded, padded))
+    if padded is not vec:
+        vec[...] = padded[:n]
+    meter.sent(2 * (p - 1) * m * 4)
 
 
 def _pack(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
