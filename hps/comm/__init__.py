@@ -16,7 +16,7 @@ of the communicator in the same order. Run the rank's work under :func:`run_guar
 from ._cuda import ENV_FORCE, cuda_aware, is_device_array, local_cuda_support, to_device_like, to_host
 from ._dense import dense_allreduce
 from ._exchange import exchange, pull_remote, push_to_owners
-from ._ordered import fold, ordered_allreduce, ordered_sparse_allreduce
+from ._ordered import allgather_chunks, fold, ordered_allreduce, ordered_reduce_scatter, ordered_sparse_allreduce
 from ._failure import abort_job, abort_on_error, failure_message, install_excepthook, run_guarded
 from ._sparse import compile_kernels, sparse_allreduce, sparse_allreduce_allgather
 from ._compress import COMPRESS_MODES, Compression
@@ -34,6 +34,8 @@ __all__ = [
     "dense_allreduce",
     "ordered_allreduce",
     "ordered_sparse_allreduce",
+    "ordered_reduce_scatter",
+    "allgather_chunks",
     "fold",
     "exchange",
     "pull_remote",

@@ -75,14 +75,45 @@ def _reduce_scatter_allgather(comm, vec, run, meter) -> None:
     padded = vec if n == m * p else np.zeros(m * p, np.float32)
     if padded is not vec:
         padded[:n] = vec
-    parts = np.empty((p, m), np.float32)                         # chunk `rank` of every rank, rank order
-    run(lambda: comm.Alltoall(padded, parts), lambda: comm.Ialltoall(padded, parts))
-    folded = np.empty(m, np.float32)
-    sum_rows_f32(parts, folded)
-    run(lambda: comm.Allgather(folded, padded), lambda: comm.Iallgather(folded, padded))
+    folded = _reduce_scatter(comm, padded.reshape(p, m), run, meter)
+    _allgather(comm, folded, padded.reshape(p, m), run, meter)
     if padded is not vec:
         vec[...] = padded[:n]
-    meter.sent(2 * (p - 1) * m * 4)
+
+
+def _reduce_scatter(comm, blocks, run, meter) -> np.ndarray:
+    p, m = blocks.shape
+    parts = np.empty((p, m), np.float32)                         # block `rank` of every rank, rank order
+    run(lambda: comm.Alltoall(blocks, parts), lambda: comm.Ialltoall(blocks, parts))
+    folded = np.empty(m, np.float32)
+    sum_rows_f32(parts, folded)
+    meter.sent((p - 1) * m * 4)
+    return folded
+
+
+def _allgather(comm, chunk, out, run, meter) -> None:
+    run(lambda: comm.Allgather(chunk, out), lambda: comm.Iallgather(chunk, out))
+    meter.sent((comm.Get_size() - 1) * chunk.shape[0] * 4)
+
+
+def ordered_reduce_scatter(comm, blocks: np.ndarray, run=run_blocking, stats=None) -> np.ndarray:
+    """The first half of :func:`ordered_allreduce` with the caller's layout: ``blocks`` (p, m) float32,
+    C-contiguous host, row r for rank r -> (m,) float32 ``0 + blocks_0[rank] + blocks_1[rank] + …``,
+    rank order (``blocks_s``: rank s's). Collective; bytes under ``dense_allreduce``."""
+    if blocks.dtype != np.float32 or blocks.ndim != 2 or blocks.shape[0] != comm.Get_size():
+        raise InvalidInputError(f"blocks must be ({comm.Get_size()}, m) float32, got {blocks.dtype} {blocks.shape}")
+    with metered(stats, DENSE_ALLREDUCE) as meter:
+        return _reduce_scatter(comm, np.ascontiguousarray(blocks), run, meter)
+
+
+def allgather_chunks(comm, chunk: np.ndarray, run=run_blocking, stats=None) -> np.ndarray:
+    """(p, m) float32: every rank's ``chunk`` (m,) float32 host, row r from rank r. Collective; bytes
+    under ``dense_allreduce``."""
+    chunk = np.ascontiguousarray(chunk, dtype=np.float32)
+    out = np.empty((comm.Get_size(), chunk.shape[0]), np.float32)
+    with metered(stats, DENSE_ALLREDUCE) as meter:
+        _allgather(comm, chunk, out, run, meter)
+    return out
 
 
 def _pack(keys: np.ndarray, values: np.ndarray) -> np.ndarray:

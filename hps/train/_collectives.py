@@ -202,6 +202,21 @@ class Channel:
 
         return vec if self.comm is None else ordered_allreduce(self.comm, vec, self._call, self.stats)
 
+    def reduce_scatter(self, blocks: np.ndarray) -> np.ndarray:
+        """(m,) float32: this rank's block of ``blocks`` (size, m) float32 summed over ranks in rank order
+        (``hps.comm.ordered_reduce_scatter``). One process: ``blocks[0]``."""
+        from ..comm import ordered_reduce_scatter
+
+        return blocks[0] if self.comm is None else ordered_reduce_scatter(self.comm, blocks, self._call, self.stats)
+
+    def allgather_chunks(self, chunk: np.ndarray) -> np.ndarray:
+        """(size, m) float32: every rank's ``chunk`` (m,) float32, in rank order."""
+        from ..comm import allgather_chunks
+
+        if self.comm is None:
+            return chunk.reshape(1, -1)
+        return allgather_chunks(self.comm, chunk, self._call, self.stats)
+
     def sparse_allreduce(self, keys: np.ndarray, values: np.ndarray):
         """(union of every rank's distinct ``keys``, their rows ``values`` (n, d) float32 summed in rank
         order): ``hps.comm.ordered_sparse_allreduce``. One process: returned as they are."""
