@@ -134,7 +134,7 @@ def _warm(default, form):
 
 @dataclass(frozen=True)
 class Scratch:
-    """The sizes of the warm-up's scratch job: ``examples`` per batch, ``mem_budget`` bytes of MEM-PS."""
+    """The sizes of the warm-up's scratch job: ``examples`` per batch, ``mem_budget`` the job's budget."""
 
     examples: int
     mem_budget: int
@@ -266,7 +266,7 @@ class ModelOptions:
 @dataclass
 class TierConfig:
     device: str = "cpu"                 # where HBM-PS and the model live: cpu | cuda
-    mem_budget: int | str | None = _warm(None, _scratch_budget)  # MEM-PS DRAM budget: bytes or "512MiB"; None = 256 MiB
+    mem_budget: int | str | None = _warm(None, _scratch_budget)  # a rank's host memory: bytes or "512MiB"; None = from the machine
     ssd_path: str | None = _warm(None, None)  # SSD-PS root (each rank claims rank{r}-of-{n}/ in it); None = a temp dir
     keep_ssd: bool = _warm(False, False)  # keep this job's SSD-PS at the end (it is removed otherwise)
     rows_per_file: int = 16_384         # SSD-PS rows per parameter file (the write unit; loads read 4 KiB blocks)

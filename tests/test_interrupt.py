@@ -76,9 +76,9 @@ def test_the_resume_hint_says_what_exists(tmp_path):
 
 
 def test_a_failing_start_leaves_no_temporary_directory(tmp_path):
-    """The trainer fails after making its temporary SSD-PS (a budget too small for one row): gone."""
+    """The trainer fails after making its temporary SSD-PS (a budget too small for one batch): gone."""
     env = dict(os.environ, TMPDIR=str(tmp_path))
-    proc = subprocess.run([sys.executable, "-m", "hps.train", *ARGS, "--mem-budget", "8"], env=env,
+    proc = subprocess.run([sys.executable, "-m", "hps.train", *ARGS, "--mem-budget", "1MB"], env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "cannot hold one batch's working set" in proc.stderr
     assert list(tmp_path.iterdir()) == []

@@ -99,9 +99,9 @@ def test_largest_seed_trains(tmp_path):
 
 
 @pytest.mark.parametrize("args, needles", [
-    (["--embedding-dim", "100000000"], ["GiB of memory", "but this machine has", "--embedding-dim"]),
-    (["--hidden", "4000000000"], ["GiB of memory", "--hidden"]),
-    (["--hbm-capacity", "100000000000"], ["HBM-PS slot keys 2,048.0 GiB", "--hbm-capacity"]),
+    (["--embedding-dim", "100000000"], ["GiB of memory", "but its memory budget is", "--embedding-dim"]),
+    (["--hidden", "4000000000"], ["TiB of memory", "--hidden"]),
+    (["--hbm-capacity", "100000000000"], ["HBM-PS slot keys 2.0 TiB", "--hbm-capacity"]),
     (["--fields", "65537"], ["fields must be between 1 and 65535"]),
     (["--format", "libsvm", "--data", "x.libsvm", "--libsvm-fields", "70000"], ["libsvm-fields must be between 1 and 65535"]),
 ])

@@ -23,6 +23,7 @@ from ..config import (COMPRESS_MODES, CONSISTENCIES, DENSE_OPTIMIZERS, DENSE_SYN
                       SPARSE_SYNCS, Config, flatten_options)
 from ..data import DEFAULT_MAX_MALFORMED, DENSE_TRANSFORMS
 from ..errors import HpsError, InvalidInputError, InvalidTypeError
+from ._budget import DEFAULT_BUDGET_FRACTION
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -90,8 +91,10 @@ def build_parser() -> ArgumentParser:
                    help="initial Adagrad accumulator, rows and dense (0.001)")
     g = p.add_argument_group("tiers")
     g.add_argument("--device", choices=DEVICES, default=S, help="HBM-PS and model device (cpu)")
-    g.add_argument("--mem-budget", default=S, help="MEM-PS DRAM budget in binary units: 512MiB = 512MB "
-                   "= 512m = 512 * 2^20 bytes, or a byte count (256MiB)")
+    g.add_argument("--mem-budget", default=S, help="each rank's host memory as a whole (model, HBM-PS twin, batches "
+                   "in flight, SSD-PS buffers and index, MEM-PS cache) in binary units: 512MiB = 512MB = 512m = "
+                   f"512 * 2^20 bytes, or a byte count ({DEFAULT_BUDGET_FRACTION} of the memory available, over "
+                   "the ranks on the node)")
     g.add_argument("--ssd-path", default=S, help="SSD-PS root: each rank claims its own rank{r}-of-{n}/ in it, "
                    "which must be missing or empty, and removes it at the end (a temporary directory)")
     g.add_argument("--keep-ssd", action="store_true", default=S,

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._index import KeyIndex
-from ..errors import CacheBudgetError, InternalError
+from ..errors import InternalError
 from ..gpu import PartitionedHashTable
 from ..table import HashTable
 
@@ -62,11 +62,14 @@ class ParameterHierarchy:
     """One process's view of the three tiers. ``hbm``: HashTable-like; ``memps``: hps.mem.MemPS of the
     keys this rank owns; ``owned_mask(keys) -> (n,) bool``: which keys this rank owns;
     ``pull(keys, serve) -> rows``: rows of resident-to-be keys that may belong to other ranks, each
-    owner serving its own with ``serve`` (collective; None when every key a rank holds is its own)."""
+    owner serving its own with ``serve`` (collective; None when every key a rank holds is its own).
+    ``grow(capacity, reserve)``: grows the HBM-PS by calling ``reserve(capacity)``, charging it to a
+    memory budget first (``_budget.TwinBudget``; None: ``hbm.reserve`` alone)."""
 
-    def __init__(self, hbm, memps, window: int, owned_mask, pull=None):
+    def __init__(self, hbm, memps, window: int, owned_mask, pull=None, grow=None):
         self.hbm = hbm
         self.memps = memps
+        self.grow = grow or (lambda capacity, reserve: reserve(capacity))
         self.owned_mask = owned_mask
         self.pull = pull
         self.window = int(window)
@@ -103,13 +106,6 @@ class ParameterHierarchy:
         """Make the keys batch ``index`` needs on this rank (unique uint64) resident: evict what fell
         out of the window, then fetch the keys that are not resident.
         REQUIRES: ``wait_ready(index)`` returned (the pipeline's gate of the prepare stage)."""
-        owned = int(self.owned_mask(working_set).sum())
-        if owned > self.memps.cache.capacity_rows:
-            raise CacheBudgetError(
-                f"batch {index} has a working set of {owned} rows on this rank "
-                f"({owned * self.memps.row_width * self.memps.dtype.itemsize} bytes), more than "
-                f"the MEM-PS budget of {self.memps.cache.capacity_rows} rows "
-                f"({self.memps.cache.budget_bytes} bytes): raise --mem-budget or lower --batch-size")
         with self._lock:
             self._evict_older_than(index - self.window)
             found = self._last_use.contains(working_set)
@@ -180,7 +176,7 @@ class ParameterHierarchy:
         if n:
             need = len(self.hbm) + n  # erases of a concurrent prepare only lower the true need
             if need > self.hbm.capacity:
-                self.hbm.reserve(max(need, 2 * self.hbm.capacity))
+                self.grow(max(need, 2 * self.hbm.capacity), self.hbm.reserve)
             self.hbm.insert(prep.fetch_keys, prep.fetch_rows)
         self._in_flight.pop(prep.index, None)
 

@@ -41,7 +41,7 @@ from ..pipeline import STOP_TIMEOUT_S, Pipeline, Stage
 from ..ssd import ScratchEnv, SSDOptions, SSDStore
 from . import _build, _checkpoint, _export, _warmup
 from ._blas import blas_threads, limit_blas
-from ._budget import plan_memory
+from ._budget import TwinBudget, check_batch_size, plan_job, resolve_budget
 from ._collectives import STAGE_CHANNELS, Collectives
 from ._control import best_dir
 from ._features import Checkpoint
@@ -65,9 +65,11 @@ class Trainer:
     MPI job (the CLI aborts the job there, so no peer waits for this rank in a collective).
     ``feed``: the data (default: this rank's shards of ``cfg``'s data, :class:`Feed`).
     ``first_batch``: this rank's first local batch (a Batch, or None), parsed at construction for the
-    memory plan and kept for the kernel warm-up; :meth:`fit` drops it."""
+    memory plan and kept for the kernel warm-up; :meth:`fit` drops it. ``cache_rows``: fix the
+    MEM-PS cache at this many rows instead of giving it the plan's MEM-PS tier (the warm-up's
+    scratch job spills with it)."""
 
-    def __init__(self, cfg: Config, coll=None, log=print, on_fatal=None, feed=None):
+    def __init__(self, cfg: Config, coll=None, log=print, on_fatal=None, feed=None, cache_rows=None):
         self.cfg = cfg
         self.coll = coll or Collectives()
         self.log = log if self.coll.rank == 0 else (lambda *a, **k: None)
@@ -75,8 +77,12 @@ class Trainer:
         m, t = cfg.model, cfg.tiers
         self.xp = array_module(t.device)  # NumPy, CuPy, or NumPy under the CUDA simulator
         self.blas_threads = blas_threads(cfg.train.blas_threads, self.coll.cores_per_rank)
+        # memory budget (_budget): resolved and checked against the batch size before any batch exists
+        self.budget = resolve_budget(t.mem_budget, self.coll.ranks_on_node)
+        check_batch_size(cfg.train.batch_size, cfg.train.minibatch_size, self.coll.size, cfg.train.queue_depth,
+                         *self.budget)
         self.feed = feed or Feed(cfg, self.coll.rank, self.coll.size, self.coll.cores_per_rank)
-        check_memory(self.feed.n_fields, self.feed.n_dense, cfg, self.coll.size)
+        model_bytes = check_memory(self.feed.n_fields, self.feed.n_dense, cfg, self.coll.size, self.budget)
         mcfg = ModelConfig.from_options(m, self.feed.n_fields, self.feed.n_dense, cfg.train.seed)
         self.model = make_model(mcfg, xp=self.xp)
         self.sparse_opt, self.dense_opt = make_optimizers(mcfg)
@@ -97,16 +103,14 @@ class Trainer:
         self.ssd_dir = self._ssd.store_path
         try:
             resident, owned = self._first_working_set()
-            self.plan = plan_memory(t.mem_budget or _DEFAULT_BUDGET, self.row_width, owned, resident,
-                                    window=WINDOW, device=t.device, n_parts=t.n_parts,
-                                    hbm_capacity=t.hbm_capacity, rows_per_file=t.rows_per_file)
+            self.plan = plan_job(self, resident, owned, model_bytes, WINDOW)
             self.log(f"hps: {self.plan.describe()}")
             # SSD-PS is this run's scratch space (durability comes from checkpoints): no fsync per dump
             opts = SSDOptions(page_cache=t.ssd_page_cache, **self.plan.ssd_options())
             self.store = SSDStore(str(self.ssd_dir), self.row_width, dtype=np.float32,
                                   rows_per_file=t.rows_per_file, options=opts, env=ScratchEnv())
-            self.memps = MemPS(self.store, self.row_width, capacity_rows=self.plan.cache_rows,
-                               initializer=self.initializer)
+            tier = dict(budget_bytes=self.plan.tier_bytes) if cache_rows is None else dict(capacity_rows=cache_rows)
+            self.memps = MemPS(self.store, self.row_width, initializer=self.initializer, **tier)
         except BaseException:  # a bad value or an interrupt: leave nothing behind
             self.close()
             raise
@@ -174,7 +178,9 @@ class Trainer:
         t = self.cfg.tiers
         hbm = self.backend.wrap(make_hbm(self.plan.hbm_keys, self.row_width, t.device, t.n_parts, t.gpus))
         pull = self.coll.prepare.pull_rows if self.sync.replicated else None
-        self.hier = ParameterHierarchy(hbm, self.memps, WINDOW, self.coll.owned_mask, pull)
+        grow = (TwinBudget(self.plan, self.memps, t.n_parts, WINDOW)   # the twin's growth is in the budget
+                if t.device == "cpu" and self.memps.budget_bytes is not None else None)
+        self.hier = ParameterHierarchy(hbm, self.memps, WINDOW, self.coll.owned_mask, pull, grow)
         self.hier.mark_trained(self.start_index - 1)  # resumed: the batches before were trained
 
     def _gate(self, w: Work) -> None:
@@ -434,9 +440,6 @@ class Trainer:
         kept = self._ssd.release()
         if kept is not None:
             self.log(f"SSD-PS kept in {kept} (--keep-ssd)")
-
-
-_DEFAULT_BUDGET = 256 << 20
 
 
 def _progress(enabled: bool, total, initial):
