@@ -130,7 +130,8 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--fae-sample-rate", type=float, default=S, help="FAE auto: percent of the input profiled (5)")
     g.add_argument("--fae-holdout", type=int, default=S,
                    help="FAE: eval examples whose loss drives the Shuffle Scheduler (1024)")
-    g.add_argument("--ranks-per-node", type=int, default=S, help="MPI: ranks per node (auto)")
+    g.add_argument("--ranks-per-node", type=int, default=S, help="MPI: ranks per node (auto); no effect on "
+                   "training, whose sums across ranks are in rank order whatever the nodes")
     g.add_argument("--sparse-sync", choices=SPARSE_SYNCS, default=S,
                    help="MPI: owner = each row lives at its owner rank, which serves it and applies its "
                         "summed gradient; allreduce = every rank holds the batch's rows (Appendix C.3) (owner)")
