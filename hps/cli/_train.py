@@ -104,8 +104,8 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--epochs", type=int, default=S, help="(1)")
     g.add_argument("--seed", type=int, default=S, help="in [0, 2^64 - 1] (0)")
     g.add_argument("--queue-depth", type=int, default=S, help="items between pipeline stages (1)")
-    g.add_argument("--blas-threads", type=int, default=S, help="BLAS threads of the dense model while "
-                   "training (this rank's cores on the node - 1, at least 1)")
+    g.add_argument("--blas-threads", type=int, default=S, help="threads of the dense model while training "
+                   "(default: sized between batches to the cores the other stages leave idle)")
     g.add_argument("--checkpoint-dir", default=S, help="write checkpoints here")
     g.add_argument("--checkpoint-every", type=int, default=S, help="batches between checkpoints (0: per epoch)")
     g.add_argument("--resume", action="store_true", default=S, help="continue from --checkpoint-dir")
@@ -122,7 +122,8 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--fae-sample-rate", type=float, default=S, help="FAE auto: percent of the input profiled (5)")
     g.add_argument("--fae-holdout", type=int, default=S,
                    help="FAE: eval examples whose loss drives the Shuffle Scheduler (1024)")
-    g.add_argument("--ranks-per-node", type=int, default=S, help="MPI: ranks per node (auto)")
+    g.add_argument("--ranks-per-node", type=int, default=S, help="MPI: ranks per node (auto); no effect on "
+                   "training, whose sums across ranks are in rank order whatever the nodes")
     g.add_argument("--sparse-sync", choices=SPARSE_SYNCS, default=S,
                    help="MPI: owner = each row lives at its owner rank, which serves it and applies its "
                         "summed gradient; allreduce = every rank holds the batch's rows (Appendix C.3) (owner)")

@@ -4,6 +4,7 @@
   ``--export``, ``--checkpoint-dir``) can be written (``hps.cli.check_writable``).
 - ``check_memory``: what the model and the HBM-PS table will surely allocate on the host fits in
   the job's memory budget (``_budget``; an explicit budget was checked against the machine).
+- ``first_working_set``: the keys of the first batch, which the memory plan is checked against.
 
 Each raises ``InvalidInputError`` with one line naming the flag to change. (The data is checked by
 the readers' ``probe()``.)
@@ -15,9 +16,13 @@ import math
 import os
 from pathlib import Path
 
+import numpy as np
+
 from ..cli import check_writable
+from ..comm import SPARSE_KEYS
 from ..errors import InvalidInputError
 from ..table import DEFAULT_MAX_LOAD_FACTOR, slots_for
+from ._sync import unique_inverse
 
 #: Dense optimizer -> float32 state tensors per parameter.
 _DENSE_SLOTS = {"adam": 2, "adagrad": 1, "sgd": 0}
@@ -77,3 +82,22 @@ def check_memory(n_fields: int, n_dense: int, cfg, n_ranks: int, budget: tuple[i
         f"{n_fields} fields x embedding-dim {cfg.model.embedding_dim}, hidden {list(cfg.model.hidden)}) "
         f"but its memory budget is {_size(have)} ({source}): lower --embedding-dim, --hidden, "
         f"--minibatch-size or --hbm-capacity, or raise --mem-budget")
+
+
+def first_working_set(feed, coll, replicated: bool):
+    """-> (this rank's first local batch (a Batch, or None), keys this rank will hold resident for the
+    first batch, how many of them it owns): the working set the memory plan is checked against before
+    training starts. Each rank parses only its own first local batch; the keys meet at their owners
+    (``owner``) or are gathered by every rank (``replicated``: ``allreduce``). ``coll``: the job's
+    ``Collectives``; collective over its main channel."""
+    batches = feed.epoch()
+    first = next(batches, None)
+    batches.close()  # a suspended reader would hold its file open
+    local = unique_inverse(first.data.keys)[0] if first is not None else np.empty(0, np.uint64)
+    first = first.data if first is not None else None
+    if replicated:
+        everyone = unique_inverse(coll.main.allgatherv(local, SPARSE_KEYS))[0]
+        return first, everyone.shape[0], int(coll.owned_mask(everyone).sum())
+    asked = coll.main.exchange_by_owner(local, SPARSE_KEYS)[0]
+    owned = unique_inverse(asked)[0].shape[0]
+    return first, owned, owned

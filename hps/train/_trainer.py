@@ -30,7 +30,6 @@ import time
 import numpy as np
 
 from .._xp import array_module
-from ..comm import SPARSE_KEYS
 from ..config import Config
 from ..errors import HashTableFullError, InvalidInputError, NumericalError, PipelineError
 from ..formats import _checkpoint, _export
@@ -40,7 +39,7 @@ from ..model import ModelConfig, make_model, make_optimizers
 from ..pipeline import STOP_TIMEOUT_S, Pipeline, Stage
 from ..ssd import ScratchEnv, SSDOptions, SSDStore
 from . import _build, _warmup
-from ._blas import blas_threads, limit_blas
+from ._blas import DenseThreads
 from ._budget import TwinBudget, check_batch_size, plan_job, resolve_budget
 from ._collectives import STAGE_CHANNELS, Collectives
 from ._control import best_dir
@@ -48,7 +47,7 @@ from ._features import Checkpoint
 from ._feed import Feed, empty_batch
 from ._hierarchy import WINDOW, ParameterHierarchy, _host, make_hbm
 from ._job_metrics import job_figures, rank_figures
-from ._preflight import check_memory
+from ._preflight import check_memory, first_working_set
 from ._records import describe_model, export_meta
 from ._ssd_dir import SSDDir
 from ._sync import unique_inverse
@@ -76,7 +75,9 @@ class Trainer:
         self.on_fatal = on_fatal
         m, t = cfg.model, cfg.tiers
         self.xp = array_module(t.device)  # NumPy, CuPy, or NumPy under the CUDA simulator
-        self.blas_threads = blas_threads(cfg.train.blas_threads, self.coll.cores_per_rank)
+        # the dense model's host threads: --blas-threads, else sized between batches to idle cores (_blas)
+        self.dense_threads = DenseThreads(cfg.train.blas_threads, self.coll.cores_per_rank)
+        self.blas_threads = self.dense_threads.label
         # memory budget (_budget): resolved and checked against the batch size before any batch exists
         self.budget = resolve_budget(t.mem_budget, self.coll.ranks_on_node)
         check_batch_size(cfg.train.batch_size, cfg.train.minibatch_size, self.coll.size, cfg.train.queue_depth,
@@ -102,7 +103,8 @@ class Trainer:
         self._ssd = SSDDir.claim(t.ssd_path, self.coll.rank, self.coll.size, keep=t.keep_ssd, log=log)  # every rank
         self.ssd_dir = self._ssd.store_path
         try:
-            resident, owned = self._first_working_set()
+            # kept for the warm-up, which compiles on it instead of parsing the data again (fit drops it)
+            self.first_batch, resident, owned = first_working_set(self.feed, self.coll, self.sync.replicated)
             self.plan = plan_job(self, resident, owned, model_bytes, WINDOW)
             self.log(f"hps: {self.plan.describe()}")
             # SSD-PS is this run's scratch space (durability comes from checkpoints): no fsync per dump
@@ -123,24 +125,6 @@ class Trainer:
         # where checkpoints go: --checkpoint-dir, or the export's private one for --early-stop's best
         self.checkpoint_dir = best_dir(cfg.train)
         self._resumed = None   # meta of the checkpoint resume() loaded
-
-    def _first_working_set(self) -> tuple[int, int]:
-        """(keys this rank will hold resident for the first batch, how many of them it owns): the
-        working set the memory plan is checked against before training starts. Each rank parses only
-        its own first local batch; the keys meet at their owners (``owner``) or are gathered by every
-        rank (``allreduce``). Collective over the main channel."""
-        batches = self.feed.epoch()
-        first = next(batches, None)
-        batches.close()  # a suspended reader would hold its file open
-        # kept for the warm-up, which compiles on it instead of parsing the data again (fit drops it)
-        self.first_batch = first.data if first is not None else None
-        local = unique_inverse(first.data.keys)[0] if first is not None else np.empty(0, np.uint64)
-        if self.sync.replicated:
-            everyone = unique_inverse(self.coll.main.allgatherv(local, SPARSE_KEYS))[0]
-            return everyone.shape[0], int(self.coll.owned_mask(everyone).sum())
-        asked = self.coll.main.exchange_by_owner(local, SPARSE_KEYS)[0]
-        owned = unique_inverse(asked)[0].shape[0]
-        return owned, owned
 
     # -- stages ---------------------------------------------------------------------------------------------
     def _source(self):
@@ -222,6 +206,7 @@ class Trainer:
             raise NumericalError(f"training loss became {loss_sum} at epoch {w.epoch} batch {w.batch}; "
                                  "lower --lr/--dense-lr or check the data for inf/NaN features")
         self.features.end_batch(w)  # e.g. HET: a consistent cut flushes the caches
+        self.dense_threads.after_batch(self.pipeline.stage_times())  # threads for the next batch
         held = self.features.holds_batch(w.index)  # e.g. control: prepare waits for the best checkpoint
         if not held:
             self.hier.mark_trained(w.index)
@@ -295,9 +280,9 @@ class Trainer:
 
     def fit(self, warm_up: bool = True) -> dict:
         """Train every batch (after the checkpoint, with ``resume``) -> :meth:`metrics`. With ``warm_up``
-        the kernels are compiled first (``_warmup``), outside the timed part. The BLAS pool is capped
-        meanwhile (``_blas``: ``--blas-threads``)."""
-        with limit_blas(self.blas_threads):
+        the kernels are compiled first (``_warmup``), outside the timed part. The dense model's threads
+        are sized meanwhile (``_blas``: ``--blas-threads``)."""
+        with self.dense_threads.bound(self.model):
             return self._fit(warm_up)
 
     def _fit(self, warm_up: bool) -> dict:
@@ -412,6 +397,7 @@ class Trainer:
             "dense_parameters": sum(int(p.size) for p in self.model.params.values()),
             "data_shards": self.feed.n_shards,
             "blas_threads": self.blas_threads,
+            **self.dense_threads.metrics(),
             "loss_per_batch": self.history["loss"],
         } | job_figures(per, self.coll, self.pipeline, self.memps)
 
