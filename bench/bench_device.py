@@ -1,11 +1,14 @@
-"""``--device cuda`` (GPU-resident training) beside ``--device cpu`` on the same job: examples/s, AUC and
-the transfer ledger's bytes (per purpose, and per mini-batch inside the loop).
+"""``--device cuda`` (GPU-resident training) beside ``--device cpu`` and a PyTorch peer on the same job:
+examples/s, AUC, each stage's busy seconds, the transfer ledger's bytes (per purpose, and per mini-batch
+inside the loop), and hps ``cuda`` / PyTorch (``bench/_torch_device_peer.py``: ``nn.Embedding(sparse=True)``
++ Adagrad rows, Adam dense, data made on the device before its timed loop).
 
     python -m bench.bench_device                      # needs a CUDA GPU; writes bench/results/device-<gpu>.json
     python -m bench.bench_device --simulate --rows 300 --fields 2 --vocab-per-field 40 --batch-size 100 \\
         --minibatch-size 50 --hidden 4 --embedding-dim 3
                                                       # proof run on Numba's CUDA simulator: bytes and AUC
-                                                      # only (its examples/s mean nothing); writes nothing
+                                                      # only (its examples/s mean nothing; the peer
+                                                      # runs on the CPU); writes nothing
 
 Each device runs as its own ``python -m hps.train`` process, back to back. The figures that do not
 depend on the machine (AUC, bytes) are exact; examples/s needs a quiet machine with the GPU named.
@@ -19,6 +22,7 @@ import sys
 
 from hps._argparse import ArgumentParser
 
+from ._torch_device_peer import train_peer
 from .bench_train import RESULTS, run_job
 
 
@@ -44,6 +48,7 @@ def main(argv=None) -> int:
     p.add_argument("--model", default="ctr")
     p.add_argument("--sparse-optimizer", default="adagrad")
     p.add_argument("--n-parts", type=int, default=1, help="HBM-PS parts, over every visible GPU (1)")
+    p.add_argument("--no-peer", action="store_true", help="skip the PyTorch peer")
     a = p.parse_args(argv)
     job = ["--rows", str(a.rows), "--fields", str(a.fields), "--vocab-per-field", str(a.vocab_per_field),
            "--batch-size", str(a.batch_size), "--minibatch-size", str(a.minibatch_size), "--hidden", a.hidden,
@@ -59,10 +64,23 @@ def main(argv=None) -> int:
         m = run_job([*job, "--device", device])
         per_mb = m["d2h_bytes"]["minibatch"] + m["h2d_bytes"]["minibatch"]
         out[device] = {k: m[k] for k in ("examples_per_sec", "auc", "examples", "h2d_bytes", "d2h_bytes",
-                                         "peer_bytes", "minibatches", "command")}
+                                         "peer_bytes", "minibatches", "command", "stage_seconds", "bottleneck",
+                                         "table_rows")}
+        busy = ", ".join(f"{k} {v:.2f}" for k, v in m["stage_seconds"].items())
         print(f"{device:5s} {m['examples_per_sec']:>12,.0f} examples/s  AUC {m['auc']:.4f}  "
               f"h2d {m['h2d_bytes']}  d2h {m['d2h_bytes']}  "
-              f"in-loop bytes per mini-batch {per_mb / max(1, m['minibatches']):.1f}")
+              f"in-loop bytes per mini-batch {per_mb / max(1, m['minibatches']):.1f}\n"
+              f"      stage busy seconds: {busy}; bottleneck {m['bottleneck']}; table {m['table_rows']:,} rows")
+    if not a.no_peer and (a.model, a.sparse_optimizer) != ("ctr", "adagrad"):
+        print("torch peer skipped: it trains --model ctr with --sparse-optimizer adagrad only")
+    elif not a.no_peer:
+        peer = train_peer(a.rows, a.fields, a.vocab_per_field, a.embedding_dim, a.minibatch_size,
+                          tuple(int(h) for h in a.hidden.split(",")), device="cpu" if a.simulate else "cuda")
+        out["torch"] = peer
+        ratio = out["cuda"]["examples_per_sec"] / peer["examples_per_sec"] if peer["examples_per_sec"] else 0.0
+        out["hps_cuda_over_torch"] = ratio
+        print(f"torch {peer['examples_per_sec']:>12,.0f} examples/s on {peer['device']} ({peer['torch']}); "
+              f"hps cuda / torch = {ratio:.3f}" + (" (simulator: meaningless)" if a.simulate else ""))
     if not a.simulate:
         RESULTS.mkdir(exist_ok=True)
         parts = f"-{a.n_parts}parts" if a.n_parts > 1 else ""
