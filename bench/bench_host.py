@@ -29,7 +29,7 @@ def _null_step(self, w) -> float:
 
 
 def main(argv=None) -> int:
-    from hps.train._cli import parse_config
+    from hps.cli import parse_config
     from hps.train._run import run
     from hps.train._trainer import Trainer
 

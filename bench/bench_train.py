@@ -24,6 +24,7 @@ from pathlib import Path
 
 from bench._jobs import train_command
 from hps._argparse import ArgumentParser
+from hps.config import PAGE_CACHE_MODES
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -60,7 +61,7 @@ def save(name: str, payload: dict) -> Path:
 
 def outofcore(a) -> None:
     from hps.train import Trainer
-    from hps.train._cli import parse_config
+    from hps.cli import parse_config
 
     base = ["--rows", str(a.rows), "--vocab-per-field", "200000", "--batch-size", "4096", "--minibatch-size", "1024",
             "--ssd-page-cache", a.ssd_page_cache]
@@ -131,7 +132,7 @@ def main(argv=None) -> int:
     g.add_argument("--sparse-sync", default="owner", help="scaling: owner or allreduce")
     g.add_argument("--no-weak", dest="weak", action="store_false", help="scaling: strong scaling only")
     g.add_argument("--work-dir", default=None, help="scaling: where the generated data goes (a temp dir)")
-    p.add_argument("--ssd-page-cache", default="direct", choices=["direct", "dontneed", "keep"])
+    p.add_argument("--ssd-page-cache", default="direct", choices=PAGE_CACHE_MODES)
     a = p.parse_args(argv)
     if a.rows is None:
         a.rows = 200_000 if a.which == "scaling" else 400_000

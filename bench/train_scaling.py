@@ -19,8 +19,8 @@ a link of bandwidth W, since this development machine cannot run N ranks side by
 
 (the 4-stage pipeline overlaps its stages, so the busiest one sets the pace; W = 100 Gb/s, the
 paper's RDMA class, and 10 Gb/s). Strong-scaling speedup is T(1) / T(N), weak-scaling speedup
-N · T(1) / T(N). Targets: strong speedup >= 3.5 at 4 ranks and >= 6.5 at 8, whole-job CPU of 4 ranks <= 1.25x that of
-1 rank, peak RSS per rank falling with N.
+N · T(1) / T(N). Targets (docs/benchmarks.md, "Scaling"): strong speedup >= 3.5 at 4 ranks and >= 6.5 at
+8, whole-job CPU of 4 ranks <= 1.25x that of 1 rank, peak RSS per rank falling with N.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ def spill_budget(job, cache_rows: int, table_keys: int | None = None) -> int:
     budget) whose MEM-PS caches about ``cache_rows`` rows beside the SSD-PS key index of a table of
     ``table_keys`` (default 10 x ``cache_rows``)."""
     from hps.config import Config
-    from hps.train._cli import parse_config
+    from hps.cli import parse_config
     from hps.train._trainer import Trainer
 
     cfg = Config.from_flat(job) if isinstance(job, dict) else parse_config([str(a) for a in job])

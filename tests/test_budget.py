@@ -272,7 +272,7 @@ def test_a_growing_hbm_twin_is_charged_to_the_mem_ps(tmp_path):
     """An HBM-PS twin that outgrows its planned share (here: planned at 1,024 keys) takes what it
     grows by from the MEM-PS tier, whose cache gives way: the plan's total still holds."""
     from hps.train import Trainer
-    from hps.train._cli import parse_config
+    from hps.cli import parse_config
 
     t = Trainer(parse_config([*SMALL, "--hbm-capacity", "1024", "--mem-budget", "64MB",
                               "--ssd-path", str(tmp_path / "ssd")]), log=lambda *a, **k: None)
@@ -326,7 +326,7 @@ def test_the_plan_counts_what_parallel_readers_hold(tmp_path):
     from hps.data._parallel import WINDOW_PER_READER
     from hps.train import Trainer
     from hps.train._budget import BATCH_ARRAYS, IN_FLIGHT, UNIT_CHUNKS, reader_bytes, units_in_flight
-    from hps.train._cli import parse_config
+    from hps.cli import parse_config
 
     assert units_in_flight(1) == 1 and units_in_flight(4) == 4 * WINDOW_PER_READER + 1
     plans = {}

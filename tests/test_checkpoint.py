@@ -13,8 +13,9 @@ import pytest
 
 from hps.errors import CorruptionError, StoreFormatError
 from hps.ssd import SSDStore
-from hps.train import _checkpoint, main
-from hps.train._manifest import read_meta, write_meta
+from hps.formats import _checkpoint
+from hps.train import main
+from hps.formats._manifest import read_meta, write_meta
 from tests.test_train import SMALL, assert_same_model, run_cli
 
 # SMALL has 12,000 rows in batches of 2,048: batches 0..5 per epoch; --checkpoint-every 2 writes

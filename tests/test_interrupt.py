@@ -11,7 +11,7 @@ import time
 import pytest
 
 from hps.config import Config
-from hps.train._cli import _resume_hint
+from hps.train._main import _resume_hint
 
 # long enough that no run can finish before the first checkpoint plus a signal
 ARGS = ["--rows", "2000000", "--fields", "4", "--vocab-per-field", "3000", "--batch-size", "2048",

@@ -226,7 +226,7 @@ def test_a_missing_checkpoint_is_reported_before_the_warm_up(tmp_path, monkeypat
 
     calls = []
     monkeypatch.setattr(_warmup, "warm_up", lambda *a, **k: calls.append(1) or 0.0)
-    from hps.train._cli import parse_config
+    from hps.cli import parse_config
     from hps.train._trainer import Trainer
 
     trainer = Trainer(parse_config([*SMALL, "--resume", "--checkpoint-dir", str(tmp_path / "none")]))

@@ -9,7 +9,7 @@ import pytest
 
 from hps.data import Batch
 from hps.profile import read_profile
-from hps.profile._cli import main as profile_main
+from hps.profile._main import main as profile_main
 from hps.train import main
 from hps.train._backend import HostBackend
 from hps.train._fae import ShuffleScheduler, Fae

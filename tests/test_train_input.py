@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from hps.train._cli import parse_config
+from hps.cli import parse_config
 
 SMALL = ["--rows", "2000", "--fields", "3", "--vocab-per-field", "500", "--batch-size", "512",
          "--minibatch-size", "128", "--hidden", "8", "--embedding-dim", "4", "--no-progress"]

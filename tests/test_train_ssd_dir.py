@@ -18,7 +18,7 @@ import pytest
 from hps.errors import InvalidInputError
 from hps.ssd import SSDStore
 from hps.train import Trainer, _ssd_dir, load_export, main
-from hps.train._cli import parse_config
+from hps.cli import parse_config
 from tests.budgets import spill_budget
 from tests.test_train import SMALL, assert_same_model, run_cli
 
@@ -102,7 +102,8 @@ def test_a_second_job_on_the_same_path_is_refused_and_the_first_is_unharmed(tmp_
 
 _STOP_AFTER_SECOND_CHECKPOINT = textwrap.dedent("""
     import sys, time
-    from hps.train import _checkpoint, main
+    from hps.formats import _checkpoint
+    from hps.train import main
     real, calls = _checkpoint.save, []
     def save(*args, **kwargs):
         out = real(*args, **kwargs)

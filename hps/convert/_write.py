@@ -26,16 +26,13 @@ from pathlib import Path
 import numpy as np
 
 from ..data import HASHING_VERSION, FixedBatch, is_converted, open_dataset, share_bounds
-from ..data._converted import LAYOUT_VERSION, MANIFEST, META_KEY, ROW_GROUP_ROWS, read_manifest
+from ..data._converted import (COMPRESSIONS, DEFAULT_MAX_SHARDS, LAYOUT_VERSION, MANIFEST, META_KEY, ROW_GROUP_ROWS,
+                              read_manifest)
 from ..data._shards import split_segments
 from ..errors import InvalidInputError
 
-#: Shards up to which the conversion keeps the source's shards exactly (see the module docstring).
-DEFAULT_MAX_SHARDS = 8
 #: Rows of a file when ``rows_per_file`` is not given (about 1.1 GB at 26 fields and 13 dense).
 DEFAULT_ROWS_PER_FILE = 1 << 22
-#: Compression of the pages: none reads fastest (hashed keys hardly compress; ``bench/bench_feed.py``).
-COMPRESSIONS = ("none", "snappy", "zstd")
 
 
 def check_out(out: Path) -> dict | None:

@@ -7,7 +7,7 @@ while the read, prepare and place stages (and the SSD-PS I/O threads they wait o
 cores. OpenBLAS's own pool is kept at one thread: its workers spin for up to ~0.1 s after every
 product and took a core from those stages (on the 2-core VM the larger-than-DRAM job,
 ``python -m bench.bench_train scale``, trained 35 % faster with one BLAS thread than with two, and the
-in-memory out-of-core baseline ~1.4x; README, Benchmarks).
+in-memory out-of-core baseline ~1.4x; docs/training.md, "--blas-threads").
 
 :class:`DenseThreads` decides from measurements, not a fixed share: after every trained batch it
 reads the pipeline's stage timings (``hps.pipeline.StageTimes``, cumulative busy seconds per stage),

@@ -34,14 +34,10 @@ from ..data._parallel import WINDOW_PER_READER
 from ..errors import InvalidInputError
 from ..mem import MemPS, RowCache
 from .._index import KeyIndex
+from .._options import DEFAULT_BUDGET_FRACTION
 from ..table import DEFAULT_MAX_LOAD_FACTOR, SLOT_OVERHEAD_BYTES, slots_for
 from ._machine import memory_available, memory_limit
 
-#: Share of the memory available to a rank (``_machine.memory_available()`` over the ranks on its
-#: node) taken as its budget when ``--mem-budget`` is not given. Half: beside the budget the
-#: process holds what an empty job holds and its allocator's slack, the SSD-PS reads through the
-#: page cache (which MemAvailable counts as free), and the node's other processes keep running.
-DEFAULT_BUDGET_FRACTION = 0.5
 #: Threads that may load from the SSD-PS at once, each with its own read buffer (prepare, compaction,
 #: evaluation / export / checkpoint).
 READ_THREADS = 3

@@ -1,7 +1,7 @@
 """Checks a job makes before it trains, so one that cannot finish fails in its first seconds.
 
 - ``check_outputs``: ``--plots`` has matplotlib; every output path (``--metrics-out``, ``--plots``,
-  ``--export``, ``--checkpoint-dir``) can be written (``check_writable``, also ``hps.predict --out``'s).
+  ``--export``, ``--checkpoint-dir``) can be written (``hps.cli.check_writable``).
 - ``check_memory``: what the model and the HBM-PS table will surely allocate on the host fits in
   the job's memory budget (``_budget``; an explicit budget was checked against the machine).
 - ``first_working_set``: the keys of the first batch, which the memory plan is checked against.
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from ..cli import check_writable
 from ..comm import SPARSE_KEYS
 from ..errors import InvalidInputError
 from ..table import DEFAULT_MAX_LOAD_FACTOR, slots_for
@@ -39,31 +39,6 @@ def check_outputs(tc) -> None:
     for flag, path in (("--plots", tc.plots), ("--export", tc.export), ("--checkpoint-dir", tc.checkpoint_dir)):
         if path:
             check_writable(flag, Path(path), is_dir=True)
-
-
-def check_writable(flag: str, path: Path, is_dir: bool) -> None:
-    """Raises InvalidInputError naming ``flag``, ``path`` and why, unless ``path`` can be written: a
-    directory (created with its parents if missing) or a file (its directory must exist). Whether
-    the directory takes a file is tried (a temporary file, removed at once), not judged from its
-    mode bits, which say nothing of root, read-only mounts, immutable directories or /proc."""
-    if path.exists() and path.is_dir() != is_dir:
-        raise InvalidInputError(f"{flag} {path} is a {'file' if is_dir else 'directory'}, not a "
-                                f"{'directory' if is_dir else 'file'}")
-    if is_dir:
-        where = path
-        while not where.exists():
-            where = where.parent
-    else:
-        where = path.parent
-        if not where.is_dir():
-            raise InvalidInputError(f"{flag} {path}: directory {where} does not exist")
-    if not where.is_dir():
-        raise InvalidInputError(f"{flag} {path}: {where} is not a writable directory")
-    try:
-        with tempfile.TemporaryFile(dir=where):
-            pass
-    except OSError as e:
-        raise InvalidInputError(f"{flag} {path}: {where} is not a writable directory ({e.strerror})") from None
 
 
 def memory_floor(n_fields: int, n_dense: int, model, minibatch_share: int, tiers) -> dict:

@@ -138,7 +138,7 @@ def report(m: dict) -> str:
 
 def outputs(cfg, plots=()) -> str:
     """One line: where this run's outputs went (or that nothing was saved)."""
-    from ._checkpoint import last_checkpoint
+    from ..formats import last_checkpoint
 
     tc, parts = cfg.train, []
     if tc.export:

@@ -32,13 +32,13 @@ import numpy as np
 from .._xp import array_module
 from ..config import Config
 from ..errors import HashTableFullError, InvalidInputError, NumericalError, PipelineError
+from ..formats import _checkpoint, _export
 from ..mem import MemPS, RowInitializer
-from ..metrics import auc as auc_score
-from ..metrics import logloss as logloss_score
+from ..metrics import auc as auc_score, logloss as logloss_score
 from ..model import ModelConfig, make_model, make_optimizers
 from ..pipeline import STOP_TIMEOUT_S, Pipeline, Stage
 from ..ssd import ScratchEnv, SSDOptions, SSDStore
-from . import _build, _checkpoint, _export, _warmup
+from . import _build, _warmup
 from ._blas import DenseThreads
 from ._budget import TwinBudget, check_batch_size, plan_job, resolve_budget
 from ._collectives import STAGE_CHANNELS, Collectives

@@ -9,7 +9,7 @@ Checkpoint layout under ``--checkpoint-dir`` (a directory every rank can reach):
                                     (_manifest)
         dense.h5                    params/<name> and optimizer/<slot>/<name>, attrs step and hypers
         sparse-rank{r}-of-{n}.h5    every row rank r owns: "keys" (m,) uint64, "rows" (m, row_width)
-        model.json                  the model and its input, as in an export (``_records``), so that
+        model.json                  the model and its input, as in an export (``hps.train._records``), so that
                                     ``hps.predict`` can score a checkpoint (``_export.read_model``);
                                     absent in checkpoints of older versions
 
@@ -40,11 +40,14 @@ import numpy as np
 
 from ..errors import CorruptionError, DiskFullError, HpsError, InvalidInputError, StoreFormatError
 from ._h5out import h5_output
-from ._manifest import CHECKPOINT_VERSION, FILES_KEY, META_FILE, file_record, read_meta, verify_file, write_meta
-from ._records import EXPORT_META
+from ._manifest import (CHECKPOINT_VERSION, EXPORT_META, FILES_KEY, META_FILE, file_record, read_meta, verify_file,
+                        write_meta)
 
 __all__ = ["CHECKPOINT_VERSION", "save", "load", "latest", "last_checkpoint"]
 
+#: Where the best checkpoints of ``--early-stop`` go when there is no ``--checkpoint-dir`` (inside
+#: the ``--export`` directory, which every rank reaches). Written to disk: never rename.
+BEST_DIR = ".best-checkpoint"
 _LATEST = "LATEST"
 _DENSE = "dense.h5"
 _NAME = re.compile(r"ckpt-(\d+)")
@@ -136,7 +139,7 @@ def save(root, coll, store, model, dense_opt, meta: dict, keep: int = 1, extra=N
     """Write this rank's part of the checkpoint named by ``meta["index"]``, then keep only the ``keep``
     newest checkpoints (and the checkpoints named in ``pinned``). ``extra(h5file)``, if given, adds
     this rank's other state to its sparse file (e.g. admission state; read back by :func:`load`'s
-    ``extra``). ``model_meta`` (``_records.export_meta``), if given, is written as ``model.json``,
+    ``extra``). ``model_meta`` (``hps.train._records.export_meta``), if given, is written as ``model.json``,
     so the checkpoint can be scored like an export (``_export.read_model``). Collective over
     ``coll``. Blocks. Raises DiskFullError when the device is full (after removing what this save
     wrote; the previous checkpoint is untouched)."""
