@@ -29,7 +29,6 @@ The model export (``--export DIR``) is written the same way by ``_export``.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import re
 import shutil
@@ -38,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import CorruptionError, DiskFullError, HpsError, InvalidInputError, StoreFormatError
+from ..errors import CorruptionError, DiskFullError, HpsError, InvalidInputError
 from ._h5out import h5_output
 from ._manifest import (CHECKPOINT_VERSION, EXPORT_META, FILES_KEY, META_FILE, file_record, read_meta, verify_file,
                         write_meta)

@@ -13,7 +13,6 @@ the readers' ``probe()``.)
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import numpy as np
