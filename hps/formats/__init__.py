@@ -11,11 +11,11 @@ writes them) and ``hps.predict`` (which reads them); the specification is docs/f
 Every name written to disk here is a constant: never rename or renumber it.
 """
 
-from ._checkpoint import BEST_DIR, checkpoint_name, last_checkpoint, point_latest
+from ._checkpoint import BEST_DIR, checkpoint_name, fsync_path, last_checkpoint, point_latest
 from ._export import export_trained, load_export, read_model
 from ._h5out import h5_output
 from ._manifest import CHECKPOINT_VERSION, EXPORT_META, EXPORT_VERSION, read_meta, write_meta
 
 __all__ = ["load_export", "read_model", "export_trained", "last_checkpoint", "checkpoint_name", "point_latest",
-           "h5_output", "read_meta", "write_meta", "BEST_DIR", "CHECKPOINT_VERSION", "EXPORT_META",
+           "fsync_path", "h5_output", "read_meta", "write_meta", "BEST_DIR", "CHECKPOINT_VERSION", "EXPORT_META",
            "EXPORT_VERSION"]

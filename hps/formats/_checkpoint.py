@@ -53,7 +53,8 @@ _NAME = re.compile(r"ckpt-(\d+)")
 _SPACE_ERRNOS = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 
 
-def _fsync_path(path: Path, directory: bool = False) -> None:
+def fsync_path(path: Path, directory: bool = False) -> None:
+    """fsync the file (or, with ``directory``, the directory) at ``path``: what a rename made durable."""
     fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
     try:
         os.fsync(fd)
@@ -177,7 +178,7 @@ def _commit(root: Path, tmp: Path, name: str) -> None:
     """Rename ``tmp`` to ``name`` and switch LATEST to it (write temp, fsync, rename)."""
     final, latest_tmp = root / name, root / f".{_LATEST}.tmp"
     with _undo_on_error(root, name, tmp):
-        _fsync_path(tmp, directory=True)
+        fsync_path(tmp, directory=True)
         if final.exists():
             shutil.rmtree(final)  # the same batch, written by an earlier run into this directory
         os.rename(tmp, final)
@@ -191,9 +192,9 @@ def point_latest(root, name: str) -> None:
     root = Path(root)
     latest_tmp = root / f".{_LATEST}.tmp"
     latest_tmp.write_text(name + "\n")
-    _fsync_path(latest_tmp)
+    fsync_path(latest_tmp)
     os.rename(latest_tmp, root / _LATEST)
-    _fsync_path(root, directory=True)
+    fsync_path(root, directory=True)
 
 
 def _prune(root: Path, name: str, keep: int, pinned=()) -> None:

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CorruptionError, InvalidInputError, StoreFormatError
-from ._checkpoint import (_DENSE, _LATEST, BEST_DIR, _fsync_path, _read_dense, _sparse_name, last_checkpoint,
+from ._checkpoint import (_DENSE, _LATEST, BEST_DIR, fsync_path, _read_dense, _sparse_name, last_checkpoint,
                           undo_on_error)
 from ._h5out import h5_output
 from ._manifest import (EXPORT_META, EXPORT_VERSION, FILES_KEY, META_FILE, file_record, read_checked, read_meta,
@@ -99,7 +99,7 @@ def export(directory, coll, store, model, meta: dict | None = None, source=None)
             files = {_sparse_name(r, coll.size): {"bytes": int(b), "crc32": int(c)} for r, (b, c) in enumerate(records)}
             files[_DENSE] = file_record(tmp / _DENSE)
             write_meta(tmp / EXPORT_META, dict(meta or {}, export_version=EXPORT_VERSION, **{FILES_KEY: files}))
-            _fsync_path(tmp, directory=True)
+            fsync_path(tmp, directory=True)
         _switch(d, tmp, files)
     coll.barrier()
 
@@ -142,16 +142,16 @@ def _write_shard(rows_h5: Path, out: Path, model) -> None:
 def _switch(d: Path, tmp: Path, files: dict) -> None:
     """Rank 0: move the export assembled in ``tmp`` into ``d``, model.json last (module docstring)."""
     (d / EXPORT_META).unlink(missing_ok=True)
-    _fsync_path(d, directory=True)
+    fsync_path(d, directory=True)
     for name in files:
         os.replace(tmp / name, d / name)
     for p in d.iterdir():  # shards of an earlier export by another number of ranks
         if _SHARD.fullmatch(p.name) and p.name not in files and p.is_file():
             p.unlink()
     os.replace(tmp / EXPORT_META, d / EXPORT_META)
-    _fsync_path(d, directory=True)
+    fsync_path(d, directory=True)
     os.rmdir(tmp)
-    _fsync_path(d, directory=True)
+    fsync_path(d, directory=True)
 
 
 def _verify_checkpoint_file(ckpt: Path, name: str) -> dict:
