@@ -48,6 +48,8 @@ DEFAULT_BUDGET_FRACTION = 0.5
 #: Examples per batch, whole job (``--batch-size``; the pipeline's unit). Synthetic data is generated per
 #: batch, so hps.profile and hps.convert take the training job's value.
 DEFAULT_BATCH_SIZE = 16_384
+#: SSD-PS rows per parameter file of a training job (``--rows-per-file``; the SSD-PS write unit).
+DEFAULT_ROWS_PER_FILE = 16_384
 #: Seeds are unsigned 64-bit integers (they are mixed into uint64 key hashes).
 MAX_SEED = (1 << 64) - 1
 #: Size suffixes, all binary: K = KB = KiB = 2**10 bytes, and so on (case-insensitive).

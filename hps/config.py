@@ -25,8 +25,8 @@ from ._data_options import FORMATS, resolve_format  # noqa: F401 (FORMATS: named
 from ._feature_checks import FEATURE_CHECKS
 # The options' vocabulary (``hps._options``), also named here for the job's users (``hps.config.MODELS`` …).
 from ._options import (COMPRESS_MODES, CONSISTENCIES, DEFAULT_BATCH_SIZE, DEFAULT_BOTTOM_HIDDEN,  # noqa: F401
-                       DEFAULT_CROSS_LAYERS, DENSE_OPTIMIZERS, DENSE_SYNCS, HET_POLICIES, LR_DECAYS, MAX_SEED, MODELS,
-                       MPI_WAITS, PAGE_CACHE_MODES, PROFILE_SAMPLE_RATE, SPARSE_OPTIMIZERS, SPARSE_SYNCS,
+                       DEFAULT_CROSS_LAYERS, DEFAULT_ROWS_PER_FILE, DENSE_OPTIMIZERS, DENSE_SYNCS, HET_POLICIES,
+                       LR_DECAYS, MAX_SEED, MODELS, MPI_WAITS, PAGE_CACHE_MODES, PROFILE_SAMPLE_RATE, SPARSE_OPTIMIZERS, SPARSE_SYNCS,
                        STALENESS_UNBOUNDED, WARMUP, Scratch, _check_types, _one_of, _positive, _scratch_batch,
                        _scratch_budget, _scratch_minibatch, _warm, parse_bytes)
 from ._xp import DEVICES
@@ -149,7 +149,7 @@ class TierConfig:
     mem_budget: int | str | None = _warm(None, _scratch_budget)  # a rank's host memory: bytes or "512MiB"; None = from the machine
     ssd_path: str | None = _warm(None, None)  # SSD-PS root (each rank claims rank{r}-of-{n}/ in it); None = a temp dir
     keep_ssd: bool = _warm(False, False)  # keep this job's SSD-PS at the end (it is removed otherwise)
-    rows_per_file: int = 16_384         # SSD-PS rows per parameter file (the write unit; loads read 4 KiB blocks)
+    rows_per_file: int = DEFAULT_ROWS_PER_FILE  # SSD-PS rows per file (the write unit; loads read 4 KiB blocks)
     hbm_capacity: int | None = _warm(None, None)  # HBM-PS initial keys (grows); None = sized from the first batch
     n_parts: int = 1                    # HBM-PS parts per process
     gpus: int | None = None             # GPUs the parts spread over (part p on p % gpus); None = all visible

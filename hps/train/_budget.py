@@ -34,7 +34,7 @@ from ..data._parallel import WINDOW_PER_READER
 from ..errors import InvalidInputError
 from ..mem import MemPS, RowCache
 from .._index import KeyIndex
-from .._options import DEFAULT_BUDGET_FRACTION
+from .._options import DEFAULT_BUDGET_FRACTION, DEFAULT_ROWS_PER_FILE
 from ..table import DEFAULT_MAX_LOAD_FACTOR, SLOT_OVERHEAD_BYTES, slots_for
 from ._machine import memory_available, memory_limit
 
@@ -294,7 +294,7 @@ def _ssd_buffers(budget: int, rows_per_file: int):
     return read_buf, compact, READ_THREADS * read_buf + 2 * compact + 16 * rows_per_file
 
 
-def budget_for_rows(rows: int, row_width: int, rows_per_file: int = 16_384, dtype=np.float32) -> int:
+def budget_for_rows(rows: int, row_width: int, rows_per_file: int = DEFAULT_ROWS_PER_FILE, dtype=np.float32) -> int:
     """The smallest MEM-PS tier (to the byte, up to the SSD-PS buffers' steps) that caches ``rows``
     rows while the SSD-PS index is small, with the SSD-PS buffers a budget of that size takes."""
     cache = RowCache.bytes_for(max(1, rows), row_width, dtype)
@@ -305,7 +305,7 @@ def budget_for_rows(rows: int, row_width: int, rows_per_file: int = 16_384, dtyp
 
 
 def plan_memory(budget: int, row_width: int, owned_working_set: int, working_set: int, *, window: int,
-                device: str, n_parts: int = 1, hbm_capacity: int | None = None, rows_per_file: int = 16_384,
+                device: str, n_parts: int = 1, hbm_capacity: int | None = None, rows_per_file: int = DEFAULT_ROWS_PER_FILE,
                 source: str = "--mem-budget", model: dict | None = None, pipeline: int = 0) -> MemoryPlan:
     """Split ``budget`` bytes (one rank; float32 rows of ``row_width``) -> MemoryPlan. ``model``: {what: bytes} of the model
     (``_preflight.memory_floor``); ``pipeline``: bytes of the batches in flight (``pipeline_bytes``).
