@@ -214,7 +214,7 @@ def test_disk_full_while_checkpointing_is_one_line_and_leaves_the_previous_check
     elif step == "dense":
         _fail_second_call(monkeypatch, _checkpoint, "_write_dense", partial=lambda path, *a: path)
     else:
-        _fail_second_call(monkeypatch, _checkpoint, "_fsync_path",
+        _fail_second_call(monkeypatch, _checkpoint, "fsync_path",
                           when=lambda path, directory=False: path.name == ".LATEST.tmp")
     ck = tmp_path / "ck"
     assert main([*SMALL, "--checkpoint-dir", str(ck), "--checkpoint-every", "2"]) == 1
