@@ -2,7 +2,7 @@
 consumes each batch (its staged mini-batches are taken and dropped; no forward, backward or update), so
 the read, prepare and place stages set the rate on any machine, with or without a GPU.
 
-    python -m bench.bench_host                              # the job shape at 200,000 rows
+    python -m bench.bench_host                              # the device job's shape at 200,000 rows
     python -m bench.bench_host --rows 2000000 --mem-budget 32GB   # the GPU job of docs/gpu.md, whole
     python -m bench.bench_host --out bench/results/host-<date>.json [any hps.train flag]
 

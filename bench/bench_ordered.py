@@ -8,7 +8,7 @@ Run (one operation per process, so a whole-process timer can pair them)::
 
 Each rank calls the operation ``iters`` times between barriers (after ``warmup`` calls) and rank 0
 prints the slowest rank's mean microseconds per call. ``--size`` is the vector's bytes (float32; the
-issue's 2-layer MLP has a 2.2 MB dense gradient). ``--wait yield`` starts each call non-blocking and
+scaling job's 2-layer MLP has a 2.2 MB dense gradient). ``--wait yield`` starts each call non-blocking and
 polls it with sleeps, as the trainer's channels do when ranks outnumber cores (``hps.comm.poll``).
 """
 
