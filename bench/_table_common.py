@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from hps import HashTable
+from hps._xp import DEVICES
 
 BATCH = 1 << int(os.environ.get("HPS_BENCH_LOG2_BATCH", "20"))
 N_SLOTS = 2 * BATCH
@@ -29,7 +30,6 @@ LOAD_FACTORS = (0.5, 0.75, 0.9)
 DIMS = (8, 32, 64)
 DISTS = ("uniform", "zipf")
 ZIPF_A = 1.05
-DEVICES = ("cpu", "cuda")
 ROUNDS = 5   # keys/s from the fastest round
 
 

@@ -1,4 +1,4 @@
-"""Feature admission and expiry on a long synthetic stream with drifting popularity (issue 14).
+"""Feature admission and expiry on a long synthetic stream with drifting popularity (docs/admission.md).
 
     python -m bench.bench_admission                     # writes bench/results/admission.json
     python -m bench.bench_admission --rows 800000       # a longer stream

@@ -1,4 +1,4 @@
-"""``python -m bench.bench_fae``: FAE (``--fae``, README "FAE") against the baseline hps run.
+"""``python -m bench.bench_fae``: FAE (``--fae``, docs/fae.md) against the baseline hps run.
 
 For each data set — synthetic Zipf data (``--alphas``, default 0.9 and 1.1) and a Criteo-format file
 (``--criteo``, default the shared 10k-row Criteo sample: ordered split, first 90 % train, last 10 %

@@ -1,5 +1,5 @@
 """``python -m bench.bench_feed``: how fast the host feeds a GPU — every input with 1 and 2 readers
-beside its pyarrow peer with the same threads, in one run (issue 26).
+beside its pyarrow peer with the same threads, in one run (docs/data.md).
 
 Inputs (26 fields, batches of 65,536 examples; generated into a temporary folder):
 
@@ -15,7 +15,7 @@ Inputs (26 fields, batches of 65,536 examples; generated into a temporary folder
 
 Per case and thread count: examples/s (wall, best of ``--reps``), and CPU seconds per example of
 the process (all threads). hps's figure is ``open_dataset(..., readers=N).batches()`` to the end:
-parse, hash every feature into its key, cut ``Batch``es. The targets (issue 26): synthetic >= 1 M/s
+parse, hash every feature into its key, cut ``Batch``es. The targets (docs/data.md): synthetic >= 1 M/s
 with 2 readers; criteo and csv >= 1.0x their peer with the same threads; converted >= 2 M/s with 2
 readers and >= 0.8x ``iter_batches``. Wall figures need a quiet machine (a busy one halves them);
 the CPU figures and the ratios taken in the same run hold up better.

@@ -18,7 +18,7 @@ Reported per run, all from the trainer's ``--metrics-out`` and deterministic (th
   most bytes any rank sends (embedding and dense) / link bandwidth / examples. Compute time is not
   modeled: on this shared machine it is noise (``bench.bench_train scaling`` models it).
 
-Targets (issue 15): at ``s = 100`` with a 10 % cache, >= 88 % less embedding traffic than BSP and AUC
+Targets (seeds/001; docs/het.md): at ``s = 100`` with a 10 % cache, >= 88 % less embedding traffic than BSP and AUC
 within 0.001 of ``s = 0``. Raw results go to ``bench/results/het.json`` (``--out``).
 """
 

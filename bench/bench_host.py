@@ -2,8 +2,8 @@
 consumes each batch (its staged mini-batches are taken and dropped; no forward, backward or update), so
 the read, prepare and place stages set the rate on any machine, with or without a GPU.
 
-    python -m bench.bench_host                              # the issue's job shape at 200,000 rows
-    python -m bench.bench_host --rows 2000000 --mem-budget 32GB   # the GPU job of the issue, whole
+    python -m bench.bench_host                              # the device job's shape at 200,000 rows
+    python -m bench.bench_host --rows 2000000 --mem-budget 32GB   # the GPU job of docs/gpu.md, whole
     python -m bench.bench_host --out bench/results/host-<date>.json [any hps.train flag]
 
 Prints examples/s over the pipeline (``Trainer.fit``'s timed part), each stage's busy seconds and the
@@ -18,7 +18,7 @@ import sys
 #: the job of the device comparison (bench/bench_device.py), at a size a 2-core box runs in a minute
 JOB = ["--rows", "200000", "--fields", "26", "--vocab-per-field", "1000000", "--batch-size", "65536",
        "--minibatch-size", "4096", "--hidden", "512,256", "--embedding-dim", "32", "--model", "ctr",
-       "--sparse-optimizer", "adagrad", "--no-progress", "--mem-budget", "4GiB"]
+       "--sparse-optimizer", "adagrad", "--no-progress"]
 
 
 def _null_step(self, w) -> float:
@@ -29,7 +29,7 @@ def _null_step(self, w) -> float:
 
 
 def main(argv=None) -> int:
-    from hps.train._cli import parse_config
+    from hps.cli import parse_config
     from hps.train._run import run
     from hps.train._trainer import Trainer
 

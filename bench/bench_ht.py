@@ -1,5 +1,5 @@
-"""``python -m bench.bench_ht``: Hierarchical Training (issue 17) at 4 ranks on the same data in one
-invocation — dense sync ``allreduce`` (one dense copy), ``easgd`` with 2 groups of 2 and with 4
+"""``python -m bench.bench_ht``: Hierarchical Training (seeds/002 §3; docs/hierarchical.md) at 4 ranks on
+the same data in one invocation — dense sync ``allreduce`` (one dense copy), ``easgd`` with 2 groups of 2 and with 4
 groups of 1 — each with ``--compress none``, ``bf16`` and ``int8``.
 
 Per job: eval AUC and logloss, dense bytes (``dense_allreduce`` + ``dense_easgd``) and sparse bytes
@@ -25,6 +25,7 @@ from pathlib import Path
 
 from bench._jobs import train_job, write_result
 from hps._argparse import ArgumentParser
+from hps.config import COMPRESS_MODES as COMPRESS
 
 RESULTS = Path(__file__).resolve().parent / "results"
 W_BITS = 10e9
@@ -32,7 +33,6 @@ DENSE_KINDS = ("dense_allreduce", "dense_easgd")
 SPARSE_KINDS = ("sparse_keys", "sparse_rows", "sparse_grads", "sparse_pull", "sparse_allreduce")
 SYNCS = {"allreduce": [], "easgd-2x2": ["--dense-sync", "easgd", "--groups", "2"],
          "easgd-4x1": ["--dense-sync", "easgd", "--groups", "4"]}
-COMPRESS = ("none", "bf16", "int8")
 
 
 def run_job(n: int, args: list[str], work: Path) -> dict:

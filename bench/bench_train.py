@@ -1,6 +1,6 @@
 """End-to-end training benchmarks of ``python -m hps.train`` (each writes JSON under bench/results/).
 
-    python -m bench.bench_train outofcore   # --mem-budget at 10 % of the table vs everything in memory
+    python -m bench.bench_train outofcore   # a --mem-budget caching 10 % of the table vs everything in memory
     python -m bench.bench_train scaling     # per-rank work at 1, 2, 4, 8 MPI ranks (bench/train_scaling.py)
     python -m bench.bench_train scale --rows 1800000 --embedding-dim 192
                                             # a table larger than free DRAM; peak RSS and examples/s
@@ -24,6 +24,7 @@ from pathlib import Path
 
 from bench._jobs import train_command
 from hps._argparse import ArgumentParser
+from hps.config import PAGE_CACHE_MODES
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -59,13 +60,20 @@ def save(name: str, payload: dict) -> Path:
 
 
 def outofcore(a) -> None:
-    from hps.train._budget import budget_for_rows
+    from hps.train import Trainer
+    from hps.cli import parse_config
 
     base = ["--rows", str(a.rows), "--vocab-per-field", "200000", "--batch-size", "4096", "--minibatch-size", "1024",
             "--ssd-page-cache", a.ssd_page_cache]
     mem = run_job(base)
     row_bytes = mem["ssd_bytes_written"] / max(mem["table_rows"], 1)  # every row was flushed once
-    budget = budget_for_rows(int(0.10 * mem["table_rows"]), 32)  # 10 % of the rows (32 float32) cached
+    # the job's own plan: its other shares, and a MEM-PS tier that caches 10 % of the rows beside the
+    # SSD-PS key index of the whole table
+    probe = Trainer(parse_config([*base, "--no-progress"]), log=lambda *a, **k: None)
+    try:
+        budget = probe.plan.budget_for_cache_rows(int(0.10 * mem["table_rows"]), mem["table_rows"])
+    finally:
+        probe.close()
     spill = run_job([*base, "--mem-budget", str(budget)])
     ratio = spill["examples_per_sec"] / mem["examples_per_sec"]
     print(f"in memory:   {mem['examples_per_sec']:,.0f} examples/s, AUC {mem['auc']:.4f}, "
@@ -124,7 +132,7 @@ def main(argv=None) -> int:
     g.add_argument("--sparse-sync", default="owner", help="scaling: owner or allreduce")
     g.add_argument("--no-weak", dest="weak", action="store_false", help="scaling: strong scaling only")
     g.add_argument("--work-dir", default=None, help="scaling: where the generated data goes (a temp dir)")
-    p.add_argument("--ssd-page-cache", default="direct", choices=["direct", "dontneed", "keep"])
+    p.add_argument("--ssd-page-cache", default="direct", choices=PAGE_CACHE_MODES)
     a = p.parse_args(argv)
     if a.rows is None:
         a.rows = 200_000 if a.which == "scaling" else 400_000

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every benchmark and writes its results under bench/results/ (README numbers come from here).
+# Runs every benchmark and writes its results under bench/results/ (the numbers of docs/benchmarks.md come from here).
 # Usage: bash bench/run_all.sh   (CPU; on a GPU machine the cuda cases of the table run too)
 set -eu
 cd "$(dirname "$0")/.."

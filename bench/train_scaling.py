@@ -19,8 +19,8 @@ a link of bandwidth W, since this development machine cannot run N ranks side by
 
 (the 4-stage pipeline overlaps its stages, so the busiest one sets the pace; W = 100 Gb/s, the
 paper's RDMA class, and 10 Gb/s). Strong-scaling speedup is T(1) / T(N), weak-scaling speedup
-N · T(1) / T(N). Targets (issue 10): strong speedup >= 3.5 at 4 ranks and >= 6.5 at 8, whole-job CPU of
-4 ranks <= 1.5x that of 1 rank, peak RSS per rank falling with N.
+N · T(1) / T(N). Targets (docs/benchmarks.md, "Scaling"): strong speedup >= 3.5 at 4 ranks and >= 6.5 at
+8, whole-job CPU of 4 ranks <= 1.25x that of 1 rank, peak RSS per rank falling with N.
 """
 
 from __future__ import annotations
@@ -172,13 +172,17 @@ def report(out: dict) -> str:
     lines.append(f"# busiest: max over ranks of the busiest stage's CPU s outside MPI; x 100G/10G: speedup of T(N) "
                  f"(weak: N T(1)/T(N)); job CPU: user+sys s summed over ranks (/usr/bin/time); x 1 -fix: the same "
                  f"ratio after taking away {out['fixed_cpu_s']:.2f} s per process (a 1-rank job on 1,000 lines)")
-    lines.append("# per rank and stage, CPU seconds outside MPI (read / prepare / place / train), and bytes "
-                 "sent by kind (MB)")
+    lines.append("# per rank: CPU seconds of each stage's thread outside MPI (read / prepare / place / train); "
+                 "seconds inside MPI calls, wall (the wait) and CPU, of the read / prepare / train threads; "
+                 "bytes sent by kind (MB)")
     for kind in ("strong", "weak"):
         for n, m in out[kind].items():
-            for r, (c, b, t) in enumerate(zip(m["stage_cpu_seconds"], m["bytes_sent_per_rank"], m["time_per_rank"])):
+            for r, (c, b, t, w, wc) in enumerate(zip(m["stage_cpu_seconds"], m["bytes_sent_per_rank"],
+                                                     m["time_per_rank"], m["mpi_seconds"], m["mpi_cpu_seconds"])):
                 kinds = " ".join(f"{k} {v / 1e6:.1f}" for k, v in b.items() if v)
+                mpi = " / ".join(f"{w[s]:.2f} ({wc[s]:.2f})" for s in ("read", "prepare", "train"))
                 lines.append(f"{kind:6}{n:>3} rank {r}: " + " / ".join(f"{c[s]:.2f}" for s in
                              ("read", "prepare", "place", "train"))
-                             + f"; process CPU {t['cpu']:.1f} s, RSS {t['max_rss_bytes'] / 1e6:.0f} MB; {kinds}")
+                             + f"; MPI {mpi}; process CPU {t['cpu']:.1f} s, RSS {t['max_rss_bytes'] / 1e6:.0f} MB; "
+                             + kinds)
     return "\n".join(lines)

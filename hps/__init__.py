@@ -37,7 +37,7 @@ _LAZY = {
     "PartitionedHashTable": ("hps.gpu", "PartitionedHashTable"),
     "SSDStore": ("hps.ssd", "SSDStore"),
     "MemPS": ("hps.mem", "MemPS"),
-    "load_export": ("hps.train", "load_export"),
+    "load_export": ("hps.formats", "load_export"),
     "Predictor": ("hps.predict", "Predictor"),
 }
 

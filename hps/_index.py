@@ -45,8 +45,9 @@ class KeyIndex:
         self._alloc(max(16, int(capacity)))
 
     def _alloc(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._impl = CpuTableImpl(slots_for(capacity, self._mlf), self.width, np.int64, scores=False)
+        n_slots = slots_for(capacity, self._mlf)
+        self.capacity = int(n_slots * self._mlf)   # what the slots hold (a power of two: >= capacity)
+        self._impl = CpuTableImpl(n_slots, self.width, np.int64, scores=False)
         self._impl.tstate.fill(0)   # fault the pages in now (a rebuild fills the table right after),
         self._impl.tvals.fill(0)    # not in the middle of the next caller's batch
         self._size = 0
@@ -60,12 +61,44 @@ class KeyIndex:
         t = self._impl
         return t.tkeys.nbytes + t.tstate.nbytes + t.tvals.nbytes
 
+    @property
+    def room(self) -> int:
+        """Keys that can be written before the index rebuilds (a write reserves room for each)."""
+        return self.capacity - self._size - self._impl.tombstones
+
+    def peak_bytes(self, n_more: int, per_write: int | None = None) -> int:
+        """The most DRAM this index holds at once while ``n_more`` more keys (new or not: a write
+        reserves room for each) are written in calls of at most ``per_write`` keys (default: one
+        call), with no erase meanwhile: its arrays now, or, at each rebuild they cause, the old and
+        the new arrays plus what moves between them (the live slots, keys and values). An upper
+        bound: :meth:`reserve` doubles the slots (or keeps their number, dropping tombstones) while a
+        call is no larger than the capacity (then the sequence of rebuilds is known); otherwise any
+        table it starts from had room for fewer than ``len + n_more`` keys, and grows to at most
+        what one more call needs."""
+        total = self._size + self._impl.tombstones + int(n_more)
+        if total <= self.capacity:
+            return self.nbytes
+        step = int(n_more) if per_write is None else max(1, min(int(n_more), int(per_write)))
+        slots = self._impl.tkeys.shape[0]
+        per_slot, moved = self.nbytes // slots, 16 + 8 * self.width
+        if step > self.capacity:
+            old = slots_for(total, self._mlf)
+            new = slots_for(max(2 * total, total + step), self._mlf)
+            return per_slot * (old + new) + moved * total
+        cap = self.capacity
+        while total > cap:   # each rebuild doubles the slots
+            new = slots_for(2 * cap, self._mlf)
+            peak = per_slot * (slots + new) + moved * cap
+            slots, cap = new, int(new * self._mlf)
+        return max(peak, self.nbytes)
+
     def reserve(self, n: int) -> None:
         """Make room for ``n`` more keys (a rebuild, when needed, happens here)."""
         if self._size + self._impl.tombstones + n <= self.capacity:
             return
         keys, vals = self.items()
-        self._alloc(max(self.capacity, 2 * (self._size + n)))
+        need = self._size + n   # twice the slots (or what n needs) unless tombstones filled it: then as many
+        self._alloc(max(2 * self.capacity, need) if need > self.capacity // 2 else self.capacity)
         if keys.shape[0]:
             self._size += self._impl.upsert(keys, vals, False)[0]
 

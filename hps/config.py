@@ -6,7 +6,7 @@ optimizers (through ``hps.model.ModelConfig.from_options``, once the data's fiel
 ``hps.mem.MemPS`` and ``hps.ssd.SSDStore`` from these values (``hps.mem.MemConfig`` serves callers of
 that library, not the job).
 
-Only ``hps.train``'s CLI parses arguments; everything else takes these objects. Sizes are global
+Only ``hps.cli`` parses arguments; everything else takes these objects. Sizes are global
 (``batch_size``/``minibatch_size`` describe the whole job; under ``mpirun -np N`` each rank reads its
 own shards of the data and contributes 1/N of every mini-batch).
 
@@ -17,140 +17,20 @@ false, a string; ``| None`` = may be unset), so a TOML value of the wrong type i
 
 from __future__ import annotations
 
-import math
-import numbers
-import os
-import re
 from dataclasses import dataclass, field, fields, replace
 
 from .data import DENSE_TRANSFORMS
 from .data._batch import check_n_fields
-from ._data_options import FORMATS, resolve_format
+from ._data_options import FORMATS, resolve_format  # noqa: F401 (FORMATS: named here for the job's users)
+from ._feature_checks import FEATURE_CHECKS
+# The options' vocabulary (``hps._options``), also named here for the job's users (``hps.config.MODELS`` …).
+from ._options import (COMPRESS_MODES, CONSISTENCIES, DEFAULT_BATCH_SIZE, DEFAULT_BOTTOM_HIDDEN,  # noqa: F401
+                       DEFAULT_CROSS_LAYERS, DEFAULT_ROWS_PER_FILE, DENSE_OPTIMIZERS, DENSE_SYNCS, HET_POLICIES,
+                       LR_DECAYS, MAX_SEED, MODELS, MPI_WAITS, PAGE_CACHE_MODES, PROFILE_SAMPLE_RATE, SPARSE_OPTIMIZERS, SPARSE_SYNCS,
+                       STALENESS_UNBOUNDED, WARMUP, Scratch, _check_types, _one_of, _positive, _scratch_batch,
+                       _scratch_budget, _scratch_minibatch, _warm, parse_bytes)
 from ._xp import DEVICES
 from .errors import InvalidInputError, InvalidTypeError
-
-MODELS = ("ctr", "wdl", "deepfm", "dcn", "dlrm")
-SPARSE_OPTIMIZERS = ("adagrad", "rowwise-adagrad", "adam", "sgd")
-DENSE_OPTIMIZERS = ("adam", "adagrad", "sgd")
-DEFAULT_CROSS_LAYERS = 3            # dcn: cross layers when --cross-layers is not given
-DEFAULT_BOTTOM_HIDDEN = 64          # dlrm: bottom MLP (64, embedding_dim) when --bottom-mlp is not given
-SPARSE_SYNCS = ("owner", "allreduce")
-DENSE_SYNCS = ("allreduce", "easgd")
-COMPRESS_MODES = ("none", "bf16", "int8")
-CONSISTENCIES = ("bsp", "het")      # --consistency (HET: hps/train/_het.py)
-HET_POLICIES = ("lfu", "lru")
-#: ``--staleness inf``: a clock bound no gap reaches (int64 clock arithmetic stays exact).
-STALENESS_UNBOUNDED = 1 << 60
-MPI_WAITS = ("auto", "spin", "yield")
-PAGE_CACHE_MODES = ("direct", "dontneed", "keep")   # hps.ssd.SSDOptions.page_cache
-LR_DECAYS = ("none", "cosine", "step")              # --lr-decay (hps/train/_schedule.py)
-#: Seeds are unsigned 64-bit integers (they are mixed into uint64 key hashes).
-MAX_SEED = (1 << 64) - 1
-#: Size suffixes, all binary: K = KB = KiB = 2**10 bytes, and so on (case-insensitive).
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
-
-def parse_bytes(text) -> int:
-    """``"512MiB"`` = ``"512MB"`` = ``"512m"`` -> 536870912 (binary units K/M/G/T, with or without
-    ``B``/``iB``); plain integers are bytes. Raises InvalidInputError."""
-    if isinstance(text, numbers.Real) and not isinstance(text, bool):
-        return int(text)
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(?:([KMGT])I?B?|B?)\s*", str(text).upper())
-    if not m:
-        raise InvalidInputError(f"cannot read {text!r} as a size; use e.g. 512MiB, 2GiB, 2g or a byte "
-                                "count (binary units: 1KiB = 1KB = 1k = 1024 bytes)")
-    return int(float(m.group(1)) * _UNITS[m.group(2) or ""])
-
-
-#: Annotation -> (accepted types, how the error message says it). Bools are not numbers here.
-_TYPES = {
-    "int": (numbers.Integral, "an integer"),
-    "float": (numbers.Real, "a finite number"),
-    "bool": (bool, "true or false"),
-    "str": ((str, os.PathLike), "a string"),
-    "tuple[int, ...]": ((list, tuple), "a list of integers"),
-    "tuple[str, ...]": ((list, tuple), "a list of strings"),
-}
-
-
-def _type_ok(value, ann: str) -> bool:
-    if isinstance(value, bool) and ann != "bool":
-        return False
-    if not isinstance(value, _TYPES[ann][0]):
-        return False
-    if ann == "float":
-        return math.isfinite(value)
-    if ann == "tuple[int, ...]":
-        return all(_type_ok(v, "int") for v in value)
-    if ann == "tuple[str, ...]":
-        return all(_type_ok(v, "str") for v in value)
-    return True
-
-
-def _check_types(obj) -> None:
-    """Checks every field of the dataclass ``obj`` against its annotation (a string such as
-    ``"int | None"``); turns accepted ints of float fields into floats. Raises InvalidTypeError."""
-    for f in fields(obj):
-        value = getattr(obj, f.name)
-        anns = [a.strip() for a in f.type.split("|")]
-        if value is None and "None" in anns:
-            continue
-        kinds = [a for a in anns if a != "None"]
-        if not any(_type_ok(value, a) for a in kinds):
-            want = " or ".join(_TYPES[a][1] for a in kinds) + (" (or unset)" if "None" in anns else "")
-            raise InvalidTypeError(f"option {f.name.replace('_', '-')} must be {want}, got {value!r} "
-                                   f"({type(value).__name__})")
-        if kinds == ["float"]:
-            setattr(obj, f.name, float(value))
-        elif "int" in kinds and isinstance(value, numbers.Integral):
-            setattr(obj, f.name, int(value))  # NumPy integers too
-        elif "str" in kinds and isinstance(value, os.PathLike):
-            setattr(obj, f.name, os.fspath(value))
-
-
-def _positive(obj, *names):
-    for n in names:
-        v = getattr(obj, n)
-        if v is not None and v <= 0:
-            raise InvalidInputError(f"{n.replace('_', '-')} must be positive, got {v}")
-
-
-def _one_of(name, value, allowed):
-    if value not in allowed:
-        raise InvalidInputError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
-
-
-#: ``dataclasses.field`` metadata key: an option's value in the kernel warm-up's scratch job
-#: (:func:`scratch_config`), a value or ``form(value, scratch) -> value``; options without one keep theirs.
-#: The form is declared with the option (:func:`_warm`), so a new option says at once what the warm-up
-#: does with it.
-WARMUP = "warmup"
-
-
-def _warm(default, form):
-    """An option whose warm-up form is ``form`` (see :data:`WARMUP`)."""
-    return field(default=default, metadata={WARMUP: form})
-
-
-@dataclass(frozen=True)
-class Scratch:
-    """The sizes of the warm-up's scratch job: ``examples`` per batch, ``mem_budget`` bytes of MEM-PS."""
-
-    examples: int
-    mem_budget: int
-
-
-def _scratch_batch(value, scratch: Scratch) -> int:
-    return scratch.examples
-
-
-def _scratch_minibatch(value, scratch: Scratch) -> int:
-    return min(value, scratch.examples // 2)
-
-
-def _scratch_budget(value, scratch: Scratch) -> int:
-    return scratch.mem_budget
-
 
 @dataclass
 class DataConfig:
@@ -225,7 +105,7 @@ class ModelOptions:
     """The model flags of a training run (``hps.model.ModelConfig`` is the architecture the trainer
     builds from them once the data's field counts are known)."""
 
-    model: str = "ctr"                          # ctr | wdl | deepfm | dcn | dlrm (README "Models")
+    model: str = "ctr"                          # ctr | wdl | deepfm | dcn | dlrm (docs/models.md)
     embedding_dim: int = 16                     # per-field embedding width
     hidden: tuple[int, ...] = (128, 64)         # MLP hidden layers (ReLU); dcn: the deep tower
     cross_layers: int | None = None             # dcn only: cross layers (None = 3)
@@ -266,11 +146,11 @@ class ModelOptions:
 @dataclass
 class TierConfig:
     device: str = "cpu"                 # where HBM-PS and the model live: cpu | cuda
-    mem_budget: int | str | None = _warm(None, _scratch_budget)  # MEM-PS DRAM budget: bytes or "512MiB"; None = 256 MiB
+    mem_budget: int | str | None = _warm(None, _scratch_budget)  # a rank's host memory: bytes or "512MiB"; None = from the machine
     ssd_path: str | None = _warm(None, None)  # SSD-PS root (each rank claims rank{r}-of-{n}/ in it); None = a temp dir
     keep_ssd: bool = _warm(False, False)  # keep this job's SSD-PS at the end (it is removed otherwise)
-    rows_per_file: int = 16_384         # SSD-PS rows per parameter file (the write unit; loads read 4 KiB blocks)
-    hbm_capacity: int | None = _warm(None, None)  # HBM-PS initial keys (grows up to the budget); None = from the first batch
+    rows_per_file: int = DEFAULT_ROWS_PER_FILE  # SSD-PS rows per file (the write unit; loads read 4 KiB blocks)
+    hbm_capacity: int | None = _warm(None, None)  # HBM-PS initial keys (grows up to the budget); None = sized from the first batch
     hbm_budget: int | str | None = _warm(None, None)  # HBM-PS bytes (bounds resident rows); None = see hps/train/_budget.py
     n_parts: int = 1                    # HBM-PS parts per process
     gpus: int | None = None             # GPUs the parts spread over (part p on p % gpus); None = all visible
@@ -292,12 +172,12 @@ class TrainConfig:
     """The training options, one group per feature, each group validated by its own check
     (:data:`FEATURE_CHECKS`); each option says what the kernel warm-up does with it (:data:`WARMUP`)."""
 
-    batch_size: int = _warm(16_384, _scratch_batch)  # examples per batch (the pipeline's unit), whole job
+    batch_size: int = _warm(DEFAULT_BATCH_SIZE, _scratch_batch)  # examples per batch (the pipeline's unit), whole job
     minibatch_size: int = _warm(1_024, _scratch_minibatch)  # examples per synchronous update, whole job
     epochs: int = _warm(1, 1)
     seed: int = 0                       # in [0, MAX_SEED = 2**64 - 1]
     queue_depth: int = 1                # items waiting between two pipeline stages
-    blas_threads: int | None = None     # BLAS pool while training; None = cores per rank - 1 (>= 1)
+    blas_threads: int | None = None     # dense model's threads while training; None = sized to idle cores
     checkpoint_dir: str | None = _warm(None, None)
     checkpoint_every: int = _warm(0, 0)  # batches between checkpoints; 0 = end of every epoch only
     resume: bool = _warm(False, False)  # continue from checkpoint_dir
@@ -330,10 +210,10 @@ class TrainConfig:
     staleness: int | str = 100          # het: clock bound s >= 0, or "inf"
     het_cache: int | float | str = "64MiB"  # het: per-rank cache, a fraction of the table (synthetic) or bytes
     het_policy: str = "lfu"             # het: cache eviction policy, lfu | lru
-    # FAE (README "FAE"): a profile file from python -m hps.profile, or "auto" (profile first)
+    # FAE (docs/fae.md): a profile file from python -m hps.profile, or "auto" (profile first)
     fae: str | None = _warm(None, None)  # (the warm-up profiles nothing)
     hot_bytes: int | str | None = _warm(None, None)  # FAE: HBM-PS bytes for the pinned hot rows ("auto" needs it)
-    fae_sample_rate: float = 5.0        # FAE auto: percent of the input the profiler reads
+    fae_sample_rate: float = PROFILE_SAMPLE_RATE  # FAE auto: percent of the input the profiler reads
     fae_holdout: int = 1024             # FAE: held-out eval examples for the Shuffle Scheduler's loss
 
     def __post_init__(self):
@@ -356,111 +236,6 @@ class TrainConfig:
         for check in FEATURE_CHECKS:
             check(self)
 
-
-def _non_negative(t, *names) -> None:
-    for name in names:
-        if getattr(t, name) < 0:
-            raise InvalidInputError(f"{name.replace('_', '-')} must be >= 0, got {getattr(t, name)}")
-
-
-def _check_admission(t: "TrainConfig") -> None:
-    """--admit-after, --admit-sketch-width, --expire-after (the owner of a key decides: owner sync)."""
-    _non_negative(t, "admit_after", "expire_after")
-    w = t.admit_sketch_width
-    if w < 16 or w & (w - 1):
-        raise InvalidInputError(f"admit-sketch-width must be a power of two >= 16, got {w}")
-    if (t.admit_after > 1 or t.expire_after) and t.sparse_sync != "owner":
-        raise InvalidInputError("--admit-after and --expire-after need --sparse-sync owner (the owner of "
-                                "a key decides)")
-
-
-def _check_control(t: "TrainConfig") -> None:
-    """--eval-every, --early-stop (eval data is checked when the job's data is open)."""
-    _non_negative(t, "eval_every", "early_stop")
-    if t.early_stop and not t.eval_every:
-        raise InvalidInputError("--early-stop needs --eval-every N (and eval data)")
-
-
-def _check_schedule(t: "TrainConfig") -> None:
-    """--lr-warmup, --lr-decay, --lr-decay-steps."""
-    _non_negative(t, "lr_warmup", "lr_decay_steps")
-    _one_of("lr-decay", t.lr_decay, LR_DECAYS)
-    if t.lr_decay != "none" and t.lr_decay_steps < 1:
-        raise InvalidInputError(f"--lr-decay {t.lr_decay} needs --lr-decay-steps N (steps = global "
-                                "mini-batches)")
-
-
-def _check_fae(t: "TrainConfig") -> None:
-    """--fae, --hot-bytes (-> int bytes), --fae-sample-rate, --fae-holdout; FAE needs BSP and raw keys."""
-    if t.hot_bytes is not None:
-        t.hot_bytes = parse_bytes(t.hot_bytes)
-        if t.hot_bytes < 0:
-            raise InvalidInputError(f"hot-bytes must be >= 0, got {t.hot_bytes}")
-    if t.fae == "auto" and t.hot_bytes is None:
-        raise InvalidInputError("--fae auto needs --hot-bytes SIZE (HBM-PS bytes for the hot rows)")
-    if t.fae is None and t.hot_bytes is not None:
-        raise InvalidInputError("--hot-bytes is an option of --fae (give --fae auto or --fae PROFILE)")
-    if not 0.0 < t.fae_sample_rate <= 100.0:
-        raise InvalidInputError(f"fae-sample-rate must be a percentage in (0, 100], got {t.fae_sample_rate}")
-    if t.fae_holdout < 0:
-        raise InvalidInputError(f"fae-holdout must be >= 0, got {t.fae_holdout}")
-    if t.fae is not None and t.consistency != "bsp":
-        raise InvalidInputError("--fae pins hot rows on every rank and synchronises them each mini-batch: "
-                                "it needs --consistency bsp")
-    if t.fae is not None and t.admit_after > 1:
-        raise InvalidInputError("--fae classifies raw keys as hot before admission could replace them: "
-                                "drop --admit-after or --fae")
-
-
-def _check_het(t: "TrainConfig") -> None:
-    """--consistency, --staleness (-> int), --het-cache (-> a float fraction or int bytes),
-    --het-policy; HET caches rows of their owners (owner sync) and sends them uncompressed."""
-    _one_of("consistency", t.consistency, CONSISTENCIES)
-    _one_of("het-policy", t.het_policy, HET_POLICIES)
-    if isinstance(t.staleness, str):
-        if t.staleness.strip().lower() not in ("inf", "infinity"):
-            try:
-                t.staleness = int(t.staleness)
-            except ValueError:
-                raise InvalidInputError(f"staleness must be an integer >= 0 or inf, got {t.staleness!r}") from None
-        else:
-            t.staleness = STALENESS_UNBOUNDED
-    if not 0 <= t.staleness <= STALENESS_UNBOUNDED:
-        raise InvalidInputError(f"staleness must be an integer >= 0 or inf, got {t.staleness}")
-    cache = t.het_cache
-    if isinstance(cache, str) and re.fullmatch(r"\s*[0-9]*\.[0-9]+\s*|\s*0\s*", cache):
-        cache = float(cache)
-    if isinstance(cache, float):
-        if not 0.0 <= cache <= 1.0:
-            raise InvalidInputError(f"het-cache must be a fraction in [0, 1] of the table or a size such as "
-                                    f"64MiB, got {t.het_cache}")
-        t.het_cache = cache
-    else:
-        t.het_cache = parse_bytes(cache)
-        if t.het_cache < 0:
-            raise InvalidInputError(f"het-cache must be >= 0, got {t.het_cache}")
-    if t.consistency == "het" and t.sparse_sync != "owner":
-        raise InvalidInputError("--consistency het caches rows of their owners: it needs --sparse-sync owner")
-    if t.consistency == "het" and t.compress != "none":
-        raise InvalidInputError("--compress applies to the BSP exchanges; --consistency het sends its rows and "
-                                "pushes uncompressed: drop --compress or use --consistency bsp")
-
-
-def _check_dense_sync(tc) -> None:
-    """--dense-sync, --groups, --easgd-alpha, --easgd-every, --compress (the group count against the
-    ranks is checked when the job's ranks are known)."""
-    _positive(tc, "groups", "easgd_every")
-    _one_of("dense-sync", tc.dense_sync, DENSE_SYNCS)
-    _one_of("compress", tc.compress, COMPRESS_MODES)
-    if tc.groups > 1 and tc.dense_sync != "easgd":
-        raise InvalidInputError(f"--groups {tc.groups} needs --dense-sync easgd")
-    if tc.easgd_alpha is not None and not 0 < tc.easgd_alpha * tc.groups <= 1:
-        raise InvalidInputError(f"easgd-alpha x groups must lie in (0, 1] (the centre moves by alpha times the "
-                                f"sum of the groups' differences), got {tc.easgd_alpha} x {tc.groups}")
-
-
-#: Every feature's option check, each refusing the combinations that cannot work with its reason.
-FEATURE_CHECKS = (_check_admission, _check_control, _check_schedule, _check_dense_sync, _check_het, _check_fae)
 
 #: TOML sections (``[data]`` …): the subsystem whose options each may hold.
 SECTIONS = {"data": DataConfig, "model": ModelOptions, "tiers": TierConfig, "train": TrainConfig}

@@ -1,4 +1,4 @@
-"""Feature admission and expiry (issue 14, item 2): the delete interfaces of every tier, the
+"""Feature admission and expiry (docs/admission.md): the delete interfaces of every tier, the
 count-min sketch, and training runs whose final table is exactly what the documented rules give."""
 
 import shutil

@@ -1,5 +1,6 @@
-"""Issue 14 under mpiexec: admission, expiry, shuffling, schedules and early stopping decided the
-same way by 2 ranks as by one process reading the same 2 shards (owners decide; the ranks agree)."""
+"""docs/admission.md and docs/training.md under mpiexec: admission, expiry, shuffling, schedules and early
+stopping decided the same way by 2 ranks as by one process reading the same 2 shards (owners decide; the
+ranks agree)."""
 
 import json
 

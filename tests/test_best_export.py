@@ -11,8 +11,8 @@ import hps
 from hps.errors import InvalidInputError
 from hps.metrics import auc
 from hps.train import load_export, main
-from hps.train._cli import predict_main
-from hps.train._control import BEST_DIR
+from hps.predict._main import predict_main
+from hps.formats import BEST_DIR
 from tests.test_predict import _rows, _write_csv
 from tests.test_train import assert_same_model
 
@@ -104,7 +104,7 @@ def test_a_checkpoint_without_the_model_description_says_what_to_do(early, tmp_p
     meta = json.loads((d / "meta.json").read_text())
     (d / "model.json").unlink()
     del meta["files"]["model.json"], meta["crc32"]
-    from hps.train._manifest import write_meta
+    from hps.formats._manifest import write_meta
 
     write_meta(d / "meta.json", meta)
     with pytest.raises(InvalidInputError, match="without the model's description.*--resume.*--export"):
@@ -130,7 +130,7 @@ def test_the_best_checkpoint_is_the_model_after_its_batch(tmp_path):
     own. Otherwise the export of the best model would depend on timing (and under MPI differ from
     one process reading the same shards). With --eval-every 1 every batch may be the best: every
     checkpoint is checked."""
-    from hps.train._cli import parse_config
+    from hps.cli import parse_config
     from hps.train._feed import Feed
     from tests.test_train import SMALL
 

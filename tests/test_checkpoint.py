@@ -13,8 +13,9 @@ import pytest
 
 from hps.errors import CorruptionError, StoreFormatError
 from hps.ssd import SSDStore
-from hps.train import _checkpoint, main
-from hps.train._manifest import read_meta, write_meta
+from hps.formats import _checkpoint
+from hps.train import main
+from hps.formats._manifest import read_meta, write_meta
 from tests.test_train import SMALL, assert_same_model, run_cli
 
 # SMALL has 12,000 rows in batches of 2,048: batches 0..5 per epoch; --checkpoint-every 2 writes
@@ -213,7 +214,7 @@ def test_disk_full_while_checkpointing_is_one_line_and_leaves_the_previous_check
     elif step == "dense":
         _fail_second_call(monkeypatch, _checkpoint, "_write_dense", partial=lambda path, *a: path)
     else:
-        _fail_second_call(monkeypatch, _checkpoint, "_fsync_path",
+        _fail_second_call(monkeypatch, _checkpoint, "fsync_path",
                           when=lambda path, directory=False: path.name == ".LATEST.tmp")
     ck = tmp_path / "ck"
     assert main([*SMALL, "--checkpoint-dir", str(ck), "--checkpoint-every", "2"]) == 1

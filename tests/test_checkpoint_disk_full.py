@@ -15,7 +15,7 @@ import h5py
 import numpy as np
 import pytest
 
-from hps.train._h5out import _GuardedFile, h5_output
+from hps.formats._h5out import _GuardedFile, h5_output
 from tests.test_train import SMALL
 
 #: Sizes of the small file system: SMALL's checkpoints take 1.6 MB each (one fits, not two beside

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from hps.profile._cli import build_parser as profile_parser
-from hps.train._cli import build_parser, build_predict_parser
+from hps.cli import build_profile_parser as profile_parser
+from hps.cli import build_predict_parser
+from hps.cli import build_train_parser as build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 PREDICT = ["--model-dir", "m", "--data", "d.csv", "--out", "o.csv"]

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from hps.convert import convert
-from hps.convert._cli import main as convert_main
+from hps.convert._main import main as convert_main
 from hps.data import ConvertedReader, open_dataset
 from hps.data._converted import MANIFEST, META_KEY
 from hps.errors import InvalidInputError

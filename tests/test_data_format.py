@@ -17,7 +17,8 @@ import zstandard
 from hps.config import DataConfig
 from hps.data import infer_format
 from hps.errors import InvalidInputError
-from hps.train._cli import main, parse_config
+from hps.cli import parse_config
+from hps.train import main
 from tests.test_train_mpi import criteo_file
 
 SMALL = ["--batch-size", "512", "--minibatch-size", "128", "--embedding-dim", "4", "--hidden", "8", "--no-progress"]
@@ -121,7 +122,7 @@ def test_train_and_profile_on_a_file_without_format(files, tmp_path, capsys):
 
 
 def test_predict_refuses_data_named_as_another_format(files, tmp_path, capsys):
-    from hps.train._cli import predict_main
+    from hps.predict._main import predict_main
 
     export = tmp_path / "model"
     assert main(["--data", str(files / "a.csv"), "--export", str(export), *SMALL]) == 0

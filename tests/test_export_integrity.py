@@ -15,8 +15,8 @@ import pytest
 import hps
 from hps.errors import CorruptionError, InvalidInputError
 from hps.train import load_export, main
-from hps.train._cli import predict_main
-from hps.train._export import TMP_DIR
+from hps.predict._main import predict_main
+from hps.formats._export import TMP_DIR
 from tests.test_train import SMALL, assert_same_model
 
 FILES = ["sparse-rank0-of-1.h5", "dense.h5", "model.json"]
@@ -127,7 +127,7 @@ def test_a_job_killed_while_switching_the_export_in(exported, tmp_path, at):
     d = _copy(exported[0], tmp_path)
     harness = textwrap.dedent(f"""
         import os, signal, sys
-        from hps.train import _export
+        from hps.formats import _export
         calls = []
         def replace(src, dst):
             if len(calls) == {at}:

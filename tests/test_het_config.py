@@ -8,7 +8,7 @@ import pytest
 
 from hps.config import STALENESS_UNBOUNDED, Config
 from hps.train import load_export, main
-from hps.train._cli import parse_config
+from hps.cli import parse_config
 from tests.test_train_input import SMALL, assert_fails_at_start, hps_train
 
 

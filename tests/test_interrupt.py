@@ -11,7 +11,7 @@ import time
 import pytest
 
 from hps.config import Config
-from hps.train._cli import _resume_hint
+from hps.train._main import _resume_hint
 
 # long enough that no run can finish before the first checkpoint plus a signal
 ARGS = ["--rows", "2000000", "--fields", "4", "--vocab-per-field", "3000", "--batch-size", "2048",
@@ -76,9 +76,9 @@ def test_the_resume_hint_says_what_exists(tmp_path):
 
 
 def test_a_failing_start_leaves_no_temporary_directory(tmp_path):
-    """The trainer fails after making its temporary SSD-PS (a budget too small for one row): gone."""
+    """The trainer fails after making its temporary SSD-PS (a budget too small for one batch): gone."""
     env = dict(os.environ, TMPDIR=str(tmp_path))
-    proc = subprocess.run([sys.executable, "-m", "hps.train", *ARGS, "--mem-budget", "8"], env=env,
+    proc = subprocess.run([sys.executable, "-m", "hps.train", *ARGS, "--mem-budget", "1MB"], env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "cannot hold one batch's working set" in proc.stderr
     assert list(tmp_path.iterdir()) == []

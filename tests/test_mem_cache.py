@@ -1,12 +1,14 @@
 """RowCache against the reference LRU+LFU cache (tests/reference/cache.py), plus pinning corners."""
 
+from unittest import mock
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hps.errors import CacheBudgetError, InvalidInputError, InvalidTypeError
-from hps.mem import RowCache, replay, unique_counts
+from hps.mem import RowCache, _cache, replay, unique_counts
 from tests.reference.cache import BudgetExceeded, RefCache
 
 W = 2
@@ -42,68 +44,149 @@ def _same_evicted(ev, ref_out):
         np.testing.assert_array_equal(ev.rows[i], o[1])
 
 
-key_lists = st.lists(st.integers(0, 11), min_size=0, max_size=7)
-ops = st.lists(
-    st.one_of(
-        st.tuples(st.just("lookup"), key_lists, st.booleans()),
-        st.tuples(st.just("put"), key_lists, st.booleans(), st.booleans()),
-        st.tuples(st.just("unpin"), key_lists),
-        st.tuples(st.just("update"), key_lists),
-        st.tuples(st.just("make_room"), st.integers(0, 6)),
-    ),
-    max_size=40,
-)
+def _ops(max_key: int, max_len: int, max_room: int, *extra, min_size: int = 0):
+    """Hypothesis lists of cache operations on keys 0..max_key (``extra``: more kinds)."""
+    keys = st.lists(st.integers(0, max_key), min_size=0, max_size=max_len)
+    return st.lists(st.one_of(
+        st.tuples(st.just("lookup"), keys, st.booleans()),
+        st.tuples(st.just("put"), keys, st.booleans(), st.booleans()),
+        st.tuples(st.just("unpin"), keys),
+        st.tuples(st.just("update"), keys),
+        st.tuples(st.just("make_room"), st.integers(0, max_room)),
+        *(st.tuples(st.just(kind), keys if kind == "take" else st.integers(1, max_room)) for kind in extra),
+    ), min_size=min_size, max_size=40 if not extra else 60)
+
+
+ops = _ops(11, 7, 6)
+resizing_ops = _ops(40, 12, 12, "take", "set_capacity", min_size=10)
+
+
+def _same_eviction(fast_call, ref_call, follow_ghost) -> bool:
+    """The fast call first (its arrays grow before it evicts: the reference's ghost table follows),
+    then the reference: the same victims, or both refuse -> whether they went ahead."""
+    try:
+        got = fast_call()
+    except CacheBudgetError:
+        with pytest.raises(BudgetExceeded):
+            ref_call()
+        return False
+    follow_ghost()
+    _same_evicted(got, ref_call())
+    return True
+
+
+def _apply(fast: RowCache, ref: RefCache, version: int, op) -> None:
+    """Play ``op`` on both caches and check they decided the same. The fast cache's arrays (and its
+    ghost table with them) grow at the start of an operation: the reference's ghost follows."""
+    kind = op[0]
+    cells = fast._s.ghost.shape[0]
+
+    def follow_ghost():
+        if fast._s.ghost.shape[0] != cells:
+            ref.resize_ghost(fast._s.ghost.shape[0])
+
+    if kind == "lookup":
+        _, keys, pin = op
+        rows, hit = fast.lookup(_u(keys), pin=pin)
+        want_hit, want_n = ref.lookup(keys, pin)
+        assert hit.tolist() == want_hit
+        assert fast.stats().per_batch_hits[-1] == want_n
+        for i, k in enumerate(keys):
+            np.testing.assert_array_equal(rows[i], ref.e[k]["row"] if want_hit[i] else np.zeros(W))
+    elif kind == "put":
+        _, keys, pin, dirty = op
+        r = _rows(keys, version)
+        freq = [1 + (k % 3) for k in keys]
+        _same_eviction(lambda: fast.put(_u(keys), r, dirty=dirty, pin=pin, freq=np.array(freq)),
+                       lambda: ref.put(keys, r, [dirty] * len(keys), pin, freq), follow_ghost)
+    elif kind == "unpin":
+        keys = op[1]
+        bad = ref.unpin(keys)
+        if bad:
+            with pytest.raises(InvalidInputError):
+                fast.unpin(_u(keys))
+        else:
+            fast.unpin(_u(keys))
+    elif kind == "update":
+        keys = op[1]
+        r = _rows(keys, version)
+        assert fast.update(_u(keys), r).tolist() == ref.update(keys, r)
+    elif kind == "take":
+        keys = list(dict.fromkeys(op[1]))
+        want = {k: ref.e[k]["row"].copy() for k in keys if k in ref.e}
+        rows, hit = fast.take(_u(keys))
+        assert hit.tolist() == ref.take(keys)
+        for i, k in enumerate(keys):
+            if hit[i]:
+                np.testing.assert_array_equal(rows[i], want[k])
+    elif kind == "make_room":
+        _same_eviction(lambda: fast.make_room(op[1]), lambda: ref.make_room(op[1]), follow_ghost)
+    else:   # set_capacity: evict down to it, then shrink (or raise) the capacity
+        c = op[1]
+        if _same_eviction(lambda: fast.evict_to(c), lambda: ref.evict_to(c), follow_ghost):
+            fast.set_capacity(c)
+            ref.set_capacity(c, int(round(fast.lru_fraction * c)), fast._s.ghost.shape[0])
+            assert fast.capacity_rows == c and fast._s.n <= c
+    _check_same_state(fast, ref)
 
 
 @settings(max_examples=300, deadline=None)
 @given(capacity=st.integers(1, 6), lru_fraction=st.sampled_from([0.0, 0.34, 0.5, 1.0]),
        ghost_factor=st.sampled_from([0.0, 1.0, 3.0, 0.2]), ops=ops)
 def test_matches_reference(capacity, lru_fraction, ghost_factor, ops):
-    fast = RowCache(capacity, W, lru_fraction=lru_fraction, ghost_factor=ghost_factor)
-    ref = RefCache(capacity, int(round(lru_fraction * capacity)), fast._ghost.shape[0])
+    _play(RowCache(capacity, W, lru_fraction=lru_fraction, ghost_factor=ghost_factor), ops)
+
+
+def _play(fast: RowCache, ops) -> None:
+    ref = RefCache(fast.capacity_rows, int(round(fast.lru_fraction * fast.capacity_rows)), fast._s.ghost.shape[0])
     for version, op in enumerate(ops):
-        kind = op[0]
-        if kind == "lookup":
-            _, keys, pin = op
-            rows, hit = fast.lookup(_u(keys), pin=pin)
-            want_hit, want_n = ref.lookup(keys, pin)
-            assert hit.tolist() == want_hit
-            assert fast.stats().per_batch_hits[-1] == want_n
-            for i, k in enumerate(keys):
-                np.testing.assert_array_equal(rows[i], ref.e[k]["row"] if want_hit[i] else np.zeros(W))
-        elif kind == "put":
-            _, keys, pin, dirty = op
-            r = _rows(keys, version)
-            freq = [1 + (k % 3) for k in keys]
-            try:
-                want = ref.put(keys, r, [dirty] * len(keys), pin, freq)
-            except BudgetExceeded:
-                with pytest.raises(CacheBudgetError):
-                    fast.put(_u(keys), r, dirty=dirty, pin=pin, freq=np.array(freq))
-            else:
-                _same_evicted(fast.put(_u(keys), r, dirty=dirty, pin=pin, freq=np.array(freq)), want)
-        elif kind == "unpin":
-            keys = op[1]
-            bad = ref.unpin(keys)
-            if bad:
-                with pytest.raises(InvalidInputError):
-                    fast.unpin(_u(keys))
-            else:
-                fast.unpin(_u(keys))
-        elif kind == "update":
-            keys = op[1]
-            r = _rows(keys, version)
-            assert fast.update(_u(keys), r).tolist() == ref.update(keys, r)
-        else:
-            n = op[1]
-            try:
-                want = ref.make_room(n)
-            except BudgetExceeded:
-                with pytest.raises(CacheBudgetError):
-                    fast.make_room(n)
-            else:
-                _same_evicted(fast.make_room(n), want)
-        _check_same_state(fast, ref)
+        _apply(fast, ref, version, op)
+        assert fast._s.n <= fast.capacity_rows
+
+
+@settings(max_examples=300, deadline=None)
+@given(capacity=st.integers(1, 24), lru_fraction=st.sampled_from([0.0, 0.34, 1.0]),
+       ghost_factor=st.sampled_from([0.0, 1.0, 3.0]), ops=resizing_ops)
+def test_growing_and_shrinking_match_reference(capacity, lru_fraction, ghost_factor, ops):
+    """Arrays that start at one slot and double as rows arrive (and shrink with the capacity) make
+    the decisions of the reference cache of that capacity: growing changes nothing, set_capacity
+    evicts in the policy's order and keeps every row's place in it."""
+    with mock.patch.object(_cache, "INITIAL_SLOTS", 1):
+        fast = RowCache(capacity, W, lru_fraction=lru_fraction, ghost_factor=ghost_factor)
+    assert fast._s.n == 1
+    _play(fast, ops)
+
+
+def test_growth_keeps_what_the_ghost_remembers():
+    """Keys taken out while the cache is small are remembered in its small ghost table; after it
+    grew (with its ghost table) their counts come back as the reference's do."""
+    with mock.patch.object(_cache, "INITIAL_SLOTS", 1):
+        fast = RowCache(24, W, lru_fraction=0.0, ghost_factor=3.0)
+    ref = RefCache(24, 0, fast._s.ghost.shape[0])
+    for version, op in enumerate([("take", list(range(41))), ("put", list(range(24)), False, True),
+                                  ("make_room", 24)]):
+        _apply(fast, ref, version, op)
+    assert fast._s.ghost.shape[0] == 128 and fast.stats().evicted == 24
+
+
+def test_memory_follows_the_rows_not_the_capacity():
+    """A cache whose capacity is 1 M rows of 128 B holds 10 k rows in the arrays of 16 k slots (a
+    4 GiB budget over a 10 k-row table allocated its whole capacity up front before); lowering the
+    capacity gives the memory back."""
+    big = RowCache.bytes_for(1 << 20, 32)
+    c = RowCache(1 << 20, 32)
+    keys = np.arange(10_000, dtype=np.uint64)
+    for a in range(0, 10_000, 1000):
+        c.put(keys[a:a + 1000], np.ones((1000, 32), np.float32))
+    assert len(c) == 10_000 and c.nbytes == RowCache.bytes_for(16_384, 32) < big / 50
+    rows, found = c.peek(keys)
+    assert found.all() and (rows == 1).all()
+    ev = c.evict_to(2000)
+    c.set_capacity(2000)
+    assert ev.keys.shape[0] == 8000 and len(c) == 2000 and c.nbytes == RowCache.bytes_for(2000, 32)
+    rows, found = c.peek(keys)
+    assert found.sum() == 2000 and (rows[found] == 1).all()
+    assert np.intersect1d(keys[found], ev.keys).shape[0] == 0
 
 
 def test_lru_and_lfu_orders():

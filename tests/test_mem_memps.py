@@ -1,12 +1,14 @@
 """MemPS over a store: round trips against a flat dict model; dirty rows always reach the store."""
 
+from unittest import mock
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hps.errors import CacheBudgetError, InvalidInputError
-from hps.mem import MemPS, RowInitializer, owner_of
+from hps.mem import MemPS, RowCache, RowInitializer, owner_of
 from tests.reference.store import DictStore
 
 EMB, W = 3, 4
@@ -116,9 +118,58 @@ def test_push_of_uncached_keys_and_stats():
     assert s["budget_bytes"] == 3 * W * 4
 
 
-def test_budget_bytes():
-    mem = MemPS(DictStore(W), W, budget_bytes=10 * W * 4 + 3, initializer=RowInitializer(EMB, W))
-    assert mem.cache.capacity_rows == 10
+def test_budget_bytes_cover_the_cache_structures():
+    """budget_bytes is the cache's DRAM with its state, key map and ghost table (the rows alone took
+    2.1-3x of it before), and a budget below one row of those is refused."""
+    budget = 4 << 20
+    mem = MemPS(DictStore(32), 32, budget_bytes=budget, initializer=RowInitializer(16, 32))
+    assert mem.cache.capacity_rows == RowCache.rows_for_bytes(budget, 32) < budget // 128 // 2
+    keys = np.arange(40_000, dtype=np.uint64)
+    mem.push(keys, np.ones((keys.shape[0], 32), np.float32))   # more rows than fit: the first are dumped
+    assert len(mem.cache) == mem.cache.capacity_rows and mem.cache.nbytes <= budget
+    with pytest.raises(InvalidInputError, match="cannot hold 1 cache rows"):
+        MemPS(DictStore(W), W, budget_bytes=1000, initializer=RowInitializer(EMB, W))
+
+
+def test_budget_bytes_count_the_store_index_as_it_grows(tmp_path):
+    """Over an SSDStore the cache yields to the store's key index as the table grows: the tier's
+    DRAM (cache + index + block crcs) stays within budget_bytes, also at each rebuild of the index
+    (old and new arrays and the entries moved), every row stays readable, and once the index alone
+    outgrows the budget a write is one clear CacheBudgetError that loses nothing."""
+    from hps._index import KeyIndex
+
+    ssd = pytest.importorskip("hps.ssd")
+    budget, width = 3 << 20, 32
+    init = RowInitializer(16, width)
+    rng = np.random.default_rng(1)
+    held = []   # DRAM of the tier at each rebuild of the store's index, and after each step
+    caps = []
+    with ssd.SSDStore(tmp_path / "store", width, rows_per_file=4096,
+                      options=ssd.SSDOptions(background=False, compact_batch_bytes=64 << 10)) as store:
+        mem = MemPS(store, width, budget_bytes=budget, initializer=init)
+        crcs = lambda: sum(f.crcs.nbytes for f in store._cat._files.values())  # noqa: E731 (its lock is held)
+        alloc = KeyIndex._alloc
+
+        def watched(index, capacity):
+            old, moved = index.nbytes, (16 + 8 * index.width) * len(index)
+            alloc(index, capacity)
+            held.append(mem.cache.nbytes + crcs() + old + moved + index.nbytes)
+
+        written = np.empty(0, np.uint64)
+        with mock.patch.object(KeyIndex, "_alloc", watched), pytest.raises(CacheBudgetError, match="key index"):
+            for step in range(400):
+                keys = np.arange(step * 1000, (step + 1) * 1000, dtype=np.uint64)
+                keys = np.concatenate([keys, rng.choice(written, min(300, written.shape[0]), replace=False)])
+                rows = mem.pull(keys)
+                mem.push(keys, rows + 1)
+                written = np.union1d(written, keys)
+                held.append(mem.cache.nbytes + store.index_bytes())
+                caps.append(mem.cache.capacity_rows)
+        assert max(held) <= budget
+        assert min(caps) <= max(caps) // 2   # the cache gave way to the index
+        assert written.shape[0] > 10_000 and mem.stats()["dumped"] > 0
+        rows = mem.read(written)
+        assert (rows[:, :16] != init(written)[:, :16]).all()   # every row was updated, none lost
 
 
 def test_initializer_determinism():
@@ -210,9 +261,9 @@ def test_from_config():
     from hps.errors import InvalidInputError
     from hps.mem import MemConfig
 
-    cfg = MemConfig(budget_bytes=64 * W * 4, seed=7)
+    cfg = MemConfig(budget_bytes=64 << 10, seed=7, ghost_factor=1.0)
     mem = MemPS.from_config(DictStore(W), EMB, W, cfg)
-    assert mem.cache.capacity_rows == 64
+    assert mem.cache.capacity_rows == RowCache.rows_for_bytes(64 << 10, W, ghost_factor=1.0) > 0
     np.testing.assert_array_equal(mem.pull(_u([3])), RowInitializer(EMB, W, seed=7)(_u([3])))
     with pytest.raises(InvalidInputError):
         MemConfig(lru_fraction=2.0)

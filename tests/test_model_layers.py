@@ -64,14 +64,14 @@ def test_cross_net_forward_and_gradients(n_layers):
     p = _params(net.init, rng)
     x0 = rng.normal(size=(6, 4))
     R = rng.normal(size=(6, 4))
-    y, ctx = net.forward(p, x0)
+    y, ctx = net.forward(np, p, x0)
     for e in range(6):
         np.testing.assert_allclose(y[e], ref.cross_net(p, x0[e]), rtol=1e-12)
     grads = {}
-    dx0 = net.backward(p, ctx, R, grads)
+    dx0 = net.backward(np, p, ctx, R, grads)
 
     def f():
-        return float((net.forward(p, x0)[0] * R).sum())
+        return float((net.forward(np, p, x0)[0] * R).sum())
 
     _check_grad(f, x0, dx0, "x0")
     for k in p:

@@ -62,7 +62,8 @@ def test_a_ranks_error_is_written_whole_in_one_call(monkeypatch):
     could land (under mpiexec the two ranks' lines ran together about half the time)."""
     from hps.comm import _failure
     from hps.errors import InvalidInputError
-    from hps.train._cli import EXIT_BAD_INPUT, _fail
+    from hps.cli import EXIT_BAD_INPUT
+    from hps.cli import fail as _fail
 
     err, comm = _Stream(), _Comm()
     monkeypatch.setattr("sys.stderr", err)

@@ -16,7 +16,8 @@ from hps.data import make_keys
 from hps.data._parse_kernels import _fnv1a
 from hps.metrics import auc
 from hps.train import run
-from hps.train._cli import parse_config, predict_main
+from hps.cli import parse_config
+from hps.predict._main import predict_main
 
 COMMON = ["--batch-size", "512", "--minibatch-size", "128", "--embedding-dim", "8", "--hidden", "16",
           "--no-progress", "--epochs", "2"]

@@ -9,7 +9,8 @@ import subprocess
 import pytest
 
 from hps.errors import InvalidInputError
-from hps.train._cli import main, predict_main
+from hps.predict._main import predict_main
+from hps.train import main
 from hps.train._preflight import check_outputs, check_writable
 from tests.test_data_format import SMALL, _csv
 

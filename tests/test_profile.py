@@ -8,7 +8,7 @@ from hps.errors import InvalidInputError
 from hps.mem import unique_counts
 from hps.profile import (ChunkSample, examples_all_hot, hot_mask, profile, read_profile, search_threshold,
                          t_quantile, write_profile)
-from hps.profile._cli import main
+from hps.profile._main import main
 
 
 @pytest.mark.parametrize("confidence, df, expected", [(0.95, 1, 12.7062047), (0.95, 10, 2.2281389),

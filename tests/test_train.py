@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hps.train import load_export, main
-from hps.train._budget import budget_for_rows
+from tests.budgets import smallest_spill_budget, spill_budget
 from tests.conftest import _gpu_available
 
 SMALL = ["--rows", "12000", "--fields", "4", "--vocab-per-field", "3000", "--batch-size", "2048",
@@ -77,14 +77,12 @@ def test_without_eval_data_the_report_says_no_auc(tmp_path, capsys):
 def test_spilling_to_ssd_is_lossless(tmp_path, model, optimizer):
     """A DRAM budget of ~10 % of the table (rows spill to SSD and come back) gives the same model,
     for every model (first-order weights move with their rows) and every row optimizer's state."""
-    from hps.model import MODELS, make_sparse_optimizer
-
+    # rows of 32 + state: a MEM-PS that must hold the table's SSD-PS index at its end caches well below
+    # the table (with 8 the index, which the cache lends its room while it is small, costs about a row)
     shape = ["--rows", "24000", "--vocab-per-field", "20000", "--batch-size", "512", "--minibatch-size", "128",
-             "--model", model, "--sparse-optimizer", optimizer]
+             "--model", model, "--sparse-optimizer", optimizer, "--embedding-dim", "32"]
     ref, mref = run_cli(tmp_path, "mem", *shape)
-    n_rows = ref[0].shape[0]
-    width = make_sparse_optimizer(optimizer, 0.1).row_width(8 + MODELS[model].first_order)
-    budget = budget_for_rows(n_rows // 10, width)  # rows: parameters + optimizer state
+    budget = spill_budget([*SMALL, *shape, "--rows-per-file", "512"], ref[0].shape[0] // 10, ref[0].shape[0])
     spill, mspill = run_cli(tmp_path, "spill", *shape, "--mem-budget", str(budget), "--rows-per-file", "512")
     assert mspill["ssd_bytes_read"] > 0 and mspill["cache_hit_rate"] < mref["cache_hit_rate"]
     assert_same_model(ref, spill, 1e-6)
@@ -173,12 +171,20 @@ def test_frappe_matches_the_in_memory_reference(shared_data, tmp_path):
     frappe = shared_data / "frappe"
     train, test = frappe / "frappe.validation.libfm", frappe / "frappe.test.libfm"
     metrics = tmp_path / "frappe.json"
-    # batches of 1024, a MEM-PS budget of 700 KB and an HBM-PS of 2,048 rows (512 KiB): Frappe's 5,328
-    # keys do not fit both, so rows leave the HBM-PS, spill to the SSD-PS and are read back
-    code = main(["--format", "libsvm", "--data", str(train), "--eval-data", str(test), "--batch-size", "1024",
-                 "--minibatch-size", "512", "--embedding-dim", "10", "--hidden", "64,32", "--mem-budget", "700KB",
-                 "--hbm-budget", "512KiB",
-                 "--no-progress", "--metrics-out", str(metrics)])
+    # batches of 1024 and about the smallest budget they allow: a MEM-PS that holds the SSD-PS index of
+    # Frappe's 5,328 keys (rows of 10 + 10 floats) at its largest, room the cache has while the table
+    # is small: fewer rows than the table, so rows spill; an HBM-PS cache of 2,048 rows (512 KiB) below
+    # the table, so rows leave it for the MEM-PS. Files of 256 rows keep a compaction's batch
+    # below the index's first capacity (a larger one makes the store count the index's growth by a
+    # bound of twice its size)
+    args = ["--format", "libsvm", "--data", str(train), "--eval-data", str(test), "--batch-size", "1024",
+            "--minibatch-size", "512", "--embedding-dim", "10", "--hidden", "64,32", "--no-progress",
+            "--rows-per-file", "256", "--hbm-budget", "512KiB"]
+    budget = smallest_spill_budget(lambda b: subprocess.run([sys.executable, "-m", "hps.train", *args,
+                                                             "--mem-budget", str(b)],
+                                                            capture_output=True, text=True, timeout=300),
+                                   5328, 80, rows_per_file=256)
+    code = main([*args, "--mem-budget", str(budget), "--metrics-out", str(metrics)])
     assert code == 0
     m = json.loads(metrics.read_text())
     assert m["eval_examples"] == 28860 and m["ssd_bytes_read"] > 0
@@ -221,7 +227,7 @@ def test_a_missing_checkpoint_is_reported_before_the_warm_up(tmp_path, monkeypat
 
     calls = []
     monkeypatch.setattr(_warmup, "warm_up", lambda *a, **k: calls.append(1) or 0.0)
-    from hps.train._cli import parse_config
+    from hps.cli import parse_config
     from hps.train._trainer import Trainer
 
     trainer = Trainer(parse_config([*SMALL, "--resume", "--checkpoint-dir", str(tmp_path / "none")]))

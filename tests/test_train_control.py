@@ -1,6 +1,6 @@
-"""Training control (issue 14, item 3): --eval-every (the eval curve), --early-stop (the stop and the
-best checkpoint), learning-rate schedules, the seeded streaming shuffle, and the eval curve in
---plots."""
+"""Training control (docs/training.md, "Evaluation during training and early stopping"): --eval-every
+(the eval curve), --early-stop (the stop and the best checkpoint), learning-rate schedules, the seeded
+streaming shuffle, and the eval curve in --plots."""
 
 import math
 import shutil
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from hps.data import Batch, SyntheticData
-from hps.train import _checkpoint, main
+from hps.formats import _checkpoint
+from hps.train import main
 from hps.train._control import TrainingControl
 from hps.train._schedule import lr_factor
 from hps.train._shuffle import shuffled, take

@@ -6,12 +6,14 @@ import json
 import pytest
 
 from hps.train import load_export
+from tests.budgets import SPILL as BUDGET_PLACEHOLDER
+from tests.budgets import resolve_spill
 from tests.test_train_mpi import SMALL, compare, criteo_args, criteo_file, kill_rank_mid_run, mpirun
 
 pytestmark = pytest.mark.mpi
 
-SPILL = ["--ranks-per-node", "2", "--mem-budget", "300KB", "--rows-per-file", "128"]
-SPILL_SYN = ["--mem-budget", "500KB", "--rows-per-file", "128"]  # synthetic: bigger working sets
+SPILL = ["--ranks-per-node", "2", "--mem-budget", BUDGET_PLACEHOLDER, "--rows-per-file", "128"]
+SPILL_SYN = ["--mem-budget", BUDGET_PLACEHOLDER, "--rows-per-file", "128"]
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +32,8 @@ def run(mpiexec, n, args, out):
     ("criteo", 4, ["--model", "wdl", *SPILL]),
 ])
 def test_staleness_0_trains_exactly_like_bsp(mpiexec, data_file, tmp_path, data, n, extra):
-    args = [*(SMALL if data == "synthetic" else criteo_args(data_file)), *extra]
+    args = resolve_spill([*(SMALL if data == "synthetic" else criteo_args(data_file)), *extra],
+                         lambda a: mpirun(mpiexec, n, a), 6000 / n)   # the criteo file has about 4,800 keys
     (tmp_path / "bsp").mkdir()
     (tmp_path / "het").mkdir()
     bsp, mb = run(mpiexec, n, [*args, "--consistency", "bsp"], tmp_path / "bsp")
@@ -48,6 +51,7 @@ def test_resume_reproduces_an_uninterrupted_het_run(mpiexec, tmp_path):
     not: a run stopped after epoch 1 and resumed ends exactly where the uninterrupted one does."""
     args = [*SMALL, "--consistency", "het", "--staleness", "100", "--het-cache", "0.05", "--het-policy", "lru",
             "--checkpoint-every", "2", *SPILL_SYN]
+    args = resolve_spill(args, lambda a: mpirun(mpiexec, 2, a), 12_000 / 2)   # 4 fields x 3,000 values
     ck = str(tmp_path / "ck")
     (tmp_path / "full").mkdir()
     full, m = run(mpiexec, 2, [*args, "--epochs", "2"], tmp_path / "full")

@@ -1,4 +1,4 @@
-"""Hierarchical Training under mpiexec (issue 17): --dense-sync easgd with --groups, --compress.
+"""Hierarchical Training (seeds/002 §3) under mpiexec: --dense-sync easgd with --groups, --compress.
 
 - the EASGD mechanism against a serial NumPy EASGD (tests/mpi/check_easgd.py: groups of N/2 and of
   1, checkpoint state restored mid-run, bf16 rounds);

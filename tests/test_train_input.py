@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from hps.train._cli import parse_config
+from hps.cli import parse_config
 
 SMALL = ["--rows", "2000", "--fields", "3", "--vocab-per-field", "500", "--batch-size", "512",
          "--minibatch-size", "128", "--hidden", "8", "--embedding-dim", "4", "--no-progress"]
@@ -99,9 +99,9 @@ def test_largest_seed_trains(tmp_path):
 
 
 @pytest.mark.parametrize("args, needles", [
-    (["--embedding-dim", "100000000"], ["GiB of memory", "but this machine has", "--embedding-dim"]),
-    (["--hidden", "4000000000"], ["GiB of memory", "--hidden"]),
-    (["--hbm-capacity", "100000000000"], ["HBM-PS slot keys 2,048.0 GiB", "--hbm-capacity"]),
+    (["--embedding-dim", "100000000"], ["GiB of memory", "but its memory budget is", "--embedding-dim"]),
+    (["--hidden", "4000000000"], ["TiB of memory", "--hidden"]),
+    (["--hbm-capacity", "100000000000"], ["HBM-PS slot keys 2.0 TiB", "--hbm-capacity"]),
     (["--fields", "65537"], ["fields must be between 1 and 65535"]),
     (["--format", "libsvm", "--data", "x.libsvm", "--libsvm-fields", "70000"], ["libsvm-fields must be between 1 and 65535"]),
 ])

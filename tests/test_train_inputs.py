@@ -11,7 +11,7 @@ import zstandard
 import hps
 from hps import InvalidInputError
 from hps.train import main
-from hps.train._cli import parse_config
+from hps.cli import parse_config
 
 from .test_train_mpi import compare, criteo_file, mpirun
 

@@ -11,7 +11,7 @@ import pytest
 from hps import InvalidInputError
 from hps.config import ModelOptions
 from hps.train import load_export, main
-from hps.train._cli import parse_config
+from hps.cli import parse_config
 
 SMALL = ["--rows", "6000", "--fields", "4", "--vocab-per-field", "2000", "--batch-size", "1024",
          "--minibatch-size", "256", "--hidden", "16,8", "--embedding-dim", "8", "--no-progress"]

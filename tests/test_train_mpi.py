@@ -15,6 +15,8 @@ from hps.comm._wait import node_cores
 from hps.data import CriteoReader
 from hps.mem import owner_of
 from hps.train import load_export, main
+from tests.budgets import SPILL as BUDGET_PLACEHOLDER
+from tests.budgets import resolve_spill
 
 pytestmark = pytest.mark.mpi
 
@@ -94,10 +96,11 @@ def reference(tmp_path_factory, data_file):
     return get
 
 
-# just above one batch's working set per rank (231.5 KiB), and an HBM-PS cache of 1,024 rows (192 KiB; wdl rows are wider)
-# below each rank's share of the table: rows leave every rank's HBM-PS for its MEM-PS and come back.
-# (The two caches together hold a rank's ~1,200 keys, so the SSD-PS is not read back here.)
-SPILL = ["--ranks-per-node", "2", "--mem-budget", "240KB", "--rows-per-file", "128", "--hbm-budget", "192KiB"]
+# a MEM-PS just above one batch's working set per rank, beside the SSD-PS index of the rank's table, and
+# an HBM-PS cache of 1,024 rows (192 KiB; wdl rows are wider) below each rank's share of the table:
+# rows leave every rank's HBM-PS for its MEM-PS, spill to the SSD-PS and come back
+SPILL = ["--ranks-per-node", "2", "--mem-budget", BUDGET_PLACEHOLDER, "--rows-per-file", "128",
+         "--hbm-budget", "192KiB"]
 
 
 @pytest.mark.parametrize("data, n, k, model, extra", [
@@ -113,8 +116,9 @@ def test_ranks_end_with_the_model_of_one_process_reading_the_same_shards(mpiexec
                                                                           tmp_path, data, n, k, model, extra):
     ref, mref = reference(data, k, model)
     args = SMALL if data == "synthetic" else criteo_args(data_file)
-    proc = mpirun(mpiexec, n, [*args, *model, *extra, *(["--data-shards", str(k)] if k != n else []),
-                               "--export", str(tmp_path / "model"), "--metrics-out", str(tmp_path / "m.json")])
+    argv = resolve_spill([*args, *model, *extra, *(["--data-shards", str(k)] if k != n else [])],
+                         lambda a: mpirun(mpiexec, n, a), 1.3 * mref["table_rows"] / n)
+    proc = mpirun(mpiexec, n, [*argv, "--export", str(tmp_path / "model"), "--metrics-out", str(tmp_path / "m.json")])
     assert proc.returncode == 0, proc.stderr[-3000:]
     compare(ref, load_export(tmp_path / "model", first_order=True), 1e-5)
     m = json.loads((tmp_path / "m.json").read_text())

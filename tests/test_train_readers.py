@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hps.config import Config
-from hps.train import _checkpoint
+from hps.formats import _checkpoint
 from hps.train._feed import MAX_DEFAULT_READERS, OTHER_STAGE_CORES, Feed, reader_threads
 from tests.test_data_criteo import _assert_same, _random_lines
 from hps.train import load_export, main

@@ -2,6 +2,7 @@
 path another job holds (naming that job), reclaims one whose job provably died (kill -9, a reboot, a
 pid reused) removing only what hps made, and removes its store at the end unless ``--keep-ssd``."""
 
+import functools
 import json
 import os
 import shutil
@@ -17,11 +18,17 @@ import pytest
 from hps.errors import InvalidInputError
 from hps.ssd import SSDStore
 from hps.train import Trainer, _ssd_dir, load_export, main
-from hps.train._cli import parse_config
+from hps.cli import parse_config
+from tests.budgets import spill_budget
 from tests.test_train import SMALL, assert_same_model, run_cli
 
 ROWS = ["--rows", "4096"]
-BUDGET = "1600KB"  # below the table (~4,800 cached rows with their maps and ghost table): rows spill to the SSD-PS
+
+
+@functools.cache
+def budget() -> str:
+    """A --mem-budget whose MEM-PS caches 1,500 rows, below the table (~4,800 rows): rows spill to the SSD-PS."""
+    return str(spill_budget([*SMALL, *ROWS], 1500, 12_000))
 
 
 def _tree(path):
@@ -58,7 +65,7 @@ def test_an_empty_rank_directory_is_used_and_left_as_found(tmp_path):
 
 def test_keep_ssd_keeps_the_store_and_the_next_job_refuses_to_delete_it(tmp_path, capsys):
     ssd = tmp_path / "ssd"
-    assert main([*SMALL, *ROWS, "--ssd-path", str(ssd), "--keep-ssd", "--mem-budget", BUDGET]) == 0
+    assert main([*SMALL, *ROWS, "--ssd-path", str(ssd), "--keep-ssd", "--mem-budget", budget()]) == 0
     store = ssd / "rank0-of-1" / "store"
     assert f"SSD-PS kept in {store} (--keep-ssd)" in capsys.readouterr().out
     with SSDStore(store, dim=16) as s:  # 8 embedding + 8 Adagrad columns
@@ -75,7 +82,7 @@ def test_a_second_job_on_the_same_path_is_refused_and_the_first_is_unharmed(tmp_
     """The first job (this process) holds the path; the second (a subprocess) must neither delete nor
     reuse its store, and must say which job holds it. The first then trains to the exact model."""
     ssd = tmp_path / "ssd"
-    first = Trainer(parse_config([*SMALL, "--ssd-path", str(ssd), "--mem-budget", BUDGET]))
+    first = Trainer(parse_config([*SMALL, "--ssd-path", str(ssd), "--mem-budget", budget()]))
     try:
         second = subprocess.run([sys.executable, "-m", "hps.train", *SMALL, *ROWS, "--ssd-path", str(ssd)],
                                 capture_output=True, text=True, timeout=300)
@@ -87,7 +94,7 @@ def test_a_second_job_on_the_same_path_is_refused_and_the_first_is_unharmed(tmp_
     finally:
         first.close()
     assert not ssd.exists()
-    ref, _ = run_cli(tmp_path, "ref", "--mem-budget", BUDGET)
+    ref, _ = run_cli(tmp_path, "ref", "--mem-budget", budget())
     assert_same_model(ref, load_export(tmp_path / "first"), 0.0)
 
 
@@ -95,7 +102,8 @@ def test_a_second_job_on_the_same_path_is_refused_and_the_first_is_unharmed(tmp_
 
 _STOP_AFTER_SECOND_CHECKPOINT = textwrap.dedent("""
     import sys, time
-    from hps.train import _checkpoint, main
+    from hps.formats import _checkpoint
+    from hps.train import main
     real, calls = _checkpoint.save, []
     def save(*args, **kwargs):
         out = real(*args, **kwargs)
@@ -110,7 +118,7 @@ _STOP_AFTER_SECOND_CHECKPOINT = textwrap.dedent("""
 
 
 def _flags(tmp_path):
-    return [*SMALL, "--epochs", "2", "--ssd-path", str(tmp_path / "ssd"), "--mem-budget", BUDGET,
+    return [*SMALL, "--epochs", "2", "--ssd-path", str(tmp_path / "ssd"), "--mem-budget", budget(),
             "--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "2"]
 
 
@@ -139,7 +147,7 @@ def _kill_9(tmp_path):
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     d = tmp_path_factory.mktemp("ref")
-    model, _ = run_cli(d, "ref", "--epochs", "2", "--mem-budget", BUDGET)
+    model, _ = run_cli(d, "ref", "--epochs", "2", "--mem-budget", budget())
     return model
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from hps.config import Config
 from hps.train import Trainer, _warmup
-from hps.train._budget import budget_for_rows
+from tests.budgets import spill_budget
 
 # In a fresh process (no kernel loaded yet): warm up, then count the Numba specialisations the timed
 # training and evaluation add — compiled or loaded from the cache, each would count into examples/s.
@@ -55,8 +55,8 @@ def test_the_timed_training_compiles_nothing(tmp_path, case):
         for synthetic_only in ("rows", "fields", "vocab_per_field"):
             del flat[synthetic_only]
         flat.update(format="libsvm", data=_libsvm(tmp_path / "train.libfm"), eval_data=str(tmp_path / "train.libfm"),
-                    batch_size=128, minibatch_size=32, mem_budget=budget_for_rows(600, 16, 64), rows_per_file=64,
-                    checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=2)
+                    batch_size=128, minibatch_size=32, rows_per_file=64)
+        flat.update(mem_budget=spill_budget(flat, 600), checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=2)
     proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(flat)], capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

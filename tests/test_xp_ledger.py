@@ -139,11 +139,3 @@ def test_placement_spreads_parts_round_robin_and_refuses_gpus_it_has_not(monkeyp
     b = pl.peer(a, 0, 2, led)
     assert b is not a and (b == a).all() and led.metrics()["peer_bytes"] == a.nbytes
 
-
-def test_blas_pool_defaults_to_this_ranks_cores_but_one():
-    from hps.train._blas import blas_threads
-
-    assert blas_threads(None, 8) == 7 and blas_threads(None, 2) == 1 and blas_threads(None, 1) == 1
-    assert blas_threads(3, 2) == 3                                   # asked for: as asked
-    with pytest.raises(InvalidInputError, match="--blas-threads"):
-        blas_threads(0, 4)

@@ -8,12 +8,15 @@ of the communicator in the same order. Run the rank's work under :func:`run_guar
     topo = Topology(comm, ranks_per_node=2)           # 4 ranks -> 2 "nodes" x 2 "GPUs"
     keys, sums = sparse_allreduce(topo, keys, grads)  # union of keys, summed rows, same bits everywhere
     dense = dense_allreduce(topo, dense_grads)
+    ordered_allreduce(comm, vec)                      # in place, every element summed in rank order
+    keys, sums = ordered_sparse_allreduce(comm, keys, grads)  # the same, for rows of keys
     rows = pull_remote(comm, keys, owner, serve_fn)   # rows of keys from their owner ranks
 """
 
 from ._cuda import ENV_FORCE, cuda_aware, is_device_array, local_cuda_support, to_device_like, to_host
 from ._dense import dense_allreduce
 from ._exchange import exchange, pull_remote, push_to_owners
+from ._ordered import allgather_chunks, fold, ordered_allreduce, ordered_reduce_scatter, ordered_sparse_allreduce
 from ._failure import abort_job, abort_on_error, failure_message, install_excepthook, run_guarded
 from ._sparse import compile_kernels, sparse_allreduce, sparse_allreduce_allgather
 from ._compress import COMPRESS_MODES, Compression
@@ -29,6 +32,11 @@ __all__ = [
     "sparse_allreduce_allgather",
     "compile_kernels",
     "dense_allreduce",
+    "ordered_allreduce",
+    "ordered_sparse_allreduce",
+    "ordered_reduce_scatter",
+    "allgather_chunks",
+    "fold",
     "exchange",
     "pull_remote",
     "push_to_owners",

@@ -1,7 +1,7 @@
-"""``python -m hps.convert``: see ``hps.convert._cli``."""
+"""``python -m hps.convert``: see ``hps.convert._main``."""
 
 import sys
 
-from ._cli import main
+from ._main import main
 
 sys.exit(main())

@@ -26,16 +26,14 @@ from pathlib import Path
 import numpy as np
 
 from ..data import HASHING_VERSION, FixedBatch, is_converted, open_dataset, share_bounds
-from ..data._converted import LAYOUT_VERSION, MANIFEST, META_KEY, ROW_GROUP_ROWS, read_manifest
+from ..data._converted import (COMPRESSIONS, DEFAULT_MAX_SHARDS, LAYOUT_VERSION, MANIFEST, META_KEY, ROW_GROUP_ROWS,
+                              read_manifest)
 from ..data._shards import split_segments
 from ..errors import InvalidInputError
+from ..formats import fsync_path
 
-#: Shards up to which the conversion keeps the source's shards exactly (see the module docstring).
-DEFAULT_MAX_SHARDS = 8
 #: Rows of a file when ``rows_per_file`` is not given (about 1.1 GB at 26 fields and 13 dense).
 DEFAULT_ROWS_PER_FILE = 1 << 22
-#: Compression of the pages: none reads fastest (hashed keys hardly compress; ``bench/bench_feed.py``).
-COMPRESSIONS = ("none", "snappy", "zstd")
 
 
 def check_out(out: Path) -> dict | None:
@@ -152,7 +150,7 @@ class _Writer:
         for f in self.files:
             path = self.tmp / f["name"]
             f["bytes"] = path.stat().st_size
-            _fsync(path)
+            fsync_path(path)
 
 
 def schema_of(n_dense: int, n_fields: int, fixed_width: bool):
@@ -188,14 +186,6 @@ def _table(part, schema):
         arrays.append(pa.ListArray.from_arrays(offsets, pa.array(part.keys), type=schema.field("keys").type))
         arrays.append(pa.ListArray.from_arrays(offsets, pa.array(part.weights), type=schema.field("weights").type))
     return pa.Table.from_arrays(arrays, schema=schema)
-
-
-def _fsync(path: Path, directory: bool = False) -> None:
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def source_record(fmt: str, reader, options: dict) -> dict:
@@ -256,7 +246,7 @@ def convert(fmt: str, data, out, options: dict | None = None, *, rows_per_file: 
         manifest = dict(meta, files=writer.files, rows=writer.rows, shards={str(k): v for k, v in shards.items()},
                         malformed=reader.stats.malformed, max_shards=max_shards)
         _write_json(tmp / MANIFEST, manifest)
-        _fsync(tmp, directory=True)
+        fsync_path(tmp, directory=True)
         _swap_in(tmp, out, old)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # our own directory: only files this call wrote
@@ -333,4 +323,4 @@ def _swap_in(tmp: Path, out: Path, old: dict | None) -> None:
             (aside / f["name"]).unlink(missing_ok=True)
         (aside / MANIFEST).unlink(missing_ok=True)
         aside.rmdir()
-    _fsync(out.parent, directory=True)
+    fsync_path(out.parent, directory=True)

@@ -53,6 +53,11 @@ META_KEY = b"hps"
 MANIFEST = ".hps-convert.json"
 #: Rows of a row group (cut earlier at a shard's first row): 65,536 rows of 26 keys are 14 MB.
 ROW_GROUP_ROWS = 1 << 16
+#: ``hps.convert``: shards up to which a conversion keeps the source's shards exactly (``hps.convert._write``).
+DEFAULT_MAX_SHARDS = 8
+#: ``hps.convert``: compression of the pages: none reads fastest (hashed keys hardly compress;
+#: ``bench/bench_feed.py``).
+COMPRESSIONS = ("none", "snappy", "zstd")
 #: Options of the CSV/Parquet readers a converted directory answers itself (its columns are fixed).
 COLUMN_OPTIONS = ("dense_columns", "ignore_columns", "categorical_columns")
 

@@ -1,7 +1,7 @@
 """``TransferLedger``: the one helper every host <-> device copy of the training path goes through.
 
 It copies and counts: bytes by direction and purpose, plus how many mini-batches ran, so a run can
-show that no row, key or gradient crosses PCIe inside the mini-batch loop (issue 12, item 2).
+show that no row, key or gradient crosses PCIe inside the mini-batch loop (docs/gpu.md, "The transfer ledger").
 
 Purposes (``PURPOSES``; metrics keys, so never renamed):
 

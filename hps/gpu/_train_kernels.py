@@ -1,4 +1,4 @@
-"""CUDA kernels of GPU-resident training: rows stay in the HBM-PS table (issue 12).
+"""CUDA kernels of GPU-resident training: rows stay in the HBM-PS table (docs/gpu.md).
 
 Kernels and device functions only (no state, no I/O; every constant is an argument or a literal).
 The table arrays come from :meth:`hps.HashTable.device_view` (layout in ``hps/table/_cpu_kernels.py``):

@@ -15,7 +15,7 @@ your streams yourself) — or, under the CUDA simulator, NumPy arrays standing i
 Table access is a :class:`hps.table.TableView` from ``with table.device_view() as view:``, which keeps
 the table's lock (no purge or growth) while the kernels are enqueued.
 
-One mini-batch, per the plan of issue 12 (``u`` unique keys, ``nnz`` occurrences, ``n`` examples,
+One mini-batch (docs/gpu.md, "Per batch"; ``u`` unique keys, ``nnz`` occurrences, ``n`` examples,
 ``F`` fields, ``P`` parameter columns)::
 
     find_slots_async(view, keys, slots, scalars.missing)               # slots (u,) int64

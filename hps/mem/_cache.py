@@ -9,19 +9,26 @@ the current and prefetched batches) sit in neither part and are never evicted.
 
 Policies as settings: ``lru_fraction=1`` is plain LRU, ``lru_fraction=0`` is plain LFU (frequency
 counted while cached), anything between is the paper's LRU+LFU.
+
+Memory follows the rows, not the capacity: the arrays (``_slots.CacheSlots``) start small and
+double as rows arrive, up to ``capacity_rows``, so a large budget over a small table costs the
+table; growing changes no decision (rows are evicted only at the capacity, from the same slots).
+:meth:`RowCache.set_capacity` lowers the capacity and gives the memory back.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
-from .._keys import EMPTY_KEY, as_keys, check_rows
+from .._keys import as_keys, check_rows
 from ..errors import CacheBudgetError, InvalidInputError
 from . import _cache_kernels as K
+from . import _map_kernels as M
+from . import _policy_kernels as P
+from ._records import CacheCounters, CacheStats, Evicted
+from ._slots import INITIAL_SLOTS, CacheSlots, rows_for_bytes, slots_bytes
 
 #: Default share of the capacity given to the LRU part (the rest is the LFU part). Measured with
 #: ``bench/bench_cache.py`` (Zipf, 200 k keys, fraction of Belady; ghost_factor 4):
@@ -33,45 +40,6 @@ DEFAULT_LRU_FRACTION = 0.01
 DEFAULT_GHOST_FACTOR = 4.0
 
 
-class Evicted(NamedTuple):
-    """Rows that left the cache. keys (m,) uint64, rows (m, W), dirty (m,) bool, freq (m,) int64.
-    Only ``dirty`` rows need dumping; ``freq`` lets a caller re-insert them unchanged."""
-
-    keys: np.ndarray
-    rows: np.ndarray
-    dirty: np.ndarray
-    freq: np.ndarray
-
-
-@dataclass(frozen=True)
-class CacheStats:
-    """Counters since construction (``per_batch_*`` have one entry per ``lookup`` or ``visit_batch`` call)."""
-
-    capacity_rows: int
-    size: int
-    pinned: int
-    dirty: int
-    hits: int
-    misses: int
-    inserted: int
-    evicted: int
-    evicted_dirty: int
-    per_batch_hits: np.ndarray
-    per_batch_misses: np.ndarray
-
-    @property
-    def hit_rate(self) -> float:
-        n = self.hits + self.misses
-        return self.hits / n if n else 0.0
-
-
-def _pow2_at_least(n: int) -> int:
-    m = 16
-    while m < n:
-        m *= 2
-    return m
-
-
 #: Bytes of rows handed to one ``dump`` call by :meth:`RowCache.flush`.
 FLUSH_CHUNK_BYTES = 64 << 20
 
@@ -79,11 +47,13 @@ FLUSH_CHUNK_BYTES = 64 << 20
 class RowCache:
     """A DRAM cache of ``capacity_rows`` rows of ``row_width`` values of ``dtype`` (host NumPy).
 
-    - ``capacity_rows``: budget in rows (bytes = rows * row_width * itemsize).
+    - ``capacity_rows``: the most rows it holds (its DRAM at that size: :meth:`bytes_for`; below it,
+      :attr:`nbytes` follows the rows held, see the module docstring).
     - ``lru_fraction``: share of the capacity for the LRU part (default ``DEFAULT_LRU_FRACTION``).
     - ``ghost_factor``: remember the frequency of evicted keys in a direct-mapped table of
-      ``ghost_factor * capacity_rows`` cells (rounded up to a power of two; 16 bytes each); a
-      returning key resumes its count (default ``DEFAULT_GHOST_FACTOR``; 0 disables).
+      ``ghost_factor`` x slots cells (rounded up to a power of two; 16 bytes each; it grows with the
+      slots, keeping what it remembers); a returning key resumes its count (default
+      ``DEFAULT_GHOST_FACTOR``; 0 disables).
 
     Every method takes a batch of keys (n,) uint64 (int64 reinterpreted; the all-ones key is
     rejected) and blocks until done. Thread-safe: each method holds the cache's lock for its whole
@@ -108,71 +78,30 @@ class RowCache:
         self.lru_fraction = float(lru_fraction)
         self.ghost_factor = float(ghost_factor)
         self.lock = threading.RLock()
-        c = capacity_rows
-        self._st = np.zeros(K.N_STATE, dtype=np.int64)
-        self._st[K.ST_LRU_TARGET] = int(round(self.lru_fraction * c))
-        self._st[K.ST_FREE_TOP] = c
-        self._skey = np.full(c, EMPTY_KEY, dtype=np.uint64)
-        self._rows = np.zeros((c, row_width), dtype=self.dtype)
-        self._dirty = np.zeros(c, dtype=np.bool_)
-        self._pins = np.zeros(c, dtype=np.int32)
-        self._freq = np.zeros(c, dtype=np.int64)
-        self._where = np.zeros(c, dtype=np.int8)
-        self._stamp = np.zeros(c, dtype=np.int64)
-        self._prev = np.full(c, -1, dtype=np.int32)
-        self._nxt = np.full(c, -1, dtype=np.int32)
-        self._bkt = np.zeros(c, dtype=np.int32)
-        self._bhead = np.full(K.N_BUCKETS + 1, -1, dtype=np.int32)   # the LFU classes, then the LRU part
-        self._btail = np.full(K.N_BUCKETS + 1, -1, dtype=np.int32)
-        self._free = np.arange(c - 1, -1, -1, dtype=np.int32)  # slot 0 is taken first
-        self._mkeys = np.full(_pow2_at_least(2 * c), EMPTY_KEY, dtype=np.uint64)
-        self._mvals = np.zeros(self._mkeys.shape[0], dtype=np.int32)
-        g = int(round(self.ghost_factor * c))
-        g = _pow2_at_least(g) if g else 0
-        self._ghost = np.zeros((g, 2), dtype=np.uint64)  # (key, freq) per cell
-        self._ghost[:, 0] = EMPTY_KEY
-        self._hits = 0
-        self._misses = 0
-        self._inserted = 0
-        self._evicted = 0
-        self._evicted_dirty = 0
-        self._batch_hits: list[int] = []
-        self._batch_misses: list[int] = []
+        self._s = CacheSlots(min(capacity_rows, INITIAL_SLOTS), row_width, self.dtype, self.ghost_factor)
+        self._s.st[P.ST_LRU_TARGET] = int(round(self.lru_fraction * capacity_rows))
+        self._n = CacheCounters()
         self._visit_buf = None   # scratch arrays of visit_batch
 
     @staticmethod
     def bytes_for(capacity_rows: int, row_width: int, dtype=np.float32,
                   ghost_factor: float = DEFAULT_GHOST_FACTOR) -> int:
-        """DRAM a cache of these settings allocates: rows, per-slot state, key map and ghost table
-        (what :attr:`nbytes` reports once it exists)."""
-        c = int(capacity_rows)
-        per_slot = (int(row_width) * np.dtype(dtype).itemsize + 8 + 1 + 4 + 8 + 1 + 8 + 4 + 4 + 4 + 4)
-        g = int(round(float(ghost_factor) * c))
-        g = _pow2_at_least(g) if g else 0
-        return (c * per_slot + 12 * _pow2_at_least(2 * c) + 16 * g + 8 * K.N_STATE
-                + 8 * (K.N_BUCKETS + 1))
+        """DRAM a cache of these settings holds at its capacity: rows, per-slot state, key map and
+        ghost table (what :attr:`nbytes` reports once it holds ``capacity_rows`` rows)."""
+        return slots_bytes(capacity_rows, int(row_width) * np.dtype(dtype).itemsize, ghost_factor)
 
     @staticmethod
     def rows_for_bytes(n_bytes: int, row_width: int, dtype=np.float32,
                        ghost_factor: float = DEFAULT_GHOST_FACTOR) -> int:
         """The largest capacity (rows) whose :meth:`bytes_for` fits in ``n_bytes`` (0 if none)."""
-        lo, hi = 0, max(1, int(n_bytes) // max(1, int(row_width) * np.dtype(dtype).itemsize))
-        while lo < hi:   # bytes_for grows with the capacity: binary search
-            mid = (lo + hi + 1) // 2
-            if RowCache.bytes_for(mid, row_width, dtype, ghost_factor) <= n_bytes:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return rows_for_bytes(n_bytes, int(row_width) * np.dtype(dtype).itemsize, ghost_factor)
 
     # ------------------------------------------------------------------ introspection
     @property
     def nbytes(self) -> int:
-        """DRAM this cache's arrays hold (rows, state, key map, ghost table)."""
-        arrays = (self._st, self._skey, self._rows, self._dirty, self._pins, self._freq, self._where,
-                  self._stamp, self._prev, self._nxt, self._bkt, self._bhead, self._btail, self._free,
-                  self._mkeys, self._mvals, self._ghost)
-        return sum(a.nbytes for a in arrays)
+        """DRAM this cache's arrays hold now (rows, state, key map, ghost table): at most
+        ``bytes_for(capacity_rows, ...)``, less while it holds fewer rows."""
+        return self._s.nbytes
 
     @property
     def budget_bytes(self) -> int:
@@ -182,14 +111,14 @@ class RowCache:
     @property
     def ghost_bytes(self) -> int:
         """Bytes of the ghost frequency table, held beside the rows and not part of ``budget_bytes``."""
-        return self._ghost.nbytes
+        return self._s.ghost.nbytes
 
     def __len__(self) -> int:
-        return self.capacity_rows - int(self._st[K.ST_FREE_TOP])
+        return self._s.n - self._s.n_free
 
     @property
     def n_pinned(self) -> int:
-        return int(self._st[K.ST_N_PINNED])
+        return int(self._s.st[P.ST_N_PINNED])
 
     def contains(self, keys) -> np.ndarray:
         """(n,) bool: which keys are cached. No access is counted."""
@@ -197,7 +126,7 @@ class RowCache:
         found = np.empty(k.shape[0], dtype=np.bool_)
         with self.lock:
             if k.shape[0]:
-                K.contains(self._mkeys, self._mvals, k, found)
+                M.contains(self._s.mkeys, self._s.mvals, k, found)
         return found
 
     def peek(self, keys):
@@ -207,7 +136,7 @@ class RowCache:
         found = np.empty(k.shape[0], dtype=np.bool_)
         with self.lock:
             if k.shape[0]:
-                K.gather(self._rows, self._mkeys, self._mvals, k, out, found)
+                M.gather(self._s.rows, self._s.mkeys, self._s.mvals, k, out, found)
         return out, found
 
     def pin_counts(self, keys) -> np.ndarray:
@@ -216,19 +145,13 @@ class RowCache:
         out = np.zeros(k.shape[0], dtype=np.int32)
         with self.lock:
             if k.shape[0]:
-                K.pin_counts(self._pins, self._mkeys, self._mvals, k, out)
+                M.pin_counts(self._s.pins, self._s.mkeys, self._s.mvals, k, out)
         return out
 
     def stats(self) -> CacheStats:
         with self.lock:
-            return CacheStats(
-                capacity_rows=self.capacity_rows, size=len(self), pinned=self.n_pinned,
-                dirty=int(K.dirty_slots(self._dirty, self._where).shape[0]),
-                hits=self._hits, misses=self._misses, inserted=self._inserted,
-                evicted=self._evicted, evicted_dirty=self._evicted_dirty,
-                per_batch_hits=np.array(self._batch_hits, dtype=np.int64),
-                per_batch_misses=np.array(self._batch_misses, dtype=np.int64),
-            )
+            return self._n.stats(self.capacity_rows, len(self), self.n_pinned,
+                                 int(K.dirty_slots(self._s.dirty, self._s.where).shape[0]))
 
     # ------------------------------------------------------------------ operations
     def lookup(self, keys, pin: bool = True, counts=None):
@@ -243,7 +166,7 @@ class RowCache:
         n = k.shape[0]
         inverse = None
         if counts is None:
-            k, c, inverse = K.unique_counts(k)
+            k, c, inverse = M.unique_counts(k)
         else:
             c = np.ascontiguousarray(counts, dtype=np.int64)
             if c.shape != (n,):
@@ -253,12 +176,9 @@ class RowCache:
         with self.lock:
             n_hit = 0
             if k.shape[0]:
-                n_hit = self._lookup_kernel(k, c, bool(pin), out, hit)
+                n_hit = self._s.lookup(k, c, bool(pin), out, hit)
             n_miss = k.shape[0] - n_hit if inverse is not None else int(n - hit.sum())
-            self._hits += n_hit
-            self._misses += n_miss
-            self._batch_hits.append(n_hit)
-            self._batch_misses.append(n_miss)
+            self._n.batch(n_hit, n_miss)
         if inverse is not None:
             return out[inverse], hit[inverse]
         return out, hit
@@ -277,20 +197,18 @@ class RowCache:
         with self.lock:
             buf = self._visit_buffers(n)
             hit = buf["hit"][:n]
-            n_hit = self._lookup_kernel(k, c, True, buf["out"][:n], hit)
-            self._hits += n_hit
-            self._misses += n - n_hit
-            self._batch_hits.append(n_hit)
-            self._batch_misses.append(n - n_hit)
+            n_hit = self._s.lookup(k, c, True, buf["out"][:n], hit)
+            self._n.batch(n_hit, n - n_hit)
             miss = np.flatnonzero(~hit)
             m = miss.shape[0]
             if self.n_pinned + m > self.capacity_rows:
                 raise self._budget_error(self.n_pinned + m)
+            self._grow_for(m)
             ev = buf["ev"]
-            n_ev = self._put_kernel(k[miss], buf["zeros"][:m], buf["clean"][:m], c[miss], True, ev)
-            self._inserted += m
+            n_ev = self._s.put(k[miss], buf["zeros"][:m], buf["clean"][:m], c[miss], True, ev)
+            self._n.inserted += m
             self._account(ev, n_ev)
-            self._unpin_kernel(k)
+            self._s.unpin(k)
             return n_hit
 
     def _visit_buffers(self, n: int) -> dict:
@@ -304,20 +222,12 @@ class RowCache:
                 zeros=np.zeros((m, self.row_width), dtype=self.dtype), ev=self._empty_evicted(m))
         return buf
 
-    # the operation kernels over this cache's state (REQUIRES: lock held, inputs validated)
-    def _lookup_kernel(self, k, c, pin: bool, out, hit) -> int:
-        return K.lookup(self._st, self._skey, self._rows, self._pins, self._freq, self._where, self._stamp,
-                        self._prev, self._nxt, self._bkt, self._bhead, self._btail, self._mkeys, self._mvals,
-                        k, c, pin, out, hit)
-
-    def _put_kernel(self, k, r, d, f, pin: bool, ev: Evicted) -> int:
-        return K.put(self._st, self._skey, self._rows, self._dirty, self._pins, self._freq, self._where,
-                     self._stamp, self._prev, self._nxt, self._bkt, self._bhead, self._btail, self._free,
-                     self._mkeys, self._mvals, self._ghost, k, r, d, f, pin, ev.keys, ev.rows, ev.dirty, ev.freq)
-
-    def _unpin_kernel(self, k) -> int:
-        return K.unpin(self._st, self._pins, self._freq, self._where, self._stamp, self._prev, self._nxt,
-                       self._bkt, self._bhead, self._btail, self._mkeys, self._mvals, k)
+    def _grow_for(self, n_new: int) -> None:
+        """Make ``n_new`` slots free by growing the arrays (doubling, up to the capacity); at the
+        capacity the kernels evict as before. REQUIRES: lock held."""
+        s = self._s
+        if s.n_free < n_new and s.n < self.capacity_rows:
+            s.resize(min(self.capacity_rows, max(2 * s.n, len(self) + int(n_new))))
 
     def _budget_error(self, working_set: int) -> CacheBudgetError:
         row_bytes = self.row_width * self.dtype.itemsize
@@ -333,8 +243,7 @@ class RowCache:
 
     def _account(self, ev: Evicted, n_ev: int) -> Evicted:
         ev = Evicted(ev.keys[:n_ev], ev.rows[:n_ev], ev.dirty[:n_ev], ev.freq[:n_ev])
-        self._evicted += n_ev
-        self._evicted_dirty += int(ev.dirty.sum())
+        self._n.left(ev)
         return ev
 
     def put(self, keys, rows, dirty=False, pin: bool = False, freq=None) -> Evicted:
@@ -356,14 +265,16 @@ class RowCache:
         with self.lock:
             if n == 0:
                 return self._empty_evicted(0)
-            n_new, ws = K.put_check(self._st, self._pins, self._stamp, self._mkeys, self._mvals, k, bool(pin))
+            s = self._s
+            n_new, ws = K.put_check(s.st, s.pins, s.stamp, s.mkeys, s.mvals, k, bool(pin))
             if ws > self.capacity_rows and (pin or n_new > 0):
                 raise self._budget_error(int(ws))
+            self._grow_for(int(n_new))
             # Room for n victims, not n_new: without pins a call can evict its own earlier keys
             # and insert them again.
             ev = self._empty_evicted(n)
-            n_ev = self._put_kernel(k, r, d, f, bool(pin), ev)
-            self._inserted += int(n_new)
+            n_ev = self._s.put(k, r, d, f, bool(pin), ev)
+            self._n.inserted += int(n_new)
             return self._account(ev, n_ev)
 
     def make_room(self, n_free: int) -> Evicted:
@@ -372,17 +283,41 @@ class RowCache:
         ``n_free`` + pinned rows > capacity."""
         n_free = int(n_free)
         with self.lock:
-            need = n_free - int(self._st[K.ST_FREE_TOP])
-            if need <= 0:
+            need = n_free - (self.capacity_rows - len(self))
+            if need <= 0:   # the arrays grow when the rows come
                 return self._empty_evicted(0)
             if n_free + self.n_pinned > self.capacity_rows:
                 raise self._budget_error(n_free + self.n_pinned)
-            ev = self._empty_evicted(need)
-            n_ev = K.make_room(self._st, self._skey, self._rows, self._dirty, self._freq,
-                               self._where, self._prev, self._nxt, self._bkt, self._bhead, self._btail, self._free,
-                               self._mkeys, self._mvals, self._ghost, n_free,
-                               ev.keys, ev.rows, ev.dirty, ev.freq)
-            return self._account(ev, n_ev)
+            self._grow_for(n_free)   # to the capacity
+            return self._account(*self._s.evict(n_free, self._empty_evicted(need)))
+
+    def evict_to(self, n_rows: int) -> Evicted:
+        """Evict, in the policy's order, until at most ``n_rows`` rows are cached; -> the evicted rows
+        (the caller owns them, as with :meth:`make_room`). Raises CacheBudgetError when more than
+        ``n_rows`` rows are pinned."""
+        n_rows = int(n_rows)
+        with self.lock:
+            need = len(self) - n_rows
+            if need <= 0:
+                return self._empty_evicted(0)
+            if self.n_pinned > n_rows:
+                raise self._budget_error(self.n_pinned)
+            return self._account(*self._s.evict(self._s.n - n_rows, self._empty_evicted(need)))
+
+    def set_capacity(self, capacity_rows: int) -> None:
+        """Make ``capacity_rows`` the most rows this cache holds. Lowered below its slots, the arrays
+        shrink (rows move to lower slots, keeping their place in the policy's order) and their
+        memory goes back to the system. Raises InvalidInputError when more rows are cached
+        (:meth:`evict_to` first)."""
+        c = int(capacity_rows)
+        with self.lock:
+            if c < 1 or len(self) > c:
+                raise InvalidInputError(f"set_capacity({c}): the cache holds {len(self)} rows; evict_to({c}) "
+                                        "first (and the capacity must be >= 1)")
+            if c < self._s.n:
+                self._s.resize(c)
+            self.capacity_rows = c
+            self._s.st[P.ST_LRU_TARGET] = int(round(self.lru_fraction * c))
 
     def restore(self, ev: Evicted) -> None:
         """Put rows from :meth:`make_room` back, unpinned, with their dirty flags and frequencies
@@ -391,9 +326,8 @@ class RowCache:
             if len(self) + ev.keys.shape[0] > self.capacity_rows:
                 raise self._budget_error(len(self) + ev.keys.shape[0])
             self.put(ev.keys, ev.rows, dirty=ev.dirty, pin=False, freq=ev.freq)
-            self._inserted -= ev.keys.shape[0]
-            self._evicted -= ev.keys.shape[0]
-            self._evicted_dirty -= int(ev.dirty.sum())
+            self._n.inserted -= ev.keys.shape[0]
+            self._n.left(ev, -1)
 
     def update(self, keys, rows) -> np.ndarray:
         """Assign rows of cached keys and mark them dirty (not an access) -> found (n,) bool.
@@ -403,7 +337,7 @@ class RowCache:
         found = np.empty(k.shape[0], dtype=np.bool_)
         with self.lock:
             if k.shape[0]:
-                K.update(self._rows, self._dirty, self._mkeys, self._mvals, k, r, found)
+                M.update(self._s.rows, self._s.dirty, self._s.mkeys, self._s.mvals, k, r, found)
         return found
 
     def discard(self, keys) -> int:
@@ -416,10 +350,8 @@ class RowCache:
                 return 0
             if (self.pin_counts(k) > 0).any():
                 raise InvalidInputError("discard: pinned keys cannot be removed (unpin them first)")
-            uk = K.unique_counts(k)[0]
-            return int(K.discard(self._st, self._skey, self._dirty, self._pins, self._freq, self._where,
-                                 self._prev, self._nxt, self._bkt, self._bhead, self._btail, self._free,
-                                 self._mkeys, self._mvals, self._ghost, uk))
+            uk = M.unique_counts(k)[0]
+            return self._s.discard(uk)
 
     def unpin(self, keys) -> None:
         """Drop one pin of each distinct key; rows reaching zero pins enter the LRU's recent end (and become
@@ -428,7 +360,7 @@ class RowCache:
         with self.lock:
             if k.shape[0] == 0:
                 return
-            bad = self._unpin_kernel(k)
+            bad = self._s.unpin(k)
         if bad:
             raise InvalidInputError(f"unpin: {bad} of the keys were not pinned (or not cached)")
 
@@ -450,43 +382,47 @@ class RowCache:
         with self.lock:
             n_hit = 0
             if n:
-                n_hit = int(K.take(self._st, self._skey, self._rows, self._dirty, self._pins, self._freq,
-                                   self._where, self._prev, self._nxt, self._bkt, self._bhead, self._btail,
-                                   self._free, self._mkeys, self._mvals, self._ghost, k, out, hit))
-            self._hits += n_hit
-            self._misses += n - n_hit
-            self._batch_hits.append(n_hit)
-            self._batch_misses.append(n - n_hit)
+                n_hit = self._s.take(k, out, hit)
+            self._n.batch(n_hit, n - n_hit)
         return out, hit
 
     def dirty_rows(self):
         """(keys (m,) uint64, rows (m, W)) copies of every dirty cached row, in slot order."""
         with self.lock:
-            s = K.dirty_slots(self._dirty, self._where)
-            return self._skey[s], self._rows[s]
+            s = K.dirty_slots(self._s.dirty, self._s.where)
+            return self._s.skey[s], self._s.rows[s]
 
     def mark_clean(self, keys) -> None:
         """Clear the dirty flag of cached ``keys`` (after their rows reached the store)."""
         k = as_keys(keys)
         with self.lock:
             if k.shape[0]:
-                K.mark_clean(self._dirty, self._mkeys, self._mvals, k)
+                M.mark_clean(self._s.dirty, self._s.mkeys, self._s.mvals, k)
 
-    def flush(self, dump, chunk_bytes: int = FLUSH_CHUNK_BYTES) -> int:
+    def flush(self, dump, chunk_bytes: int = FLUSH_CHUNK_BYTES, before=None) -> int:
         """Dump every dirty row with ``dump(keys, rows)``, ``chunk_bytes`` of rows per call (memory
-        stays bounded however large the cache), marking each chunk clean once its dump returned;
-        -> rows dumped. If a dump raises, its chunk and the rest stay dirty."""
+        stays bounded however large the cache: a chunk's slots, keys and rows are all it copies),
+        marking each chunk clean once its dump returned; -> rows dumped. ``before(m)``, when given,
+        runs (lock held) before each chunk of ``m`` rows and may evict rows or shrink the cache
+        (the scan then starts over). If a dump raises, its chunk and the rest stay dirty."""
         with self.lock:
-            slots = K.dirty_slots(self._dirty, self._where)
             step = max(1, int(chunk_bytes) // max(1, self.row_width * self.dtype.itemsize))
-            for a in range(0, slots.shape[0], step):  # O(dirty bytes / chunk_bytes) calls
-                s = slots[a:a + step]
-                keys = self._skey[s]
-                dump(keys, self._rows[s])
-                self.mark_clean(keys)
-            return int(slots.shape[0])
+            n, start = 0, 0
+            while True:   # O(dirty bytes / chunk_bytes) calls
+                s = self._s.dirty_slots(start, step)
+                if s.shape[0] == 0:
+                    return n
+                if before is not None:
+                    shape = (len(self), self._s.n)
+                    before(s.shape[0])
+                    if (len(self), self._s.n) != shape:   # rows left or moved: look again
+                        start = 0
+                        continue
+                dump(self._s.skey[s], self._s.rows[s])
+                self.mark_clean(self._s.skey[s])
+                n, start = n + s.shape[0], int(s[-1]) + 1
 
     def evict_all(self) -> Evicted:
         """Evict every unpinned row (e.g. on shutdown); -> the evicted rows."""
         with self.lock:
-            return self.make_room(self.capacity_rows - self.n_pinned)
+            return self.evict_to(self.n_pinned)

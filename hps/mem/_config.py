@@ -15,7 +15,7 @@ from ._cache import DEFAULT_GHOST_FACTOR, DEFAULT_LRU_FRACTION
 
 @dataclass(frozen=True)
 class MemConfig:
-    budget_bytes: int = 1 << 30                        #: DRAM budget of one node's cache (1 GiB)
+    budget_bytes: int = 1 << 30                        #: DRAM of one node's MEM-PS: cache + store index (1 GiB)
     lru_fraction: float = DEFAULT_LRU_FRACTION         #: share of the budget for the LRU part
     ghost_factor: float = DEFAULT_GHOST_FACTOR         #: ghost frequency table, x capacity rows
     init_scale: float = 0.01                           #: new embeddings uniform in [-scale, scale)

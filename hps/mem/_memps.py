@@ -7,9 +7,15 @@ import threading
 import numpy as np
 
 from .._keys import as_keys, check_rows
-from ..errors import InternalError, InvalidInputError
-from . import _cache_kernels as K
-from ._cache import DEFAULT_GHOST_FACTOR, DEFAULT_LRU_FRACTION, Evicted, RowCache
+from ..errors import CacheBudgetError, InternalError, InvalidInputError
+from . import _map_kernels as K
+from ._cache import DEFAULT_GHOST_FACTOR, DEFAULT_LRU_FRACTION, FLUSH_CHUNK_BYTES, Evicted, RowCache
+
+
+#: Bytes of an evicted row on its way to the store besides twice its row: its key, dirty flag and
+#: frequency in ``Evicted``; the rows are there and, when only some are dirty, in the copy of the
+#: dirty ones handed to ``dump`` (with their keys).
+EVICTED_ROW_EXTRA = 8 + 1 + 8 + 8
 
 
 class MemPS:
@@ -17,8 +23,18 @@ class MemPS:
 
     - ``store``: an object with the ``hps.ssd.SSDStore`` API — ``dump(keys, rows)`` (durable on
       return), ``load_into(keys, out, at) -> found`` (rows read straight into place), and
-      ``delete(keys)`` for :meth:`delete` — holding rows of ``row_width`` values of ``dtype``.
-    - ``budget_bytes`` or ``capacity_rows``: the DRAM budget (exactly one).
+      ``delete(keys)`` for :meth:`delete` — holding rows of ``row_width`` values of ``dtype``;
+      optionally ``index_bytes(n_more, per_write)`` and ``index_room()`` (its in-memory index, see
+      ``budget_bytes``).
+    - ``budget_bytes`` or ``capacity_rows``: the DRAM budget (exactly one). ``budget_bytes`` is the
+      DRAM of this tier as a whole: the cache's rows, per-row state, key map and ghost table
+      (``RowCache.bytes_for``) *and* the store's in-memory index, which grows with the rows the
+      store holds. The cache yields to the index (as RocksDB charges its memtables to the block
+      cache): before each write to the store the cache's capacity is set so that both fit, the
+      index counted at the peak of its next rebuild (old and new arrays); when that peak doubles,
+      after a rebuild, the cache sheds rows into the index's new room (:meth:`set_budget`
+      changes the budget).
+      ``capacity_rows`` fixes the cache's rows instead and counts nothing else.
     - ``initializer``: rows for keys never seen, ``fill(keys, out, at)`` writing them in place
       (``RowInitializer``).
 
@@ -41,15 +57,17 @@ class MemPS:
             raise InvalidInputError("give exactly one of budget_bytes and capacity_rows")
         if initializer is None:
             raise InvalidInputError("initializer is required (e.g. hps.mem.RowInitializer)")
-        row_bytes = int(row_width) * np.dtype(dtype).itemsize
-        if capacity_rows is None:
-            capacity_rows = int(budget_bytes) // row_bytes
-            if capacity_rows < 1:
-                raise InvalidInputError(f"budget_bytes={budget_bytes} holds no row of {row_bytes} bytes")
         self.store = store
         self.row_width = int(row_width)
         self.dtype = np.dtype(dtype)
         self.initializer = initializer
+        self._budget = None if budget_bytes is None else int(budget_bytes)
+        self._ghost_factor = float(ghost_factor)
+        self._row_bytes = self.row_width * self.dtype.itemsize
+        if capacity_rows is None:
+            capacity_rows = self._rows_within(0)
+            if capacity_rows < 1:
+                raise InvalidInputError(str(self._too_small(1, 1)))
         self.cache = RowCache(capacity_rows, row_width, dtype, lru_fraction=lru_fraction,
                               ghost_factor=ghost_factor)
         self._lock = threading.RLock()
@@ -67,10 +85,112 @@ class MemPS:
         return cls(store, row_width, cfg.budget_bytes, init, lru_fraction=cfg.lru_fraction,
                    ghost_factor=cfg.ghost_factor)
 
+    # ------------------------------------------------------------------ the budget (lock held)
+    @staticmethod
+    def chunk_rows(budget_bytes: int, row_bytes: int) -> int:
+        """Rows a MemPS of ``budget_bytes`` writes to its store at a time: 1/16 of the budget on
+        their way there (their rows copied out of the cache, with key, flag and frequency)."""
+        return max(1, min(FLUSH_CHUNK_BYTES, int(budget_bytes) // 16) // (2 * int(row_bytes) + EVICTED_ROW_EXTRA))
+
+    def _chunk(self) -> int:
+        """Rows written to the store at a time with a byte budget (:meth:`chunk_rows`)."""
+        return self.chunk_rows(self._budget, self._row_bytes)
+
+    def _store_room(self) -> int:
+        """Rows the store takes before its index rebuilds (unbounded for a store that does not say)."""
+        room = getattr(self.store, "index_room", None)
+        return int(room()) if room is not None else 1 << 62
+
+    def _store_bytes(self, write: int, ahead: bool = True) -> int:
+        """The store's in-memory index at its peak while ``write`` rows are written and, ``ahead``,
+        through its next rebuild whether they cause it or not, later writes being at most one chunk
+        (0 for a store that does not say: ``index_bytes``/``index_room``)."""
+        if getattr(self.store, "index_bytes", None) is None:
+            return 0
+        step = max(self._chunk(), write)
+        return int(self.store.index_bytes(max(self._store_room() + 1, write) if ahead else max(1, write), step))
+
+    def _rows_within(self, write: int, ahead: bool = True) -> int:
+        """Cache rows that fit the budget beside the store's index (:meth:`_store_bytes`) and beside
+        the ``write`` rows on their way to the store (``Evicted`` copies)."""
+        room = self._budget - self._store_bytes(write, ahead) - write * (2 * self._row_bytes + EVICTED_ROW_EXTRA)
+        return RowCache.rows_for_bytes(room, self.row_width, self.dtype, self._ghost_factor)
+
+    def _fit(self, write: int | None = None, pinning: int = 0) -> None:
+        """Before a write of ``write`` rows to the store (default one chunk; evicted ones are in flight
+        meanwhile) and of ``pinning`` rows to be pinned: set the cache's capacity so that the cache,
+        the rows in flight and the store's index fit the budget and the cache holds its pinned rows
+        and the new ones. The cache gives way to the index ahead of its next rebuild (only when it
+        holds the pinned rows beside that rebuild; else beside the index as it is): it sheds rows a
+        chunk at a time into the room the index has left (the cache shrinks, then the chunk is
+        dumped; on failure it grows back and takes the chunk again). After a rebuild that room is
+        about half the index, more than the rows to shed (each frees its row, state and maps, more
+        than its key costs the index at its next rebuild); when it is used up the rest goes at
+        once, counted in flight. When the budget cannot hold the next rebuild at all, the cache
+        only makes room for the index as it is and the next chunk (a table that stops growing
+        still fits); CacheBudgetError comes when a write needs the rebuild (or the pinned rows do
+        not fit). A lowered capacity keeps 1/64 of slack so that the block crcs' small growth does
+        not shrink the cache at every write. No-op without a byte budget."""
+        if self._budget is None:
+            return
+        cache, chunk = self.cache, self._chunk()
+        write = chunk if write is None else max(int(write), 1)
+        need = max(1, cache.n_pinned + int(pinning))
+        old = cache.capacity_rows
+        while True:   # the index may rebuild meanwhile (a compaction): look again each time
+            ahead = self._rows_within(write) >= need
+            cap = self._rows_within(write, ahead)
+            room = self._store_room()
+            if len(cache) <= cap or cap < need:
+                break
+            step = min(chunk, len(cache) - cap, room)
+            if step < 1:   # the index rebuilds on the next write: the rest goes now, in flight meanwhile
+                cap = self._rows_within(max(write, len(cache) - cap), ahead)
+                step = len(cache) - cap
+                if cap < need:
+                    break
+            ev = cache.evict_to(len(cache) - step)
+            cache.set_capacity(max(1, len(cache)))
+            self._dump_evicted(ev, regrow=old)
+        if cap < need:
+            raise self._too_small(need, write, ahead)
+        if cap < old:
+            cap = max(need, cap - cap // 64)
+        if cap != cache.capacity_rows and len(cache) <= cap:
+            cache.set_capacity(max(cap, 1))
+
+    def _too_small(self, need: int, write: int, ahead: bool = True) -> CacheBudgetError:
+        one = RowCache.bytes_for(need, self.row_width, self.dtype, self._ghost_factor)
+        return CacheBudgetError(
+            f"a MEM-PS budget of {self._budget:,} B cannot hold {need:,} cache rows ({one:,} B with their state, "
+            f"key map and ghost table) beside its store's key index ({self._store_bytes(write, ahead):,} B at its next "
+            f"rebuild; it grows with the table, which has outgrown this budget) and the rows on their way "
+            f"there: raise the budget")
+
+    def set_budget(self, budget_bytes: int) -> None:
+        """Make ``budget_bytes`` this tier's DRAM (see the class docstring): a lower one evicts and
+        dumps rows at once; a higher one lets the cache grow. Raises CacheBudgetError, changing
+        nothing, when the pinned rows and the store's index do not fit; InvalidInputError on a
+        MemPS made with ``capacity_rows``."""
+        with self._lock:
+            if self._budget is None:
+                raise InvalidInputError("set_budget: this MemPS was made with capacity_rows, not budget_bytes")
+            old, self._budget = self._budget, int(budget_bytes)
+            try:
+                self._fit()
+            except CacheBudgetError:
+                self._budget = old
+                raise
+
+    @property
+    def budget_bytes(self) -> int | None:
+        """The DRAM budget of this tier (cache and store index), or None with ``capacity_rows``."""
+        return self._budget
+
     # ------------------------------------------------------------------ internals (lock held)
-    def _dump_evicted(self, ev: Evicted) -> None:
-        """Dump the dirty rows of ``ev``; on failure put all of ``ev`` back and re-raise.
-        REQUIRES: lock held."""
+    def _dump_evicted(self, ev: Evicted, regrow: int | None = None) -> None:
+        """Dump the dirty rows of ``ev``; on failure put all of ``ev`` back (first raising the
+        cache's capacity to ``regrow``, when given) and re-raise. REQUIRES: lock held."""
         d = ev.dirty
         if not d.any():
             return
@@ -80,25 +200,34 @@ class MemPS:
             else:
                 self.store.dump(ev.keys[d], ev.rows[d])
         except BaseException:
+            if regrow is not None:
+                self.cache.set_capacity(regrow)
             self.cache.restore(ev)
             raise
         self._dumped += int(d.sum())
 
     def _insert(self, keys, rows, dirty: bool, pin: bool, freq) -> None:
         """Insert distinct uncached ``keys``: make room (dumping dirty victims), then put. Unpinned
-        keys go in chunks of the unpinned room, so a push larger than the budget still lands
-        (its first rows are dumped by its later ones). REQUIRES: lock held."""
+        keys go in chunks of the unpinned room (with a byte budget, of ``_chunk()`` at most, each
+        fitted to it first), so a push larger than the budget still lands (its first rows are
+        dumped by its later ones). REQUIRES: lock held."""
         n = keys.shape[0]
         freq = np.broadcast_to(np.asarray(freq, dtype=np.int64), (n,))
-        step = n if pin else max(1, self.cache.capacity_rows - self.cache.n_pinned)
-        for a in range(0, n, step):
-            b = min(n, a + step)
+        chunk = n if self._budget is None else self._chunk()
+        a = 0
+        while a < n:
+            if pin:   # pinned rows go at once (so may their victims), and the cache must hold them all
+                self._fit(n - a, pinning=n - a)
+            else:
+                self._fit(min(n - a, chunk))
+            b = n if pin else min(n, a + max(1, min(chunk, self.cache.capacity_rows - self.cache.n_pinned)))
             ev = self.cache.make_room(b - a)
             self._dump_evicted(ev)
             left = self.cache.put(keys[a:b], rows[a:b], dirty=dirty, pin=pin, freq=freq[a:b])
             if left.keys.shape[0]:  # make_room freed b - a slots: nothing may be evicted here
                 raise InternalError(f"MEM-PS: inserting {b - a} rows after making room for them evicted "
                                     f"{left.keys.shape[0]} more")
+            a = b
 
     # ------------------------------------------------------------------ API
     def pull(self, keys) -> np.ndarray:
@@ -210,10 +339,18 @@ class MemPS:
                 return
             cached = self.cache.update(k, r)
             if not cached.any():
-                self.store.dump(k, r)
+                self._dump_fitted(k, r)
             elif not cached.all():
-                self.store.dump(k[~cached], r[~cached])
+                self._dump_fitted(k[~cached], r[~cached])
             self._dumped += int((~cached).sum())
+
+    def _dump_fitted(self, keys, rows) -> None:
+        """Dump rows to the store, with a byte budget a chunk at a time, each fitted to it first
+        (the cache holds none of them). REQUIRES: lock held."""
+        step = keys.shape[0] if self._budget is None else self._chunk()
+        for a in range(0, keys.shape[0], step):
+            self._fit(min(step, keys.shape[0] - a))
+            self.store.dump(keys[a:a + step], rows[a:a + step])
 
     def unpin(self, keys) -> None:
         """Drop one pin per distinct key without writing (e.g. a batch that was abandoned)."""
@@ -223,7 +360,10 @@ class MemPS:
     def flush(self) -> int:
         """Dump every dirty cached row to the store (rows stay cached, now clean) -> rows dumped."""
         with self._lock:
-            n = self.cache.flush(self.store.dump)
+            if self._budget is None:
+                n = self.cache.flush(self.store.dump)
+            else:   # a chunk at a time, each fitted to the budget first (the index grows with them)
+                n = self.cache.flush(self.store.dump, self._chunk() * self._row_bytes, before=self._fit)
             self._dumped += n
             return n
 

@@ -6,7 +6,7 @@ import numpy as np
 
 from .._keys import as_keys
 from ..errors import InvalidInputError
-from . import _cache_kernels as K
+from . import _map_kernels as K
 from ._cache import DEFAULT_GHOST_FACTOR, DEFAULT_LRU_FRACTION, RowCache
 
 #: Policy name -> (lru_fraction, ghost_factor) of the RowCache that plays it.

@@ -9,11 +9,14 @@ CuPy), see :func:`hps.model._layers.pool`.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ..data._batch import Batch
 from ..errors import InvalidInputError
 from . import _layers as L
+from ._chunks import CHUNK_ROWS, ChunkThreads, chunk_bounds
 from ._config import ModelConfig
 
 __all__ = ["FieldModel"]
@@ -30,7 +33,9 @@ class FieldModel:
     :attr:`dtype`), drawn in float64 from ``numpy.random.default_rng(seed)`` in the order of the dict
     (He-uniform for layers followed by a ReLU, Xavier-uniform otherwise, biases 0) and then cast.
 
-    Not thread-safe: one trainer thread calls it; :meth:`predict` only reads the parameters.
+    Not thread-safe: one trainer thread calls it; :meth:`predict` only reads the parameters. Host
+    passes reuse scratch buffers between calls (``_layers.Scratch``) and may run on several threads
+    (:meth:`set_threads`); returned arrays are always new.
     """
 
     name = ""
@@ -48,6 +53,11 @@ class FieldModel:
         self.dtype = np.dtype(self.cfg.dtype)
         #: True: Numba kernels pool on the host (NumPy); False: gather + scatter-add (CuPy, tests)
         self.use_cpu_kernels = xp is np
+        #: examples per chunk of a pass (``_chunks``): chunks on the host, the whole mini-batch on a GPU
+        self.chunk_rows = CHUNK_ROWS if xp is np else None
+        self._runner = ChunkThreads(1)
+        self._scratch_bufs: list = []     # per chunk: the pooled pass keeps every chunk's ctx at once
+        self._local = threading.local()   # per thread: a fused chunk needs its buffers only while it runs
         self.params: dict = {}
         parts = self._parts(self.cfg)
         rng = np.random.default_rng(seed)
@@ -92,12 +102,14 @@ class FieldModel:
         """The network, for :meth:`describe`."""
         raise NotImplementedError
 
-    def _network(self, pooled, dense):
-        """pooled (n, F * row_params), dense (n, n_dense) or None -> (logits (n,), ctx)."""
+    def _network(self, pooled, dense, ws=None):
+        """pooled (n, F * row_params), dense (n, n_dense) or None -> (logits (n,), ctx); activations
+        into the :class:`~hps.model._layers.Scratch` ``ws`` when given (None: new arrays)."""
         raise NotImplementedError
 
-    def _network_backward(self, ctx, dz, grads):
-        """dz (n, 1) -> d pooled (n, F * row_params); dense gradients added into ``grads``."""
+    def _network_backward(self, ctx, dz, grads, ws=None):
+        """dz (n, 1) -> d pooled (n, F * row_params) (may be a ``ws`` buffer: the caller copies it);
+        dense gradients (new arrays) added into ``grads``."""
         raise NotImplementedError
 
     # -- shared helpers for subclasses ------------------------------------------------------------
@@ -106,18 +118,25 @@ class FieldModel:
         p3 = pooled.reshape(pooled.shape[0], self.n_fields, self.row_params)
         return p3[:, :, :self.emb_dim], p3[:, :, self.emb_dim].sum(axis=1)
 
-    def _join(self, d_emb, dz):
+    def _join(self, d_emb, dz, ws=None):
         """Inverse of :meth:`_split` for gradients: d_emb (n, F, d), dz (n, 1) -> (n, F * (d + 1))."""
         n = d_emb.shape[0]
-        out = self.xp.empty((n, self.n_fields, self.row_params), dtype=self.dtype)
+        out = L.buffer(self.xp, ws, "d_pooled", (n, self.n_fields, self.row_params), self.dtype)
         out[:, :, :self.emb_dim] = d_emb
         out[:, :, self.emb_dim] = dz
         return out.reshape(n, self.n_fields * self.row_params)
 
-    def _deep_input(self, emb, dense):
-        """MLP input ``[embeddings flattened | dense]`` (n, F * d + n_dense) from emb (n, F, d)."""
-        x = emb.reshape(emb.shape[0], self.n_fields * self.emb_dim)
-        return self.xp.concatenate([x, dense], axis=1) if dense is not None else x
+    def _deep_input(self, emb, dense, ws=None):
+        """MLP input ``[embeddings flattened | dense]`` (n, F * d + n_dense) from emb (n, F, d): without
+        dense features a view of ``emb`` if it is contiguous (a new copy otherwise), else one copy into
+        ``ws``."""
+        n, F, d = emb.shape[0], self.n_fields, self.emb_dim
+        if dense is None:
+            return emb.reshape(n, F * d)
+        x = L.buffer(self.xp, ws, "x0", (n, F * d + dense.shape[1]), self.dtype)
+        x[:, :F * d].reshape(n, F, d)[...] = emb  # a view: splits the contiguous last axis
+        x[:, F * d:] = dense
+        return x
 
     # -- checkpoints -------------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -134,12 +153,34 @@ class FieldModel:
         for k, v in state.items():
             self.params[k] = self.xp.asarray(np.asarray(_to_host(v), dtype=self.dtype))
 
+    # -- threads ---------------------------------------------------------------------------------
+    @property
+    def threads(self) -> int:
+        """Threads a host pass runs on (:meth:`set_threads`)."""
+        return self._runner.threads
+
+    def set_threads(self, threads: int) -> None:
+        """Run host passes on ``threads`` threads: the caller and ``threads - 1`` helpers that sleep
+        between calls (``_chunks``). Results are the same for every thread count. ``set_threads(1)``
+        (the default) stops the helpers. Call it from the thread that trains."""
+        self._runner.resize(threads)
+
     # -- compute -----------------------------------------------------------------------------------
     def predict(self, rows, inv, batch: Batch):
-        """Click probabilities (n,) of ``batch``. Arguments as in :meth:`forward_backward`. Blocking."""
-        pooled, dense, _ = self._inputs(rows, inv, batch)
-        z, _ = self._network(pooled, dense)
-        return _sigmoid(self.xp, z)
+        """Click probabilities (n,) of ``batch``. Arguments as in :meth:`forward_backward`. Blocking;
+        allocates its arrays (no scratch buffer), so it may run beside a training step."""
+        xp = self.xp
+        keys, dense = self._inputs(rows, inv, batch)
+        n = len(batch)
+        bounds = chunk_bounds(n, self.chunk_rows)
+        z = xp.empty(n, dtype=self.dtype)
+
+        def forward(i):
+            r0, r1 = bounds[i]
+            z[r0:r1] = self._network(self._pool(keys, n, r0, r1, None), _rows(dense, r0, r1))[0]
+
+        self._runner.run(forward, len(bounds))
+        return _sigmoid(xp, z)
 
     def forward_backward(self, rows, inv, batch: Batch, n_total: int | None = None):
         """Loss and gradients of one mini-batch (or of this rank's share of a global mini-batch).
@@ -155,28 +196,46 @@ class FieldModel:
         Returns ``(loss, probs, grad_rows, dense_grads)``: loss a Python float (this share's term of
         the global mean), probs (n,) xp, grad_rows (u, row_params) xp — the gradient w.r.t. each unique
         row, summed over all its occurrences — and dense_grads a dict with the keys and shapes of
-        :attr:`params`. Blocks until the loss is on the host.
+        :attr:`params`. Every returned array is new (none is a scratch buffer). Blocks until the loss
+        is on the host.
+
+        On the host the examples go through pooling, network and loss chunk by chunk (``_chunks``),
+        on :attr:`threads` threads; the chunks' dense gradients are summed in chunk order.
         """
         xp = self.xp
         n = len(batch)
         denom = n if n_total is None else int(n_total)
         if n_total is not None and (denom <= 0 or denom < n):
             raise InvalidInputError(f"n_total must be >= the {n} local examples and > 0, got {n_total}")
-        pooled, dense, (rows, inv, f, w, off) = self._inputs(rows, inv, batch)
-        z, ctx = self._network(pooled, dense)
+        keys, dense = self._inputs(rows, inv, batch)
+        rows = keys[0]
         y = xp.asarray(batch.labels).astype(self.dtype, copy=False)
         if n == 0:
             grads = {k: xp.zeros_like(v) for k, v in self.params.items()}
-            return 0.0, z, xp.zeros_like(rows), grads
+            return 0.0, xp.zeros(0, dtype=self.dtype), xp.zeros_like(rows), grads
+        bounds = chunk_bounds(n, self.chunk_rows)
+        z, probs = xp.empty(n, dtype=self.dtype), xp.empty(n, dtype=self.dtype)
+        d_pooled = xp.empty((n, self.n_fields * self.row_params), dtype=self.dtype)
+        scale = self.dtype.type(denom)
+
+        def step(i):
+            r0, r1 = bounds[i]
+            ws = self._thread_scratch()
+            z_c, ctx = self._network(self._pool(keys, n, r0, r1, ws), _rows(dense, r0, r1), ws)
+            p_c = _sigmoid(xp, z_c)
+            z[r0:r1], probs[r0:r1] = z_c, p_c
+            p_c -= y[r0:r1]
+            p_c /= scale                                              # d loss / d z
+            grads: dict = {}
+            d_pooled[r0:r1] = self._network_backward(ctx, p_c[:, None], grads, ws)
+            return grads
+
+        grads = self._sum_grads(self._runner.run(step, len(bounds)))
         # bce(z, y) = softplus(z) - y z = max(z, 0) - y z + log1p(exp(-|z|))
         loss = float((xp.maximum(z, 0) - y * z + xp.log1p(xp.exp(-xp.abs(z)))).sum()) / denom
-        probs = _sigmoid(xp, z)
-        dz = ((probs - y) / self.dtype.type(denom))[:, None]           # d loss / d z, (n, 1)
-        grads: dict = {}
-        d_pooled = self._network_backward(ctx, dz, grads)
-        grads = {k: grads[k] for k in self.params}
-        grad_rows = L.pool_backward(xp, xp.ascontiguousarray(d_pooled), rows.shape[0], inv, f, w, off,
-                                    self.n_fields, self.use_cpu_kernels)
+        inv, f, w, off = keys[1:]
+        grad_rows = L.pool_backward(xp, d_pooled, rows.shape[0], inv, f, w, off, self.n_fields,
+                                    self.use_cpu_kernels)
         return loss, probs, grad_rows, grads
 
     def forward_backward_pooled(self, pooled, dense, loss_grad):
@@ -191,17 +250,69 @@ class FieldModel:
             device accumulator), so no host value is read here.
 
         Returns ``(grad_pooled (n, F * row_params) xp, C-contiguous, dense_grads dict)``, the dict
-        with the keys and shapes of :attr:`params`. Asynchronous on a GPU (nothing reads back).
+        with the keys and shapes of :attr:`params`; both new arrays. Asynchronous on a GPU (nothing
+        reads back). On the host the chunks' forwards run first, then ``loss_grad`` once, then their
+        backwards (:meth:`forward_backward` interleaves them, which keeps each chunk in cache).
         """
-        z, ctx = self._network(pooled, dense)
-        dz = loss_grad(self.xp.ascontiguousarray(z))[:, None]
-        grads: dict = {}
-        d_pooled = self._network_backward(ctx, dz, grads)
-        return self.xp.ascontiguousarray(d_pooled), {k: grads[k] for k in self.params}
+        xp = self.xp
+        n = pooled.shape[0]
+        bounds = chunk_bounds(n, self.chunk_rows)
+        scratch = self._scratch(len(bounds))
+        z = xp.empty(n, dtype=self.dtype)
+        d_pooled = xp.empty(pooled.shape, dtype=self.dtype)
+
+        def forward(i):
+            r0, r1 = bounds[i]
+            z_c, ctx = self._network(pooled[r0:r1], _rows(dense, r0, r1), scratch[i])
+            z[r0:r1] = z_c
+            return ctx
+
+        ctxs = self._runner.run(forward, len(bounds))
+        dz = loss_grad(xp.ascontiguousarray(z))[:, None]
+
+        def backward(i):
+            r0, r1 = bounds[i]
+            grads: dict = {}
+            d_pooled[r0:r1] = self._network_backward(ctxs[i], dz[r0:r1], grads, scratch[i])
+            return grads
+
+        return d_pooled, self._sum_grads(self._runner.run(backward, len(bounds)))
+
+    def _sum_grads(self, per_chunk: list) -> dict:
+        """The chunks' dense gradients summed in chunk order, into the first chunk's (new) arrays."""
+        out = per_chunk[0]
+        for g in per_chunk[1:]:
+            for k in out:
+                out[k] += g[k]
+        return {k: out[k] for k in self.params}
+
+    def _thread_scratch(self):
+        """The calling thread's :class:`~hps.model._layers.Scratch` (for a chunk that runs its forward
+        and backward back to back: threads x one chunk's activations, not the whole pass's)."""
+        ws = getattr(self._local, "ws", None)
+        if ws is None:
+            ws = self._local.ws = L.Scratch(self.xp)
+        return ws
+
+    def _scratch(self, k: int) -> list:
+        """One :class:`~hps.model._layers.Scratch` per chunk, made before the chunks run."""
+        while len(self._scratch_bufs) < k:
+            self._scratch_bufs.append(L.Scratch(self.xp))
+        return self._scratch_bufs[:k]
+
+    def _pool(self, keys, n: int, r0: int, r1: int, ws):
+        """Pooled rows (r1 - r0, F * row_params) of examples ``r0:r1`` (into ``ws`` when given)."""
+        rows, inv, f, w, off = keys
+        if (r0, r1) != (0, n) and self.use_cpu_kernels:  # the kernel reads offsets as absolute positions
+            off = off[r0:r1 + 1]
+        elif (r0, r1) != (0, n):  # a chunk's own key occurrences, offsets from 0
+            k0, k1 = int(off[r0]), int(off[r1])
+            inv, f, w, off = inv[k0:k1], f[k0:k1], w[k0:k1], off[r0:r1 + 1] - k0
+        out = None if ws is None else ws.get("pooled", (r1 - r0, self.n_fields * self.row_params), self.dtype)
+        return L.pool(self.xp, rows, inv, f, w, off, r1 - r0, self.n_fields, self.use_cpu_kernels, out=out)
 
     def _inputs(self, rows, inv, batch: Batch):
-        """Validate, move to xp, pool -> (pooled (n, F * row_params), dense (n, n_dense) or None,
-        the moved arrays)."""
+        """Validate and move to xp -> (``(rows, inv, f, w, off)``, dense (n, n_dense) or None)."""
         xp, P = self.xp, self.row_params
         if batch.n_fields != self.n_fields:
             raise InvalidInputError(f"batch has {batch.n_fields} fields, model {self.n_fields}")
@@ -226,9 +337,13 @@ class FieldModel:
         f = xp.ascontiguousarray(xp.asarray(f, dtype=np.int32))
         w = xp.ascontiguousarray(xp.asarray(batch.weights, dtype=self.dtype))
         off = xp.ascontiguousarray(xp.asarray(batch.offsets, dtype=np.int64))
-        pooled = L.pool(xp, rows, inv, f, w, off, n, self.n_fields, self.use_cpu_kernels)
         dense = xp.asarray(batch.dense).astype(self.dtype, copy=False) if self.n_dense else None
-        return pooled, dense, (rows, inv, f, w, off)
+        return (rows, inv, f, w, off), dense
+
+
+def _rows(a, r0: int, r1: int):
+    """Rows ``r0:r1`` of ``a``, or None."""
+    return None if a is None else a[r0:r1]
 
 
 def _sigmoid(xp, z):

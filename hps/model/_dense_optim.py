@@ -2,6 +2,10 @@
 tensor, same shape) for checkpoints via ``state_dict()``. Formulas follow ``torch.optim`` (Adagrad with
 lr_decay = weight_decay = 0, Adam without amsgrad and weight decay) so a PyTorch peer started from the
 same values takes the same steps. Arrays may be NumPy or CuPy. Not thread-safe.
+
+A step makes no temporary array: each elementwise operation writes into one of two work buffers per
+tensor (kept between steps, not checkpointed) or into the state, in the order of the formulas written
+out in the docstrings (so the bits are those of the plain expressions).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ class _DenseOptimizer:
     def __init__(self):
         self.t = 0
         self._state: dict[str, dict] = {s: {} for s in self._slots}
+        self._work: dict = {}  # param name -> (two arrays like it): each step's intermediate values
 
     def step(self, params: dict, grads: dict) -> None:
         """One step. params/grads: dicts name -> array (same names, shapes); params updated in place."""
@@ -45,9 +50,16 @@ class _DenseOptimizer:
                 elif _xp_of(a) is not xp or a.dtype != p.dtype:  # loaded from a host checkpoint
                     a = xp.asarray(a, dtype=p.dtype)
                 self._state[s][k] = st[s] = a
-            self._update(p, g.astype(p.dtype, copy=False), st, xp)
+            self._update(p, g.astype(p.dtype, copy=False), st, xp, self._buffers(k, p, xp))
 
-    def _update(self, p, g, st, xp):
+    def _buffers(self, name: str, p, xp):
+        w = self._work.get(name)
+        if w is None or w[0].shape != p.shape or w[0].dtype != p.dtype or _xp_of(w[0]) is not xp:
+            w = self._work[name] = (xp.empty_like(p), xp.empty_like(p))
+        return w
+
+    def _update(self, p, g, st, xp, work):
+        """One step of tensor ``p`` in place; ``work``: two arrays like ``p`` to compute in."""
         raise NotImplementedError
 
     def _hyper(self) -> dict:
@@ -83,8 +95,8 @@ class DenseSGD(_DenseOptimizer):
     def _hyper(self):
         return {"lr": self.lr}
 
-    def _update(self, p, g, st, xp):
-        p -= p.dtype.type(self.lr) * g
+    def _update(self, p, g, st, xp, work):
+        p -= xp.multiply(g, p.dtype.type(self.lr), out=work[0])
 
 
 class DenseAdagrad(_DenseOptimizer):
@@ -107,11 +119,15 @@ class DenseAdagrad(_DenseOptimizer):
     def _hyper(self):
         return {"lr": self.lr, "initial_accumulator": self.initial_accumulator, "eps": self.eps}
 
-    def _update(self, p, g, st, xp):
+    def _update(self, p, g, st, xp, work):
         t = p.dtype.type
-        acc = st["acc"]
-        acc += g * g
-        p -= t(self.lr) * g / (xp.sqrt(acc) + t(self.eps))
+        acc, a, b = st["acc"], work[0], work[1]
+        acc += xp.multiply(g, g, out=a)
+        den = xp.sqrt(acc, out=b)
+        den += t(self.eps)
+        step = xp.multiply(g, t(self.lr), out=a)          # lr * g
+        step /= den
+        p -= step
 
 
 class DenseAdam(_DenseOptimizer):
@@ -135,14 +151,21 @@ class DenseAdam(_DenseOptimizer):
     def _hyper(self):
         return {"lr": self.lr, "betas": self.betas, "eps": self.eps}
 
-    def _update(self, p, g, st, xp):
+    def _update(self, p, g, st, xp, work):
         b1, b2 = self.betas
         t = p.dtype.type
-        m, v = st["m"], st["v"]
+        m, v, a, b = st["m"], st["v"], work[0], work[1]
         m *= t(b1)
-        m += t(1 - b1) * g
+        m += xp.multiply(g, t(1 - b1), out=a)             # (1 - b1) g
         v *= t(b2)
-        v += t(1 - b2) * (g * g)
+        sq = xp.multiply(g, g, out=a)
+        sq *= t(1 - b2)                                   # (1 - b2) (g g)
+        v += sq
         step_size = self.lr / (1 - b1 ** self.t)
         bc2_sqrt = math.sqrt(1 - b2 ** self.t)
-        p -= t(step_size) * m / (xp.sqrt(v) / t(bc2_sqrt) + t(self.eps))
+        den = xp.sqrt(v, out=b)
+        den /= t(bc2_sqrt)
+        den += t(self.eps)
+        step = xp.multiply(m, t(step_size), out=a)        # step_size m
+        step /= den
+        p -= step

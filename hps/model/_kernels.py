@@ -5,6 +5,11 @@ Kernels only: every input is an argument, nothing is read from module globals (N
 All are ``@njit(nogil=True, cache=True)`` so pipeline threads run them in parallel. Arrays are host
 NumPy, C-contiguous; outputs are written in place and must be zeroed by the caller where noted.
 
+Threads: :func:`pool_fields` writes only the rows of ``out`` of the examples its ``offsets`` cover, so
+calls on disjoint example ranges (a model's chunks, ``hps.model._chunks``) run at once on threads;
+:func:`pool_fields_backward` adds into whichever unique rows the occurrences name, so two calls must
+not share an ``out``.
+
 Notation: ``n`` examples, ``nnz`` key occurrences, ``u`` unique keys, ``F`` fields, ``d`` emb_dim.
 """
 
@@ -18,7 +23,8 @@ def pool_fields(emb_rows, inv, field, weights, offsets, out):
     """Weighted sum-pooling per (example, field).
 
     emb_rows (u, d) float; inv (nnz,) int: unique row of each occurrence; field (nnz,) int in [0, F);
-    weights (nnz,) float; offsets (n + 1,) int64; out (n, F * d) float, ZEROED by the caller.
+    weights (nnz,) float; offsets (n + 1,) int64 (absolute positions in inv/field/weights, so a chunk of
+    examples passes ``offsets[r0:r1 + 1]`` and ``out[r0:r1]``); out (n, F * d) float, ZEROED by the caller.
     ``out[e, f*d:(f+1)*d] = sum_{k in e, field[k] == f} weights[k] * emb_rows[inv[k]]``.
     """
     d = emb_rows.shape[1]

@@ -8,7 +8,13 @@ optimizer, checkpoints and exports see one flat ``{name: array}`` dict.
 
 Conventions: ``n`` examples; a forward returns ``(output, ctx)`` and the matching backward takes that
 ``ctx`` and the gradient of the loss w.r.t. the output, and returns the gradient w.r.t. the input(s),
-adding parameter gradients into a ``grads`` dict by name. Arrays are float (the model's dtype).
+adding parameter gradients into a ``grads`` dict by name. Arrays are float (the model's dtype); no
+step promotes them (scalars are Python numbers or of the arrays' dtype).
+
+No avoidable work: products are written into their output (``matmul(out=)``), the bias and ReLU are
+applied in place on it, the backward masks its own gradient in place, and with a :class:`Scratch`
+(``ws``) every activation and input gradient goes into a buffer reused from one mini-batch to the
+next. A backward never changes its ``ctx`` or the gradient it is handed.
 """
 
 from __future__ import annotations
@@ -17,8 +23,8 @@ import numpy as np
 
 from . import _kernels
 
-__all__ = ["init_weight", "Linear", "MLP", "CrossNet", "relu", "relu_backward", "fm", "fm_backward",
-           "DotInteraction", "pool", "pool_backward", "scatter_add_for"]
+__all__ = ["init_weight", "Scratch", "buffer", "Linear", "MLP", "CrossNet", "relu_backward", "fm", "fm_backward",
+           "fm_backward_add", "DotInteraction", "pool", "pool_backward", "scatter_add_for"]
 
 
 def init_weight(rng, fan_in: int, fan_out: int, relu_follows: bool) -> np.ndarray:
@@ -28,15 +34,54 @@ def init_weight(rng, fan_in: int, fan_out: int, relu_follows: bool) -> np.ndarra
     return rng.uniform(-bound, bound, size=(fan_in, fan_out))
 
 
+# -- scratch buffers --------------------------------------------------------------------------
+class Scratch:
+    """Arrays a pass reuses from one mini-batch to the next instead of allocating them again:
+    ``get(name, shape, dtype)`` returns the leading ``shape[0]`` rows of the buffer ``name``, which is
+    (re)allocated only when it is missing, of another dtype or trailing shape, or has fewer rows (so
+    a shorter last chunk reuses it, and one buffer per name bounds the memory).
+
+    Layers name their buffers after their parameters (``"W0.y"``), so no two live arrays of one pass
+    share a buffer. An array got from it is valid until the next call that gets the same name: a pass
+    keeps its activations here from its forward to its backward, and a caller copies whatever it
+    returns. Arrays are uninitialised unless ``zero`` (zeroed once, when first allocated). One Scratch
+    per concurrently running chunk: not thread-safe. ``ws=None`` everywhere below allocates afresh.
+    """
+
+    def __init__(self, xp):
+        self.xp = xp
+        self._bufs: dict = {}
+
+    def get(self, name: str, shape, dtype, zero: bool = False):
+        shape, dtype = tuple(int(s) for s in shape), np.dtype(dtype)
+        a = self._bufs.get(name)
+        if a is None or a.dtype != dtype or a.shape[1:] != shape[1:] or a.shape[0] < shape[0]:
+            a = self._bufs[name] = (self.xp.zeros if zero else self.xp.empty)(shape, dtype=dtype)
+        return a[:shape[0]]
+
+
+def buffer(xp, ws, name: str, shape, dtype):
+    """A new uninitialised array, or with ``ws`` its buffer ``name`` (:meth:`Scratch.get`)."""
+    return xp.empty(shape, dtype=dtype) if ws is None else ws.get(name, shape, dtype)
+
+
+def _matmul(ws, name, a, b):
+    """``a @ b``, into the buffer ``name`` of ``ws`` when given."""
+    if ws is None:
+        return a @ b
+    return ws.xp.matmul(a, b, out=ws.get(name, (a.shape[0], b.shape[1]), a.dtype))
+
+
 # -- ReLU --------------------------------------------------------------------------------------
-def relu(xp, x):
-    """``max(x, 0)``; the output is the backward's ctx."""
-    return xp.maximum(x, 0)
-
-
 def relu_backward(y, dy):
     """Gradient through a ReLU whose OUTPUT was ``y``: ``dy * (y > 0)``."""
     return dy * (y > 0)
+
+
+def _relu_backward_(y, dy):
+    """:func:`relu_backward` in place into ``dy`` (an array the pass owns); returns it."""
+    dy *= y > 0
+    return dy
 
 
 # -- Linear and MLP ----------------------------------------------------------------------------
@@ -56,19 +101,23 @@ class Linear:
         return {self.w: init_weight(rng, self.fan_in, self.fan_out, self.relu_follows),
                 self.b: np.zeros(self.fan_out)}
 
-    def forward(self, p, x):
-        """x (n, fan_in) -> (n, fan_out); ctx is x."""
-        return x @ p[self.w] + p[self.b], x
+    def forward(self, p, x, ws=None):
+        """x (n, fan_in) -> (n, fan_out) (the bias added in place; into ``ws`` buffer ``"{w}.y"``);
+        ctx is x."""
+        y = _matmul(ws, self.w + ".y", x, p[self.w])
+        y += p[self.b]
+        return y, x
 
-    def backward(self, p, x, dy, grads, dx_cols: int | None = None):
-        """Adds the W and b gradients into ``grads``; returns d x (n, fan_in), or only its first
-        ``dx_cols`` columns (0: none, returns None)."""
+    def backward(self, p, x, dy, grads, dx_cols: int | None = None, ws=None):
+        """Adds the W and b gradients into ``grads`` (new arrays, never ``ws`` buffers); returns d x
+        (n, fan_in), or only its first ``dx_cols`` columns (0: none, returns None), into ``ws``
+        buffer ``"{w}.dx"``."""
         grads[self.w] = x.T @ dy
         grads[self.b] = dy.sum(axis=0)
         if dx_cols == 0:
             return None
         W = p[self.w] if dx_cols is None else p[self.w][:dx_cols]
-        return dy @ W.T
+        return _matmul(ws, self.w + ".dx", dy, W.T)
 
 
 class MLP:
@@ -93,34 +142,37 @@ class MLP:
         """Parameters drawn from ``rng`` in layer order (He for layers followed by a ReLU, else Xavier)."""
         return {k: v for layer in self.layers for k, v in layer.init(rng).items()}
 
-    def forward(self, xp, p, x):
-        """x (n, in) -> (n, out); ctx: the input of every layer, then the output."""
+    def forward(self, xp, p, x, ws=None):
+        """x (n, in) -> (n, out); ctx: the input of every layer, then the output. Each layer's output
+        is made in place: product, bias, ReLU."""
         acts, h = [], x
         for layer in self.layers:
             acts.append(h)
-            h, _ = layer.forward(p, h)
+            h, _ = layer.forward(p, h, ws)
             if layer.relu_follows:
-                h = relu(xp, h)
+                xp.maximum(h, 0, out=h)
         acts.append(h)
         return h, acts
 
-    def backward(self, p, acts, dy, grads, dx_cols: int | None = None):
-        """d input (n, in) (first ``dx_cols`` columns; 0: None) from d output ``dy`` (n, out)."""
+    def backward(self, p, acts, dy, grads, dx_cols: int | None = None, ws=None):
+        """d input (n, in) (first ``dx_cols`` columns; 0: None) from d output ``dy`` (n, out).
+        ``dy`` and ``acts`` are left as they are."""
         if not self.layers:
             return dy if dx_cols is None else (dy[:, :dx_cols] if dx_cols else None)
         if self.relu_last:
             dy = relu_backward(acts[-1], dy)
         for i in reversed(range(len(self.layers))):
             if i > 0:
-                dy = relu_backward(acts[i], self.layers[i].backward(p, acts[i], dy, grads))
+                dy = _relu_backward_(acts[i], self.layers[i].backward(p, acts[i], dy, grads, ws=ws))
             else:
-                dy = self.layers[0].backward(p, acts[0], dy, grads, dx_cols)
+                dy = self.layers[0].backward(p, acts[0], dy, grads, dx_cols, ws=ws)
         return dy
 
 
 # -- DCN-v2 cross network ----------------------------------------------------------------------
 class CrossNet:
-    """``n_layers`` DCN-v2 cross layers, full rank: ``x_{l+1} = x_0 * (x_l @ W_l + b_l) + x_l``.
+    """``n_layers`` DCN-v2 cross layers, full rank: ``x_{l+1} = x_0 * (x_l @ W_l + b_l) + x_l``, each
+    one (n, dim) x (dim, dim) matrix product for the whole mini-batch (and two in the backward).
 
     Parameters ``cross{l}_W`` (dim, dim) (Xavier-uniform) and ``cross{l}_b`` (dim,) (zeros).
     """
@@ -134,24 +186,36 @@ class CrossNet:
     def init(self, rng) -> dict:
         return {k: v for layer in self.layers for k, v in layer.init(rng).items()}
 
-    def forward(self, p, x0):
+    def forward(self, xp, p, x0, ws=None):
         """x0 (n, dim) -> x_L (n, dim); ctx: ``(x0, [(x_l, x_l @ W_l + b_l) per layer])``."""
         x, ctx = x0, []
         for layer in self.layers:
-            u, _ = layer.forward(p, x)
+            u, _ = layer.forward(p, x, ws)
             ctx.append((x, u))
-            x = x0 * u + x
+            nxt = buffer(xp, ws, layer.w + ".x", x0.shape, x0.dtype)
+            xp.multiply(x0, u, out=nxt)
+            nxt += x
+            x = nxt
         return x, (x0, ctx)
 
-    def backward(self, p, ctx, dy, grads):
+    def backward(self, xp, p, ctx, dy, grads, ws=None):
         """d x0 (n, dim) from d x_L ``dy`` (both paths into x0: the first layer's input and every
-        layer's product)."""
+        layer's product); ``dy`` is left as it is."""
         x0, layers = ctx
-        dx0 = 0
-        for layer, (x, u) in zip(reversed(self.layers), reversed(layers)):
-            dx0 = dx0 + dy * u
-            dy = layer.backward(p, x, dy * x0, grads) + dy
-        return dx0 + dy
+        shape, dtype = x0.shape, x0.dtype
+        dx0 = buffer(xp, ws, "cross.dx0", shape, dtype)
+        tmp = buffer(xp, ws, "cross.tmp", shape, dtype)
+        for i, (layer, (x, u)) in enumerate(zip(reversed(self.layers), reversed(layers))):
+            if i == 0:
+                xp.multiply(dy, u, out=dx0)
+            else:
+                dx0 += xp.multiply(dy, u, out=tmp)
+            d_u = xp.multiply(dy, x0, out=tmp)
+            d_x = layer.backward(p, x, d_u, grads, ws=ws)
+            d_x += dy
+            dy = d_x
+        dx0 += dy
+        return dx0
 
 
 # -- factorisation machine ---------------------------------------------------------------------
@@ -167,18 +231,32 @@ def fm_backward(e, s, dy):
     return dy[:, None, None] * (s[:, None, :] - e)
 
 
+def fm_backward_add(xp, e, s, dy, out):
+    """``out += fm_backward(e, s, dy)`` in place, ``out`` (n, F, d) an array the pass owns."""
+    t = xp.subtract(s[:, None, :], e)
+    t *= dy[:, None, None]
+    out += t
+    return out
+
+
 # -- DLRM dot interaction ----------------------------------------------------------------------
 class DotInteraction:
     """Pairwise dot products of ``m`` vectors per example, lower triangle without the diagonal, in
-    the order of ``numpy.tril_indices(m, -1)`` (DLRM's order): (n, m, d) -> (n, m (m - 1) / 2)."""
+    the order of ``numpy.tril_indices(m, -1)`` (DLRM's order): (n, m, d) -> (n, m (m - 1) / 2).
+
+    Forward: the batched Gram matrix ``t t^T`` (one (m, d) x (d, m) product per example) and its lower
+    triangle taken by flat index. Backward: ``d t = S t`` with ``S`` the symmetric (m, m) matrix of the
+    output gradient (``dy`` on both triangles, 0 on the diagonal), again one batched product.
+    """
 
     def __init__(self, m: int):
         self.m = int(m)
-        self._index = {}  # array module -> (li, lj) on it
+        self._index = {}  # array module -> (flat lower-triangle index, flat mirrored index) on it
 
     def _pairs(self, xp):
         if xp not in self._index:
-            self._index[xp] = tuple(xp.asarray(i) for i in np.tril_indices(self.m, -1))
+            li, lj = np.tril_indices(self.m, -1)
+            self._index[xp] = (xp.asarray(li * self.m + lj), xp.asarray(lj * self.m + li))
         return self._index[xp]
 
     @property
@@ -191,17 +269,24 @@ class DotInteraction:
     def init(self, rng) -> dict:
         return {}
 
-    def forward(self, xp, t):
+    def forward(self, xp, t, ws=None):
         """t (n, m, d) -> (n, out_dim); ctx is t."""
-        li, lj = self._pairs(xp)
-        return xp.matmul(t, t.transpose(0, 2, 1))[:, li, lj], t
+        lower, _ = self._pairs(xp)
+        n, m = t.shape[0], self.m
+        gram = buffer(xp, ws, "inter.gram", (n, m, m), t.dtype)
+        xp.matmul(t, t.transpose(0, 2, 1), out=gram)
+        return xp.take(gram.reshape(n, m * m), lower, axis=1), t
 
-    def backward(self, xp, t, dy):
-        """d t (n, m, d) from d out ``dy`` (n, out_dim): ``(G + G^T) t`` with G the scattered ``dy``."""
-        li, lj = self._pairs(xp)
-        g = xp.zeros((t.shape[0], self.m, self.m), dtype=t.dtype)
-        g[:, li, lj] = dy
-        return xp.matmul(g + g.transpose(0, 2, 1), t)
+    def backward(self, xp, t, dy, ws=None):
+        """d t (n, m, d) from d out ``dy`` (n, out_dim): ``S t``, S symmetric with ``dy`` off the diagonal."""
+        lower, upper = self._pairs(xp)
+        n, m = t.shape[0], self.m
+        # the diagonal is never written: zero from the buffer's first use on
+        s = ws.get("inter.sym", (n, m, m), t.dtype, zero=True) if ws is not None else xp.zeros((n, m, m), t.dtype)
+        flat = s.reshape(n, m * m)
+        flat[:, lower] = dy
+        flat[:, upper] = dy
+        return xp.matmul(s, t, out=buffer(xp, ws, "inter.dt", t.shape, t.dtype))
 
 
 # -- field pooling -----------------------------------------------------------------------------
@@ -226,15 +311,19 @@ def _example_of(xp, offsets, nnz):
     return xp.searchsorted(offsets[1:], xp.arange(nnz, dtype=np.int64), side="right").astype(np.int64)
 
 
-def pool(xp, rows, inv, f, w, off, n: int, n_fields: int, use_kernels: bool):
+def pool(xp, rows, inv, f, w, off, n: int, n_fields: int, use_kernels: bool, out=None):
     """Weighted sum-pooling per (example, field): rows (u, P) -> (n, F * P), C-contiguous.
 
     ``out[e, f*P:(f+1)*P] = sum over occurrences k of example e in field f of w[k] * rows[inv[k]]``;
     inv/f/w (nnz,) and off (n + 1,) as in :class:`hps.data.Batch`. ``use_kernels``: the Numba
-    kernels (host NumPy arrays), else a gather + scatter-add (CuPy, or NumPy in tests).
+    kernels (host NumPy arrays), else a gather + scatter-add (CuPy, or NumPy in tests). ``out``: a
+    C-contiguous (n, F * P) array to write into (zeroed here), else a new one.
     """
     P = rows.shape[1]
-    out = xp.zeros((n, n_fields * P), dtype=rows.dtype)
+    if out is None:
+        out = xp.zeros((n, n_fields * P), dtype=rows.dtype)
+    else:
+        out.fill(0)
     if use_kernels:
         _kernels.pool_fields(rows, inv, f, w, off, out)
     elif inv.shape[0]:

@@ -53,13 +53,13 @@ class CTRModel(FieldModel):
     def n_layers(self) -> int:
         return len(self.hidden) + 1
 
-    def _network(self, pooled, dense):
-        x = self.xp.concatenate([pooled, dense], axis=1) if dense is not None else pooled
-        z, acts = self.mlp.forward(self.xp, self.params, x)
+    def _network(self, pooled, dense, ws=None):
+        x = self._deep_input(pooled.reshape(-1, self.n_fields, self.emb_dim), dense, ws)
+        z, acts = self.mlp.forward(self.xp, self.params, x, ws)
         return z[:, 0], acts
 
-    def _network_backward(self, acts, dz, grads):
-        return self.mlp.backward(self.params, acts, dz, grads, dx_cols=self.n_fields * self.emb_dim)
+    def _network_backward(self, acts, dz, grads, ws=None):
+        return self.mlp.backward(self.params, acts, dz, grads, dx_cols=self.n_fields * self.emb_dim, ws=ws)
 
 
 class WideDeep(CTRModel):
@@ -73,14 +73,14 @@ class WideDeep(CTRModel):
     def _describe(self) -> str:
         return f"{super()._describe()} + wide (a first-order weight per key)"
 
-    def _network(self, pooled, dense):
+    def _network(self, pooled, dense, ws=None):
         emb, wide = self._split(pooled)
-        z, acts = self.mlp.forward(self.xp, self.params, self._deep_input(emb, dense))
+        z, acts = self.mlp.forward(self.xp, self.params, self._deep_input(emb, dense, ws), ws)
         return z[:, 0] + wide, acts
 
-    def _network_backward(self, acts, dz, grads):
-        d_x = self.mlp.backward(self.params, acts, dz, grads, dx_cols=self.n_fields * self.emb_dim)
-        return self._join(d_x.reshape(-1, self.n_fields, self.emb_dim), dz)
+    def _network_backward(self, acts, dz, grads, ws=None):
+        d_x = self.mlp.backward(self.params, acts, dz, grads, dx_cols=self.n_fields * self.emb_dim, ws=ws)
+        return self._join(d_x.reshape(-1, self.n_fields, self.emb_dim), dz, ws)
 
 
 class DeepFM(CTRModel):
@@ -93,19 +93,20 @@ class DeepFM(CTRModel):
     def _describe(self) -> str:
         return f"{super()._describe()} + first-order + FM"
 
-    def _network(self, pooled, dense):
-        xp = self.xp
+    def _network(self, pooled, dense, ws=None):
+        xp, F, d = self.xp, self.n_fields, self.emb_dim
         emb, first = self._split(pooled)
-        emb = xp.ascontiguousarray(emb)
+        x = self._deep_input(emb, dense, ws)
+        emb = x[:, :F * d].reshape(-1, F, d)  # the embeddings' copy in the MLP input, not pooled's strided view
         second, s = L.fm(xp, emb)
-        z, acts = self.mlp.forward(xp, self.params, self._deep_input(emb, dense))
+        z, acts = self.mlp.forward(xp, self.params, x, ws)
         return z[:, 0] + first + second, (emb, s, acts)
 
-    def _network_backward(self, ctx, dz, grads):
+    def _network_backward(self, ctx, dz, grads, ws=None):
         emb, s, acts = ctx
-        d_x = self.mlp.backward(self.params, acts, dz, grads, dx_cols=self.n_fields * self.emb_dim)
-        d_emb = d_x.reshape(emb.shape) + L.fm_backward(emb, s, dz[:, 0])
-        return self._join(d_emb, dz)
+        d_x = self.mlp.backward(self.params, acts, dz, grads, dx_cols=self.n_fields * self.emb_dim, ws=ws)
+        d_emb = L.fm_backward_add(self.xp, emb, s, dz[:, 0], d_x.reshape(emb.shape))  # d_x: the pass's own
+        return self._join(d_emb, dz, ws)
 
 
 class DCN(FieldModel):
@@ -131,22 +132,28 @@ class DCN(FieldModel):
         tower = f" | MLP {'->'.join(str(w) for w in (K, *self.hidden))} (ReLU)" if self.hidden else ""
         return f"[{len(self.cross.layers)} cross layers {K}x{K}{tower}] -> {self.out.fan_in}->1"
 
-    def _network(self, pooled, dense):
+    def _network(self, pooled, dense, ws=None):
         xp, p = self.xp, self.params
-        x0 = self._deep_input(pooled.reshape(-1, self.n_fields, self.emb_dim), dense)
-        xl, cross_ctx = self.cross.forward(p, x0)
-        h, acts = self.deep.forward(xp, p, x0)
-        top = xp.concatenate([xl, h], axis=1) if self.deep.layers else xl
-        z, _ = self.out.forward(p, top)
+        x0 = self._deep_input(pooled.reshape(-1, self.n_fields, self.emb_dim), dense, ws)
+        xl, cross_ctx = self.cross.forward(xp, p, x0, ws)
+        top = xl
+        if self.deep.layers:
+            h, acts = self.deep.forward(xp, p, x0, ws)
+            K = xl.shape[1]
+            top = L.buffer(xp, ws, "top", (xl.shape[0], K + h.shape[1]), self.dtype)
+            top[:, :K], top[:, K:] = xl, h
+        else:
+            acts = None
+        z, _ = self.out.forward(p, top, ws)
         return z[:, 0], (top, cross_ctx, acts)
 
-    def _network_backward(self, ctx, dz, grads):
+    def _network_backward(self, ctx, dz, grads, ws=None):
         top, cross_ctx, acts = ctx
-        p, K = self.params, cross_ctx[0].shape[1]
-        d_top = self.out.backward(p, top, dz, grads)
-        d_x0 = self.cross.backward(p, cross_ctx, d_top[:, :K], grads)
+        xp, p, K = self.xp, self.params, cross_ctx[0].shape[1]
+        d_top = self.out.backward(p, top, dz, grads, ws=ws)
+        d_x0 = self.cross.backward(xp, p, cross_ctx, d_top[:, :K], grads, ws)  # the pass's own array
         if self.deep.layers:
-            d_x0 = d_x0 + self.deep.backward(p, acts, d_top[:, K:], grads)
+            d_x0 += self.deep.backward(p, acts, d_top[:, K:], grads, ws=ws)
         return d_x0[:, :self.n_fields * self.emb_dim]
 
 
@@ -174,26 +181,31 @@ class DLRM(FieldModel):
                   if self.bottom is not None else "")
         return f"{bottom}{self.inter.out_dim} pairwise dots of {self.inter.m} vectors, top MLP {top} (ReLU)"
 
-    def _network(self, pooled, dense):
-        xp, p = self.xp, self.params
-        t = pooled.reshape(-1, self.n_fields, self.emb_dim)
+    def _network(self, pooled, dense, ws=None):
+        xp, p, F, d = self.xp, self.params, self.n_fields, self.emb_dim
+        n = pooled.shape[0]
+        t = pooled.reshape(n, F, d)
         bottom_acts = None
         if self.bottom is not None:
-            b, bottom_acts = self.bottom.forward(xp, p, dense)
-            t = xp.concatenate([b[:, None, :], t], axis=1)
-        dots, _ = self.inter.forward(xp, t)
-        x = xp.concatenate([t[:, 0, :], dots], axis=1) if self.bottom is not None else dots
-        z, acts = self.top.forward(xp, p, x)
+            b, bottom_acts = self.bottom.forward(xp, p, dense, ws)
+            t = L.buffer(xp, ws, "inter.t", (n, F + 1, d), self.dtype)
+            t[:, 0, :], t[:, 1:, :] = b, pooled.reshape(n, F, d)
+        dots, _ = self.inter.forward(xp, t, ws)
+        x = dots
+        if self.bottom is not None:
+            x = L.buffer(xp, ws, "top.x", (n, d + dots.shape[1]), self.dtype)
+            x[:, :d], x[:, d:] = t[:, 0, :], dots
+        z, acts = self.top.forward(xp, p, x, ws)
         return z[:, 0], (t, bottom_acts, acts)
 
-    def _network_backward(self, ctx, dz, grads):
+    def _network_backward(self, ctx, dz, grads, ws=None):
         t, bottom_acts, acts = ctx
         xp, p, d = self.xp, self.params, self.emb_dim
-        d_x = self.top.backward(p, acts, dz, grads)
+        d_x = self.top.backward(p, acts, dz, grads, ws=ws)
         has_bottom = self.bottom is not None
-        d_t = self.inter.backward(xp, t, d_x[:, d:] if has_bottom else d_x)
+        d_t = self.inter.backward(xp, t, d_x[:, d:] if has_bottom else d_x, ws)
         if has_bottom:
-            self.bottom.backward(p, bottom_acts, d_t[:, 0, :] + d_x[:, :d], grads, dx_cols=0)
+            self.bottom.backward(p, bottom_acts, d_t[:, 0, :] + d_x[:, :d], grads, dx_cols=0, ws=ws)
             d_t = d_t[:, 1:, :]
         return d_t.reshape(d_t.shape[0], self.n_fields * d)
 

@@ -1,8 +1,8 @@
 """``hps.predict``: score raw data with an exported model.
 
 Library: ``hps.Predictor(EXPORT_DIR)`` (:class:`Predictor`); command line: ``python -m hps.predict
---model-dir EXPORT_DIR --data FILE … --out preds.csv`` (parsed in ``hps.train._cli``). The model
-directory may also be a checkpoint or a ``--checkpoint-dir`` (``hps.train._export.read_model``).
+--model-dir EXPORT_DIR --data FILE … --out preds.csv`` (``hps.predict._main``, its parser in ``hps.cli``). The model
+directory may also be a checkpoint or a ``--checkpoint-dir`` (``hps.formats.read_model``).
 """
 
 from ._predictor import DEFAULT_BATCH, UNKNOWN_KEYS, Predictor

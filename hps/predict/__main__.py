@@ -1,7 +1,7 @@
-"""``python -m hps.predict``: see ``hps.train._cli.predict_main``."""
+"""``python -m hps.predict``: see ``hps.predict._main.predict_main``."""
 
 import sys
 
-from ..train._cli import predict_main
+from ._main import predict_main
 
 sys.exit(predict_main())

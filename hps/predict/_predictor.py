@@ -4,7 +4,7 @@ The export's ``model.json`` (``hps.train._records``) names the model's architect
 the data format and the reader options of training (CSV/Parquet columns resolved: the categorical
 fields and dense features by name, in order; libsvm's positional field count; Criteo's
 ``int_as_categorical``). The Predictor reads raw rows with the same readers, so a raw value gets
-exactly the key it had in training (README "Scoring"), looks the keys up among the exported rows and
+exactly the key it had in training (docs/predict.md), looks the keys up among the exported rows and
 runs the model's forward pass with the exported dense parameters.
 
 A key that is not in the export (never seen in training) gets, by default (``unknown="init"``), the
@@ -28,8 +28,7 @@ from ..mem import RowInitializer
 from ..metrics import auc as auc_score
 from ..model import ModelConfig, make_model
 from ..table import HashTable
-from ..train._export import read_model
-from ..train._records import EXPORT_META
+from ..formats import EXPORT_META, read_model
 
 #: What a key missing from the export is scored with.
 UNKNOWN_KEYS = ("init", "zero")

@@ -10,7 +10,7 @@ threshold ``t`` as a fraction of all accesses ``T`` scaled to the sampled fracti
 % interval of the mean is ``ybar +- t_{alpha/2, n-1} sqrt((N - n) / N * s^2 / n)`` (Eq. 4, with the
 finite-population correction). Scaled by ``N_e / m`` it bounds the number of hot logger entries.
 The interval covers the chunk-sampling error only; the input sampler's error (a key's count in a
-sample) is not in it (README "FAE").
+sample) is not in it (docs/fae.md).
 
 When the logger has no more than ``n`` full chunks every entry is counted: the estimate is exact and
 the interval has zero width.
@@ -23,12 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._options import CHUNK_ENTRIES, CHUNKS
 from ..errors import InvalidInputError
 from ._kernels import chunk_hot_counts
-
-#: The paper's sample: n = 35 chunks of m = 1024 logger entries (§4.1.2).
-CHUNKS = 35
-CHUNK_ENTRIES = 1024
 
 
 def t_two_sided(t: float, df: int) -> float:

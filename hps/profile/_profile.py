@@ -13,7 +13,7 @@
    same threshold (as a fraction of all accesses): at ``sample_rate`` 100 exactly the number the
    interval is about.
 
-File format (``PROFILE_FORMAT``, version ``PROFILE_VERSION``; README "FAE profile file"): datasets
+File format (``PROFILE_FORMAT``, version ``PROFILE_VERSION``; docs/formats.md, "FAE profile"): datasets
 ``hot_keys`` (h,) uint64 ascending and ``hot_counts`` (h,) int64 (sampled accesses), the rest attributes.
 """
 
@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
+from .._options import PROFILE_CONFIDENCE, PROFILE_SAMPLE_RATE
 from ..data import open_dataset
 from ..errors import InvalidInputError
 from ..mem import unique_counts
@@ -105,8 +106,8 @@ def _read(data, fmt, shards, n_shards, fmt_options):
     return k, np.concatenate([[0], np.cumsum(sz)]).astype(np.int64)
 
 
-def profile(data, fmt: str, hot_bytes: int, row_bytes: int, sample_rate: float = 5.0,
-            confidence: float = 0.999, exact: bool = False, seed: int = 0, fmt_options: dict | None = None,
+def profile(data, fmt: str, hot_bytes: int, row_bytes: int, sample_rate: float = PROFILE_SAMPLE_RATE,
+            confidence: float = PROFILE_CONFIDENCE, exact: bool = False, seed: int = 0, fmt_options: dict | None = None,
             chunks: int = CHUNKS, chunk_entries: int = CHUNK_ENTRIES) -> Profile:
     """Profile ``data`` (``fmt``, ``fmt_options`` as for ``hps.data.open_dataset``) for a hot set of at
     most ``hot_bytes`` (rows of ``row_bytes``): see the module docstring. Blocking; reads files.

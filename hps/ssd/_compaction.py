@@ -45,7 +45,7 @@ class Compactor:
                 for i, f in enumerate(victims):
                     group.append(f)
                     live_est += f.n_rows - f.stale
-                    if live_est >= self._rows_cap() or i == len(victims) - 1:
+                    if live_est >= self.rows_cap() or i == len(victims) - 1:
                         self._merge(group)
                         removed += len(group)
                         group, live_est = [], 0
@@ -54,7 +54,7 @@ class Compactor:
                 self._unlink(self.cat.end_compaction([f for f in victims if f.compacting], ok))
             return removed
 
-    def _rows_cap(self) -> int:
+    def rows_cap(self) -> int:
         """Rows per merged file, per read of a victim, and live rows per merge step."""
         return max(1, min(self.rows_per_file, self.options.compact_batch_bytes // (self.io.row_bytes + 16)))
 
@@ -64,11 +64,11 @@ class Compactor:
 
     def _live_chunks(self, f):
         """Yield (keys, versions, src (m, 2) int64, rows) of the live rows of victim ``f``, at most
-        ``_rows_cap()`` rows at a time (only their blocks are read)."""
+        ``rows_cap()`` rows at a time (only their blocks are read)."""
         _, keys, versions, _ = self.io.read_meta(f.seq, f.size)
         self.cat.count("bytes_read", f.layout.rows_offset)
         live = np.flatnonzero(self.cat.live_mask(f, keys))
-        cap = self._rows_cap()
+        cap = self.rows_cap()
         for a in range(0, live.shape[0], cap):
             sl = live[a:a + cap]
             rows = np.empty((sl.shape[0], self.io.dim), dtype=self.io.dtype)
@@ -83,7 +83,7 @@ class Compactor:
     def _merge(self, group) -> None:
         """Merge one group of victims into new files (written as their rows arrive, so at most two
         files' worth of rows is held), switch the manifest, re-point the index, delete the victims."""
-        cap = self._rows_cap()
+        cap = self.rows_cap()
         written, keys, src, new = [], [], [], []
         pending, n_pending = [], 0
         doomed: list = []

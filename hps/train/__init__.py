@@ -8,8 +8,8 @@ through which a feature plugs into the trainer's pipeline.
 """
 
 from ._backend import HostBackend
-from ._export import load_export
-from ._cli import main
+from ..formats import load_export
+from ._main import main
 from ._dense_sync import DenseSync
 from ._features import Feature
 from ._hierarchy import ParameterHierarchy

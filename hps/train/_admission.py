@@ -52,7 +52,6 @@ from ..errors import InvalidInputError
 from ..mem import unique_counts
 from . import _admission_kernels as K
 from ._features import Feature
-from ._feed import LocalBatch
 
 #: Low 48 bits of a shared (not-admitted) key: ``field << 48 | SHARED_LOW``. Persistent: never change.
 SHARED_LOW = np.uint64((1 << 48) - 1)
@@ -224,7 +223,7 @@ class FeatureFilter(Feature):
     def on_prepare(self, w) -> None:
         """Admission: the keys of ``w`` not admitted become their field's shared key."""
         if self.admitting:
-            w.local = LocalBatch(replace(w.local.data, keys=self.admit(w.local.data.keys)), w.local.bounds)
+            w.local = replace(w.local, data=replace(w.local.data, keys=self.admit(w.local.data.keys)))
 
     def on_resident(self, w, resident) -> None:
         """Expiry: the owner's keys of this batch are used now; a sweep may delete old ones. The state as

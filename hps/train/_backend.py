@@ -33,6 +33,7 @@ from typing import Protocol
 
 import numpy as np
 
+from ..comm import fold
 from ..errors import InternalError
 
 __all__ = ["Backend", "RowAccess", "HostBackend", "HostInputs"]
@@ -111,13 +112,15 @@ class HostInputs:
     int64 into the rows of ``keys``, ``keys`` the keys whose rows this rank reads and updates
     (``Plan.ukeys`` in owner mode with several ranks, ``Plan.keys`` otherwise) and ``uinv`` the index
     into ``keys`` of every key other ranks asked (owner mode, several ranks; else None); ``hot`` the
-    mini-batch's FAE hot slots (``Plan.hot_slots``)."""
+    mini-batch's FAE hot slots (``Plan.hot_slots``); ``shards`` (S + 1,) int64 the bounds of this
+    rank's S shards' examples in ``batch`` (``LocalBatch.shard_bounds``; None: one shard)."""
 
     batch: object
     inv: np.ndarray
     keys: np.ndarray
     uinv: np.ndarray | None
     hot: np.ndarray | None = None
+    shards: np.ndarray | None = None
 
 
 @dataclass
@@ -165,17 +168,33 @@ class HostBackend:
         return table
 
     def stage(self, local, plans: list, table) -> list:
-        return [HostInputs(local.minibatch(j), p.inv, p.keys if p.uinv is None else p.ukeys, p.uinv, p.hot_slots)
-                for j, p in enumerate(plans)]
+        return [HostInputs(local.minibatch(j), p.inv, p.keys if p.uinv is None else p.ukeys, p.uinv, p.hot_slots,
+                           local.shard_bounds(j)) for j, p in enumerate(plans)]
 
     def rows(self, table):
         return contextlib.nullcontext(_HostRows(table))
 
     def forward_backward(self, params, inputs: HostInputs, n_total: int):
-        loss, _, g_rows, g_dense = self.model.forward_backward(params, inputs.inv, inputs.batch, n_total=n_total)
+        if inputs.shards is None:
+            loss, _, g_rows, g_dense = self.model.forward_backward(params, inputs.inv, inputs.batch, n_total=n_total)
+        else:
+            loss, g_rows, g_dense = self._by_shard(params, inputs, n_total)
         self._last = loss
         self._loss += loss * n_total
         return g_rows, g_dense
+
+    def _by_shard(self, params, inputs: HostInputs, n_total: int):
+        """One forward/backward per shard — each exactly the call of the rank that would read it alone —
+        and their gradients folded in shard order (``hps.comm.fold``), as the ranks' ordered reductions
+        add theirs (DESIGN.md, "Reductions have a fixed order"): N ranks equal one process reading N
+        shards bit for bit. -> (loss, grad rows (u, P), dense gradients)."""
+        b, off, inv = inputs.batch, inputs.batch.offsets, inputs.inv
+        bounds = [(int(a), int(e)) for a, e in zip(inputs.shards[:-1], inputs.shards[1:]) if e > a] or [(0, 0)]
+        loss, rows, dense = 0.0, [], []
+        for a, e in bounds:
+            lo, _, g, gd = self.model.forward_backward(params, inv[off[a]:off[e]], b.slice(a, e), n_total=n_total)
+            loss, rows, dense = loss + lo, rows + [g], dense + [gd]
+        return loss, fold(rows), {k: fold([gd[k] for gd in dense]) for k in dense[0]}
 
     def forward_backward_resident(self, R, found: Found, inputs: HostInputs, n_total: int):
         return self.forward_backward(found.rows[:, :self.model.row_params], inputs, n_total)

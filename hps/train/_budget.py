@@ -1,33 +1,34 @@
-"""``plan_memory``: how one rank's ``--mem-budget`` is spent, decided before training starts.
+"""``plan_memory``: how one rank's memory budget is spent, decided before training starts.
 
-Inside the budget (the DRAM structures that grow with the working set or the traffic):
+The budget (``--mem-budget``, else ``DEFAULT_BUDGET_FRACTION`` of the memory available to the
+rank: ``resolve_budget``) is the rank's host memory as a whole, beside what an empty job holds (the
+interpreter, the imported libraries and the compiled kernels, about 0.3 GiB, which no setting
+changes). ``plan_memory`` divides it into shares, printed at start:
 
-- the MEM-PS cache: its rows **and** its per-row state, key map and ghost frequency table
-  (``RowCache.bytes_for``: 134-222 B of bookkeeping per cached row at the default ghost factor 4);
-- the SSD-PS I/O buffers: ``READ_THREADS`` read buffers of ``read_buffer_bytes`` and compaction's
-  rows in flight (2 x ``compact_batch_bytes``, plus the keys section of one victim file), both sized
-  here from the budget.
-
-Printed beside it (they do not depend on the budget):
-
-- the HBM-PS twin on ``--device cpu`` (a CPU hash table, a cache across batches bounded by
-  ``--hbm-budget``; by default the bytes of a table of the working sets of ``2 (window + 1)`` first
-  batches); on ``cuda`` it lives in GPU memory (by default :data:`HBM_FREE_SHARE` of the GPU's free
-  memory at start; under the CUDA simulator, whose memory is unbounded, the CPU's default). It holds
-  no second copy of a MEM-PS row: a row fetched for it leaves the MEM-PS until it is evicted back
+- **model**: dense parameters, their gradients and optimizer state, one mini-batch's activations
+  and their gradients (``_preflight.memory_floor``);
+- **HBM-PS twin** (``--device cpu``): the CPU hash table of the HBM-PS, a cache across batches
+  bounded by ``--hbm-budget`` (by default a table of the working sets of ``2 (window + 1)`` first
+  batches), at its first size (``hbm_bytes``); it grows up to the budget as rows stay resident, and
+  its growth is charged to the MEM-PS tier (:class:`TwinBudget`). It holds no second copy of a
+  MEM-PS row: a row fetched for it leaves the MEM-PS until it is evicted back
   (``ParameterHierarchy.prepare``). It stays a table of its own because the train stage reads and
   writes rows through the HBM-PS table API, the same code path as on the GPU, and with
-  ``--sparse-sync allreduce`` it also holds rows other ranks own, which the MEM-PS (this rank's
-  keys only) cannot hold;
-- the SSD-PS key index, per key of the table (``KeyIndex`` of (file, slot): 8 B key + 4 B state +
-  16 B value per slot, 2 to 4 slots per key; for a moment while it doubles, the old and the new
-  arrays and the entries copied between them, ``INDEX_GROWING_BYTES``) and the block crcs (4 B per
-  block of rows);
-- the pipeline's batches in flight: the rows prepare has fetched for up to ``window`` batches
-  ahead of training (``window`` x the first batch's working set, the best estimate before
-  training; a later, larger working set takes more).
+  ``--sparse-sync allreduce`` it also holds rows other ranks own, which the MEM-PS cannot;
+- **batches in flight**: the parsed batches the pipeline's stages and queues hold, the readers'
+  buffers, the rows fetched for batches prepared ahead and written back, one mini-batch's rows in
+  the train step (``pipeline_bytes``);
+- **SSD-PS buffers**: ``READ_THREADS`` read buffers and compaction's rows in flight, sized from the
+  budget (``_ssd_buffers``);
+- **MEM-PS tier**: the rest — the MEM-PS cache, which grows with the data up to what it can hold,
+  and the SSD-PS key index, which grows with the table; the cache gives way to the index
+  (``hps.mem.MemPS(budget_bytes=...)``).
 
-A budget whose cache cannot hold one batch's working set on this rank is an InvalidInputError.
+A budget whose tier cannot cache one batch's working set on this rank is refused at start with
+the sizes of the shares and the budget that would do. Device memory (``MemoryPlan.device``) is
+planned apart: on ``cuda`` the HBM-PS cache of ``--hbm-budget`` (by default :data:`HBM_FREE_SHARE`
+of the GPU's free memory at start; under the CUDA simulator, whose memory is unbounded, the CPU's
+default).
 
 ``--hbm-budget`` counts every resident row at :func:`hbm_row_bytes` (its row, the CUDA slot's
 overhead, at the default load factor), the same on both devices, so a CPU and a CUDA job with the same
@@ -41,9 +42,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..data._parallel import WINDOW_PER_READER
 from ..errors import InvalidInputError
-from ..mem import RowCache
+from ..mem import MemPS, RowCache
+from .._index import KeyIndex
+from .._options import DEFAULT_BUDGET_FRACTION, DEFAULT_ROWS_PER_FILE
 from ..table import DEFAULT_MAX_LOAD_FACTOR, SLOT_OVERHEAD_BYTES, slots_for
+from ._machine import memory_available, memory_limit
 
 #: ``--device cuda`` without ``--hbm-budget``: this share of the GPU's free memory at start.
 HBM_FREE_SHARE = 0.5
@@ -55,29 +60,62 @@ READ_THREADS = 3
 #: compaction batch), within the bounds below.
 SSD_SHARE = 64
 _MIN_BUF, _MAX_READ_BUF, _MAX_COMPACT = 16 << 10, 16 << 20, 64 << 20
-#: KeyIndex bytes per slot (key u64, state i32, value 2 x i64) and slots per key (load <= 0.5, doubling).
-INDEX_SLOT_BYTES, INDEX_SLOTS_PER_KEY = 28, (2, 4)
-#: KeyIndex bytes per key for a moment while it doubles: the old slots (2 per key), the new ones (4)
-#: and the entries copied between them (key + value, 24 B).
-INDEX_GROWING_BYTES = 6 * INDEX_SLOT_BYTES + 24
+#: KeyIndex bytes per slot (key u64, state i32, value 2 x i64) and slots per key (load <= 0.5, doubling);
+#: bytes per entry a rebuild moves (its slot, key and value).
+INDEX_SLOT_BYTES, INDEX_SLOTS_PER_KEY, INDEX_MOVED_BYTES = 28, (2, 4), 32
+#: Parsed batches one rank's pipeline holds at once, besides ``QUEUED`` per item of --queue-depth:
+#: the reader's current batch and its lookahead, and one in each of prepare, place and train;
+#: each queue between two stages holds --queue-depth more.
+HELD_BATCHES, QUEUES = 5, 3
+#: A batch in flight holds about this many times its own bytes: the batch, its plan (unique keys and
+#: their inverse per mini-batch and for the batch) and what its stages derive from it. Measured: a
+#: plan of 2 left 3-100 MiB of the peak RSS of the report's jobs uncounted (3 at batches of 2,048
+#: examples, 100 at 16,384 x 26 fields); 3 covers them.
+PER_BATCH = 3
+#: Bytes per example a batch surely takes whatever the data: one key (8) and a label (4).
+MIN_EXAMPLE_BYTES = 12
+#: A file reader's work unit in text chunks (``chunk_bytes``, 16 MiB by default, or its files when
+#: smaller): the chunk and its parsed arrays (keys take more bytes than their text); besides its
+#: units a reader holds one chunk of examples carried to the next batch. An estimate.
+UNIT_CHUNKS = 2
+
+
+@dataclass(frozen=True)
+class Share:
+    """``nbytes`` of the budget for ``what``."""
+
+    what: str
+    nbytes: int
 
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    budget: int                 # --mem-budget of this rank, bytes
-    cache_rows: int             # MEM-PS capacity
-    cache_bytes: int            # its DRAM: rows, state, key map, ghost table
-    row_bytes: int
-    read_buffer_bytes: int      # SSDOptions.read_buffer_bytes
-    compact_batch_bytes: int    # SSDOptions.compact_batch_bytes
-    ssd_buffer_bytes: int       # READ_THREADS read buffers + compaction in flight
-    hbm_keys: int               # HBM-PS capacity (keys)
-    hbm_dram_bytes: int         # the HBM-PS twin's DRAM (0 on cuda)
-    working_set: int            # rows this rank pins for the first batch
-    pipeline_bytes: int = 0     # rows fetched for the batches in flight (window x working set)
-    hbm_budget: int = 0         # --hbm-budget (or its default), bytes
-    hbm_rows: int = 0           # rows the HBM-PS may hold (hbm_rows_for(hbm_budget))
-    hbm_default: str = ""       # where the default came from ("" when --hbm-budget was given)
+    budget: int                  # this rank's budget, bytes
+    source: str                  # where it came from ("--mem-budget", or the share of the machine)
+    shares: tuple                # Share, ...: the fixed parts of the budget, in the order printed
+    tier_bytes: int              # the rest: MEM-PS cache + SSD-PS index (MemPS(budget_bytes=...))
+    row_width: int               # float32 values per row
+    rows_per_file: int
+    read_buffer_bytes: int       # SSDOptions.read_buffer_bytes
+    compact_batch_bytes: int     # SSDOptions.compact_batch_bytes
+    hbm_keys: int                # HBM-PS capacity at first (keys)
+    working_set: int             # rows this rank owns in the first batch (the tier must cache them)
+    hbm_budget: int = 0          # --hbm-budget (or its default), bytes
+    hbm_rows: int = 0            # rows the HBM-PS may hold (hbm_rows_for(hbm_budget))
+    hbm_source: str = "--hbm-budget"  # where hbm_budget came from
+    device: tuple = ()           # Share, ...: device memory (on cuda, the --hbm-budget cache)
+
+    @property
+    def row_bytes(self) -> int:
+        return 4 * self.row_width
+
+    @property
+    def cache_rows(self) -> int:
+        """The most rows the MEM-PS cache holds, while the SSD-PS index is still small."""
+        return RowCache.rows_for_bytes(self.tier_bytes, self.row_width)
+
+    def share(self, what: str) -> int:
+        return sum(s.nbytes for s in self.shares if s.what == what)
 
     def ssd_options(self):
         """The SSD-PS buffer options this plan counted."""
@@ -85,25 +123,137 @@ class MemoryPlan:
                     max_read_bytes=min(1 << 20, self.read_buffer_bytes),
                     compact_batch_bytes=self.compact_batch_bytes)
 
+    def index_bytes(self, keys: int) -> int:
+        """The SSD-PS index of a table of ``keys`` at its largest (:func:`index_bytes_for`, written a
+        MEM-PS chunk or a compaction batch at a time); 0 for none."""
+        return self._index_bytes(keys, self.budget, self.tier_bytes)
+
+    def _index_bytes(self, keys: int, budget: int, tier: int) -> int:
+        """:meth:`index_bytes` under a plan of ``budget`` whose tier is ``tier`` bytes."""
+        if keys <= 0:
+            return 0
+        chunk = MemPS.chunk_rows(tier, self.row_bytes)
+        merge = compaction_rows(budget, self.row_bytes, self.rows_per_file)
+        return index_bytes_for(keys + merge, self.row_bytes, max(chunk, merge))
+
+    @property
+    def max_table_keys(self) -> int:
+        """The most keys whose SSD-PS index (:meth:`index_bytes`) fits the tier beside a cache of
+        one batch's working set and a chunk on its way: a larger table stops the job
+        (``hps.mem.MemPS``)."""
+        room = self.tier_bytes * 15 // 16 - RowCache.bytes_for(max(1, self.working_set), self.row_width)
+        lo, hi = 0, max(1, room // 56)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.index_bytes(mid) <= room:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def budget_for_cache_rows(self, rows: int, table_keys: int = 0) -> int:
+        """The smallest budget whose plan (these shares, the SSD-PS buffers and index of that
+        budget) leaves a tier that caches ``rows`` rows of this size, and at least one batch's
+        working set, beside the SSD-PS index of a table of ``table_keys`` (so that its
+        ``max_table_keys`` >= ``table_keys``: a tier that caches fewer rows than the working set
+        at the table's end would stop the job)."""
+        fixed = sum(s.nbytes for s in self.shares if s.what != SSD_BUFFERS)
+        cache = RowCache.bytes_for(max(1, rows, self.working_set), self.row_width)
+        budget = fixed + cache
+        while True:   # the SSD-PS buffers, the chunk and the compaction batch grow with the budget
+            tier = budget - fixed - _ssd_buffers(budget, self.rows_per_file)[2]
+            # the MEM-PS keeps 1/16 of it for rows on their way to the SSD-PS (hps.mem.MemPS)
+            need = -(-(cache + self._index_bytes(table_keys, budget, tier)) * 16 // 15)
+            if tier >= need:
+                return budget
+            budget += need - tier
+
     def describe(self) -> str:
+        parts = ", ".join(f"{s.what} {_size(s.nbytes)}" for s in self.shares)
         lo, hi = (INDEX_SLOT_BYTES * s for s in INDEX_SLOTS_PER_KEY)
-        where = "twin on the CPU" if self.hbm_dram_bytes else "in GPU memory"
-        why = f", {self.hbm_default}" if self.hbm_default else ""
-        twin = (f"HBM-PS {where}: budget {_size(self.hbm_budget)} ({self.hbm_rows:,} rows at most{why}; "
-                f"{self.hbm_keys:,} keys at first)")
-        grow = INDEX_GROWING_BYTES
-        return (f"budget {_size(self.budget)}: MEM-PS cache {_size(self.cache_bytes)} "
-                f"({self.cache_rows:,} rows of {self.row_bytes} B with their maps and ghost table), "
-                f"SSD-PS buffers {_size(self.ssd_buffer_bytes)}; beside it: {twin}, batches in flight "
-                f"{_size(self.pipeline_bytes)}, SSD-PS index {lo}-{hi} B per key of the table ({grow} B "
-                f"while it doubles; about {_size(16e6 * (lo + hi) / 2)} for 16 M keys) + 4 B per 4 KiB of rows")
+        where = "in device memory" if self.device else "the twin, on the CPU"
+        hbm = (f"; HBM-PS cache ({where}): --hbm-budget {_size(self.hbm_budget)} ({self.hbm_source}), up to "
+               f"{self.hbm_rows:,} rows, {self.hbm_keys:,} keys at first")
+        return (f"budget {_size(self.budget)} ({self.source}): {parts}; MEM-PS tier {_size(self.tier_bytes)}: "
+                f"a cache of up to {self.cache_rows:,} rows of {self.row_bytes} B with their maps and ghost "
+                f"table, and the SSD-PS key index ({lo}-{hi} B per key of the table, about 200 B while it "
+                f"doubles; the cache gives way to it: a table of up to {self.max_table_keys:,} keys){hbm}")
+
+
+#: An SSD-PS key index (key -> (file, slot)) as a store opens it, for projections of its growth.
+_EMPTY_INDEX = KeyIndex(width=2)
+#: Names of the shares (``Share.what``).
+MODEL, TWIN, IN_FLIGHT, SSD_BUFFERS = "model", "HBM-PS twin", "batches in flight", "SSD-PS buffers"
+#: Name of the device share of the HBM-PS cache (``MemoryPlan.device`` on ``cuda``).
+HBM_CACHE = "HBM-PS cache"
+
+
+def index_bytes_for(keys: int, row_bytes: int, step: int) -> int:
+    """The most DRAM the SSD-PS key index and block crcs hold while a table grows to ``keys`` keys,
+    written ``step`` rows at a time at most (a MEM-PS chunk, a compaction's batch): the largest
+    rebuild on :meth:`KeyIndex.reserve`'s path from an empty index (old and new arrays and the
+    entries moved), as ``KeyIndex.peak_bytes`` counts it; 4 B of crc per 4 KiB of rows."""
+    if keys <= 0:
+        return 0
+    slots, cap = _EMPTY_INDEX.nbytes // INDEX_SLOT_BYTES, _EMPTY_INDEX.capacity
+    peak = slots * INDEX_SLOT_BYTES
+    while keys > cap:   # a write of at most ``step`` rows overflows the capacity: the table grows
+        new = slots_for(max(2 * cap, min(int(keys), cap + int(step))), DEFAULT_MAX_LOAD_FACTOR)
+        peak = max(peak, INDEX_SLOT_BYTES * (slots + new) + INDEX_MOVED_BYTES * cap)
+        slots, cap = new, int(new * DEFAULT_MAX_LOAD_FACTOR)
+    return peak + 4 * -(-int(keys) * int(row_bytes) // 4096)
+
+
+def compaction_rows(budget: int, row_bytes: int, rows_per_file: int) -> int:
+    """Rows one SSD-PS compaction step merges (``Compactor.rows_cap`` with the plan's batch)."""
+    return max(1, min(int(rows_per_file), _ssd_buffers(budget, rows_per_file)[1] // (int(row_bytes) + 16)))
 
 
 def _size(n: float) -> str:
-    for unit, f in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+    for unit, f in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= f:
             return f"{n / f:.1f} {unit}"
     return f"{int(n)} B"
+
+
+def resolve_budget(explicit: int | None, ranks_on_node: int) -> tuple[int, str]:
+    """-> (this rank's budget, where it came from). ``explicit`` (``--mem-budget``) is used as given,
+    but refused when this node's ranks would together ask for more than the machine has (a typo
+    such as 2TB for 2GB fails here, before anything is allocated). Without it: a
+    ``DEFAULT_BUDGET_FRACTION`` of the memory available, over the ranks on the node."""
+    r = max(1, int(ranks_on_node))
+    if explicit is not None:
+        limit, what = memory_limit()
+        if limit is not None and int(explicit) * r > limit:
+            each = f" x {r} ranks on this node" if r > 1 else ""
+            raise InvalidInputError(
+                f"--mem-budget {_size(explicit)}{each} is more than this machine's memory, {_size(limit)} "
+                f"({what}): lower it, or leave it out to use {DEFAULT_BUDGET_FRACTION} of the memory available")
+        return int(explicit), "--mem-budget"
+    avail, what = memory_available()
+    if avail is None:
+        raise InvalidInputError(f"cannot size the memory budget: {what}; give --mem-budget")
+    return (int(DEFAULT_BUDGET_FRACTION * avail / r),
+            f"{DEFAULT_BUDGET_FRACTION} x {what} {_size(avail)} / {r} rank{'s' if r > 1 else ''} on this node")
+
+
+def batches_held(queue_depth: int) -> int:
+    """Parsed batches one rank's pipeline holds at once (``HELD_BATCHES`` + ``QUEUES`` x depth)."""
+    return HELD_BATCHES + QUEUES * int(queue_depth)
+
+
+def check_batch_size(batch_size: int, minibatch_size: int, n_ranks: int, queue_depth: int, budget: int,
+                     source: str) -> None:
+    """Refuse, before any batch is read, a ``--batch-size`` whose batches in flight cannot fit the
+    budget whatever the data: ``MIN_EXAMPLE_BYTES`` per example, 8 B per mini-batch of the plan."""
+    share = -(-int(batch_size) // max(1, int(n_ranks)))
+    held = batches_held(queue_depth)
+    need = held * (MIN_EXAMPLE_BYTES * share + 8 * -(-int(batch_size) // int(minibatch_size)))
+    if need > budget:
+        raise InvalidInputError(
+            f"--batch-size {int(batch_size):,}: the {held} batches a rank's pipeline holds take at least "
+            f"{_size(need)} ({MIN_EXAMPLE_BYTES} B per example: a key and a label; each field and dense "
+            f"feature adds more), more than the memory budget of {_size(budget)} ({source}): lower --batch-size")
 
 
 def hbm_bytes(capacity: int, row_width: int, itemsize: int, n_parts: int) -> int:
@@ -136,7 +286,7 @@ def default_hbm_budget(device: str, row_width: int, itemsize: int, keys: int, fr
     :data:`HBM_FREE_SHARE` of ``free_bytes`` (the GPU's free memory at start); on ``cpu`` (and on the
     CUDA simulator, whose free memory is unbounded) the bytes of a table of ``keys`` rows."""
     if device == "cuda" and free_bytes is not None and np.isfinite(free_bytes):
-        return int(HBM_FREE_SHARE * free_bytes), f"default {HBM_FREE_SHARE:g} of the GPU's free {_size(free_bytes)}"
+        return int(HBM_FREE_SHARE * free_bytes), f"default: {HBM_FREE_SHARE:g} of the GPU's free {_size(free_bytes)}"
     slots = slots_for(keys, DEFAULT_MAX_LOAD_FACTOR)
     return slots * (SLOT_OVERHEAD_BYTES["cuda"] + row_width * itemsize), "default: 2 x (window + 1) first working sets"
 
@@ -150,6 +300,44 @@ def device_free_bytes(device: str):
     return float(cuda.current_context().get_memory_info()[0])
 
 
+def pipeline_bytes(batch_bytes: int, queue_depth: int, reader_bytes: int, owned_working_set: int, row_bytes: int,
+                   window: int, minibatch_keys: int, batch_keys: int = 0) -> int:
+    """Bytes of the batches in flight: the parsed batches held, each with its plan and the arrays its
+    stages derive from it (``PER_BATCH`` x its own bytes), the hash table and outputs of one
+    batch's ``unique_counts`` (``batch_keys`` key occurrences), the readers' buffers
+    (``reader_bytes``), the rows fetched for ``window`` batches prepared ahead and one batch's rows
+    written back, and one mini-batch's rows, gradients and updated rows in the train step."""
+    n = int(batch_keys)
+    unique = 16 * slots_for(n, DEFAULT_MAX_LOAD_FACTOR) + 24 * n if n else 0
+    return (PER_BATCH * batches_held(queue_depth) * int(batch_bytes) + unique + int(reader_bytes)
+            + (window + 1) * int(owned_working_set) * row_bytes + 3 * int(minibatch_keys) * row_bytes)
+
+
+def units_in_flight(threads: int) -> int:
+    """Work units a dataset read by ``threads`` reader threads holds at once (``hps.data._parallel``:
+    one, made in the consumer's thread, with one reader; else ``WINDOW_PER_READER`` per thread
+    and the one the consumer holds)."""
+    return 1 if int(threads) <= 1 else int(threads) * WINDOW_PER_READER + 1
+
+
+def reader_bytes(readers, threads: int = 1, batch_bytes: int = 0) -> int:
+    """The buffers of this rank's readers (``Feed.readers``, each read by ``threads`` threads): a
+    file reader holds ``units_in_flight`` units of ``UNIT_CHUNKS`` text chunks each (no more than
+    the bytes its shard reads: a compressed file counts whole chunks) and a chunk of carried
+    examples; a synthetic one holds its units' blocks of examples (``batch_bytes`` per local
+    batch; the block its consumer holds is a batch in flight, counted there)."""
+    units, total = units_in_flight(threads), 0
+    for r in readers:
+        r = getattr(r, "_d", r)   # an --op-osrp HashedReader's dataset
+        chunk = getattr(r, "chunk_bytes", 0)
+        if chunk and hasattr(r, "segments"):
+            spans = sum(seg.stop - seg.start if seg.stop is not None else chunk for seg in r.segments())
+            total += UNIT_CHUNKS * min(units * chunk, spans) + min(chunk, spans)
+        elif getattr(r, "block_rows", 0) and getattr(r, "batch_size", 0):
+            total += (units - 1) * -(-int(batch_bytes) * int(r.block_rows) // int(r.batch_size))
+    return total
+
+
 def _ssd_buffers(budget: int, rows_per_file: int):
     """-> (read_buffer_bytes, compact_batch_bytes, SSD-PS buffer bytes in all) for ``budget``."""
     share = budget // SSD_SHARE
@@ -158,9 +346,9 @@ def _ssd_buffers(budget: int, rows_per_file: int):
     return read_buf, compact, READ_THREADS * read_buf + 2 * compact + 16 * rows_per_file
 
 
-def budget_for_rows(rows: int, row_width: int, rows_per_file: int = 16_384, dtype=np.float32) -> int:
-    """The smallest budget (to the byte, up to the SSD-PS buffers' steps) whose plan caches at least
-    ``rows`` rows: their cache bytes plus the SSD-PS buffers a budget of that size takes."""
+def budget_for_rows(rows: int, row_width: int, rows_per_file: int = DEFAULT_ROWS_PER_FILE, dtype=np.float32) -> int:
+    """The smallest MEM-PS tier (to the byte, up to the SSD-PS buffers' steps) that caches ``rows``
+    rows while the SSD-PS index is small, with the SSD-PS buffers a budget of that size takes."""
     cache = RowCache.bytes_for(max(1, rows), row_width, dtype)
     budget = cache
     while RowCache.rows_for_bytes(budget - _ssd_buffers(budget, rows_per_file)[2], row_width, dtype) < rows:
@@ -169,34 +357,92 @@ def budget_for_rows(rows: int, row_width: int, rows_per_file: int = 16_384, dtyp
 
 
 def plan_memory(budget: int, row_width: int, owned_working_set: int, working_set: int, *, window: int,
-                device: str, n_parts: int = 1, hbm_capacity: int | None = None,
-                rows_per_file: int = 16_384, dtype=np.float32, hbm_budget: int | None = None,
-                free_bytes=None) -> MemoryPlan:
-    """Split ``budget`` bytes (one rank) -> MemoryPlan; InvalidInputError when the cache left cannot
-    hold ``owned_working_set`` rows (one batch's keys this rank owns). ``hbm_budget``: ``--hbm-budget``
-    (None: :func:`default_hbm_budget`, ``free_bytes`` the GPU's free memory on ``cuda``)."""
-    itemsize = np.dtype(dtype).itemsize
+                device: str, n_parts: int = 1, hbm_capacity: int | None = None, rows_per_file: int = DEFAULT_ROWS_PER_FILE,
+                source: str = "--mem-budget", model: dict | None = None, pipeline: int = 0,
+                hbm_budget: int | None = None, free_bytes=None) -> MemoryPlan:
+    """Split ``budget`` bytes (one rank; float32 rows of ``row_width``) -> MemoryPlan. ``model``: {what: bytes} of the model
+    (``_preflight.memory_floor``); ``pipeline``: bytes of the batches in flight (``pipeline_bytes``);
+    ``hbm_budget``: ``--hbm-budget`` (None: :func:`default_hbm_budget`, ``free_bytes`` the GPU's free
+    memory on ``cuda``). Raises InvalidInputError, naming every share, when the tier left cannot cache
+    ``owned_working_set`` rows (one batch's keys this rank owns), or when ``hbm_budget`` holds no row."""
+    itemsize = 4
     row_bytes = row_width * itemsize
     read_buf, compact, ssd = _ssd_buffers(budget, rows_per_file)
-    rows = RowCache.rows_for_bytes(budget - ssd, row_width, dtype) if budget > ssd else 0
     planned = max(1024, 2 * (window + 1) * working_set)
-    why = ""
+    hbm_source = "--hbm-budget"
     if hbm_budget is None:
-        hbm_budget, why = default_hbm_budget(device, row_width, itemsize, planned, free_bytes)
+        hbm_budget, hbm_source = default_hbm_budget(device, row_width, itemsize, planned, free_bytes)
     hbm_rows = hbm_rows_for(hbm_budget, row_width, itemsize)
     if hbm_rows < 1:
         raise InvalidInputError(f"--hbm-budget {hbm_budget} B holds no row of {hbm_row_bytes(row_width, itemsize)} B: "
                                 "raise it")
-    hbm_keys = min(hbm_capacity or planned, hbm_rows)
-    twin = hbm_bytes(hbm_rows, row_width, itemsize, n_parts) if device == "cpu" else 0
-    if rows < max(1, owned_working_set):
-        need = budget_for_rows(owned_working_set, row_width, rows_per_file, dtype)
+    # the slot array a table of that many keys takes holds up to its load factor: ask for all of it
+    first = hbm_capacity or planned
+    hbm_keys = min(max(first, int(slots_for(first, DEFAULT_MAX_LOAD_FACTOR) * DEFAULT_MAX_LOAD_FACTOR)), hbm_rows)
+    shares = [Share(MODEL, sum((model or {}).values()))]
+    if device == "cpu":
+        shares.append(Share(TWIN, hbm_bytes(hbm_keys, row_width, itemsize, n_parts)))
+    shares += [Share(IN_FLIGHT, int(pipeline)), Share(SSD_BUFFERS, ssd)]
+    tier = budget - sum(s.nbytes for s in shares)
+    plan = MemoryPlan(budget, source, tuple(shares), max(0, tier), row_width, rows_per_file, read_buf, compact,
+                      hbm_keys, owned_working_set, int(hbm_budget), hbm_rows, hbm_source,
+                      (Share(HBM_CACHE, int(hbm_budget)),) if device == "cuda" else ())
+    need_rows = max(1, owned_working_set)
+    if tier < RowCache.bytes_for(need_rows, row_width):
+        need = plan.budget_for_cache_rows(need_rows)
+        parts = ", ".join(f"{s.what} {_size(s.nbytes)}" for s in shares)
         raise InvalidInputError(
-            f"--mem-budget {budget} B cannot hold one batch's working set: {owned_working_set:,} rows of "
-            f"{row_bytes} B on this rank need a MEM-PS cache of "
-            f"{_size(RowCache.bytes_for(max(1, owned_working_set), row_width, dtype))} (rows with their maps "
-            f"and ghost table) beside the SSD-PS buffers; raise --mem-budget to at least {need} B "
-            f"({_size(need)}) or lower --batch-size")
-    return MemoryPlan(budget, rows, RowCache.bytes_for(rows, row_width, dtype), row_bytes, read_buf, compact,
-                      ssd, hbm_keys, twin, owned_working_set, window * owned_working_set * row_bytes,
-                      int(hbm_budget), hbm_rows, why)
+            f"a memory budget of {_size(budget)} ({source}) cannot hold one batch's working set: {parts} "
+            f"leave {_size(max(0, tier))} for the MEM-PS, which must cache the {owned_working_set:,} rows of "
+            f"{row_bytes} B this rank owns in a batch ({_size(RowCache.bytes_for(need_rows, row_width))} "
+            f"with their maps and ghost table); raise --mem-budget to at least {need} B ({_size(need)}) "
+            f"or lower --batch-size")
+    return plan
+
+
+def plan_job(trainer, resident: int, owned: int, model: dict, window: int) -> MemoryPlan:
+    """The plan of ``trainer``'s job: its budget (``trainer.budget``: (bytes, source)), config, row
+    width and first local batch (``trainer.first_batch``, which sizes the batches in flight);
+    ``resident``/``owned``: the first batch's working set on this rank and the rows of it it owns;
+    ``model``: ``_preflight.memory_floor``."""
+    cfg, t = trainer.cfg, trainer.cfg.tiers
+    first = trainer.first_batch
+    batch = 0 if first is None else sum(getattr(first, f).nbytes for f in BATCH_ARRAYS)
+    share = -(-cfg.train.minibatch_size // trainer.coll.size)
+    pipe = pipeline_bytes(batch, cfg.train.queue_depth, reader_bytes(trainer.feed.readers, trainer.feed.reader_threads, batch), owned,
+                          4 * trainer.row_width, window, share * trainer.feed.n_fields,
+                          0 if first is None else first.keys.shape[0])
+    budget, source = trainer.budget
+    return plan_memory(budget, trainer.row_width, owned, resident, window=window, device=t.device,
+                       n_parts=t.n_parts, hbm_capacity=t.hbm_capacity, rows_per_file=t.rows_per_file,
+                       source=source, model=model, pipeline=pipe, hbm_budget=t.hbm_budget,
+                       free_bytes=device_free_bytes(t.device))
+
+
+class TwinBudget:
+    """Charges the growth of the CPU HBM-PS twin beyond the plan to the MEM-PS tier (the twin is
+    sized from the first batch; rows staying resident grow it up to ``--hbm-budget``:
+    ``ParameterHierarchy.prepare``).
+    Called as ``grow(capacity, reserve)``: lowers the MEM-PS budget (``hps.mem.MemPS.set_budget``:
+    the cache sheds rows) by what the twin holds beyond its share while it rebuilds (old and new
+    tables and the rows moved between them), reserves, then by what the grown twin holds."""
+
+    def __init__(self, plan: MemoryPlan, memps, n_parts: int):
+        self.plan, self.memps, self.n_parts = plan, memps, int(n_parts)
+        self.capacity = plan.hbm_keys
+
+    def _table(self, capacity: int) -> int:
+        """The twin's table(s) at ``capacity`` keys."""
+        return hbm_bytes(capacity, self.plan.row_width, 4, self.n_parts)
+
+    def __call__(self, capacity: int, reserve) -> None:
+        planned, old, new = self._table(self.plan.hbm_keys), self._table(self.capacity), self._table(capacity)
+        moving = old + new + self.capacity * (8 + self.plan.row_bytes)   # the live rows copied over
+        self.memps.set_budget(self.plan.tier_bytes - max(0, moving - planned))
+        reserve(capacity)
+        self.capacity = capacity
+        self.memps.set_budget(self.plan.tier_bytes - max(0, new - planned))
+
+
+#: The arrays of a ``hps.data.Batch``.
+BATCH_ARRAYS = ("labels", "dense", "keys", "field", "weights", "offsets")

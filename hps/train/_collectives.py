@@ -40,14 +40,13 @@ def _mpi_type(dtype):
 class Channel:
     """Collectives of one thread over its own communicator (``None``: a one-process job)."""
 
-    def __init__(self, name: str, comm, stats: CommStats, spin: bool = True, topo=None):
+    def __init__(self, name: str, comm, stats: CommStats, spin: bool = True):
         self.name = name
         self.comm = comm
         self.rank = comm.Get_rank() if comm is not None else 0
         self.size = comm.Get_size() if comm is not None else 1
         self.stats = stats
         self.spin = spin
-        self.topo = topo                 # hps.comm.Topology over ``comm`` for the hierarchical collectives
         self.mpi_seconds = 0.0
         self.mpi_cpu_seconds = 0.0
         self.in_call = False             # inside an MPI call now (set by this channel's thread, read by any)
@@ -196,68 +195,65 @@ class Channel:
 
     # -- all-reduces ---------------------------------------------------------------------------------
     def dense_allreduce(self, vec: np.ndarray) -> np.ndarray:
-        """Element-wise sum of ``vec`` (float32, same size everywhere) over ranks, in place: MPI's own
-        Allreduce (fastest here, bench_comm), or the hierarchical one when this channel has a
-        Topology (``--sparse-sync allreduce``, Appendix C.3/C.4)."""
-        from ..comm import DENSE_ALLREDUCE
+        """Element-wise sum of ``vec`` (n,) float32 (same n everywhere) over ranks, in place, each element
+        added in rank order (``hps.comm.ordered_allreduce``: reduce-scatter + allgather), so one process
+        folding its shards in shard order (``hps.comm.fold``) gets the same bits."""
+        from ..comm import ordered_allreduce
+
+        return vec if self.comm is None else ordered_allreduce(self.comm, vec, self._call, self.stats)
+
+    def reduce_scatter(self, blocks: np.ndarray) -> np.ndarray:
+        """(m,) float32: this rank's block of ``blocks`` (size, m) float32 summed over ranks in rank order
+        (``hps.comm.ordered_reduce_scatter``). One process: ``blocks[0]``."""
+        from ..comm import ordered_reduce_scatter
+
+        return blocks[0] if self.comm is None else ordered_reduce_scatter(self.comm, blocks, self._call, self.stats)
+
+    def allgather_chunks(self, chunk: np.ndarray) -> np.ndarray:
+        """(size, m) float32: every rank's ``chunk`` (m,) float32, in rank order."""
+        from ..comm import allgather_chunks
 
         if self.comm is None:
-            return vec
-        t0 = time.perf_counter()
-        if self.topo is not None:
-            from ..comm import dense_allreduce
-
-            self._call(lambda: dense_allreduce(self.topo, vec, out=vec, stats=self.stats))
-            return vec
-        from mpi4py import MPI
-
-        self._call(lambda: self.comm.Allreduce(MPI.IN_PLACE, vec, op=MPI.SUM),
-                   lambda: self.comm.Iallreduce(MPI.IN_PLACE, vec, op=MPI.SUM))
-        # what a bandwidth-optimal all-reduce sends per rank: 2 (p - 1) / p of the vector
-        self._account(DENSE_ALLREDUCE, 2 * (self.size - 1) * vec.nbytes // self.size, t0)
-        return vec
+            return chunk.reshape(1, -1)
+        return allgather_chunks(self.comm, chunk, self._call, self.stats)
 
     def sparse_allreduce(self, keys: np.ndarray, values: np.ndarray):
-        """(sorted union of every rank's keys, summed rows): the hierarchical sparse all-reduce
-        (Appendix C.3). One process: ``keys`` must already be unique; returned as they are."""
+        """(union of every rank's distinct ``keys``, their rows ``values`` (n, d) float32 summed in rank
+        order): ``hps.comm.ordered_sparse_allreduce``. One process: returned as they are."""
+        from ..comm import ordered_sparse_allreduce
+
         if self.comm is None:
             return keys, values
-        from ..comm import sparse_allreduce
-
-        out = []
-        self._call(lambda: out.append(sparse_allreduce(self.topo, keys, values, stats=self.stats)))
-        return out[0]
+        return ordered_sparse_allreduce(self.comm, keys, values, self._call, self.stats)
 
 
 class Collectives:
     """The job's peers: ``rank``, ``size``, the key -> owner policy and one :class:`Channel` per
     communicating thread (:data:`CHANNELS`). ``comm=None`` (or a 1-rank communicator): one process.
 
-    ``mpi_wait``: ``auto``/``spin``/``yield`` (``hps.comm.resolve_wait_mode``); ``hierarchical``: give
-    the train channel a Topology for the Appendix C.3 all-reduces (``ranks_per_node`` groups ranks
-    into nodes). ``cores_per_rank``: this node's cores over its ranks (at least 1). Construction is
+    ``mpi_wait``: ``auto``/``spin``/``yield`` (``hps.comm.resolve_wait_mode``). ``cores_per_rank``: this
+    node's cores over its ranks (at least 1); ``ranks_on_node``: the job's ranks on this node (the memory
+    budget's divisor). Construction is
     collective; raises CommError below MPI_THREAD_MULTIPLE.
     """
 
-    def __init__(self, comm=None, ranks_per_node=None, mpi_wait: str = "auto", hierarchical: bool = False):
+    def __init__(self, comm=None, mpi_wait: str = "auto"):
         self.stats = CommStats()
         if comm is None or comm.Get_size() == 1:
             self.rank, self.size, self.wait_mode = 0, 1, "local"
-            self.cores_per_rank = node_cores()
+            self.cores_per_rank, self.ranks_on_node = node_cores(), 1
             for name in CHANNELS:
                 setattr(self, name, Channel(name, None, self.stats))
             return
-        from ..comm import Topology, node_share, require_thread_multiple, resolve_wait_mode
+        from ..comm import node_share, require_thread_multiple, resolve_wait_mode
 
         require_thread_multiple()
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.wait_mode = resolve_wait_mode(comm, mpi_wait)
         local, cores = node_share(comm)
-        self.cores_per_rank = max(1, cores // local)
+        self.cores_per_rank, self.ranks_on_node = max(1, cores // local), local
         for name in CHANNELS:
-            dup = comm.Dup()
-            topo = Topology(dup, ranks_per_node=ranks_per_node) if hierarchical and name == "train" else None
-            setattr(self, name, Channel(name, dup, self.stats, spin=self.wait_mode == "spin", topo=topo))
+            setattr(self, name, Channel(name, comm.Dup(), self.stats, spin=self.wait_mode == "spin"))
 
     def owner(self, keys: np.ndarray) -> np.ndarray:
         """(n,) int32 rank owning each key (``hps.mem.owner_of``)."""
@@ -285,9 +281,9 @@ class Collectives:
     def warm_up(self, keys: np.ndarray, width: int) -> None:
         """Compile (or load from Numba's cache) the kernels these collectives run on the host, on
         ``keys`` (n,) uint64 and float32 rows of ``width``. Local: no communication."""
-        from ..comm import compile_kernels
+        from ..comm._compress_kernels import sum_rows_f32
         from ..comm._kernels import segment_sum
 
         order, _ = group_by_owner(owner_of(keys, max(self.size, 2)), max(self.size, 2))
         segment_sum(np.zeros((order.shape[0], int(width)), np.float32), np.zeros(order.shape[0], np.int64), 1)
-        compile_kernels(width, np.float32)
+        sum_rows_f32(np.zeros((2, int(width)), np.float32), np.empty(int(width), np.float32))  # the dense fold

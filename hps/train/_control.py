@@ -38,11 +38,7 @@ from __future__ import annotations
 
 import os
 
-from ._checkpoint import checkpoint_name
-
-#: Where the best checkpoints of ``--early-stop`` go when there is no ``--checkpoint-dir`` (inside
-#: the ``--export`` directory, which every rank reaches). Written to disk: never rename.
-BEST_DIR = ".best-checkpoint"
+from ..formats import BEST_DIR, checkpoint_name
 
 
 def best_dir(tc) -> str | None:

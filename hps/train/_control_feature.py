@@ -6,7 +6,7 @@ best checkpoint at the end of a stopped run, and chooses what the export holds (
 
 from __future__ import annotations
 
-from ._checkpoint import point_latest
+from ..formats import point_latest
 from ._control import TrainingControl
 from ._features import Feature
 

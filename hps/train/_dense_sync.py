@@ -7,6 +7,9 @@ are flattened (on the step's device), staged to the host, summed over all ranks
 ``hps.comm.Compression``), staged back, and every rank takes the same optimizer step: one dense copy.
 With one rank nothing is flattened: the optimizer steps the gradients as the model returned them.
 
+Without compression, on the host, each rank steps only its block of the flattened dense parameters and
+the allgather carries stepped parameters (``_dense_shard``: ZeRO stage 1, the same bytes).
+
 ``easgd`` (``_easgd.EasgdSync``): groups of ranks, one dense copy each, averaged in the background
 (Hierarchical Training).
 
@@ -23,6 +26,7 @@ import numpy as np
 
 from ..comm import Compression
 from ..errors import InvalidInputError
+from ._dense_shard import DenseShard
 from ._features import Feature
 
 #: Group of the dense sync's state in each rank's checkpoint file (``_checkpoint.save(extra=...)``;
@@ -58,6 +62,9 @@ class DenseSync(Feature):
         self._riders = []
         if coll.size > 1:
             self.compress.warm_up()  # compile the codecs before the timed training (cached on disk)
+        # one dense copy summed exactly, on the host: each rank steps its block of it (ZeRO stage 1)
+        sharded = type(self) is DenseSync and coll.size > 1 and self.compress.dense == "none" and backend.xp is np
+        self.shard = DenseShard(params, dense_opt, coll.size, coll.rank) if sharded else None
 
     def add_rider(self, rider) -> None:
         """Sum ``rider``'s pending buffer (``take_pending() -> (k,) float32 host or None``) with the dense
@@ -73,6 +80,9 @@ class DenseSync(Feature):
             flat = self.be.to_host(self.be.xp.concatenate([grads[k].ravel() for k in names]))
             n = flat.shape[0]
             riders = [(r, buf) for r in self._riders if (buf := r.take_pending()) is not None]
+            if self.shard is not None:
+                self._sharded(flat, riders)
+                return
             if riders:  # one all-reduce of [dense gradients | riders' buffers]
                 flat = np.concatenate([flat] + [buf for _, buf in riders])
             flat = self._allreduce(flat, n_local, n_total)
@@ -91,6 +101,26 @@ class DenseSync(Feature):
                 off += size
         self.dense_opt.step(self.params, grads)
         self.after_step()
+
+    def _sharded(self, flat: np.ndarray, riders: list) -> None:
+        """The step of ``_dense_shard``: reduce-scatter, this rank's block stepped, allgather."""
+        bufs = np.concatenate([buf for _, buf in riders]) if riders else np.empty(0, np.float32)
+        summed = self.shard.step(self.coll.train, self.params, flat, bufs)
+        off = 0
+        for r, buf in riders:
+            r.apply(summed[off:off + buf.shape[0]])
+            off += buf.shape[0]
+        self.after_step()
+
+    def save(self, w, ckpt) -> None:
+        """Before a checkpoint: the dense optimizer gets every rank's block of its state. Collective."""
+        if self.shard is not None:
+            self.shard.gather(self.coll.train)
+
+    def restore(self, meta: dict) -> None:
+        """After a checkpoint was loaded: this rank takes its block of the dense optimizer's state."""
+        if self.shard is not None:
+            self.shard.scatter()
 
     def _allreduce(self, flat: np.ndarray, n_local: int, n_total: int):
         """The summed gradient (host) this rank's copy steps with, or None for no step."""

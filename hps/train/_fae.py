@@ -133,8 +133,14 @@ class Fae:
         new_bounds = np.concatenate([[0], np.cumsum(n_slots)]).astype(np.int64)
         flags = np.concatenate([np.zeros(P, np.bool_), np.ones(G, np.bool_)])
         if not hot_ex.any():
-            return LocalBatch(data, new_bounds), flags
-        return LocalBatch(take(data, np.argsort(slot, kind="stable")), new_bounds), flags
+            return LocalBatch(data, new_bounds, local.shard_counts), flags
+        # several shards: each new mini-batch holds its examples shard by shard, as the ranks that
+        # would read the shards alone hold them (the step trains each shard's examples apart)
+        sc = local.shard_counts
+        S = 1 if sc is None else sc.shape[0]
+        key = slot if S == 1 else slot * S + np.repeat(np.tile(np.arange(S), P), sc.T.ravel())
+        counts = None if S == 1 else np.bincount(key, minlength=(P + G) * S).reshape(P + G, S).T.astype(np.int64)
+        return LocalBatch(take(data, np.argsort(key, kind="stable")), new_bounds, counts), flags
 
     # -- train stage ---------------------------------------------------------------------------------
     def order(self, n_total: np.ndarray, hot: np.ndarray, held_out_loss):

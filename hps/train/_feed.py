@@ -67,10 +67,13 @@ def empty_batch(n_fields: int, n_dense: int) -> Batch:
 @dataclass
 class LocalBatch:
     """This rank's part of one global batch: ``data`` holds its local mini-batches back to back,
-    local mini-batch ``j`` being examples ``bounds[j]:bounds[j + 1]`` (bounds (P + 1,) int64)."""
+    local mini-batch ``j`` being examples ``bounds[j]:bounds[j + 1]`` (bounds (P + 1,) int64).
+    ``shard_counts`` (S, P) int64: the examples each of this rank's S shards gives to each local
+    mini-batch (shard order inside it), or None with one shard (or once a feature regrouped them)."""
 
     data: Batch
     bounds: np.ndarray
+    shard_counts: np.ndarray | None = None
 
     @property
     def counts(self) -> np.ndarray:
@@ -79,6 +82,13 @@ class LocalBatch:
 
     def minibatch(self, j: int) -> Batch:
         return self.data.slice(int(self.bounds[j]), int(self.bounds[j + 1]))
+
+    def shard_bounds(self, j: int) -> np.ndarray | None:
+        """(S + 1,) int64 bounds of the shards' examples inside local mini-batch ``j``, or None (one
+        shard): the ranks' shares that one process reading S shards trains apart (``_backend``)."""
+        if self.shard_counts is None:
+            return None
+        return np.concatenate([[0], np.cumsum(self.shard_counts[:, j])]).astype(np.int64)
 
 
 class Feed:
@@ -220,7 +230,7 @@ class Feed:
         pieces = [parts[i].slice(int(offs[i, j]), int(offs[i, j + 1]))
                   for j in range(len(self.sizes)) for i in range(len(parts)) if counts[i, j]]
         data = Batch.concat(pieces) if pieces else empty_batch(self.n_fields, self.n_dense)
-        return LocalBatch(data, bounds)
+        return LocalBatch(data, bounds, counts if len(parts) > 1 else None)
 
     def eval_batches(self) -> Iterator[Batch]:
         """This rank's shards of the eval data (file, or synthetic's own split), one after the other."""

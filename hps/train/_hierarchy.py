@@ -47,7 +47,7 @@ import numpy as np
 
 from ..errors import CacheBudgetError, HashTableFullError, InternalError
 from ..gpu import PartitionedHashTable
-from ..table import HashTable
+from ..table import BATCH_LIMIT, HashTable
 
 #: The residency window of a training job: prepare(i) waits for train(i - WINDOW); the keys of the
 #: WINDOW batches up to i are never evicted.
@@ -69,11 +69,15 @@ class ParameterHierarchy:
     owns; ``owned_mask(keys) -> (n,) bool``: which keys this rank owns; ``pull(keys, serve) -> rows``:
     rows of resident-to-be keys that may belong to other ranks, each owner serving its own with
     ``serve`` (collective; None when every key a rank holds is its own); ``budget_rows``: the rows the
-    HBM-PS may hold (``--hbm-budget``; None: unbounded)."""
+    HBM-PS may hold (``--hbm-budget``; None: unbounded); ``grow(capacity, reserve)``: grows the HBM-PS
+    by calling ``reserve(capacity)``, charging it to a memory budget first (``_budget.TwinBudget``;
+    None: ``hbm.reserve`` alone)."""
 
-    def __init__(self, hbm, memps, window: int, owned_mask, pull=None, budget_rows: int | None = None):
+    def __init__(self, hbm, memps, window: int, owned_mask, pull=None, budget_rows: int | None = None,
+                 grow=None):
         self.hbm = hbm
         self.memps = memps
+        self.grow = grow or (lambda capacity, reserve: reserve(capacity))
         self.owned_mask = owned_mask
         self.pull = pull
         self.window = int(window)
@@ -180,7 +184,7 @@ class ParameterHierarchy:
         grow = max(need, 2 * self.hbm.capacity)
         if cap and self.budget_rows is not None:
             grow = max(need, min(grow, self.budget_rows))
-        self.hbm.reserve(grow)
+        self.grow(grow, self.hbm.reserve)
 
     def _fetch(self, keys: np.ndarray) -> np.ndarray:
         """Rows of non-resident keys: own keys from MEM-PS (taken: HBM is their holder now), the
@@ -198,30 +202,37 @@ class ParameterHierarchy:
         """Write every resident row this rank owns through to the SSD-PS and flush the MEM-PS, so the
         store alone holds every owned row as of the last trained batch; the MEM-PS's content and the
         HBM-PS's do not change. Call between batches (the train stage is idle); holds the residency lock
-        so prepare cannot change the table meanwhile."""
+        so prepare cannot change the table meanwhile. DRAM: one copy of the resident rows (the table's
+        export), written in key order (the tiers below then hold them in an order that does not depend
+        on the table's layout or its device's threads) a :meth:`_step` at a time."""
         with self._lock:
-            keys, rows = self._export()
-            mine = self.owned_mask(keys)
-            if mine.any():
-                self.memps.write_through(keys[mine], _host(rows)[mine])
+            keys, rows = self.hbm.export()
+            rows = _host(rows)
+            order = np.argsort(keys, kind="stable")
+            for a in range(0, order.shape[0], self._step()):   # O(rows / step) calls
+                sel = order[a:a + self._step()]
+                mine = sel[self.owned_mask(keys[sel])]
+                if mine.shape[0]:
+                    self.memps.write_through(keys[mine], rows[mine])
             self.memps.flush()
 
-    def _export(self):
-        """(keys, rows) host arrays of every resident row, in key order (the tiers below then hold
-        them in an order that does not depend on the table's layout or its device's threads)."""
-        keys, rows = self.hbm.export()
-        order = np.argsort(keys, kind="stable")
-        return keys[order], _host(rows)[order]
+    def _step(self) -> int:
+        """Rows written down to the MEM-PS per call when the whole HBM-PS goes down."""
+        return max(1024, self.memps.cache.capacity_rows // 4)
 
     def drop_all(self) -> None:
-        """Write back and forget every resident key (end of training)."""
+        """Write back and forget every resident key (end of training), a :meth:`_step` of rows at a
+        time, the coldest first (``hbm.evict``, keys in key order within a step), so the rows never
+        stand twice in DRAM."""
         with self._lock:
-            keys, rows = self._export()
-            mine = self.owned_mask(keys)
-            if mine.any():
-                self.memps.push(keys[mine], _host(rows)[mine], unpin=False)
-            if keys.shape[0]:
-                self.hbm.clear()
+            while len(self.hbm):
+                keys, rows = self.hbm.evict(self._step(), BATCH_LIMIT - 1)  # no key is protected
+                if not keys.shape[0]:
+                    raise InternalError(f"{len(self.hbm)} resident keys could not be evicted at the end")
+                mine = self.owned_mask(keys)
+                if mine.any():
+                    self.memps.push(keys[mine], _host(rows)[mine], unpin=False)
+            self.hbm.clear()   # its tombstones
             self.memps.flush()
 
     def read_owned(self, keys: np.ndarray) -> np.ndarray:

@@ -1,9 +1,10 @@
 """Checks a job makes before it trains, so one that cannot finish fails in its first seconds.
 
 - ``check_outputs``: ``--plots`` has matplotlib; every output path (``--metrics-out``, ``--plots``,
-  ``--export``, ``--checkpoint-dir``) can be written (``check_writable``, also ``hps.predict --out``'s).
+  ``--export``, ``--checkpoint-dir``) can be written (``hps.cli.check_writable``).
 - ``check_memory``: what the model and the HBM-PS table will surely allocate on the host fits in
-  this machine's memory.
+  the job's memory budget (``_budget``; an explicit budget was checked against the machine).
+- ``first_working_set``: the keys of the first batch, which the memory plan is checked against.
 
 Each raises ``InvalidInputError`` with one line naming the flag to change. (The data is checked by
 the readers' ``probe()``.)
@@ -12,15 +13,16 @@ the readers' ``probe()``.)
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from pathlib import Path
 
+import numpy as np
+
+from ..cli import check_writable
+from ..comm import SPARSE_KEYS
 from ..errors import InvalidInputError
 from ..table import DEFAULT_MAX_LOAD_FACTOR, slots_for
+from ._sync import unique_inverse
 
-#: cgroup v2 memory limit of this process's container, when there is one.
-_CGROUP_MEMORY_MAX = Path("/sys/fs/cgroup/memory.max")
 #: Dense optimizer -> float32 state tensors per parameter.
 _DENSE_SLOTS = {"adam": 2, "adagrad": 1, "sgd": 0}
 
@@ -38,51 +40,10 @@ def check_outputs(tc) -> None:
             check_writable(flag, Path(path), is_dir=True)
 
 
-def check_writable(flag: str, path: Path, is_dir: bool) -> None:
-    """Raises InvalidInputError naming ``flag``, ``path`` and why, unless ``path`` can be written: a
-    directory (created with its parents if missing) or a file (its directory must exist). Whether
-    the directory takes a file is tried (a temporary file, removed at once), not judged from its
-    mode bits, which say nothing of root, read-only mounts, immutable directories or /proc."""
-    if path.exists() and path.is_dir() != is_dir:
-        raise InvalidInputError(f"{flag} {path} is a {'file' if is_dir else 'directory'}, not a "
-                                f"{'directory' if is_dir else 'file'}")
-    if is_dir:
-        where = path
-        while not where.exists():
-            where = where.parent
-    else:
-        where = path.parent
-        if not where.is_dir():
-            raise InvalidInputError(f"{flag} {path}: directory {where} does not exist")
-    if not where.is_dir():
-        raise InvalidInputError(f"{flag} {path}: {where} is not a writable directory")
-    try:
-        with tempfile.TemporaryFile(dir=where):
-            pass
-    except OSError as e:
-        raise InvalidInputError(f"{flag} {path}: {where} is not a writable directory ({e.strerror})") from None
-
-
-def physical_memory() -> int | None:
-    """Bytes of memory this process may use: physical memory, or its container's limit if lower;
-    None when the system does not say."""
-    try:
-        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):
-        return None
-    try:
-        limit = _CGROUP_MEMORY_MAX.read_text().strip()
-        if limit.isdigit():
-            total = min(total, int(limit))
-    except OSError:
-        pass
-    return total
-
-
 def memory_floor(n_fields: int, n_dense: int, model, minibatch_share: int, tiers) -> dict:
-    """Bytes of host memory a job surely allocates, by what for (a lower bound: rows, caches and
-    the rest of the tables come on top). model: ``ModelOptions``; minibatch_share: examples per
-    rank per update; tiers: ``TierConfig``."""
+    """Bytes of host memory the model of a job surely allocates, by what for: the model's share of
+    the memory plan (rows, caches, tables and batches come on top). model: ``ModelOptions``;
+    minibatch_share: examples per rank per update; tiers: ``TierConfig``."""
     from ..model import ModelConfig, dense_shapes
 
     shapes = dense_shapes(ModelConfig.from_options(model, n_fields, n_dense, seed=0)).values()
@@ -91,27 +52,51 @@ def memory_floor(n_fields: int, n_dense: int, model, minibatch_share: int, tiers
     input_width = n_fields * model.embedding_dim + n_dense  # pooled fields | dense: every model's input
     if tiers.device != "cpu":  # parameters and activations live on the GPU; drawn on the host
         return {"host float64 draw of the largest dense layer": 12 * max(layers)}
-    need = {
+    return {
         "dense parameters, gradients and optimizer state":
             4 * n_params * (2 + _DENSE_SLOTS.get(model.dense_optimizer, 0)),
         "network input of one mini-batch and its gradient": 2 * 4 * minibatch_share * input_width,
+        "activations of one mini-batch and their gradients": 2 * 4 * minibatch_share * sum(
+            s[-1] for s in shapes if len(s) == 2),
     }
-    if tiers.hbm_capacity:  # the slot keys are written (EMPTY_KEY) when the table is built
-        need["HBM-PS slot keys"] = 8 * slots_for(tiers.hbm_capacity, DEFAULT_MAX_LOAD_FACTOR)
-    return need
 
 
-def check_memory(n_fields: int, n_dense: int, cfg, n_ranks: int) -> None:
-    """cfg: ``Config``. Raises before anything is allocated when ``memory_floor`` exceeds
-    ``physical_memory`` (which would end in a MemoryError or an OOM kill later)."""
-    have = physical_memory()
+def check_memory(n_fields: int, n_dense: int, cfg, n_ranks: int, budget: tuple[int, str]) -> dict:
+    """cfg: ``Config``; budget: (this rank's memory budget, where it came from). Raises before
+    anything is allocated when ``memory_floor`` exceeds the budget (which would end in a
+    MemoryError or an OOM kill later) -> the floor, the model's share of the plan."""
     share = -(-cfg.train.minibatch_size // n_ranks)
-    need = memory_floor(n_fields, n_dense, cfg.model, share, cfg.tiers)
-    if have is None or sum(need.values()) <= have:
-        return
-    parts = ", ".join(f"{what} {b / 2**30:,.1f} GiB" for what, b in need.items())
+    model = memory_floor(n_fields, n_dense, cfg.model, share, cfg.tiers)
+    need = dict(model)
+    if cfg.tiers.hbm_capacity and cfg.tiers.device == "cpu":   # its slot keys are written when it is built
+        need["HBM-PS slot keys"] = 8 * slots_for(cfg.tiers.hbm_capacity, DEFAULT_MAX_LOAD_FACTOR)
+    have, source = budget
+    if sum(need.values()) <= have:
+        return model
+    from ._budget import _size
+
+    parts = ", ".join(f"{what} {_size(b)}" for what, b in need.items())
     raise InvalidInputError(
-        f"this job needs at least {sum(need.values()) / 2**30:,.1f} GiB of memory ({parts}; "
+        f"this job needs at least {_size(sum(need.values()))} of memory ({parts}; "
         f"{n_fields} fields x embedding-dim {cfg.model.embedding_dim}, hidden {list(cfg.model.hidden)}) "
-        f"but this machine has {have / 2**30:,.1f} GiB: lower --embedding-dim, --hidden, "
-        f"--minibatch-size or --hbm-capacity")
+        f"but its memory budget is {_size(have)} ({source}): lower --embedding-dim, --hidden, "
+        f"--minibatch-size or --hbm-capacity, or raise --mem-budget")
+
+
+def first_working_set(feed, coll, replicated: bool):
+    """-> (this rank's first local batch (a Batch, or None), keys this rank will hold resident for the
+    first batch, how many of them it owns): the working set the memory plan is checked against before
+    training starts. Each rank parses only its own first local batch; the keys meet at their owners
+    (``owner``) or are gathered by every rank (``replicated``: ``allreduce``). ``coll``: the job's
+    ``Collectives``; collective over its main channel."""
+    batches = feed.epoch()
+    first = next(batches, None)
+    batches.close()  # a suspended reader would hold its file open
+    local = unique_inverse(first.data.keys)[0] if first is not None else np.empty(0, np.uint64)
+    first = first.data if first is not None else None
+    if replicated:
+        everyone = unique_inverse(coll.main.allgatherv(local, SPARSE_KEYS))[0]
+        return first, everyone.shape[0], int(coll.owned_mask(everyone).sum())
+    asked = coll.main.exchange_by_owner(local, SPARSE_KEYS)[0]
+    owned = unique_inverse(asked)[0].shape[0]
+    return first, owned, owned

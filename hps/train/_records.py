@@ -22,12 +22,7 @@ import time
 from pathlib import Path
 
 from ..data import expand_paths
-
-#: File of the export that describes the model and its input (JSON).
-EXPORT_META = "model.json"
-#: Layout version of ``EXPORT_META``; written to disk, never renumber. 1: no checksums; 2: ``files``
-#: and ``crc32`` (the export is switched in atomically, ``_export``).
-EXPORT_VERSION = 2
+from ..formats import EXPORT_VERSION
 
 
 def _jsonable(value):

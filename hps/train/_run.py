@@ -50,8 +50,7 @@ def check_same_options(ch, cfg) -> None:
 def run(cfg, comm=None, log=print, on_fatal=None) -> dict:
     """Train per ``cfg``; under MPI pass the job's communicator. Returns the metrics dict (rank 0).
     ``on_fatal``: see :class:`Trainer`."""
-    coll = Collectives(comm, cfg.train.ranks_per_node, cfg.train.mpi_wait,
-                       hierarchical=cfg.train.sparse_sync == "allreduce")
+    coll = Collectives(comm, cfg.train.mpi_wait)
     check_same_options(coll.main, cfg)
     check_same_inputs(coll.main, cfg)  # the same files on every rank, or byte-range shards go wrong
     say = log if coll.rank == 0 else (lambda *a, **k: None)
@@ -139,7 +138,7 @@ def report(m: dict) -> str:
 
 def outputs(cfg, plots=()) -> str:
     """One line: where this run's outputs went (or that nothing was saved)."""
-    from ._checkpoint import last_checkpoint
+    from ..formats import last_checkpoint
 
     tc, parts = cfg.train, []
     if tc.export:

@@ -15,8 +15,9 @@ so they cannot diverge, and the owner ends with the final row.
 
 ``allreduce`` (:class:`ReplicaSync`, Appendix C.3): every rank holds the working set of the whole
 global batch resident (found by gathering every rank's unique keys, not by parsing), sums the
-gradients with the hierarchical sparse all-reduce and applies every update to its replica, so all
-replicas stay bit-identical. Per-rank memory and update work do not fall with the number of ranks.
+gradients with a sparse all-reduce in rank order (``hps.comm.ordered_sparse_allreduce``: rows to each
+key's owner rank, folded there, then allgathered) and applies every update to its replica, so all
+replicas stay bit-identical and equal one process reading the same shards. Per-rank memory and update work do not fall with the number of ranks.
 
 The step is written once over the array module: what differs between ``--device cpu`` and ``cuda``
 (where the resident rows are, pooling and the loss, the staging of MPI's buffers) is behind the

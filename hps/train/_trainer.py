@@ -31,25 +31,24 @@ import time
 import numpy as np
 
 from .._xp import array_module
-from ..comm import SPARSE_KEYS
 from ..config import Config
 from ..errors import InvalidInputError, NumericalError, PipelineError
+from ..formats import _checkpoint, _export
 from ..mem import MemPS, RowInitializer
-from ..metrics import auc as auc_score
-from ..metrics import logloss as logloss_score
+from ..metrics import auc as auc_score, logloss as logloss_score
 from ..model import ModelConfig, make_model, make_optimizers
 from ..pipeline import STOP_TIMEOUT_S, Pipeline, Stage
 from ..ssd import ScratchEnv, SSDOptions, SSDStore
-from . import _build, _checkpoint, _export, _warmup
-from ._blas import blas_threads, limit_blas
-from ._budget import device_free_bytes, plan_memory
+from . import _build, _warmup
+from ._blas import DenseThreads
+from ._budget import TwinBudget, check_batch_size, plan_job, resolve_budget
 from ._collectives import STAGE_CHANNELS, Collectives
 from ._control import best_dir
 from ._features import Checkpoint
 from ._feed import Feed, empty_batch
 from ._hierarchy import WINDOW, ParameterHierarchy, _host, make_hbm
 from ._job_metrics import job_figures, rank_figures
-from ._preflight import check_memory
+from ._preflight import check_memory, first_working_set
 from ._records import describe_model, export_meta
 from ._ssd_dir import SSDDir
 from ._sync import unique_inverse
@@ -66,18 +65,26 @@ class Trainer:
     MPI job (the CLI aborts the job there, so no peer waits for this rank in a collective).
     ``feed``: the data (default: this rank's shards of ``cfg``'s data, :class:`Feed`).
     ``first_batch``: this rank's first local batch (a Batch, or None), parsed at construction for the
-    memory plan and kept for the kernel warm-up; :meth:`fit` drops it."""
+    memory plan and kept for the kernel warm-up; :meth:`fit` drops it. ``cache_rows``: fix the
+    MEM-PS cache at this many rows instead of giving it the plan's MEM-PS tier (the warm-up's
+    scratch job spills with it)."""
 
-    def __init__(self, cfg: Config, coll=None, log=print, on_fatal=None, feed=None):
+    def __init__(self, cfg: Config, coll=None, log=print, on_fatal=None, feed=None, cache_rows=None):
         self.cfg = cfg
         self.coll = coll or Collectives()
         self.log = log if self.coll.rank == 0 else (lambda *a, **k: None)
         self.on_fatal = on_fatal
         m, t = cfg.model, cfg.tiers
         self.xp = array_module(t.device)  # NumPy, CuPy, or NumPy under the CUDA simulator
-        self.blas_threads = blas_threads(cfg.train.blas_threads, self.coll.cores_per_rank)
+        # the dense model's host threads: --blas-threads, else sized between batches to idle cores (_blas)
+        self.dense_threads = DenseThreads(cfg.train.blas_threads, self.coll.cores_per_rank)
+        self.blas_threads = self.dense_threads.label
+        # memory budget (_budget): resolved and checked against the batch size before any batch exists
+        self.budget = resolve_budget(t.mem_budget, self.coll.ranks_on_node)
+        check_batch_size(cfg.train.batch_size, cfg.train.minibatch_size, self.coll.size, cfg.train.queue_depth,
+                         *self.budget)
         self.feed = feed or Feed(cfg, self.coll.rank, self.coll.size, self.coll.cores_per_rank)
-        check_memory(self.feed.n_fields, self.feed.n_dense, cfg, self.coll.size)
+        model_bytes = check_memory(self.feed.n_fields, self.feed.n_dense, cfg, self.coll.size, self.budget)
         mcfg = ModelConfig.from_options(m, self.feed.n_fields, self.feed.n_dense, cfg.train.seed)
         self.model = make_model(mcfg, xp=self.xp)
         self.sparse_opt, self.dense_opt = make_optimizers(mcfg)
@@ -97,11 +104,9 @@ class Trainer:
         self._ssd = SSDDir.claim(t.ssd_path, self.coll.rank, self.coll.size, keep=t.keep_ssd, log=log)  # every rank
         self.ssd_dir = self._ssd.store_path
         try:
-            resident, owned = self._first_working_set()
-            self.plan = plan_memory(t.mem_budget or _DEFAULT_BUDGET, self.row_width, owned, resident,
-                                    window=WINDOW, device=t.device, n_parts=t.n_parts,
-                                    hbm_capacity=t.hbm_capacity, rows_per_file=t.rows_per_file,
-                                    hbm_budget=t.hbm_budget, free_bytes=device_free_bytes(t.device))
+            # kept for the warm-up, which compiles on it instead of parsing the data again (fit drops it)
+            self.first_batch, resident, owned = first_working_set(self.feed, self.coll, self.sync.replicated)
+            self.plan = plan_job(self, resident, owned, model_bytes, WINDOW)
             rows, shared = self.plan.hbm_rows, self.sync.replicated and self.coll.size > 1
             self.hbm_rows = min(self.coll.main.allgather(rows)) if shared else rows  # allreduce: identical tables
             self.log(f"hps: {self.plan.describe()}")
@@ -109,8 +114,8 @@ class Trainer:
             opts = SSDOptions(page_cache=t.ssd_page_cache, **self.plan.ssd_options())
             self.store = SSDStore(str(self.ssd_dir), self.row_width, dtype=np.float32,
                                   rows_per_file=t.rows_per_file, options=opts, env=ScratchEnv())
-            self.memps = MemPS(self.store, self.row_width, capacity_rows=self.plan.cache_rows,
-                               initializer=self.initializer)
+            tier = dict(budget_bytes=self.plan.tier_bytes) if cache_rows is None else dict(capacity_rows=cache_rows)
+            self.memps = MemPS(self.store, self.row_width, initializer=self.initializer, **tier)
         except BaseException:  # a bad value or an interrupt: leave nothing behind
             self.close()
             raise
@@ -123,24 +128,6 @@ class Trainer:
         # where checkpoints go: --checkpoint-dir, or the export's private one for --early-stop's best
         self.checkpoint_dir = best_dir(cfg.train)
         self._resumed = None   # meta of the checkpoint resume() loaded
-
-    def _first_working_set(self) -> tuple[int, int]:
-        """(keys this rank will hold resident for the first batch, how many of them it owns): the
-        working set the memory plan is checked against before training starts. Each rank parses only
-        its own first local batch; the keys meet at their owners (``owner``) or are gathered by every
-        rank (``allreduce``). Collective over the main channel."""
-        batches = self.feed.epoch()
-        first = next(batches, None)
-        batches.close()  # a suspended reader would hold its file open
-        # kept for the warm-up, which compiles on it instead of parsing the data again (fit drops it)
-        self.first_batch = first.data if first is not None else None
-        local = unique_inverse(first.data.keys)[0] if first is not None else np.empty(0, np.uint64)
-        if self.sync.replicated:
-            everyone = unique_inverse(self.coll.main.allgatherv(local, SPARSE_KEYS))[0]
-            return everyone.shape[0], int(self.coll.owned_mask(everyone).sum())
-        asked = self.coll.main.exchange_by_owner(local, SPARSE_KEYS)[0]
-        owned = unique_inverse(asked)[0].shape[0]
-        return owned, owned
 
     # -- stages ---------------------------------------------------------------------------------------------
     def _source(self):
@@ -178,7 +165,9 @@ class Trainer:
         t = self.cfg.tiers
         hbm = self.backend.wrap(make_hbm(self.plan.hbm_keys, self.row_width, t.device, t.n_parts, t.gpus))
         pull = self.coll.prepare.pull_rows if self.sync.replicated else None
-        self.hier = ParameterHierarchy(hbm, self.memps, WINDOW, self.coll.owned_mask, pull, self.hbm_rows)
+        grow = (TwinBudget(self.plan, self.memps, t.n_parts)   # the twin's growth is in the budget
+                if t.device == "cpu" and self.memps.budget_bytes is not None else None)
+        self.hier = ParameterHierarchy(hbm, self.memps, WINDOW, self.coll.owned_mask, pull, self.hbm_rows, grow)
         self.hier.mark_trained(self.start_index - 1)  # resumed: the batches before were trained
 
     def _gate(self, w: Work) -> None:
@@ -215,6 +204,7 @@ class Trainer:
             raise NumericalError(f"training loss became {loss_sum} at epoch {w.epoch} batch {w.batch}; "
                                  "lower --lr/--dense-lr or check the data for inf/NaN features")
         self.features.end_batch(w)  # e.g. HET: a consistent cut flushes the caches
+        self.dense_threads.after_batch(self.pipeline.stage_times())  # threads for the next batch
         held = self.features.holds_batch(w.index)  # e.g. control: prepare waits for the best checkpoint
         if not held:
             self.hier.mark_trained(w.index)
@@ -288,9 +278,9 @@ class Trainer:
 
     def fit(self, warm_up: bool = True) -> dict:
         """Train every batch (after the checkpoint, with ``resume``) -> :meth:`metrics`. With ``warm_up``
-        the kernels are compiled first (``_warmup``), outside the timed part. The BLAS pool is capped
-        meanwhile (``_blas``: ``--blas-threads``)."""
-        with limit_blas(self.blas_threads):
+        the kernels are compiled first (``_warmup``), outside the timed part. The dense model's threads
+        are sized meanwhile (``_blas``: ``--blas-threads``)."""
+        with self.dense_threads.bound(self.model):
             return self._fit(warm_up)
 
     def _fit(self, warm_up: bool) -> dict:
@@ -407,6 +397,7 @@ class Trainer:
             "dense_parameters": sum(int(p.size) for p in self.model.params.values()),
             "data_shards": self.feed.n_shards,
             "blas_threads": self.blas_threads,
+            **self.dense_threads.metrics(),
             "loss_per_batch": self.history["loss"],
         } | job_figures(per, self.coll, self.pipeline, self.memps)
 
@@ -435,9 +426,6 @@ class Trainer:
         kept = self._ssd.release()
         if kept is not None:
             self.log(f"SSD-PS kept in {kept} (--keep-ssd)")
-
-
-_DEFAULT_BUDGET = 256 << 20
 
 
 def _progress(enabled: bool, total, initial):

@@ -4,7 +4,7 @@ A fresh machine spends 15-30 s compiling the Numba kernels the first time they r
 training that would freeze the progress bar at 0 % and count into examples/s. Instead
 :func:`warm_up` runs a *scratch copy* of the job on a few tiny batches cut from the first real one
 (``Trainer.first_batch``, which the trainer parsed for its memory plan, so the reader's kernels are
-already compiled) — the same data types, device, model shape and optimizers, a MEM-PS budget that
+already compiled) — the same data types, device, model shape and optimizers, a MEM-PS cache that
 spills, its own temporary SSD-PS — so the kernels a run uses are compiled (and cached on disk for later runs) before
 the clock starts (``tests/test_warmup.py`` checks that the timed part adds no specialisation). The
 scratch job runs in this process alone (its collectives are local; the kernels only ranks of an MPI
@@ -20,7 +20,6 @@ import time
 import numpy as np
 
 from ..config import Scratch, scratch_config
-from ._budget import budget_for_rows
 from ._collectives import Collectives
 from ._feed import Feed
 
@@ -63,12 +62,12 @@ def _scratch_run(trainer, first) -> None:
     n = min(len(first), WARMUP_EXAMPLES * WARMUP_BATCHES)
     parts = [first.slice(a, min(a + WARMUP_EXAMPLES, n)) for a in range(0, n, WARMUP_EXAMPLES)]
     working_set = max(int(np.unique(p.keys).shape[0]) for p in parts)
-    # the job's own configuration in its warm-up form (each option declares it: hps.config.WARMUP), with
-    # a budget of one batch's working set: later batches spill to SSD-PS and load back
-    budget = budget_for_rows(working_set, trainer.row_width, trainer.cfg.tiers.rows_per_file)
-    scratch_cfg = scratch_config(trainer.cfg, Scratch(examples=WARMUP_EXAMPLES, mem_budget=budget))
+    # the job's own configuration in its warm-up form (each option declares it: hps.config.WARMUP) with
+    # the job's budget (its plan holds the scratch job's smaller shares), and below, a MEM-PS cache of
+    # one batch's working set: later batches spill to SSD-PS and load back
+    scratch_cfg = scratch_config(trainer.cfg, Scratch(examples=WARMUP_EXAMPLES, mem_budget=trainer.plan.budget))
     feed = Feed.replay(parts, trainer.feed.n_fields, trainer.feed.n_dense, scratch_cfg.train.minibatch_size)
-    scratch = type(trainer)(scratch_cfg, Collectives(), log=lambda *a, **k: None, feed=feed)
+    scratch = type(trainer)(scratch_cfg, Collectives(), log=lambda *a, **k: None, feed=feed, cache_rows=working_set)
     try:
         scratch.fit(warm_up=False)
         scratch.evaluate(parts[:1])

@@ -13,7 +13,7 @@ from mpi4py import MPI
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.reference.comm import row_of, serial_sparse_allreduce  # noqa: E402
+from tests.reference.comm import rank_order_sparse_sum, rank_order_sum, row_of  # noqa: E402
 
 import hps.comm as C  # noqa: E402
 from hps.mem import owner_of  # noqa: E402  the trainer's key -> rank policy
@@ -63,16 +63,24 @@ def check(coll, comm):
     if rank == 0:
         assert np.array_equal(g, np.concatenate(every).astype(np.float64))
     assert coll.stats.bytes_sent[C.SPARSE_KEYS] > 0 or size == 1
-    # dense: MPI's Allreduce on the prepare channel, the hierarchical one on train (it has a Topology)
+    # dense: every element summed in float32 in rank order, bit for bit (values of mixed magnitudes,
+    # where another association gives other bits), and a vector shorter than the ranks
+    rng = np.random.default_rng(7)
+    vecs = [(rng.standard_normal(1001) * 10.0 ** rng.integers(-4, 5, 1001)).astype(np.float32) for _ in range(size)]
     for c in (coll.prepare, coll.train):
-        v = np.arange(7, dtype=np.float32) * (rank + 1)
-        out = c.dense_allreduce(v)
-        assert out is v and np.array_equal(v, np.arange(7, dtype=np.float32) * size * (size + 1) / 2)
-    # sparse all-reduce (Appendix C.3) on the train channel
-    vals = row_of(keys, D) * (rank + 1)
-    k, s = coll.train.sparse_allreduce(keys, vals)
-    rk, rs = serial_sparse_allreduce([(every[r], row_of(every[r], D) * (r + 1)) for r in range(size)], D, np.float64)
-    assert np.array_equal(k, rk) and np.array_equal(s, rs)
+        for n in (1001, 1):
+            v = vecs[rank][:n].copy()
+            out = c.dense_allreduce(v)
+            assert out is v and np.array_equal(v, rank_order_sum([x[:n] for x in vecs]))
+    # sparse all-reduce on the train channel: each key's rows summed in rank order, the same on every rank
+    vals = [(row_of(every[r], D) * 10.0 ** rng.integers(-4, 5, (every[r].shape[0], 1))).astype(np.float32)
+            for r in range(size)]
+    k, s = coll.train.sparse_allreduce(keys, vals[rank])
+    want = rank_order_sparse_sum([(every[r], vals[r]) for r in range(size)])
+    assert sorted(k.tolist()) == sorted(want) and k.shape[0] == len(want)
+    assert np.array_equal(s, np.array([want[x] for x in k.tolist()]).reshape(-1, D))
+    same = comm.allgather((k.tobytes(), s.tobytes()))
+    assert all(x == same[0] for x in same)
 
 
 def check_waiting_yields(comm):
@@ -93,7 +101,7 @@ def check_waiting_yields(comm):
 def main():
     world = MPI.COMM_WORLD
     for mode in ("spin", "yield"):
-        coll = Collectives(world, mpi_wait=mode, hierarchical=True)
+        coll = Collectives(world, mpi_wait=mode)
         assert coll.size == world.Get_size() and coll.wait_mode == (mode if coll.size > 1 else "local")
         check(coll, world)
     if world.Get_size() > 1:

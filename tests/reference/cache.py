@@ -12,7 +12,11 @@ must make exactly the same decisions (hits, victims and their order, budget erro
 - Pinned rows are in neither part; unpinning to zero puts a row at the LRU's recent end.
 - Ghost: a direct-mapped table of ``ghost`` cells (0 or a power of two) of (key, freq) of evicted
   rows, cell ``mix64(key ^ GHOST_SALT) % ghost``; re-inserting a remembered key adds its remembered
-  freq and frees its cell.
+  freq and frees its cell. Resized (``resize_ghost``): grown, every key moves to its cell in the
+  larger table; shrunk, a key of a cell past the new size moves to its cell modulo the new size when
+  that one is empty (cells in ascending order), else it is forgotten.
+- ``evict_to(n)`` evicts in victim order until ``n`` rows are left; ``set_capacity`` changes the
+  capacity, the LRU target and the ghost size (the rows must fit).
 """
 
 from __future__ import annotations
@@ -157,6 +161,56 @@ class RefCache:
         while self.capacity - len(self.e) < n_free:
             self._evict_one(out)
         return out
+
+    def take(self, keys):
+        """Distinct keys -> list of hits: a cached row counts one access and leaves unless pinned (its
+        frequency to the ghost table); a key not cached adds one access to its ghost cell (taking
+        the cell over from another key)."""
+        hits = []
+        for k in keys:
+            if k in self.e:
+                hits.append(True)
+                ent = self.e[k]
+                ent["freq"] += 1
+                if ent["pins"] == 0:
+                    self._detach(k)
+                    del self.e[k]
+                    if self.ghost:
+                        self.ghost[mix64(k ^ GHOST_SALT) % len(self.ghost)] = (k, ent["freq"])
+                continue
+            hits.append(False)
+            if self.ghost:
+                c = mix64(k ^ GHOST_SALT) % len(self.ghost)
+                g = self.ghost[c]
+                self.ghost[c] = (k, 1 + (g[1] if g is not None and g[0] == k else 0))
+        return hits
+
+    def evict_to(self, n_rows):
+        out = []
+        if len(self.e) > n_rows:
+            if self.n_pinned > n_rows:
+                raise BudgetExceeded(self.n_pinned)
+            while len(self.e) > n_rows:
+                self._evict_one(out)
+        return out
+
+    def set_capacity(self, capacity, lru_target, ghost):
+        assert len(self.e) <= capacity
+        self.capacity, self.lru_target = capacity, lru_target
+        self.resize_ghost(ghost)
+
+    def resize_ghost(self, n):
+        old = self.ghost
+        if n >= len(old):
+            self.ghost = [None] * n
+            for g in old:
+                if g is not None:
+                    self.ghost[mix64(g[0] ^ GHOST_SALT) % n] = g
+        else:
+            self.ghost = old[:n]
+            for c in range(n, len(old)):
+                if old[c] is not None and self.ghost[c % n] is None:
+                    self.ghost[c % n] = old[c]
 
     def unpin(self, keys):
         bad = 0

@@ -39,3 +39,22 @@ def row_of(keys, d):
     """A row that depends only on its key: row[c] = (key % 1000) * (c + 1), float64."""
     k = (np.asarray(keys, dtype=np.uint64) % np.uint64(1000)).astype(np.float64)
     return k[:, None] * np.arange(1, d + 1, dtype=np.float64)[None, :]
+
+
+def rank_order_sum(arrays):
+    """Element-wise ``0 + a_0 + a_1 + ...`` in float32, in list order: what the ordered all-reduces
+    (``hps.comm.ordered_allreduce``) give and one process folding its shards must match bit for bit."""
+    acc = np.zeros(np.shape(arrays[0]), dtype=np.float32)
+    for a in arrays:
+        acc = acc + np.asarray(a, dtype=np.float32)
+    return acc
+
+
+def rank_order_sparse_sum(inputs):
+    """inputs: list over ranks of (keys (n,), values (n, d) float32) -> {key: row summed in float32 in
+    rank order from 0} (a dict: the key order is the algorithm's)."""
+    acc = {}
+    for keys, values in inputs:
+        for k, row in zip(np.asarray(keys, dtype=np.uint64).tolist(), np.asarray(values, dtype=np.float32)):
+            acc[k] = acc.get(k, np.zeros_like(row)) + row
+    return acc

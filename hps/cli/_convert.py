@@ -1,17 +1,13 @@
-"""``python -m hps.convert``: the command line (parses the arguments, reports, turns errors into exit codes)."""
+"""``python -m hps.convert``: its argument parser (the command runs in ``hps.convert._main``)."""
 
 from __future__ import annotations
 
-import sys
-
 from .._argparse import ArgumentParser
-from ..config import FORMATS, DataConfig
-from ..data import DEFAULT_MAX_MALFORMED, DENSE_TRANSFORMS, format_options
-from ..errors import HpsError, InvalidInputError
-from ._write import COMPRESSIONS, DEFAULT_MAX_SHARDS, convert
+from .._options import DEFAULT_BATCH_SIZE
+from ..config import FORMATS
+from ..data import DEFAULT_MAX_MALFORMED, DENSE_TRANSFORMS
+from ..data._converted import COMPRESSIONS, DEFAULT_MAX_SHARDS
 
-EXIT_BAD_INPUT = 2
-EXIT_FAILED = 1
 #: Formats a conversion reads (converted data is read as it is).
 SOURCES = tuple(f for f in FORMATS)
 
@@ -52,67 +48,8 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--n-dense", type=int, help="synthetic: dense features (4)")
     g.add_argument("--drift", type=float, help="synthetic: popularity drift (0)")
     g.add_argument("--seed", type=int, default=0, help="synthetic: the seed of the training job (0)")
-    g.add_argument("--batch-size", type=int, default=16_384,
+    g.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
                    help="synthetic: the --batch-size of the training job (its data is made in blocks of it)")
     g.add_argument("--split", choices=("train", "eval"), default="train",
                    help="synthetic: the training rows, or the eval split the trainer evaluates on")
     return p
-
-
-def _columns(text):
-    return tuple(c.strip() for c in text.split(",") if c.strip()) if text else ()
-
-
-def main(argv=None) -> int:
-    """``python -m hps.convert``; returns the exit code (2 bad input, 1 failure)."""
-    a = build_parser().parse_args(argv)
-    try:
-        data = a.data[0] if a.data and len(a.data) == 1 else (tuple(a.data) if a.data else None)
-        d = DataConfig(format=a.format, data=data, rows=a.rows, fields=a.fields, vocab_per_field=a.vocab_per_field,
-                       zipf=a.zipf, n_dense=a.n_dense, drift=a.drift, label_column=a.label_column,
-                       ignore_columns=_columns(a.ignore_columns), dense_columns=_columns(a.dense_columns),
-                       categorical_columns=_columns(a.categorical_columns) if a.categorical_columns else None,
-                       int_as_categorical=a.int_as_categorical, libsvm_fields=a.libsvm_fields,
-                       strict=a.strict, max_malformed=a.max_malformed, readers=a.readers,
-                       dense_transform=a.dense_transform)
-        opts = format_options(d, a.seed, a.batch_size)
-        if a.format == "synthetic" and a.split == "eval":  # the eval split as a training set of its own rows
-            opts = _eval_split(opts)
-        bar = _bar(a.progress)
-        try:
-            man = convert(a.format, d.data, a.out, opts, rows_per_file=a.rows_per_file, max_shards=a.max_data_shards,
-                          readers=a.readers, strict=a.strict, max_malformed=d.max_malformed,
-                          compression=a.compression, progress=bar and bar.to)
-        finally:
-            if bar:
-                bar.close()
-    except (HpsError, OSError) as e:
-        print(f"hps: error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT if isinstance(e, InvalidInputError) else EXIT_FAILED
-    skipped = f", {man['malformed']} malformed lines skipped" if man["malformed"] else ""
-    print(f"hps: converted {man['rows']:,} examples ({a.format}{skipped}) into {len(man['files'])} file(s) in "
-          f"{a.out}; train with --format parquet --data {a.out}")
-    return 0
-
-
-def _eval_split(opts: dict) -> dict:
-    return dict(opts, split="eval")
-
-
-class _Bar:
-    """A tqdm bar of rows written (``to(rows)``)."""
-
-    def __init__(self):
-        from tqdm import tqdm
-
-        self._t = tqdm(unit="ex", unit_scale=True, dynamic_ncols=True, leave=False)
-
-    def to(self, rows: int) -> None:
-        self._t.update(rows - self._t.n)
-
-    def close(self) -> None:
-        self._t.close()
-
-
-def _bar(enabled: bool):
-    return _Bar() if enabled else None

@@ -4,7 +4,7 @@ export or a checkpoint.
 Layout of an export directory::
 
     model.json                  the manifest (switched in last): what ``hps.Predictor`` needs
-                                (``_records.EXPORT_META``), the batch the model is from, and the size
+                                (``_manifest.EXPORT_META``), the batch the model is from, and the size
                                 + CRC-32 of every file below; itself checksummed (``_manifest``)
     dense.h5                    one dataset per dense tensor, attr "model"
     sparse-rank{r}-of-{n}.h5    the keys rank r owns: "keys" (m,) uint64, "values" (m, embedding_dim)
@@ -40,11 +40,11 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CorruptionError, InvalidInputError, StoreFormatError
-from ._control import BEST_DIR
-from ._checkpoint import _DENSE, _LATEST, _fsync_path, _read_dense, _sparse_name, last_checkpoint, undo_on_error
+from ._checkpoint import (_DENSE, _LATEST, BEST_DIR, fsync_path, _read_dense, _sparse_name, last_checkpoint,
+                          undo_on_error)
 from ._h5out import h5_output
-from ._manifest import FILES_KEY, META_FILE, file_record, read_checked, read_meta, verify_file, write_meta
-from ._records import EXPORT_META, EXPORT_VERSION
+from ._manifest import (EXPORT_META, EXPORT_VERSION, FILES_KEY, META_FILE, file_record, read_checked, read_meta,
+                        verify_file, write_meta)
 
 __all__ = ["export", "export_trained", "read_model", "load_export"]
 
@@ -60,7 +60,7 @@ def export(directory, coll, store, model, meta: dict | None = None, source=None)
     """Write ``model`` into ``directory`` (see the module docstring): its rows from ``store`` and its
     dense parameters from ``model``; or, with ``source`` (a checkpoint directory of this job's
     shape, verified first), the rows and dense parameters of that checkpoint (the best model of
-    early stopping). ``meta`` (``_records.export_meta``) goes into model.json. Collective over
+    early stopping). ``meta`` (``hps.train._records.export_meta``) goes into model.json. Collective over
     ``coll``. Blocks. Raises DiskFullError when the device is full (after removing what it wrote;
     an earlier export in ``directory`` is left as it was)."""
     d = Path(directory)
@@ -99,13 +99,13 @@ def export(directory, coll, store, model, meta: dict | None = None, source=None)
             files = {_sparse_name(r, coll.size): {"bytes": int(b), "crc32": int(c)} for r, (b, c) in enumerate(records)}
             files[_DENSE] = file_record(tmp / _DENSE)
             write_meta(tmp / EXPORT_META, dict(meta or {}, export_version=EXPORT_VERSION, **{FILES_KEY: files}))
-            _fsync_path(tmp, directory=True)
+            fsync_path(tmp, directory=True)
         _switch(d, tmp, files)
     coll.barrier()
 
 
 def export_trained(directory, coll, store, model, meta: dict, choice: tuple, checkpoint_dir, log) -> dict:
-    """Export what ``choice`` (``_control.TrainingControl.export_choice``: the checkpoint to export or
+    """Export what ``choice`` (``hps.train._control.TrainingControl.export_choice``: the checkpoint to export or
     None for the model as it is, and its record) says — after ``--early-stop`` the best checkpoint,
     else the model as it is — with ``meta`` and the record in model.json; remove ``checkpoint_dir``
     (where the checkpoints went) when it was kept only for the export; say what was exported
@@ -142,16 +142,16 @@ def _write_shard(rows_h5: Path, out: Path, model) -> None:
 def _switch(d: Path, tmp: Path, files: dict) -> None:
     """Rank 0: move the export assembled in ``tmp`` into ``d``, model.json last (module docstring)."""
     (d / EXPORT_META).unlink(missing_ok=True)
-    _fsync_path(d, directory=True)
+    fsync_path(d, directory=True)
     for name in files:
         os.replace(tmp / name, d / name)
     for p in d.iterdir():  # shards of an earlier export by another number of ranks
         if _SHARD.fullmatch(p.name) and p.name not in files and p.is_file():
             p.unlink()
     os.replace(tmp / EXPORT_META, d / EXPORT_META)
-    _fsync_path(d, directory=True)
+    fsync_path(d, directory=True)
     os.rmdir(tmp)
-    _fsync_path(d, directory=True)
+    fsync_path(d, directory=True)
 
 
 def _verify_checkpoint_file(ckpt: Path, name: str) -> dict:

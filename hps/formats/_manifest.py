@@ -31,6 +31,12 @@ CHECKPOINT_VERSION = 2
 #: Versions this code reads.
 READABLE_VERSIONS = (1, 2)
 META_FILE = "meta.json"
+#: File of an export (and of a checkpoint) that describes the model and its input (JSON; its layout:
+#: ``hps.train._records``).
+EXPORT_META = "model.json"
+#: Layout version of ``EXPORT_META``; written to disk, never renumber. 1: no checksums; 2: ``files``
+#: and ``crc32`` (the export is switched in atomically, ``_export``).
+EXPORT_VERSION = 2
 #: Keys of meta.json (written to disk: never rename).
 CRC_KEY, FILES_KEY = "crc32", "files"
 _POSITION_KEYS = ("index", "epoch", "batch", "ranks", "row_width")

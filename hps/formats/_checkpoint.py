@@ -9,7 +9,7 @@ Checkpoint layout under ``--checkpoint-dir`` (a directory every rank can reach):
                                     (_manifest)
         dense.h5                    params/<name> and optimizer/<slot>/<name>, attrs step and hypers
         sparse-rank{r}-of-{n}.h5    every row rank r owns: "keys" (m,) uint64, "rows" (m, row_width)
-        model.json                  the model and its input, as in an export (``_records``), so that
+        model.json                  the model and its input, as in an export (``hps.train._records``), so that
                                     ``hps.predict`` can score a checkpoint (``_export.read_model``);
                                     absent in checkpoints of older versions
 
@@ -29,7 +29,6 @@ The model export (``--export DIR``) is written the same way by ``_export``.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import re
 import shutil
@@ -38,20 +37,24 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import CorruptionError, DiskFullError, HpsError, InvalidInputError, StoreFormatError
+from ..errors import CorruptionError, DiskFullError, HpsError, InvalidInputError
 from ._h5out import h5_output
-from ._manifest import CHECKPOINT_VERSION, FILES_KEY, META_FILE, file_record, read_meta, verify_file, write_meta
-from ._records import EXPORT_META
+from ._manifest import (CHECKPOINT_VERSION, EXPORT_META, FILES_KEY, META_FILE, file_record, read_meta, verify_file,
+                        write_meta)
 
 __all__ = ["CHECKPOINT_VERSION", "save", "load", "latest", "last_checkpoint"]
 
+#: Where the best checkpoints of ``--early-stop`` go when there is no ``--checkpoint-dir`` (inside
+#: the ``--export`` directory, which every rank reaches). Written to disk: never rename.
+BEST_DIR = ".best-checkpoint"
 _LATEST = "LATEST"
 _DENSE = "dense.h5"
 _NAME = re.compile(r"ckpt-(\d+)")
 _SPACE_ERRNOS = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 
 
-def _fsync_path(path: Path, directory: bool = False) -> None:
+def fsync_path(path: Path, directory: bool = False) -> None:
+    """fsync the file (or, with ``directory``, the directory) at ``path``: what a rename made durable."""
     fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
     try:
         os.fsync(fd)
@@ -136,7 +139,7 @@ def save(root, coll, store, model, dense_opt, meta: dict, keep: int = 1, extra=N
     """Write this rank's part of the checkpoint named by ``meta["index"]``, then keep only the ``keep``
     newest checkpoints (and the checkpoints named in ``pinned``). ``extra(h5file)``, if given, adds
     this rank's other state to its sparse file (e.g. admission state; read back by :func:`load`'s
-    ``extra``). ``model_meta`` (``_records.export_meta``), if given, is written as ``model.json``,
+    ``extra``). ``model_meta`` (``hps.train._records.export_meta``), if given, is written as ``model.json``,
     so the checkpoint can be scored like an export (``_export.read_model``). Collective over
     ``coll``. Blocks. Raises DiskFullError when the device is full (after removing what this save
     wrote; the previous checkpoint is untouched)."""
@@ -175,7 +178,7 @@ def _commit(root: Path, tmp: Path, name: str) -> None:
     """Rename ``tmp`` to ``name`` and switch LATEST to it (write temp, fsync, rename)."""
     final, latest_tmp = root / name, root / f".{_LATEST}.tmp"
     with _undo_on_error(root, name, tmp):
-        _fsync_path(tmp, directory=True)
+        fsync_path(tmp, directory=True)
         if final.exists():
             shutil.rmtree(final)  # the same batch, written by an earlier run into this directory
         os.rename(tmp, final)
@@ -189,9 +192,9 @@ def point_latest(root, name: str) -> None:
     root = Path(root)
     latest_tmp = root / f".{_LATEST}.tmp"
     latest_tmp.write_text(name + "\n")
-    _fsync_path(latest_tmp)
+    fsync_path(latest_tmp)
     os.rename(latest_tmp, root / _LATEST)
-    _fsync_path(root, directory=True)
+    fsync_path(root, directory=True)
 
 
 def _prune(root: Path, name: str, keep: int, pinned=()) -> None:

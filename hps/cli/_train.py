@@ -1,4 +1,5 @@
-"""``python -m hps.train``: the command line. The only module that parses arguments.
+"""``python -m hps.train``: its argument parser, and the job's ``Config`` from the command line and
+``--config FILE.toml`` (:func:`parse_config`); the job itself runs in ``hps.train._main``.
 
 Every flag can also be given as a key of ``--config FILE.toml`` (same names, dashes or underscores;
 switches as ``strict = true``, ``resume = true``, ``no-progress = true``; keys may be grouped in the
@@ -10,22 +11,14 @@ become one line on stderr and exit code 2 (bad input) or 1; an interrupt (Ctrl-C
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import sys
-import threading
-import time
-from pathlib import Path
 
 from .._argparse import ArgumentParser
+from .._options import DEFAULT_BATCH_SIZE, DEFAULT_BUDGET_FRACTION
 from ..config import (COMPRESS_MODES, CONSISTENCIES, DENSE_OPTIMIZERS, DENSE_SYNCS, DEVICES, FORMATS,
                       HET_POLICIES, LR_DECAYS, MODELS, MPI_WAITS, PAGE_CACHE_MODES, SPARSE_OPTIMIZERS,
                       SPARSE_SYNCS, Config, flatten_options)
 from ..data import DEFAULT_MAX_MALFORMED, DENSE_TRANSFORMS
-from ..errors import HpsError, InvalidInputError, InvalidTypeError
-
-EXIT_BAD_INPUT = 2
-EXIT_FAILED = 1
+from ..errors import InvalidInputError
 
 
 def build_parser() -> ArgumentParser:
@@ -74,7 +67,7 @@ def build_parser() -> ArgumentParser:
                    help="threads that parse (or generate) the batches of each rank, in parallel; the "
                         "batches are the same for any N (this rank's cores minus 3, 1 to 8)")
     g = p.add_argument_group("model")
-    g.add_argument("--model", choices=MODELS, default=S, help="network (ctr); see README 'Models'")
+    g.add_argument("--model", choices=MODELS, default=S, help="network (ctr); see docs/models.md")
     g.add_argument("--embedding-dim", type=int, default=S, help="embedding width (16)")
     g.add_argument("--hidden", default=S, help="MLP hidden sizes, comma separated (128,64)")
     g.add_argument("--cross-layers", type=int, default=S, help="dcn: cross layers (3)")
@@ -90,8 +83,10 @@ def build_parser() -> ArgumentParser:
                    help="initial Adagrad accumulator, rows and dense (0.001)")
     g = p.add_argument_group("tiers")
     g.add_argument("--device", choices=DEVICES, default=S, help="HBM-PS and model device (cpu)")
-    g.add_argument("--mem-budget", default=S, help="MEM-PS DRAM budget in binary units: 512MiB = 512MB "
-                   "= 512m = 512 * 2^20 bytes, or a byte count (256MiB)")
+    g.add_argument("--mem-budget", default=S, help="each rank's host memory as a whole (model, HBM-PS twin, batches "
+                   "in flight, SSD-PS buffers and index, MEM-PS cache) in binary units: 512MiB = 512MB = 512m = "
+                   f"512 * 2^20 bytes, or a byte count ({DEFAULT_BUDGET_FRACTION} of the memory available, over "
+                   "the ranks on the node)")
     g.add_argument("--ssd-path", default=S, help="SSD-PS root: each rank claims its own rank{r}-of-{n}/ in it, "
                    "which must be missing or empty, and removes it at the end (a temporary directory)")
     g.add_argument("--keep-ssd", action="store_true", default=S,
@@ -108,13 +103,13 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--gpus", type=int, default=S, help="cuda: GPUs the parts spread over, part p on GPU "
                    "p %% gpus (every visible GPU)")
     g = p.add_argument_group("training")
-    g.add_argument("--batch-size", type=int, default=S, help="examples per batch, whole job (16384)")
+    g.add_argument("--batch-size", type=int, default=S, help=f"examples per batch, whole job ({DEFAULT_BATCH_SIZE})")
     g.add_argument("--minibatch-size", type=int, default=S, help="examples per update, whole job (1024)")
     g.add_argument("--epochs", type=int, default=S, help="(1)")
     g.add_argument("--seed", type=int, default=S, help="in [0, 2^64 - 1] (0)")
     g.add_argument("--queue-depth", type=int, default=S, help="items between pipeline stages (1)")
-    g.add_argument("--blas-threads", type=int, default=S, help="BLAS threads of the dense model while "
-                   "training (this rank's cores on the node - 1, at least 1)")
+    g.add_argument("--blas-threads", type=int, default=S, help="threads of the dense model while training "
+                   "(default: sized between batches to the cores the other stages leave idle)")
     g.add_argument("--checkpoint-dir", default=S, help="write checkpoints here")
     g.add_argument("--checkpoint-every", type=int, default=S, help="batches between checkpoints (0: per epoch)")
     g.add_argument("--resume", action="store_true", default=S, help="continue from --checkpoint-dir")
@@ -131,7 +126,8 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--fae-sample-rate", type=float, default=S, help="FAE auto: percent of the input profiled (5)")
     g.add_argument("--fae-holdout", type=int, default=S,
                    help="FAE: eval examples whose loss drives the Shuffle Scheduler (1024)")
-    g.add_argument("--ranks-per-node", type=int, default=S, help="MPI: ranks per node (auto)")
+    g.add_argument("--ranks-per-node", type=int, default=S, help="MPI: ranks per node (auto); no effect on "
+                   "training, whose sums across ranks are in rank order whatever the nodes")
     g.add_argument("--sparse-sync", choices=SPARSE_SYNCS, default=S,
                    help="MPI: owner = each row lives at its owner rank, which serves it and applies its "
                         "summed gradient; allreduce = every rank holds the batch's rows (Appendix C.3) (owner)")
@@ -231,188 +227,3 @@ def parse_config(argv=None) -> Config:
                 flag = "--" + key.replace("_", "-")
                 raise InvalidInputError(f"{flag} must be comma-separated integers, got {values[key]!r}") from None
     return Config.from_flat(values)
-
-
-def _mpi_launched() -> bool:
-    return any(int(os.environ.get(v, "1")) > 1 for v in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"))
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM (what schedulers send), raised in the main thread so it unwinds like Ctrl-C."""
-
-
-def _stop(signum, frame):
-    """SIGINT / SIGTERM handler: stop the job by raising in the main thread; from then on both signals
-    are ignored, so the job's clean-up runs to its end. (A terminal's Ctrl-C reaches each rank of
-    ``mpiexec`` twice: from the terminal, and forwarded by mpiexec.)"""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise _Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
-
-
-def main(argv=None) -> int:
-    """Run the job; returns the exit code. Under MPI a failing rank prints
-    ``hps: rank R of N failed: <Type>: <message>`` and aborts the whole job (no rank hangs).
-
-    Ctrl-C (SIGINT) and SIGTERM stop the pipeline, remove the temporary SSD-PS, say where the last
-    checkpoint is and exit 130 / 143 (128 + the signal). ``mpiexec`` forwards both signals to every
-    rank: each rank cleans up, the ranks wait for each other (a bounded wait) and all exit."""
-    comm, cfg = None, None
-    in_main = threading.current_thread() is threading.main_thread()
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
-    for sig, handler in previous.items():
-        if handler is not signal.SIG_IGN or sig == signal.SIGTERM:  # a background job ignores SIGINT
-            signal.signal(sig, _stop)
-    try:
-        cfg = parse_config(argv)
-        if _mpi_launched():
-            from ..comm._mpi import load_mpi
-
-            comm = load_mpi().COMM_WORLD
-        from ._run import run
-
-        run(cfg, comm=comm, on_fatal=(lambda e: _abort(comm, e)) if comm is not None else None)
-        return 0
-    except KeyboardInterrupt as e:
-        return _interrupted(comm, cfg, signal.SIGTERM if isinstance(e, _Terminated) else signal.SIGINT)
-    except (HpsError, OSError) as e:
-        return _fail(comm, e, EXIT_BAD_INPUT if _is_bad_input(e) else EXIT_FAILED)
-    except Exception as e:
-        if comm is not None and comm.Get_size() > 1:
-            _abort(comm, e)
-        raise
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-#: Under MPI, how long an interrupted rank waits for the others to finish cleaning up before it
-#: aborts the job (a rank that never got the signal would otherwise keep the job alive).
-INTERRUPT_SYNC_S = 30.0
-
-
-def _interrupted(comm, cfg, signum) -> int:
-    """Report an interrupt (the job's own files are already removed by ``run``) -> 128 + signum."""
-    code = 128 + int(signum)
-    if comm is None or comm.Get_rank() == 0:
-        from ..comm._failure import write_line
-
-        write_line(f"hps: interrupted by {signal.Signals(signum).name}: training stopped. {_resume_hint(cfg)}")
-    if comm is not None and comm.Get_size() > 1:
-        _leave_together(comm, code)
-    return code
-
-
-def _resume_hint(cfg) -> str:
-    from ._checkpoint import last_checkpoint
-
-    ck = cfg.train.checkpoint_dir if cfg is not None else None
-    if not ck:
-        return "No checkpoint was written (no --checkpoint-dir): a new run starts from the beginning."
-    last = last_checkpoint(ck)
-    if last is None:
-        return f"No checkpoint was completed in {ck} yet: a new run starts from the beginning."
-    return (f"The last checkpoint is {last}: to continue, run the same command with "
-            f"--resume --checkpoint-dir {ck}")
-
-
-def _leave_together(comm, code: int) -> None:
-    """Every rank has cleaned up: meet the others (non-blocking barrier on ``comm``, which the
-    trainer's threads never use: they have their own duplicates) and exit at once, without
-    MPI_Finalize, which could wait for ever on a collective a stopped peer never joined. A rank
-    that is not there within INTERRUPT_SYNC_S takes the job down with MPI_Abort."""
-    req = comm.Ibarrier()
-    deadline = time.monotonic() + INTERRUPT_SYNC_S
-    while not req.Test():
-        if time.monotonic() > deadline:
-            comm.Abort(code)
-        time.sleep(0.01)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-def _abort(comm, e: BaseException) -> None:
-    """End the whole MPI job for ``e``, naming this rank: one line for hps errors, the traceback for
-    anything else (a bug). Also called from a failing pipeline thread (``Trainer(on_fatal=...)``)."""
-    if comm.Get_size() < 2:
-        return
-    cause = e.__cause__ if getattr(e, "stage", None) else e
-    if isinstance(cause, (HpsError, OSError)):
-        _fail(comm, e, EXIT_BAD_INPUT if _is_bad_input(e) else EXIT_FAILED)
-    else:
-        from ..comm import abort_job
-
-        abort_job(comm, e, EXIT_FAILED)
-
-
-def _is_bad_input(e: BaseException) -> bool:
-    cause = e.__cause__ if getattr(e, "stage", None) else None
-    bad = (InvalidInputError, InvalidTypeError)
-    return isinstance(e, bad) or isinstance(cause, bad)
-
-
-def _fail(comm, e: BaseException, code: int) -> int:
-    from ..comm._failure import abort, failure_message, write_line
-
-    if comm is not None and comm.Get_size() > 1:
-        write_line(failure_message(comm, e))
-        abort(comm, code)
-        return code
-    write_line(f"hps: error: {e}")
-    return code
-
-
-# -- python -m hps.predict ---------------------------------------------------------------------------------
-
-
-def build_predict_parser() -> ArgumentParser:
-    p = ArgumentParser(
-        prog="python -m hps.predict",
-        description="Score raw data with a model exported by python -m hps.train --export DIR: one "
-                    "probability per valid example, in input order.")
-    p.add_argument("--model-dir", required=True, help="the export directory (--export of the training job), a "
-                   "checkpoint, or a --checkpoint-dir (its latest checkpoint: the best one after --early-stop)")
-    p.add_argument("--data", nargs="+", required=True,
-                   help="data in the training format: files, directories or globs, plain, .gz or .zst")
-    p.add_argument("--out", required=True, help="CSV file to write: label,probability (probability only "
-                   "for CSV/Parquet data without the label column)")
-    p.add_argument("--unknown", choices=("init", "zero"), default="init",
-                   help="row of a key the export lacks: the row training would have created for it "
-                        "(init, what the training job's evaluation used) or zeros (init)")
-    p.add_argument("--batch-size", type=int, default=65_536, help="examples scored at a time (65536)")
-    p.add_argument("--strict", action="store_true", help="stop at the first malformed line")
-    p.add_argument("--max-malformed", type=float, default=DEFAULT_MAX_MALFORMED, metavar="FRACTION",
-                   help=f"stop when more than this fraction of the lines are malformed ({DEFAULT_MAX_MALFORMED})")
-    p.add_argument("--readers", type=int, default=1, metavar="N",
-                   help="threads parsing the data in parallel; the same scores for any N (1)")
-    return p
-
-
-def predict_main(argv=None) -> int:
-    """``python -m hps.predict``; returns the exit code (2 bad input, 1 failure)."""
-    args = build_predict_parser().parse_args(argv)
-    try:
-        if args.batch_size < 1:
-            raise InvalidInputError(f"--batch-size must be positive, got {args.batch_size}")
-        if args.readers < 1:
-            raise InvalidInputError(f"--readers must be positive, got {args.readers}")
-        from ..data import infer_format, is_converted
-        from ..predict import Predictor
-        from ._preflight import check_writable
-
-        check_writable("--out", Path(args.out), is_dir=False)
-        pred = Predictor(args.model_dir, unknown=args.unknown)
-        data = args.data[0] if len(args.data) == 1 else args.data
-        named = infer_format(data, required=False)
-        if named not in (None, pred.format) and not is_converted(data):  # hps.convert's data: Predictor checks it
-            raise InvalidInputError(f"--data is {named} data by its file names, but the model in {args.model_dir} "
-                                    f"was trained on {pred.format} data (hps.predict reads the training format)")
-        res = pred.write_csv(data, args.out, batch_size=args.batch_size, strict=args.strict,
-                             max_malformed=args.max_malformed, readers=args.readers)
-    except (HpsError, OSError) as e:
-        return _fail(None, e, EXIT_BAD_INPUT if _is_bad_input(e) else EXIT_FAILED)
-    auc = f"; AUC {res['auc']:.4f}" if res["auc"] is not None else ""
-    skipped = f" ({res['malformed']} malformed lines skipped)" if res["malformed"] else ""
-    print(f"hps: scored {res['examples']} examples{skipped} with {args.model_dir} -> {args.out}{auc}")
-    return 0

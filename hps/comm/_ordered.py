@@ -1,0 +1,176 @@
+"""All-reduces whose sums have a fixed order one process can mirror: every value is ``0 + x_0 + x_1 + …
++ x_{p-1}``, added in float32 in rank order (DESIGN.md, "Reductions have a fixed order").
+
+MPI's ``Allreduce`` picks its own association (recursive doubling, Rabenseifner, …, by message size
+and rank count), and a tree schedule (``_schedule``) fixes one that depends on the topology; neither
+can be reproduced by one process reading the same shards. Over hundreds of Adam steps the last-bit
+differences grow to 1e-2 (Adam divides by the gradient's own scale). Here the order is the rank order:
+
+- :func:`ordered_allreduce` (dense): a reduce-scatter — rank ``r`` receives chunk ``r`` of every rank's
+  vector (one alltoall) and folds them in rank order (``sum_rows_f32``) — then an allgather of the
+  folded chunks. The same bytes as a ring all-reduce, ``2 (p - 1) / p`` of the vector per rank, in two
+  collectives instead of ``2 (p - 1)`` steps. Element-wise sums do not depend on the chunking, so one
+  process folds its shards' whole vectors in shard order (``fold``) and gets the same bits.
+- :func:`ordered_sparse_allreduce` (rows of unique keys): each key's rows go to the key's owner rank
+  (one alltoallv, records of key + row), which folds them in rank order (``segment_sum``), and every
+  owner's sums go to every rank (one allgatherv).
+
+Every function takes the communicator (mpi4py ``Comm``) and ``run(blocking, nonblocking)``: how a call
+waits (the trainer's channels spin or poll, ``_wait``); the bytes sent to other ranks, the seconds and the
+call go to ``stats`` (a ``CommStats``, optional) under ``dense_allreduce`` / ``sparse_allreduce``.
+Collective, blocking; host arrays. Thread safety: none needed (no state).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._hashing import group_by_owner, owner_of
+from ..errors import InvalidInputError
+from ._compress_kernels import sum_rows_f32
+from ._kernels import segment_sum
+from ._stats import DENSE_ALLREDUCE, SPARSE_ALLREDUCE, metered
+
+
+def run_blocking(blocking, nonblocking=None) -> None:
+    """The default ``run``: MPI's blocking call."""
+    blocking()
+
+
+def fold(parts, xp=np):
+    """``0 + parts[0] + parts[1] + …`` element-wise, in that order (same-shaped float32 arrays of any
+    module ``xp``): what one process computes for the shards' contributions that the ranks' ordered
+    all-reduces add in rank order. ``parts`` non-empty."""
+    acc = xp.zeros_like(parts[0])
+    for a in parts:
+        acc += a
+    return acc
+
+
+def _mpi_type(dtype):
+    from ._mpi import MPI
+
+    return MPI.Datatype.fromcode(np.dtype(dtype).char)
+
+
+def ordered_allreduce(comm, vec: np.ndarray, run=run_blocking, stats=None) -> np.ndarray:
+    """Sum of ``vec`` (n,) float32, C-contiguous host, over the ranks of ``comm``, in place, each element
+    added in rank order from 0 (module docstring). REQUIRES the same n on every rank. Returns ``vec``."""
+    if vec.dtype != np.float32 or vec.ndim != 1 or not vec.flags.c_contiguous:
+        raise InvalidInputError(f"ordered_allreduce takes a C-contiguous (n,) float32 vector, got {vec.dtype} "
+                                f"{vec.shape}")
+    if comm.Get_size() == 1:
+        return vec
+    with metered(stats, DENSE_ALLREDUCE) as meter:
+        _reduce_scatter_allgather(comm, vec, run, meter)
+    return vec
+
+
+def _reduce_scatter_allgather(comm, vec, run, meter) -> None:
+    """Chunks of m = ceil(n / p) elements (the vector zero-padded to p m): one alltoall, the fold, one
+    allgather. Equal chunks, not alltoallv/allgatherv: MPICH's v-collectives took 4-5x the time of
+    ``Allreduce`` on 4 oversubscribed ranks (bench/bench_ordered.py), the equal ones about as long."""
+    p, n = comm.Get_size(), vec.shape[0]
+    m = -(-n // p)
+    padded = vec if n == m * p else np.zeros(m * p, np.float32)
+    if padded is not vec:
+        padded[:n] = vec
+    folded = _reduce_scatter(comm, padded.reshape(p, m), run, meter)
+    _allgather(comm, folded, padded.reshape(p, m), run, meter)
+    if padded is not vec:
+        vec[...] = padded[:n]
+
+
+def _reduce_scatter(comm, blocks, run, meter) -> np.ndarray:
+    p, m = blocks.shape
+    parts = np.empty((p, m), np.float32)                         # block `rank` of every rank, rank order
+    run(lambda: comm.Alltoall(blocks, parts), lambda: comm.Ialltoall(blocks, parts))
+    folded = np.empty(m, np.float32)
+    sum_rows_f32(parts, folded)
+    meter.sent((p - 1) * m * 4)
+    return folded
+
+
+def _allgather(comm, chunk, out, run, meter) -> None:
+    run(lambda: comm.Allgather(chunk, out), lambda: comm.Iallgather(chunk, out))
+    meter.sent((comm.Get_size() - 1) * chunk.shape[0] * 4)
+
+
+def ordered_reduce_scatter(comm, blocks: np.ndarray, run=run_blocking, stats=None) -> np.ndarray:
+    """The first half of :func:`ordered_allreduce` with the caller's layout: ``blocks`` (p, m) float32,
+    C-contiguous host, row r for rank r -> (m,) float32 ``0 + blocks_0[rank] + blocks_1[rank] + …``,
+    rank order (``blocks_s``: rank s's). Collective; bytes under ``dense_allreduce``."""
+    if blocks.dtype != np.float32 or blocks.ndim != 2 or blocks.shape[0] != comm.Get_size():
+        raise InvalidInputError(f"blocks must be ({comm.Get_size()}, m) float32, got {blocks.dtype} {blocks.shape}")
+    with metered(stats, DENSE_ALLREDUCE) as meter:
+        return _reduce_scatter(comm, np.ascontiguousarray(blocks), run, meter)
+
+
+def allgather_chunks(comm, chunk: np.ndarray, run=run_blocking, stats=None) -> np.ndarray:
+    """(p, m) float32: every rank's ``chunk`` (m,) float32 host, row r from rank r. Collective; bytes
+    under ``dense_allreduce``."""
+    chunk = np.ascontiguousarray(chunk, dtype=np.float32)
+    out = np.empty((comm.Get_size(), chunk.shape[0]), np.float32)
+    with metered(stats, DENSE_ALLREDUCE) as meter:
+        _allgather(comm, chunk, out, run, meter)
+    return out
+
+
+def _pack(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """(n,) uint64 keys and (n, d) float32 rows -> (n, d + 2) uint32 records (row bits, then the key)."""
+    n, d = values.shape
+    rec = np.empty((n, d + 2), np.uint32)
+    rec[:, :d] = values.view(np.uint32)
+    rec[:, d:] = keys.view(np.uint32).reshape(n, 2)
+    return rec
+
+
+def _unpack(rec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    d = rec.shape[1] - 2
+    return (np.ascontiguousarray(rec[:, d:]).view(np.uint64).reshape(-1),
+            np.ascontiguousarray(rec[:, :d]).view(np.float32))
+
+
+def ordered_sparse_allreduce(comm, keys: np.ndarray, values: np.ndarray, run=run_blocking, stats=None):
+    """(keys (m,) uint64, sums (m, d) float32): the union of every rank's ``keys`` (n,) uint64 —
+    REQUIRES distinct on each rank — with each key's rows ``values`` (n, d) float32 summed over the
+    ranks holding it, in rank order from 0. The same keys, in the same order (owner rank, then the
+    order the owner first received them), and the same bits on every rank."""
+    p = comm.Get_size()
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    if values.ndim != 2 or values.shape[0] != keys.shape[0]:
+        raise InvalidInputError(f"values must be (n, d) with n = {keys.shape[0]} keys, got {values.shape}")
+    keys = np.ascontiguousarray(keys, dtype=np.uint64)
+    if p == 1:
+        return keys, values
+    with metered(stats, SPARSE_ALLREDUCE) as meter:
+        return _by_owner_then_allgather(comm, keys, values, run, meter)
+
+
+def _by_owner_then_allgather(comm, keys, values, run, meter):
+    from ..mem import unique_counts
+
+    p = comm.Get_size()
+    d, w = values.shape[1], values.shape[1] + 2
+    order, offsets = group_by_owner(owner_of(keys, p), p)
+    send = np.diff(offsets).astype(np.int64)
+    recv = np.empty(p, np.int64)
+    run(lambda: comm.Alltoall(send, recv), lambda: comm.Ialltoall(send, recv))
+    u32 = _mpi_type(np.uint32)
+    rec = _pack(keys[order], values[order])
+    got = np.empty((int(recv.sum()), w), np.uint32)
+    s = [rec, (send * w, None), u32]
+    g = [got, (recv * w, None), u32]
+    run(lambda: comm.Alltoallv(s, g), lambda: comm.Ialltoallv(s, g))
+    gk, gv = _unpack(got)
+    ukeys, _, inv = unique_counts(gk)                            # first occurrence: rank order
+    sums = segment_sum(gv, inv.astype(np.int64), ukeys.shape[0])  # each key's rows in rank order
+    mine = _pack(ukeys, sums)
+    sizes = np.empty(p, np.int64)
+    n_mine = np.array([mine.shape[0]], np.int64)
+    run(lambda: comm.Allgather(n_mine, sizes), lambda: comm.Iallgather(n_mine, sizes))
+    every = np.empty((int(sizes.sum()), w), np.uint32)
+    a = [every, (sizes * w, None), u32]
+    run(lambda: comm.Allgatherv([mine, u32], a), lambda: comm.Iallgatherv([mine, u32], a))
+    meter.sent(((keys.shape[0] - int(send[comm.Get_rank()])) + mine.shape[0] * (p - 1)) * w * 4)
+    return _unpack(every)

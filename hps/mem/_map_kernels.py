@@ -1,0 +1,190 @@
+"""Kernels of the MEM-PS row cache's keys (``hps.mem.RowCache``): the key -> slot map and the ghost
+table's cells, the kernels that only find rows through the map (they change no policy state), and
+``unique_counts``. Kernels and device functions only; the policy's state and the operations that
+change it are in ``_policy_kernels`` and ``_cache_kernels``.
+
+- Key -> slot map: linear probing ``mkeys`` (M,) uint64 / ``mvals`` (M,) int32, M a power of two
+  >= 2 C (C = the cache's slots), ``EMPTY`` = all ones; deletion by backward shift (no tombstones).
+  Only ``_map_put`` and ``_map_del`` write it (``_slots_kernels.rebuild_map`` through ``_map_put``).
+- Ghost history (optional; G = ``ghost.shape[0]`` is 0 or a power of two): a direct-mapped table
+  ``ghost`` (G, 2) uint64 of (evicted key, its frequency) -- one cache line per probe -- cell
+  ``mix64(key ^ 0x2545F4914F6CDD1D) & (G - 1)`` (``_ghost_cell``: a salt of its own, written as a
+  literal since kernels read no module globals).
+
+keys (n,) uint64; ``rows`` (C, W); every ``found``/``out`` argument has n entries and is written.
+Kernels do no bounds checks and are not thread-safe: the host sizes every array and serialises
+calls on one state.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .._hashing import mix64
+from .._prefetch import prefetch
+
+# ---------------------------------------------------------------- key -> int32 map (linear probing)
+
+@njit(nogil=True, cache=True, inline="always")
+def _map_get(mkeys, mvals, key):
+    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
+    mask = np.uint64(mkeys.shape[0] - 1)
+    i = mix64(key) & mask
+    while True:
+        k = mkeys[i]
+        if k == key:
+            return np.int64(mvals[i])
+        if k == empty:
+            return np.int64(-1)
+        i = (i + np.uint64(1)) & mask
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _map_put(mkeys, mvals, key, val):
+    """REQUIRES: key absent, map not full."""
+    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
+    mask = np.uint64(mkeys.shape[0] - 1)
+    i = mix64(key) & mask
+    while mkeys[i] != empty:
+        i = (i + np.uint64(1)) & mask
+    mkeys[i] = key
+    mvals[i] = val
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _map_del(mkeys, mvals, key):
+    """Remove ``key`` (no-op when absent) by backward-shift deletion."""
+    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
+    mask = np.uint64(mkeys.shape[0] - 1)
+    i = mix64(key) & mask
+    while True:
+        k = mkeys[i]
+        if k == key:
+            break
+        if k == empty:
+            return
+        i = (i + np.uint64(1)) & mask
+    j = i
+    while True:
+        j = (j + np.uint64(1)) & mask
+        k = mkeys[j]
+        if k == empty:
+            break
+        h = mix64(k) & mask
+        # The entry at j may move back to i unless its home h lies cyclically in (i, j].
+        if i <= j:
+            stays = i < h <= j
+        else:
+            stays = h > i or h <= j
+        if not stays:
+            mkeys[i] = k
+            mvals[i] = mvals[j]
+            i = j
+    mkeys[i] = empty
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _ghost_cell(ghost, key):
+    """Ghost cell of ``key``: an independent hash (salt 0x2545F4914F6CDD1D) of a power-of-two table."""
+    return mix64(key ^ np.uint64(0x2545F4914F6CDD1D)) & np.uint64(ghost.shape[0] - 1)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _prefetch_map(mkeys, mvals, keys):
+    """Prefetch the home map cell (key and value) of every key (see ``hps/_prefetch.py``)."""
+    mask = np.uint64(mkeys.shape[0] - 1)
+    for i in range(keys.shape[0]):
+        h = mix64(keys[i]) & mask
+        prefetch(mkeys, h)
+        prefetch(mvals, h)
+
+
+# ---------------------------------------------------------------- kernels that only read through the map
+
+@njit(nogil=True, cache=True, _nrt=False)
+def contains(mkeys, mvals, keys, found):
+    """found[i] = keys[i] is cached. keys (n,) uint64, found (n,) bool (written)."""
+    _prefetch_map(mkeys, mvals, keys)
+    for i in range(keys.shape[0]):
+        found[i] = _map_get(mkeys, mvals, keys[i]) >= 0
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def gather(rows, mkeys, mvals, keys, out_rows, found):
+    """Copy rows of cached keys without counting an access. found (n,) bool written."""
+    for i in range(keys.shape[0]):
+        s = _map_get(mkeys, mvals, keys[i])
+        found[i] = s >= 0
+        if s >= 0:
+            for j in range(rows.shape[1]):
+                out_rows[i, j] = rows[s, j]
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def pin_counts(pins, mkeys, mvals, keys, out):
+    for i in range(keys.shape[0]):
+        s = _map_get(mkeys, mvals, keys[i])
+        out[i] = pins[s] if s >= 0 else 0
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def update(rows, dirty, mkeys, mvals, keys, in_rows, found):
+    """Assign rows of cached keys and mark them dirty; no access is counted. found (n,) bool written.
+    Returns the number of keys found."""
+    n = 0
+    for i in range(keys.shape[0]):
+        s = _map_get(mkeys, mvals, keys[i])
+        found[i] = s >= 0
+        if s < 0:
+            continue
+        n += 1
+        dirty[s] = True
+        for j in range(rows.shape[1]):
+            rows[s, j] = in_rows[i, j]
+    return n
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def mark_clean(dirty, mkeys, mvals, keys):
+    for i in range(keys.shape[0]):
+        s = _map_get(mkeys, mvals, keys[i])
+        if s >= 0:
+            dirty[s] = False
+
+
+@njit(nogil=True, cache=True)
+def unique_counts(keys):
+    """Distinct keys in first-occurrence order with their counts and the inverse map.
+    keys (n,) uint64 -> uniq (u,) uint64, counts (u,) int64, inverse (n,) int64."""
+    n = keys.shape[0]
+    m = 16
+    while m < 2 * n:
+        m *= 2
+    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
+    tkeys = np.full(m, empty, dtype=np.uint64)
+    tvals = np.empty(m, dtype=np.int64)
+    mask = np.uint64(m - 1)
+    uniq = np.empty(n, dtype=np.uint64)
+    counts = np.zeros(n, dtype=np.int64)
+    inverse = np.empty(n, dtype=np.int64)
+    u = 0
+    for i in range(n):
+        key = keys[i]
+        h = mix64(key) & mask
+        while True:
+            k = tkeys[h]
+            if k == key:
+                v = tvals[h]
+                break
+            if k == empty:
+                tkeys[h] = key
+                tvals[h] = u
+                uniq[u] = key
+                v = u
+                u += 1
+                break
+            h = (h + np.uint64(1)) & mask
+        counts[v] += 1
+        inverse[i] = v
+    return uniq[:u], counts[:u], inverse

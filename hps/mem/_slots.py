@@ -1,0 +1,204 @@
+"""``CacheSlots``: the arrays of a ``RowCache``, sized to the rows it holds, not to its capacity.
+
+A cache of a large budget starts with ``INITIAL_SLOTS`` slots and doubles its arrays as rows
+arrive, up to the capacity (amortised O(1) per row); a lowered capacity shrinks them. Memory
+follows the data: a 4 GiB budget over 10 k rows holds about 10 k rows' worth of arrays. The
+kernels see plain arrays of the current size (layout: ``_policy_kernels``) and never resize.
+
+Growth and shrinking resize each array in place (``ndarray.resize``: ``realloc``, which moves a
+large block by remapping its pages, so the old and the new array are never both in memory) and
+then restore the invariants of the layout: free slots on the stack in the order a cache allocated
+at full size would hand them out (so growth changes no decision: the same rows go to the same
+slots), the key map a power of two at least twice the slots, the ghost table
+``ghost_factor`` x slots cells rounded up to a power of two (at least 16; 0 without ghosts),
+keeping the keys it remembers (``_slots_kernels``).
+
+REQUIRES: nobody holds a view of these arrays across a resize (the cache hands out copies only).
+Not thread-safe: the owning cache's lock serialises every call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._keys import EMPTY_KEY
+from . import _cache_kernels as K
+from . import _policy_kernels as P
+from . import _slots_kernels as SK
+
+#: Slots a cache allocates at first (fewer when its capacity is smaller); it doubles from there.
+INITIAL_SLOTS = 4096
+#: Bytes of per-slot state besides the row: skey u64, dirty b1, pins i32, freq i64, where i8,
+#: stamp i64, prev/nxt/bkt i32, one free-stack entry i32.
+SLOT_STATE_BYTES = 8 + 1 + 4 + 8 + 1 + 8 + 4 + 4 + 4 + 4
+#: Bytes of one key-map cell (key u64, slot i32) and of one ghost cell (key, frequency: 2 x u64).
+MAP_CELL_BYTES, GHOST_CELL_BYTES = 12, 16
+
+
+def pow2_at_least(n: int) -> int:
+    m = 16
+    while m < n:
+        m *= 2
+    return m
+
+
+def map_cells(n_slots: int) -> int:
+    return pow2_at_least(2 * n_slots)
+
+
+def ghost_cells(n_slots: int, ghost_factor: float) -> int:
+    g = int(round(float(ghost_factor) * n_slots))
+    return pow2_at_least(g) if g else 0
+
+
+def slots_bytes(n_slots: int, row_bytes: int, ghost_factor: float) -> int:
+    """DRAM of ``CacheSlots`` with ``n_slots`` slots of ``row_bytes``-byte rows (what ``nbytes`` says)."""
+    n = int(n_slots)
+    return (n * (int(row_bytes) + SLOT_STATE_BYTES) + MAP_CELL_BYTES * map_cells(n)
+            + GHOST_CELL_BYTES * ghost_cells(n, ghost_factor) + 8 * P.N_STATE + 8 * (P.N_BUCKETS + 1))
+
+
+def rows_for_bytes(n_bytes: int, row_bytes: int, ghost_factor: float) -> int:
+    """The most slots whose :func:`slots_bytes` fits in ``n_bytes`` (0 if none)."""
+    lo, hi = 0, max(1, int(n_bytes) // max(1, int(row_bytes)))
+    while lo < hi:   # slots_bytes grows with the slots: binary search
+        mid = (lo + hi + 1) // 2
+        if slots_bytes(mid, row_bytes, ghost_factor) <= n_bytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+class CacheSlots:
+    """The state arrays of a cache of ``n`` slots (names as in ``_policy_kernels``) and the launchers of
+    the kernels over them; the owning ``RowCache`` validates, locks, counts and decides."""
+
+    def __init__(self, n_slots: int, row_width: int, dtype, ghost_factor: float):
+        n = int(n_slots)
+        self.n = n
+        self.ghost_factor = float(ghost_factor)
+        self.st = np.zeros(P.N_STATE, dtype=np.int64)
+        self.skey = np.full(n, EMPTY_KEY, dtype=np.uint64)
+        self.rows = np.zeros((n, int(row_width)), dtype=dtype)
+        self.dirty = np.zeros(n, dtype=np.bool_)
+        self.pins = np.zeros(n, dtype=np.int32)
+        self.freq = np.zeros(n, dtype=np.int64)
+        self.where = np.zeros(n, dtype=np.int8)
+        self.stamp = np.zeros(n, dtype=np.int64)
+        self.prev = np.full(n, -1, dtype=np.int32)
+        self.nxt = np.full(n, -1, dtype=np.int32)
+        self.bkt = np.zeros(n, dtype=np.int32)
+        self.bhead = np.full(P.N_BUCKETS + 1, -1, dtype=np.int32)   # the LFU classes, then the LRU part
+        self.btail = np.full(P.N_BUCKETS + 1, -1, dtype=np.int32)
+        self.free = np.empty(n, dtype=np.int32)
+        self.mkeys = np.empty(map_cells(n), dtype=np.uint64)
+        self.mvals = np.empty(self.mkeys.shape[0], dtype=np.int32)
+        self.ghost = np.zeros((ghost_cells(n, ghost_factor), 2), dtype=np.uint64)  # (key, freq) per cell
+        self.ghost[:, 0] = EMPTY_KEY
+        # the resize kernels lay out the empty state (slot 0 on top of the free stack, an empty map),
+        # so a job compiles them with its first cache, not when its cache first grows
+        SK.compact(self.st, self.skey, self.rows, self.dirty, self.pins, self.freq, self.where, self.stamp,
+                   self.prev, self.nxt, self.bkt, self.bhead, self.btail, self.free, n)
+        SK.rebuild_map(self.skey, self.where, self.mkeys, self.mvals)
+        SK.spread_ghost(self.ghost, 0)
+        SK.fold_ghost(self.ghost, self.ghost.shape[0])
+
+    def _per_slot(self):
+        return (self.skey, self.dirty, self.pins, self.freq, self.where, self.stamp, self.prev, self.nxt,
+                self.bkt)
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self.st, self.rows, self.bhead, self.btail, self.free, self.mkeys, self.mvals, self.ghost,
+                  *self._per_slot())
+        return sum(a.nbytes for a in arrays)
+
+    @property
+    def n_free(self) -> int:
+        return int(self.st[P.ST_FREE_TOP])
+
+    # -- the operation kernels over this state (REQUIRES: the cache's lock held, inputs validated)
+    def lookup(self, k, c, pin: bool, out, hit) -> int:
+        return K.lookup(self.st, self.skey, self.rows, self.pins, self.freq, self.where, self.stamp, self.prev,
+                        self.nxt, self.bkt, self.bhead, self.btail, self.mkeys, self.mvals, k, c, pin, out, hit)
+
+    def put(self, k, r, d, f, pin: bool, ev) -> int:
+        """``ev``: an ``Evicted`` with room for ``k.shape[0]`` victims. -> victims written."""
+        return K.put(self.st, self.skey, self.rows, self.dirty, self.pins, self.freq, self.where, self.stamp,
+                     self.prev, self.nxt, self.bkt, self.bhead, self.btail, self.free, self.mkeys, self.mvals,
+                     self.ghost, k, r, d, f, pin, ev.keys, ev.rows, ev.dirty, ev.freq)
+
+    def unpin(self, k) -> int:
+        return K.unpin(self.st, self.pins, self.freq, self.where, self.stamp, self.prev, self.nxt, self.bkt,
+                       self.bhead, self.btail, self.mkeys, self.mvals, k)
+
+    def evict(self, n_free: int, ev):
+        """Evict until ``n_free`` slots are free, into ``ev`` (REQUIRES: room for the victims, and
+        that many evictable rows) -> (ev, victims written)."""
+        n = K.make_room(self.st, self.skey, self.rows, self.dirty, self.freq, self.where, self.prev, self.nxt,
+                        self.bkt, self.bhead, self.btail, self.free, self.mkeys, self.mvals, self.ghost, n_free,
+                        ev.keys, ev.rows, ev.dirty, ev.freq)
+        return ev, n
+
+    def take(self, k, out, hit) -> int:
+        return int(K.take(self.st, self.skey, self.rows, self.dirty, self.pins, self.freq, self.where, self.prev,
+                          self.nxt, self.bkt, self.bhead, self.btail, self.free, self.mkeys, self.mvals, self.ghost,
+                          k, out, hit))
+
+    def discard(self, k) -> int:
+        return int(K.discard(self.st, self.skey, self.dirty, self.pins, self.freq, self.where, self.prev, self.nxt,
+                             self.bkt, self.bhead, self.btail, self.free, self.mkeys, self.mvals, self.ghost, k))
+
+    def dirty_slots(self, start: int, limit: int) -> np.ndarray:
+        """(m,) int64: the first ``limit`` slots at or past ``start`` that hold a dirty row."""
+        out = np.empty(min(int(limit), max(0, self.n - int(start))), dtype=np.int64)
+        return out[:SK.dirty_slots_from(self.dirty, self.where, int(start), out)]
+
+    # -- size
+    def resize(self, n_slots: int) -> None:
+        """Grow or shrink to ``n_slots`` slots. Shrinking first moves the rows of the slots that go
+        into free slots below (REQUIRES: at most ``n_slots`` rows cached)."""
+        n, old = int(n_slots), self.n
+        if n == old:
+            return
+        if n < old:
+            SK.compact(self.st, self.skey, self.rows, self.dirty, self.pins, self.freq, self.where, self.stamp,
+                       self.prev, self.nxt, self.bkt, self.bhead, self.btail, self.free, n)
+        for a in self._per_slot():
+            a.resize(n, refcheck=False)   # growth zero-fills the new slots
+        self.rows.resize((n, self.rows.shape[1]), refcheck=False)
+        if n > old:
+            self.skey[old:] = EMPTY_KEY
+            self.prev[old:] = -1
+            self.nxt[old:] = -1
+            top = self.n_free
+            self.free.resize(n, refcheck=False)
+            # new slots go *under* the free ones: the stack of a cache allocated at full size
+            self.free[n - old:n - old + top] = self.free[:top].copy()
+            self.free[:n - old] = np.arange(n - 1, old - 1, -1, dtype=np.int32)
+            self.st[P.ST_FREE_TOP] = top + n - old
+        else:
+            self.free.resize(n, refcheck=False)   # compact left the free slots below n on the stack
+        self.n = n
+        self._resize_ghost(ghost_cells(n, self.ghost_factor))
+        m = map_cells(n)
+        if m != self.mkeys.shape[0]:
+            self.mkeys.resize(m, refcheck=False)
+            self.mvals.resize(m, refcheck=False)
+            SK.rebuild_map(self.skey, self.where, self.mkeys, self.mvals)
+        elif n < old:   # rows moved to other slots
+            SK.rebuild_map(self.skey, self.where, self.mkeys, self.mvals)
+
+    def _resize_ghost(self, g: int) -> None:
+        old = self.ghost.shape[0]
+        if g == old:
+            return
+        if g < old:
+            SK.fold_ghost(self.ghost, g)
+            self.ghost.resize((g, 2), refcheck=False)
+            return
+        self.ghost.resize((g, 2), refcheck=False)
+        self.ghost[old:, 0] = EMPTY_KEY
+        if old:
+            SK.spread_ghost(self.ghost, old)

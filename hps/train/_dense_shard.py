@@ -1,0 +1,94 @@
+"""One dense copy, its optimizer step divided over the ranks (ZeRO stage 1, Rajbhandari et al., SC 2020,
+§5.1 "P_os"): the dense gradients' reduce-scatter leaves rank r with block r of their sum, rank r steps
+block r of the flattened parameters with its own block of the optimizer state, and the allgather carries
+the stepped parameters instead of the summed gradients. The same bytes as the all-reduce; the dense
+optimizer's work and state per rank fall to 1/N.
+
+The dense optimizers are element-wise (``hps.model._dense_optim``), so stepping a block gives the bits
+one process gets stepping whole tensors: N ranks still equal one process reading N shards. Layout of a
+mini-batch's message (``size`` rows): ``[dense block r (m) | riders' block r (m_r)]``, so a parameter's
+block does not move when riders (FAE's hot rows) come and go. Checkpoints see whole tensors: ``gather``
+puts every block's state into the job's dense optimizer before a save, ``scatter`` takes this rank's
+block after a load.
+
+Thread safety: the train thread calls every method (``gather`` from the checkpoint's save, collective).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _blocks(vec: np.ndarray, p: int, m: int) -> np.ndarray:
+    """(p, m) float32: ``vec`` (n <= p m,) zero-padded, cut into p blocks of m."""
+    out = np.zeros(p * m, np.float32)
+    out[:vec.shape[0]] = vec
+    return out.reshape(p, m)
+
+
+class DenseShard:
+    """Rank ``rank`` of ``size``'s block of the flattened ``params`` (name -> host array, in the model's
+    order) and of ``dense_opt``'s state. Collective methods run over ``ch`` (the train channel)."""
+
+    def __init__(self, params: dict, dense_opt, size: int, rank: int):
+        self.names = list(params)
+        self.shapes = [params[k].shape for k in self.names]
+        self.sizes = [int(params[k].size) for k in self.names]
+        self.n, self.p = int(sum(self.sizes)), int(size)
+        self.m = -(-self.n // self.p)
+        self.lo, self.hi = min(self.n, rank * self.m), min(self.n, (rank + 1) * self.m)
+        self.main = dense_opt
+        self.opt = type(dense_opt)(**dense_opt._hyper())   # this block's optimizer and state
+
+    def _flat(self, arrays: dict) -> np.ndarray:
+        return np.concatenate([np.asarray(arrays[k], np.float32).ravel() for k in self.names])
+
+    def _split(self, flat: np.ndarray):
+        off = 0
+        for k, shape, size in zip(self.names, self.shapes, self.sizes):
+            yield k, flat[off:off + size].reshape(shape)
+            off += size
+
+    def step(self, ch, params: dict, grads: np.ndarray, riders: np.ndarray) -> np.ndarray:
+        """Sum ``grads`` (n,) float32 host (the flattened dense gradients, this rank's) and ``riders`` (k,)
+        float32 over the ranks, step the parameters with the sum (``params`` updated in place) and return
+        the riders' sum (k,). Collective over ``ch``: one reduce-scatter, one allgather."""
+        p, m, k = self.p, self.m, riders.shape[0]
+        mr = -(-k // p)
+        msg = np.concatenate([_blocks(grads, p, m), _blocks(riders, p, mr)], axis=1)
+        mine = ch.reduce_scatter(msg)                              # (m + mr,) summed in rank order
+        w = self.hi - self.lo
+        for name, value in self.main._hyper().items():            # e.g. the learning-rate schedule's
+            setattr(self.opt, name, value)
+        if w > 0:
+            block = self._flat(params)[self.lo:self.hi]
+            self.opt.step({"block": block}, {"block": mine[:w]})
+            mine[:w] = block
+        every = ch.allgather_chunks(mine)                          # (p, m + mr)
+        for name, a in self._split(np.ascontiguousarray(every[:, :m]).reshape(-1)[:self.n]):
+            params[name][...] = a
+        self.main.t = self.opt.t
+        return np.ascontiguousarray(every[:, m:]).reshape(-1)[:k]
+
+    def gather(self, ch) -> None:
+        """Put every rank's block of the optimizer state into the job's dense optimizer (whole tensors,
+        as a checkpoint writes them). Collective over ``ch``."""
+        if self.opt.t == 0:
+            return
+        for slot in self.opt._slots:
+            block = np.zeros(self.m, np.float32)
+            if self.hi > self.lo:
+                block[:self.hi - self.lo] = self.opt._state[slot]["block"]
+            every = ch.allgather_chunks(block).reshape(-1)[:self.n]
+            self.main._state[slot] = {name: a.copy() for name, a in self._split(every)}
+        self.main.t = self.opt.t
+
+    def scatter(self) -> None:
+        """Take this rank's block of the job's dense optimizer state (after a checkpoint was loaded)."""
+        self.opt.t = self.main.t
+        for name, value in self.main._hyper().items():
+            setattr(self.opt, name, value)
+        for slot in self.opt._slots:
+            st = self.main._state[slot]
+            if self.hi > self.lo and all(name in st for name in self.names):
+                self.opt._state[slot]["block"] = self._flat(st)[self.lo:self.hi].copy()
