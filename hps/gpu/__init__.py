@@ -8,7 +8,7 @@ re-exported here, where the multi-GPU training code has always found them.
 """
 
 from ..table import PartitionedHashTable, Placement, visible_gpus
-from ._dedup import missing_keys, unique_inverse
+from ._dedup import missing_keys, unique_inverse, unique_keys
 from ._ledger import PURPOSES, TransferLedger
 from ._partition_ops import part_of_async, partition_keys
 from ._row_ops import (
@@ -18,6 +18,7 @@ from ._row_ops import (
     sgd_update_async,
     sparse_update_async,
 )
+from ._staging import PinnedStaging
 from ._train_ops import (
     BackwardPlan,
     BatchScalars,
@@ -37,6 +38,7 @@ __all__ = [
     "visible_gpus",
     "TransferLedger",
     "PURPOSES",
+    "PinnedStaging",
     "BatchScalars",
     "BackwardPlan",
     "backward_plan",
@@ -55,5 +57,6 @@ __all__ = [
     "part_of_async",
     "partition_keys",
     "unique_inverse",
+    "unique_keys",
     "missing_keys",
 ]
