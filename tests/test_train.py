@@ -78,9 +78,10 @@ def test_spilling_to_ssd_is_lossless(tmp_path, model, optimizer):
     """A DRAM budget of ~10 % of the table (rows spill to SSD and come back) gives the same model,
     for every model (first-order weights move with their rows) and every row optimizer's state."""
     # rows of 32 + state: a MEM-PS that must hold the table's SSD-PS index at its end caches well below
-    # the table (with 8 the index, which the cache lends its room while it is small, costs about a row)
+    # the table (with 8 the index, which the cache lends its room while it is small, costs about a row);
+    # an HBM-PS cache of 2,048-4,096 rows (1-2 working sets) beside it, so the two hold well below the table
     shape = ["--rows", "24000", "--vocab-per-field", "20000", "--batch-size", "512", "--minibatch-size", "128",
-             "--model", model, "--sparse-optimizer", optimizer, "--embedding-dim", "32"]
+             "--model", model, "--sparse-optimizer", optimizer, "--embedding-dim", "32", "--hbm-budget", "2MiB"]
     ref, mref = run_cli(tmp_path, "mem", *shape)
     budget = spill_budget([*SMALL, *shape, "--rows-per-file", "512"], ref[0].shape[0] // 10, ref[0].shape[0])
     spill, mspill = run_cli(tmp_path, "spill", *shape, "--mem-budget", str(budget), "--rows-per-file", "512")

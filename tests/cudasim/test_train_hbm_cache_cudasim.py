@@ -20,8 +20,16 @@ from tests.cudasim.test_train_device_cuda_cudasim import (
 pytestmark = pytest.mark.cudasim
 
 #: 3 batches an epoch of ~120 keys each over ~260 keys: 128 rows of HBM-PS (12 KiB of 48 B slots at
-#: load 0.5) hold a batch but not the table; a MEM-PS of 123 rows spills to the SSD-PS
-SPILL = ["--vocab-per-field", "1000", "--hbm-budget", "12KiB", "--mem-budget", "103026", "--rows-per-file", "32"]
+#: load 0.5) hold a batch but not the table; a budget of 500 KiB leaves a MEM-PS tier below the table's
+#: rows beside the SSD-PS key index, which grows with every write of a row that goes up and down the
+#: tiers (the smallest budget the job accepts on cpu, in steps of 50 KiB): rows spill to the SSD-PS
+SHAPE = ["--vocab-per-field", "1000", "--hbm-budget", "12KiB", "--rows-per-file", "32"]
+#: per device: the same MEM-PS tier on both (the plan on cpu also holds the HBM-PS twin, 11 KiB)
+BUDGET = {"cpu": "500KiB", "cuda": "489KiB"}
+
+
+def run_spill(tmp_path, device, extra=()):
+    return run(tmp_path, device, [*SHAPE, "--mem-budget", BUDGET[device], *extra])
 
 
 def test_a_table_that_fits_uploads_each_row_once_over_epochs(tmp_path):
@@ -37,9 +45,8 @@ def test_a_table_that_fits_uploads_each_row_once_over_epochs(tmp_path):
 
 
 def test_evictions_and_ssd_spills_end_like_the_cpu(tmp_path):
-    args = [*SPILL, "--epochs", "2"]
-    ec, mc = run(tmp_path, "cpu", args)
-    eg, mg = run(tmp_path, "cuda", args)
+    ec, mc = run_spill(tmp_path, "cpu", ["--epochs", "2"])
+    eg, mg = run_spill(tmp_path, "cuda", ["--epochs", "2"])
     assert_same_model(ec, eg)
     assert mg["hbm_evicted_rows"] == mc["hbm_evicted_rows"] > 0   # the same victims' count
     assert mg["hbm_fetched_rows"] == mc["hbm_fetched_rows"] > mg["table_rows"]
@@ -52,16 +59,15 @@ def test_a_resumed_job_ends_like_the_uninterrupted_cpu_job(tmp_path):
     """A checkpoint taken after batch 1 (dirty rows resident in the HBM-PS, batches prepared ahead
     inserted there) holds the current rows: resumed for a second epoch, the job ends like the CPU's
     uninterrupted one."""
-    full, _ = run(tmp_path, "cpu", [*SPILL, "--epochs", "2"])
+    full, _ = run_spill(tmp_path, "cpu", ["--epochs", "2"])
     ck = tmp_path / "ck"
     (tmp_path / "half").mkdir()
-    run(tmp_path / "half", "cuda", [*SPILL, "--checkpoint-dir", str(ck), "--checkpoint-every", "2",
-                                    "--keep-checkpoints", "2"])
+    run_spill(tmp_path / "half", "cuda", ["--checkpoint-dir", str(ck), "--checkpoint-every", "2",
+                                          "--keep-checkpoints", "2"])
     newest = (ck / "LATEST").read_text().strip()
     shutil.rmtree(ck / newest)             # resume falls back to the checkpoint after batch 1
     (tmp_path / "resumed").mkdir()
-    resumed, m = run(tmp_path / "resumed", "cuda", [*SPILL, "--epochs", "2", "--checkpoint-dir", str(ck),
-                                                   "--resume"])
+    resumed, m = run_spill(tmp_path / "resumed", "cuda", ["--epochs", "2", "--checkpoint-dir", str(ck), "--resume"])
     assert m["hbm_evicted_rows"] > 0
     assert_device_dedup(m, batches=4)  # the batches after the checkpoint
     assert_same_model(full, resumed)
