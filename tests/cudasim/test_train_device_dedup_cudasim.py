@@ -3,9 +3,10 @@ rank and no feature that reads keys on the host, the prepare stage uploads each 
 (``plan``: their bytes, packed) and the place stage makes every mini-batch's plan on the device from
 them; only the misses come down (8 B a key). The plans equal the host's, so the job ends with the CPU's
 model; where the host path remains (admission, FAE, HBM-PS parts, several ranks), its plans go up with
-int32 indices."""
+int32 indices. The same checks (``assert_device_dedup``) run on the jobs of
+``test_train_device_cuda_cudasim.py`` and ``test_train_hbm_cache_cudasim.py``: every model and row
+optimizer, a table that fits, evictions with SSD-PS spills, and a resumed job."""
 
-import shutil
 from types import SimpleNamespace
 
 import numpy as np
@@ -22,11 +23,7 @@ pytestmark = pytest.mark.cudasim
 
 #: Arrays of a batch that go up (keys, field, weights, offsets, labels, dense), each padded to 8 bytes.
 ARRAYS = 6
-#: 3 batches an epoch of ~120 keys over ~260: an HBM-PS of 128 rows (12 KiB of 48 B slots at load 0.5)
-#: holds a batch but not the table (evictions), and the MEM-PS spills to the SSD-PS: a MEM-PS of 183
-#: rows on cuda; the CPU's budget also holds its HBM-PS twin (spilling equals in memory)
-SPILL = ["--vocab-per-field", "1000", "--hbm-budget", "12KiB", "--rows-per-file", "32"]
-MEM = {"cpu": ["--mem-budget", "520000"], "cuda": ["--mem-budget", "500000"]}
+
 
 def test_a_table_that_fits_trains_like_the_cpu_with_odd_sized_arrays(tmp_path):
     """Three fields (odd key counts: the packed arrays need alignment), two epochs, deepfm/Adam: the
@@ -40,35 +37,6 @@ def test_a_table_that_fits_trains_like_the_cpu_with_odd_sized_arrays(tmp_path):
     assert_device_dedup(mg, batches=6)
     assert mg["h2d_bytes"]["plan"] > mg["batch_bytes"]  # some array needed padding
     assert mc["device_dedup_batches"] == 0 and mc["batch_bytes"] == 0  # the CPU stages nothing
-
-
-def test_evictions_and_ssd_spills_end_like_the_cpu(tmp_path):
-    """The HBM-PS budget below the table forces evictions (misses come down, rows go up again) and the
-    MEM-PS spills to the SSD-PS: the device-made plans end with the CPU's model and its evictions."""
-    args = [*SPILL, "--epochs", "2"]
-    ec, mc = run(tmp_path, "cpu", args + MEM["cpu"])
-    eg, mg = run(tmp_path, "cuda", args + MEM["cuda"])
-    assert_same_model(ec, eg)
-    assert mg["hbm_evicted_rows"] == mc["hbm_evicted_rows"] > 0
-    assert mg["hbm_fetched_rows"] == mc["hbm_fetched_rows"] > mg["table_rows"]
-    assert mg["ssd_bytes_read"] > 0 and max(mg["resident_rows"]) <= 128
-    assert_device_dedup(mg, batches=6)
-
-
-def test_a_resumed_job_ends_like_the_uninterrupted_cpu_job(tmp_path):
-    """A checkpoint after batch 1 (the next batches uploaded and made resident ahead of it): resumed
-    for a second epoch, the job ends like the CPU's uninterrupted one."""
-    full, _ = run(tmp_path, "cpu", [*SPILL, *MEM["cpu"], "--epochs", "2"])
-    ck = tmp_path / "ck"
-    (tmp_path / "half").mkdir()
-    run(tmp_path / "half", "cuda", [*SPILL, *MEM["cuda"], "--checkpoint-dir", str(ck), "--checkpoint-every", "2",
-                                    "--keep-checkpoints", "2"])
-    shutil.rmtree(ck / (ck / "LATEST").read_text().strip())  # resume from the checkpoint after batch 1
-    (tmp_path / "resumed").mkdir()
-    resumed, m = run(tmp_path / "resumed", "cuda", [*SPILL, *MEM["cuda"], "--epochs", "2", "--checkpoint-dir",
-                                                   str(ck), "--resume"])
-    assert_same_model(full, resumed)
-    assert_device_dedup(m, batches=4)  # the batches after the checkpoint
 
 
 @pytest.mark.parametrize("args", [["--admit-after", "2"], ["--n-parts", "2"]])
