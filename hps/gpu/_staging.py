@@ -88,4 +88,3 @@ class PinnedStaging:
             dev.set(self._host[:total], stream=stream)
             self._done = self.xp.cuda.get_current_stream().record()
         return dev
-

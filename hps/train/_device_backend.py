@@ -11,9 +11,10 @@ and field of every key occurrence, weights, offsets, labels, dense features, and
 of every key other ranks asked — goes up once through the :class:`~hps.gpu.TransferLedger` (purpose
 ``plan``; indices as int32, widened on the device). Both run on the place stage's own CUDA stream
 (blocking w.r.t. the legacy default stream, so an upload into memory the pool recycles waits for the
-kernels that last used it), which the stage that issued them synchronises before handing the batch on. The order of each mini-batch's gradient sums is planned there too (``hps.gpu.backward_plan``), so
-no float sum depends on the order threads run in and a job repeats bit for bit. With ``--n-parts`` > 1
-each mini-batch's keys are also partitioned on the device there.
+kernels that last used it), which the stage that issued them synchronises before handing the batch on.
+The order of each mini-batch's gradient sums is planned in the place stage too
+(``hps.gpu.backward_plan``), so no float sum depends on the order threads run in and a job repeats bit
+for bit. With ``--n-parts`` > 1 each mini-batch's keys are also partitioned on the device there.
 
 Per mini-batch, in the train stage, everything on the default stream, so ordered before the table's
 own next call (insert, erase, purge, growth)::
@@ -31,9 +32,8 @@ directly is not implemented).
 
 Rows enter and leave the HBM-PS in the prepare stage, through :class:`LedgerTable`: the residency
 lookup of each batch's working set (``plan``: its keys up unless they are on the device already, the
-misses down), the misses' keys and rows
-in (``fetch``), the rows that leave it (``writeback``: the budget's victims in one batched call,
-checkpoints and exports, evaluation lookups, HET's owner updates).
+misses down), the misses' keys and rows in (``fetch``), the rows that leave it (``writeback``: the
+budget's victims in one batched call, checkpoints and exports, evaluation lookups, HET's owner updates).
 
 Under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the array module is NumPy (``hps._xp``), the
 kernels run in the simulator, and the ledger counts the copies a GPU would make.

@@ -5,8 +5,10 @@ the host (``_sync``). The prepare and place stages of ``Trainer`` go through :cl
 feature that reads a batch's keys on the host), per batch:
 
 - prepare: the local batch's raw arrays (keys, field, weights, offsets, labels, dense) go up once,
-  packed through a pinned staging buffer reused across batches, on the place stage's stream, while the
-  train stage runs the previous batches (``DeviceBackend.upload``); the batch's distinct keys are
+  packed through a pinned staging buffer reused across batches, on the place stage's stream, from the
+  prepare thread while the train thread runs the previous batches (``DeviceBackend.upload``; that
+  stream is blocking w.r.t. the legacy default stream, so on the device the copy still follows the
+  kernels issued before it); the batch's distinct keys are
   computed there (first-occurrence order: the host's working set) and handed to the hierarchy as
   :class:`DeviceKeys`, so the residency lookup uploads nothing and only the misses come down (8 B a key);
 - place: each mini-batch's unique keys, inverse and rebased offsets are made on the device from slices
