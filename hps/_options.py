@@ -140,10 +140,12 @@ def _warm(default, form):
 
 @dataclass(frozen=True)
 class Scratch:
-    """The sizes of the warm-up's scratch job: ``examples`` per batch, ``mem_budget`` the job's budget."""
+    """The sizes of the warm-up's scratch job: ``examples`` per batch, ``mem_budget`` the job's budget,
+    ``hbm_budget`` an HBM-PS budget below the scratch job's table (rows leave it and come back)."""
 
     examples: int
     mem_budget: int
+    hbm_budget: int
 
 
 def _scratch_batch(value, scratch: Scratch) -> int:
@@ -156,5 +158,9 @@ def _scratch_minibatch(value, scratch: Scratch) -> int:
 
 def _scratch_budget(value, scratch: Scratch) -> int:
     return scratch.mem_budget
+
+
+def _scratch_hbm_budget(value, scratch: Scratch) -> int:
+    return scratch.hbm_budget
 
 

@@ -287,8 +287,12 @@ def default_hbm_budget(device: str, row_width: int, itemsize: int, keys: int, fr
     CUDA simulator, whose free memory is unbounded) the bytes of a table of ``keys`` rows."""
     if device == "cuda" and free_bytes is not None and np.isfinite(free_bytes):
         return int(HBM_FREE_SHARE * free_bytes), f"default: {HBM_FREE_SHARE:g} of the GPU's free {_size(free_bytes)}"
-    slots = slots_for(keys, DEFAULT_MAX_LOAD_FACTOR)
-    return slots * (SLOT_OVERHEAD_BYTES["cuda"] + row_width * itemsize), "default: 2 x (window + 1) first working sets"
+    return hbm_budget_for(keys, row_width, itemsize), "default: 2 x (window + 1) first working sets"
+
+
+def hbm_budget_for(rows: int, row_width: int, itemsize: int = 4) -> int:
+    """The smallest ``--hbm-budget`` whose HBM-PS holds ``rows`` rows (:func:`hbm_rows_for`)."""
+    return slots_for(rows, DEFAULT_MAX_LOAD_FACTOR) * (SLOT_OVERHEAD_BYTES["cuda"] + row_width * itemsize)
 
 
 def device_free_bytes(device: str):

@@ -117,15 +117,7 @@ class ParameterHierarchy:
         """Make the keys batch ``index`` needs on this rank (unique uint64) resident: look them up
         (a use of each resident one), evict for the misses if the budget needs it, fetch and insert
         the misses. REQUIRES: ``wait_ready(index)`` returned (the pipeline's gate of the prepare stage)."""
-        n = working_set.shape[0]
-        owned = int(self.owned_mask(working_set).sum())
-        row_bytes = self.memps.row_width * self.memps.dtype.itemsize
-        if owned > self.memps.cache.capacity_rows:
-            raise CacheBudgetError(
-                f"batch {index} has a working set of {owned} rows on this rank "
-                f"({owned * row_bytes} bytes), more than "
-                f"the MEM-PS budget of {self.memps.cache.capacity_rows} rows "
-                f"({self.memps.cache.budget_bytes} bytes): raise --mem-budget or lower --batch-size")
+        n, row_bytes = working_set.shape[0], self.memps.row_width * self.memps.dtype.itemsize
         if self.budget_rows is not None and n > self.budget_rows:
             raise CacheBudgetError(
                 f"batch {index} has a working set of {n:,} rows on this rank ({n * row_bytes:,} bytes of rows), "
