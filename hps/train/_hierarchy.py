@@ -200,9 +200,9 @@ class ParameterHierarchy:
         with self._lock:
             keys, rows = self.hbm.export()
             rows = _host(rows)
-            order = np.argsort(keys, kind="stable")
-            for a in range(0, order.shape[0], self._step()):   # O(rows / step) calls
-                sel = order[a:a + self._step()]
+            order, step = np.argsort(keys, kind="stable"), self._step()   # the cache's size changes meanwhile
+            for a in range(0, order.shape[0], step):   # O(rows / step) calls
+                sel = order[a:a + step]
                 mine = sel[self.owned_mask(keys[sel])]
                 if mine.shape[0]:
                     self.memps.write_through(keys[mine], rows[mine])
