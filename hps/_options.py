@@ -56,6 +56,14 @@ MAX_SEED = (1 << 64) - 1
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
+def format_bytes(n: float) -> str:
+    """``n`` bytes as people read them ("1.5 GiB", "512 B"), the inverse of :func:`parse_bytes` to a tenth."""
+    for unit, f in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= f:
+            return f"{n / f:.1f} {unit}"
+    return f"{int(n)} B"
+
+
 def parse_bytes(text) -> int:
     """``"512MiB"`` = ``"512MB"`` = ``"512m"`` -> 536870912 (binary units K/M/G/T, with or without
     ``B``/``iB``); plain integers are bytes. Raises InvalidInputError."""

@@ -13,7 +13,7 @@ import pytest
 from hps import HashTable
 from hps.errors import CacheBudgetError
 from hps.train import load_export, main
-from hps.train._budget import hbm_row_bytes, hbm_rows_for
+from hps.train._hbm_budget import hbm_row_bytes, hbm_rows_for
 from hps.train._hierarchy import ParameterHierarchy
 from hps.cli import parse_config
 from hps.train._trainer import Trainer

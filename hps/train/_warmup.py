@@ -21,7 +21,7 @@ import numpy as np
 
 from .._index import warm_up as index_warm_up
 from ..config import Scratch, scratch_config
-from ._budget import hbm_budget_for
+from ._hbm_budget import hbm_budget_for
 from ._collectives import Collectives
 from ._feed import Feed
 
