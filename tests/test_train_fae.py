@@ -10,11 +10,11 @@ import pytest
 from hps.data import Batch
 from hps.profile import read_profile
 from hps.profile._main import main as profile_main
-from hps.train import main
+from hps.train import load_export, main
 from hps.train._backend import HostBackend
 from hps.train._fae import ShuffleScheduler, Fae
 from hps.train._hot_rows import HotRows
-from tests.budgets import spill_budget
+from tests.budgets import train_with_cache_rows
 from hps.train._feed import LocalBatch
 from tests.test_train import SMALL, assert_same_model, run_cli
 
@@ -40,10 +40,10 @@ def test_hot_rows_train_apart_and_reach_the_export_through_a_spilling_hierarchy(
     assert f["hot_rows"] > 0 and f["hot_minibatches"] > 0 and f["cold_minibatches"] > 0 and f["swaps"] > 0
     assert 0 < f["hot_input_fraction"] < 1 and f["hot_examples"] < mref["examples"]
     np.testing.assert_array_equal(np.sort(ref[0]), np.sort(base[0]))  # the hot keys are in the export
-    hbm = ["--hbm-budget", "400KiB"]  # an HBM-PS cache of 2,048 rows, below the table
-    budget = spill_budget([*SMALL, *shape, *FAE, "--rows-per-file", "256", *hbm], ref[0].shape[0] // 8, ref[0].shape[0])
-    spill, mspill = run_cli(tmp_path, "spill", *shape, *FAE, "--mem-budget", str(budget), "--rows-per-file", "256",
-                            *hbm)
+    # an HBM-PS cache of 2,048 rows and a MEM-PS cache of an eighth of the table
+    mspill = train_with_cache_rows([*SMALL, *shape, *FAE, "--rows-per-file", "256", "--hbm-budget", "400KiB"],
+                                   ref[0].shape[0] // 8, tmp_path / "spill")
+    spill = load_export(tmp_path / "spill", first_order=True)
     assert mspill["ssd_bytes_read"] > 0
     assert_same_model(ref, spill, 1e-6)
     assert mspill["fae"] == {**mref["fae"], "profile": mspill["fae"]["profile"]}

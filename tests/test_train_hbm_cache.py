@@ -13,8 +13,10 @@ import pytest
 from hps import HashTable
 from hps.errors import CacheBudgetError
 from hps.train import load_export, main
-from hps.train._budget import hbm_row_bytes, hbm_rows_for
+from hps.train._hbm_budget import hbm_row_bytes, hbm_rows_for
 from hps.train._hierarchy import ParameterHierarchy
+from hps.cli import parse_config
+from hps.train._trainer import Trainer
 from tests.test_train_hbm_growth import _Rows
 
 
@@ -108,7 +110,16 @@ def test_a_budget_that_forces_evictions_and_ssd_spills_trains_the_same_model(tmp
     travel down and up again and the job ends with the model of one that held everything."""
     big, mb = run(tmp_path, "big")
     assert mb["hbm_evicted_rows"] == 0
-    small, ms = run(tmp_path, "small", "--hbm-budget", "80KiB", "--mem-budget", "150170", "--rows-per-file", "64")
+    # a MEM-PS cache of a quarter of the table (its rows, not a byte budget: the plan would lend the
+    # cache the room of the SSD-PS index, which on a table this small is the table's size)
+    cfg = parse_config([*JOB, "--hbm-budget", "80KiB", "--rows-per-file", "64"])
+    t = Trainer(cfg, log=lambda *a, **k: None, cache_rows=mb["table_rows"] // 4)
+    try:
+        ms = t.fit()
+        t.export(str(tmp_path / "small"))
+    finally:
+        t.close()
+    small = load_export(tmp_path / "small")
     assert ms["hbm_evicted_rows"] > 0 and max(ms["resident_rows"]) < ms["table_rows"]
     assert ms["ssd_bytes_read"] > 0
     same_model(big, small)

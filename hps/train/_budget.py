@@ -29,11 +29,7 @@ the sizes of the shares and the budget that would do. Device memory (``MemoryPla
 planned apart: on ``cuda`` the HBM-PS cache of ``--hbm-budget`` (by default :data:`HBM_FREE_SHARE`
 of the GPU's free memory at start; under the CUDA simulator, whose memory is unbounded, the CPU's
 default).
-
-``--hbm-budget`` counts every resident row at :func:`hbm_row_bytes` (its row, the CUDA slot's
-overhead, at the default load factor), the same on both devices, so a CPU and a CUDA job with the same
-budget hold the same rows and evict the same ones; the slot count is a power of two, so the rows it
-allows (:func:`hbm_rows_for`) are those of the largest slot array that fits the budget.
+What ``--hbm-budget`` allows, on both devices alike: ``_hbm_budget``.
 """
 
 from __future__ import annotations
@@ -46,12 +42,11 @@ from ..data._parallel import WINDOW_PER_READER
 from ..errors import InvalidInputError
 from ..mem import MemPS, RowCache
 from .._index import KeyIndex
-from .._options import DEFAULT_BUDGET_FRACTION, DEFAULT_ROWS_PER_FILE
+from .._options import DEFAULT_BUDGET_FRACTION, DEFAULT_ROWS_PER_FILE, format_bytes
 from ..table import DEFAULT_MAX_LOAD_FACTOR, SLOT_OVERHEAD_BYTES, slots_for
+from ._hbm_budget import HBM_FREE_SHARE, default_hbm_budget, device_free_bytes, hbm_bytes, hbm_row_bytes, hbm_rows_for
 from ._machine import memory_available, memory_limit
 
-#: ``--device cuda`` without ``--hbm-budget``: this share of the GPU's free memory at start.
-HBM_FREE_SHARE = 0.5
 
 #: Threads that may load from the SSD-PS at once, each with its own read buffer (prepare, compaction,
 #: evaluation / export / checkpoint).
@@ -169,12 +164,12 @@ class MemoryPlan:
             budget += need - tier
 
     def describe(self) -> str:
-        parts = ", ".join(f"{s.what} {_size(s.nbytes)}" for s in self.shares)
+        parts = ", ".join(f"{s.what} {format_bytes(s.nbytes)}" for s in self.shares)
         lo, hi = (INDEX_SLOT_BYTES * s for s in INDEX_SLOTS_PER_KEY)
         where = "in device memory" if self.device else "the twin, on the CPU"
-        hbm = (f"; HBM-PS cache ({where}): --hbm-budget {_size(self.hbm_budget)} ({self.hbm_source}), up to "
+        hbm = (f"; HBM-PS cache ({where}): --hbm-budget {format_bytes(self.hbm_budget)} ({self.hbm_source}), up to "
                f"{self.hbm_rows:,} rows, {self.hbm_keys:,} keys at first")
-        return (f"budget {_size(self.budget)} ({self.source}): {parts}; MEM-PS tier {_size(self.tier_bytes)}: "
+        return (f"budget {format_bytes(self.budget)} ({self.source}): {parts}; MEM-PS tier {format_bytes(self.tier_bytes)}: "
                 f"a cache of up to {self.cache_rows:,} rows of {self.row_bytes} B with their maps and ghost "
                 f"table, and the SSD-PS key index ({lo}-{hi} B per key of the table, about 200 B while it "
                 f"doubles; the cache gives way to it: a table of up to {self.max_table_keys:,} keys){hbm}")
@@ -209,13 +204,6 @@ def compaction_rows(budget: int, row_bytes: int, rows_per_file: int) -> int:
     return max(1, min(int(rows_per_file), _ssd_buffers(budget, rows_per_file)[1] // (int(row_bytes) + 16)))
 
 
-def _size(n: float) -> str:
-    for unit, f in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= f:
-            return f"{n / f:.1f} {unit}"
-    return f"{int(n)} B"
-
-
 def resolve_budget(explicit: int | None, ranks_on_node: int) -> tuple[int, str]:
     """-> (this rank's budget, where it came from). ``explicit`` (``--mem-budget``) is used as given,
     but refused when this node's ranks would together ask for more than the machine has (a typo
@@ -227,14 +215,14 @@ def resolve_budget(explicit: int | None, ranks_on_node: int) -> tuple[int, str]:
         if limit is not None and int(explicit) * r > limit:
             each = f" x {r} ranks on this node" if r > 1 else ""
             raise InvalidInputError(
-                f"--mem-budget {_size(explicit)}{each} is more than this machine's memory, {_size(limit)} "
+                f"--mem-budget {format_bytes(explicit)}{each} is more than this machine's memory, {format_bytes(limit)} "
                 f"({what}): lower it, or leave it out to use {DEFAULT_BUDGET_FRACTION} of the memory available")
         return int(explicit), "--mem-budget"
     avail, what = memory_available()
     if avail is None:
         raise InvalidInputError(f"cannot size the memory budget: {what}; give --mem-budget")
     return (int(DEFAULT_BUDGET_FRACTION * avail / r),
-            f"{DEFAULT_BUDGET_FRACTION} x {what} {_size(avail)} / {r} rank{'s' if r > 1 else ''} on this node")
+            f"{DEFAULT_BUDGET_FRACTION} x {what} {format_bytes(avail)} / {r} rank{'s' if r > 1 else ''} on this node")
 
 
 def batches_held(queue_depth: int) -> int:
@@ -252,52 +240,8 @@ def check_batch_size(batch_size: int, minibatch_size: int, n_ranks: int, queue_d
     if need > budget:
         raise InvalidInputError(
             f"--batch-size {int(batch_size):,}: the {held} batches a rank's pipeline holds take at least "
-            f"{_size(need)} ({MIN_EXAMPLE_BYTES} B per example: a key and a label; each field and dense "
-            f"feature adds more), more than the memory budget of {_size(budget)} ({source}): lower --batch-size")
-
-
-def hbm_bytes(capacity: int, row_width: int, itemsize: int, n_parts: int) -> int:
-    """DRAM of a CPU HBM-PS twin of ``capacity`` keys: its table(s) (key u64, state i32, cache score
-    u64, row per slot). Residency lives in the table itself (``_hierarchy``): no bookkeeping beside it."""
-    if n_parts > 1:
-        part = min(capacity, -(-5 * capacity // (4 * n_parts)) + 64)
-        slots = n_parts * slots_for(part, DEFAULT_MAX_LOAD_FACTOR)
-    else:
-        slots = slots_for(capacity, DEFAULT_MAX_LOAD_FACTOR)
-    return slots * (SLOT_OVERHEAD_BYTES["cpu"] + row_width * itemsize)
-
-
-def hbm_row_bytes(row_width: int, itemsize: int) -> int:
-    """Bytes ``--hbm-budget`` counts per resident row: a CUDA slot (its overhead and row) at the default
-    load factor (the CPU twin's slot is smaller; the same figure on both devices keeps them equal)."""
-    return int(np.ceil((SLOT_OVERHEAD_BYTES["cuda"] + row_width * itemsize) / DEFAULT_MAX_LOAD_FACTOR))
-
-
-def hbm_rows_for(budget: int, row_width: int, itemsize: int) -> int:
-    """Rows an HBM-PS of ``budget`` bytes may hold: those of the largest power-of-two slot array whose
-    slots fit the budget, at the default load factor (0 when not even two slots fit)."""
-    per_slot = SLOT_OVERHEAD_BYTES["cuda"] + row_width * itemsize
-    slots = int(budget) // per_slot
-    return 0 if slots < 2 else int((1 << (slots.bit_length() - 1)) * DEFAULT_MAX_LOAD_FACTOR)
-
-
-def default_hbm_budget(device: str, row_width: int, itemsize: int, keys: int, free_bytes=None) -> tuple[int, str]:
-    """(bytes, where they came from) of ``--hbm-budget`` when it is not given: on ``cuda``
-    :data:`HBM_FREE_SHARE` of ``free_bytes`` (the GPU's free memory at start); on ``cpu`` (and on the
-    CUDA simulator, whose free memory is unbounded) the bytes of a table of ``keys`` rows."""
-    if device == "cuda" and free_bytes is not None and np.isfinite(free_bytes):
-        return int(HBM_FREE_SHARE * free_bytes), f"default: {HBM_FREE_SHARE:g} of the GPU's free {_size(free_bytes)}"
-    slots = slots_for(keys, DEFAULT_MAX_LOAD_FACTOR)
-    return slots * (SLOT_OVERHEAD_BYTES["cuda"] + row_width * itemsize), "default: 2 x (window + 1) first working sets"
-
-
-def device_free_bytes(device: str):
-    """The free memory of the current GPU (``cuda``; inf under the CUDA simulator), else None."""
-    if device != "cuda":
-        return None
-    from numba import cuda
-
-    return float(cuda.current_context().get_memory_info()[0])
+            f"{format_bytes(need)} ({MIN_EXAMPLE_BYTES} B per example: a key and a label; each field and dense "
+            f"feature adds more), more than the memory budget of {format_bytes(budget)} ({source}): lower --batch-size")
 
 
 def pipeline_bytes(batch_bytes: int, queue_depth: int, reader_bytes: int, owned_working_set: int, row_bytes: int,
@@ -390,12 +334,12 @@ def plan_memory(budget: int, row_width: int, owned_working_set: int, working_set
     need_rows = max(1, owned_working_set)
     if tier < RowCache.bytes_for(need_rows, row_width):
         need = plan.budget_for_cache_rows(need_rows)
-        parts = ", ".join(f"{s.what} {_size(s.nbytes)}" for s in shares)
+        parts = ", ".join(f"{s.what} {format_bytes(s.nbytes)}" for s in shares)
         raise InvalidInputError(
-            f"a memory budget of {_size(budget)} ({source}) cannot hold one batch's working set: {parts} "
-            f"leave {_size(max(0, tier))} for the MEM-PS, which must cache the {owned_working_set:,} rows of "
-            f"{row_bytes} B this rank owns in a batch ({_size(RowCache.bytes_for(need_rows, row_width))} "
-            f"with their maps and ghost table); raise --mem-budget to at least {need} B ({_size(need)}) "
+            f"a memory budget of {format_bytes(budget)} ({source}) cannot hold one batch's working set: {parts} "
+            f"leave {format_bytes(max(0, tier))} for the MEM-PS, which must cache the {owned_working_set:,} rows of "
+            f"{row_bytes} B this rank owns in a batch ({format_bytes(RowCache.bytes_for(need_rows, row_width))} "
+            f"with their maps and ghost table); raise --mem-budget to at least {need} B ({format_bytes(need)}) "
             f"or lower --batch-size")
     return plan
 

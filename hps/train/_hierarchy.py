@@ -117,16 +117,8 @@ class ParameterHierarchy:
         """Make the keys batch ``index`` needs on this rank (unique uint64: host, or already on the
         device, ``_device_batch.DeviceKeys``, which ``hbm.missing`` takes as they are) resident: look
         them up (a use of each resident one), evict for the misses if the budget needs it, fetch and
-        insert the misses. REQUIRES: ``wait_ready(index)`` returned (the pipeline's gate of the prepare stage)."""
-        n = working_set.shape[0]
-        owned = int(self.owned_mask(working_set).sum())
-        row_bytes = self.memps.row_width * self.memps.dtype.itemsize
-        if owned > self.memps.cache.capacity_rows:
-            raise CacheBudgetError(
-                f"batch {index} has a working set of {owned} rows on this rank "
-                f"({owned * row_bytes} bytes), more than "
-                f"the MEM-PS budget of {self.memps.cache.capacity_rows} rows "
-                f"({self.memps.cache.budget_bytes} bytes): raise --mem-budget or lower --batch-size")
+        insert the misses. REQUIRES: ``wait_ready(index)`` returned (the prepare stage's gate)."""
+        n, row_bytes = working_set.shape[0], self.memps.row_width * self.memps.dtype.itemsize
         if self.budget_rows is not None and n > self.budget_rows:
             raise CacheBudgetError(
                 f"batch {index} has a working set of {n:,} rows on this rank ({n * row_bytes:,} bytes of rows), "
@@ -209,9 +201,9 @@ class ParameterHierarchy:
         with self._lock:
             keys, rows = self.hbm.export()
             rows = _host(rows)
-            order = np.argsort(keys, kind="stable")
-            for a in range(0, order.shape[0], self._step()):   # O(rows / step) calls
-                sel = order[a:a + self._step()]
+            order, step = np.argsort(keys, kind="stable"), self._step()   # the cache's size changes meanwhile
+            for a in range(0, order.shape[0], step):   # O(rows / step) calls
+                sel = order[a:a + step]
                 mine = sel[self.owned_mask(keys[sel])]
                 if mine.shape[0]:
                     self.memps.write_through(keys[mine], rows[mine])
