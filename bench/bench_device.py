@@ -48,12 +48,13 @@ def main(argv=None) -> int:
     p.add_argument("--model", default="ctr")
     p.add_argument("--sparse-optimizer", default="adagrad")
     p.add_argument("--n-parts", type=int, default=1, help="HBM-PS parts, over every visible GPU (1)")
+    p.add_argument("--hbm-budget", default=None, help="--hbm-budget of the hps jobs (their default)")
     p.add_argument("--no-peer", action="store_true", help="skip the PyTorch peer")
     a = p.parse_args(argv)
     job = ["--rows", str(a.rows), "--fields", str(a.fields), "--vocab-per-field", str(a.vocab_per_field),
            "--batch-size", str(a.batch_size), "--minibatch-size", str(a.minibatch_size), "--hidden", a.hidden,
            "--embedding-dim", str(a.embedding_dim), "--model", a.model, "--sparse-optimizer", a.sparse_optimizer,
-           "--n-parts", str(a.n_parts)]
+           "--n-parts", str(a.n_parts)] + (["--hbm-budget", a.hbm_budget] if a.hbm_budget else [])
     gpu = "CUDA simulator" if a.simulate else gpu_name()
     if gpu is None:
         raise SystemExit("no CUDA GPU: run on a machine with one, or --simulate for a tiny proof run")
@@ -65,12 +66,13 @@ def main(argv=None) -> int:
         per_mb = m["d2h_bytes"]["minibatch"] + m["h2d_bytes"]["minibatch"]
         out[device] = {k: m[k] for k in ("examples_per_sec", "auc", "examples", "h2d_bytes", "d2h_bytes",
                                          "peer_bytes", "minibatches", "command", "stage_seconds", "bottleneck",
-                                         "table_rows")}
+                                         "hbm_fetched_rows", "hbm_evicted_rows", "table_rows")}
         busy = ", ".join(f"{k} {v:.2f}" for k, v in m["stage_seconds"].items())
         print(f"{device:5s} {m['examples_per_sec']:>12,.0f} examples/s  AUC {m['auc']:.4f}  "
               f"h2d {m['h2d_bytes']}  d2h {m['d2h_bytes']}  "
               f"in-loop bytes per mini-batch {per_mb / max(1, m['minibatches']):.1f}\n"
-              f"      stage busy seconds: {busy}; bottleneck {m['bottleneck']}; table {m['table_rows']:,} rows")
+              f"      stage busy seconds: {busy}; bottleneck {m['bottleneck']}; HBM-PS rows fetched "
+              f"{m['hbm_fetched_rows']:,}, evicted {m['hbm_evicted_rows']:,}, table {m['table_rows']:,}")
     if not a.no_peer and (a.model, a.sparse_optimizer) != ("ctr", "adagrad"):
         print("torch peer skipped: it trains --model ctr with --sparse-optimizer adagrad only")
     elif not a.no_peer:

@@ -47,7 +47,7 @@ def main(argv=None) -> int:
         from bench._jobs import write_result
 
         write_result(out, "bench_host", argv, {k: m[k] for k in ("examples_per_sec", "examples", "stage_seconds",
-                                                                 "bottleneck", "table_rows")})
+                                                                 "bottleneck", "hbm_fetched_rows", "table_rows")})
     return 0
 
 

@@ -182,3 +182,11 @@ class KeyIndex:
     def clear(self) -> None:
         self._impl.clear()
         self._size = 0
+
+
+def warm_up() -> None:
+    """Compile (or load from Numba's cache) the kernels of an index's growth (:meth:`KeyIndex.reserve`:
+    the export and the re-insert of a rebuild), which a large table reaches and a training job's
+    scratch warm-up (``hps/train/_warmup.py``) on tiny batches does not."""
+    index = KeyIndex(width=2, capacity=16)
+    index.assign(np.arange(64, dtype=np.uint64), np.zeros((64, 2), np.int64))   # past 16 keys: a rebuild

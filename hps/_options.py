@@ -56,6 +56,14 @@ MAX_SEED = (1 << 64) - 1
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
+def format_bytes(n: float) -> str:
+    """``n`` bytes as people read them ("1.5 GiB", "512 B"), the inverse of :func:`parse_bytes` to a tenth."""
+    for unit, f in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= f:
+            return f"{n / f:.1f} {unit}"
+    return f"{int(n)} B"
+
+
 def parse_bytes(text) -> int:
     """``"512MiB"`` = ``"512MB"`` = ``"512m"`` -> 536870912 (binary units K/M/G/T, with or without
     ``B``/``iB``); plain integers are bytes. Raises InvalidInputError."""
@@ -140,10 +148,12 @@ def _warm(default, form):
 
 @dataclass(frozen=True)
 class Scratch:
-    """The sizes of the warm-up's scratch job: ``examples`` per batch, ``mem_budget`` the job's budget."""
+    """The sizes of the warm-up's scratch job: ``examples`` per batch, ``mem_budget`` the job's budget,
+    ``hbm_budget`` an HBM-PS budget below the scratch job's table (rows leave it and come back)."""
 
     examples: int
     mem_budget: int
+    hbm_budget: int
 
 
 def _scratch_batch(value, scratch: Scratch) -> int:
@@ -156,5 +166,9 @@ def _scratch_minibatch(value, scratch: Scratch) -> int:
 
 def _scratch_budget(value, scratch: Scratch) -> int:
     return scratch.mem_budget
+
+
+def _scratch_hbm_budget(value, scratch: Scratch) -> int:
+    return scratch.hbm_budget
 
 

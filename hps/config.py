@@ -28,7 +28,7 @@ from ._options import (COMPRESS_MODES, CONSISTENCIES, DEFAULT_BATCH_SIZE, DEFAUL
                        DEFAULT_CROSS_LAYERS, DEFAULT_ROWS_PER_FILE, DENSE_OPTIMIZERS, DENSE_SYNCS, HET_POLICIES,
                        LR_DECAYS, MAX_SEED, MODELS, MPI_WAITS, PAGE_CACHE_MODES, PROFILE_SAMPLE_RATE, SPARSE_OPTIMIZERS, SPARSE_SYNCS,
                        STALENESS_UNBOUNDED, WARMUP, Scratch, _check_types, _one_of, _positive, _scratch_batch,
-                       _scratch_budget, _scratch_minibatch, _warm, parse_bytes)
+                       _scratch_budget, _scratch_hbm_budget, _scratch_minibatch, _warm, parse_bytes)
 from ._xp import DEVICES
 from .errors import InvalidInputError, InvalidTypeError
 
@@ -150,7 +150,8 @@ class TierConfig:
     ssd_path: str | None = _warm(None, None)  # SSD-PS root (each rank claims rank{r}-of-{n}/ in it); None = a temp dir
     keep_ssd: bool = _warm(False, False)  # keep this job's SSD-PS at the end (it is removed otherwise)
     rows_per_file: int = DEFAULT_ROWS_PER_FILE  # SSD-PS rows per file (the write unit; loads read 4 KiB blocks)
-    hbm_capacity: int | None = _warm(None, None)  # HBM-PS initial keys (grows); None = sized from the first batch
+    hbm_capacity: int | None = _warm(None, None)  # HBM-PS initial keys (grows up to the budget); None = sized from the first batch
+    hbm_budget: int | str | None = _warm(None, _scratch_hbm_budget)  # HBM-PS bytes (bounds resident rows); None = see hps/train/_budget.py
     n_parts: int = 1                    # HBM-PS parts per process
     gpus: int | None = None             # GPUs the parts spread over (part p on p % gpus); None = all visible
     ssd_page_cache: str = "direct"      # SSD-PS reads: direct (O_DIRECT) | dontneed | keep
@@ -161,7 +162,9 @@ class TierConfig:
         _one_of("ssd-page-cache", self.ssd_page_cache, PAGE_CACHE_MODES)
         if self.mem_budget is not None:
             self.mem_budget = parse_bytes(self.mem_budget)
-        _positive(self, "mem_budget", "rows_per_file", "hbm_capacity", "n_parts", "gpus")
+        if self.hbm_budget is not None:
+            self.hbm_budget = parse_bytes(self.hbm_budget)
+        _positive(self, "mem_budget", "rows_per_file", "hbm_capacity", "hbm_budget", "n_parts", "gpus")
 
 
 @dataclass

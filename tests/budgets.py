@@ -80,3 +80,20 @@ def resolve_spill(argv, run, table_keys: int, row_bytes: int = 64) -> list:
 
     rows_per_file = int(argv[argv.index("--rows-per-file") + 1]) if "--rows-per-file" in argv else 16_384
     return sub(smallest_spill_budget(lambda b: run(sub(b)), table_keys, row_bytes, rows_per_file))
+
+
+def train_with_cache_rows(argv, cache_rows: int, export) -> dict:
+    """Train the one-process job of CLI flags ``argv`` with a MEM-PS cache of ``cache_rows`` rows (a
+    row count, not a byte budget: on a small table a budget's cache borrows the room of the SSD-PS
+    index and may hold the whole table), export it to ``export`` and evaluate -> its metrics."""
+    from hps.cli import parse_config
+    from hps.train._trainer import Trainer
+
+    t = Trainer(parse_config([str(a) for a in argv]), log=lambda *a, **k: None, cache_rows=int(cache_rows))
+    try:
+        m = t.fit()
+        t.export(str(export))
+        m.update(t.evaluate())
+    finally:
+        t.close()
+    return m

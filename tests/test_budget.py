@@ -14,7 +14,8 @@ from hps.config import parse_bytes
 from hps.errors import InvalidInputError
 from hps.mem import RowCache
 from hps.ssd import SSDOptions, SSDStore
-from hps.train._budget import DEFAULT_BUDGET_FRACTION, budget_for_rows, plan_memory, resolve_budget
+from hps.train._budget import (DEFAULT_BUDGET_FRACTION, HBM_CACHE, Share, budget_for_rows, plan_memory,
+                               resolve_budget)
 
 SMALL = ["--rows", "6000", "--fields", "4", "--vocab-per-field", "3000", "--batch-size", "1024",
          "--minibatch-size", "256", "--hidden", "8", "--embedding-dim", "8", "--no-progress"]
@@ -41,10 +42,17 @@ def test_plan_divides_the_whole_budget(budget):
                     source="--mem-budget")
     assert sum(s.nbytes for s in p.shares) + p.tier_bytes == budget
     assert p.share("model") == 3 << 20 and p.share("batches in flight") == 1 << 20
-    assert p.hbm_keys == 2 * 4 * 1500 and p.share("HBM-PS twin") > 2 * 4 * 1500 * 128
+    # the twin starts as the slot array of 2 (window + 1) working sets (12,000 keys: 32,768 slots at
+    # load 0.5), all of it: the default --hbm-budget on cpu is that table
+    assert p.hbm_keys == p.hbm_rows == 16_384 and p.share("HBM-PS twin") > 16_384 * 128
     assert p.tier_bytes >= RowCache.bytes_for(1000, 32) and p.cache_rows >= 1000 and p.device == ()
-    gpu = plan_memory(budget, 32, 1000, 1500, window=3, device="cuda", model=MODEL, pipeline=1 << 20)
+    gpu = plan_memory(budget, 32, 1000, 1500, window=3, device="cuda", model=MODEL, pipeline=1 << 20,
+                      hbm_budget=1 << 30, free_bytes=float(80 << 30))
     assert gpu.share("HBM-PS twin") == 0 and gpu.tier_bytes > p.tier_bytes
+    assert gpu.device == (Share(HBM_CACHE, 1 << 30),) and gpu.hbm_keys == 16_384 < gpu.hbm_rows
+    free = plan_memory(budget, 32, 1000, 1500, window=3, device="cuda", model=MODEL, pipeline=1 << 20,
+                       free_bytes=float(80 << 30))
+    assert free.hbm_budget == 40 << 30 and "0.5 of the GPU's free 80.0 GiB" in free.describe()
     line = p.describe()
     for needle in ("(--mem-budget)", "model 3.0 MiB", "HBM-PS twin", "batches in flight 1.0 MiB", "SSD-PS buffers",
                    "MEM-PS tier", "SSD-PS key index"):
@@ -202,7 +210,7 @@ RSS_JOBS = {
     "index-heavy": (["--fields", "8", "--vocab-per-field", "200000", "--zipf", "0.5", "--batch-size", "4096",
                      "--minibatch-size", "1024", "--embedding-dim", "4", "--hidden", "8", "--rows", "60000"], "140MB"),
     "spilling": (["--fields", "8", "--vocab-per-field", "50000", "--batch-size", "2048", "--minibatch-size", "512",
-                  "--embedding-dim", "16", "--hidden", "16", "--rows", "80000"], "56MB"),
+                  "--embedding-dim", "16", "--hidden", "16", "--rows", "80000", "--hbm-budget", "4MiB"], "36MB"),
 }
 
 

@@ -1,5 +1,6 @@
-"""The MEM-PS and the HBM-PS are exclusive: a placed row leaves the MEM-PS (on ``--device cpu`` both
-are DRAM, so a row held twice doubles its bytes), and nothing is lost by dropping a dirty copy."""
+"""The MEM-PS and the HBM-PS are exclusive: a row fetched into the HBM-PS leaves the MEM-PS (on
+``--device cpu`` both are DRAM, so a row held twice doubles its bytes), and nothing is lost by dropping
+a dirty copy."""
 
 import numpy as np
 import pytest
@@ -27,9 +28,10 @@ def test_cache_take_drops_unpinned_rows_dirty_or_not_and_keeps_pinned():
     assert len(c) == 8
 
 
-def _hierarchy(capacity_rows=64):
+def _hierarchy(capacity_rows=64, budget_rows=None):
     mem = MemPS(DictStore(W), W, initializer=RowInitializer(2, W, seed=0), capacity_rows=capacity_rows)
-    hier = ParameterHierarchy(HashTable(256, W), mem, window=2, owned_mask=Collectives().owned_mask)
+    hier = ParameterHierarchy(HashTable(256, W), mem, window=2, owned_mask=Collectives().owned_mask,
+                              budget_rows=budget_rows)
     return hier, mem
 
 
@@ -39,12 +41,12 @@ def _batches(n, rng):
 
 def test_no_row_is_in_both_tiers_and_training_is_lossless():
     rng = np.random.default_rng(0)
-    hier, mem = _hierarchy()
+    hier, mem = _hierarchy(budget_rows=48)               # HBM-PS + MEM-PS < the 119 keys: spills
     ref_hier, ref_mem = _hierarchy(capacity_rows=4096)    # never evicts: the reference
     batches = _batches(30, rng)
     for h, m in ((hier, mem), (ref_hier, ref_mem)):
         for i, keys in enumerate(batches):
-            h.place(h.prepare(i, keys))
+            h.prepare(i, keys)
             resident = h.hbm.export()[0]
             assert resident.shape[0] == len(h.hbm) > 0
             assert not m.cache.contains(resident).any()        # DRAM holds each row once
@@ -59,39 +61,38 @@ def test_no_row_is_in_both_tiers_and_training_is_lossless():
     assert mem.stats()["dumped"] > 0                            # the small one did spill
 
 
-def test_checkpoint_keeps_rows_prepared_but_not_placed():
-    """prepare drops the MEM-PS copy of the rows it fetched; a sync before their place must still
-    store them, dirty ones included (the store never had them)."""
+def test_checkpoint_keeps_rows_prepared_but_not_trained():
+    """prepare moves the rows it fetched from the MEM-PS into the HBM-PS; a sync before they are
+    trained must still store them, dirty ones included (the store never had them)."""
     hier, mem = _hierarchy()
     keys = np.arange(1, 11, dtype=np.uint64)
     rows = np.arange(40, dtype=np.float32).reshape(10, W)
     mem.push(keys, rows)                                  # dirty in the MEM-PS, not in the store
-    prep = hier.prepare(0, keys)
+    hier.prepare(0, keys)
     assert not mem.cache.contains(keys).any() and not mem.store.load(keys)[1].any()
-    hier.sync_to_store()                                  # before place
+    hier.sync_to_store()                                  # before training
     got, found = mem.store.load(keys)
     assert found.all()
     np.testing.assert_array_equal(got, rows)
-    assert not mem.cache.contains(keys).any()             # still held once (by the batch in flight)
-    hier.place(prep)
+    assert not mem.cache.contains(keys).any()             # still held once (by the HBM-PS)
     np.testing.assert_array_equal(hier.read_owned(keys), rows)
 
 
-def test_read_owned_sees_rows_prepared_but_not_placed():
-    """An evaluation during training reads rows of a batch prepared but not placed: the MEM-PS has
-    handed them over and the HBM-PS does not hold them yet; they are read from the batch in flight."""
-    hier, mem = _hierarchy()
+def test_rows_evicted_for_the_budget_come_back_as_they_left():
+    """An HBM-PS of 10 rows: batch 1's keys evict batch 0's (trained, dirty) into the MEM-PS once
+    batch 0 is trained; batch 3 brings them back, fetched from the MEM-PS with their trained values."""
+    hier, mem = _hierarchy(budget_rows=10)
     a, c = np.arange(1, 11, dtype=np.uint64), np.arange(50, 60, dtype=np.uint64)
-    for i, keys in enumerate((a, c, c)):           # a trained, then evicted (dirty) by batch 2's prepare
-        hier.place(hier.prepare(i, keys))
+    for i, keys in enumerate((a, c, c)):
+        hier.prepare(i, keys)
         hier.hbm.accumulate(keys, np.full((keys.shape[0], W), 2.0, np.float32))
         hier.mark_trained(i)
+    assert not hier.hbm.contains(a).any() and mem.cache.contains(a).all()   # evicted, dirty, to the MEM-PS
     trained = hier.read_owned(a)
     assert not np.allclose(trained, RowInitializer(2, W, seed=0)(a))
-    prep = hier.prepare(3, a)                      # a in flight: handed over by the MEM-PS, not placed
-    assert not mem.cache.contains(a).any() and prep.fetch_keys.shape[0] == a.shape[0]
-    np.testing.assert_array_equal(hier.read_owned(a), trained)
-    hier.place(prep)
+    prep = hier.prepare(3, a)                      # back: out of the MEM-PS into the HBM-PS
+    assert (prep.fetched, prep.evicted) == (10, 10) and not mem.cache.contains(a).any()
+    np.testing.assert_array_equal(hier.hbm.get(a)[0], trained)
     np.testing.assert_array_equal(hier.read_owned(a), trained)
 
 

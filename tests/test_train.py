@@ -78,9 +78,10 @@ def test_spilling_to_ssd_is_lossless(tmp_path, model, optimizer):
     """A DRAM budget of ~10 % of the table (rows spill to SSD and come back) gives the same model,
     for every model (first-order weights move with their rows) and every row optimizer's state."""
     # rows of 32 + state: a MEM-PS that must hold the table's SSD-PS index at its end caches well below
-    # the table (with 8 the index, which the cache lends its room while it is small, costs about a row)
+    # the table (with 8 the index, which the cache lends its room while it is small, costs about a row);
+    # an HBM-PS cache of 2,048-4,096 rows (1-2 working sets) beside it, so the two hold well below the table
     shape = ["--rows", "24000", "--vocab-per-field", "20000", "--batch-size", "512", "--minibatch-size", "128",
-             "--model", model, "--sparse-optimizer", optimizer, "--embedding-dim", "32"]
+             "--model", model, "--sparse-optimizer", optimizer, "--embedding-dim", "32", "--hbm-budget", "2MiB"]
     ref, mref = run_cli(tmp_path, "mem", *shape)
     budget = spill_budget([*SMALL, *shape, "--rows-per-file", "512"], ref[0].shape[0] // 10, ref[0].shape[0])
     spill, mspill = run_cli(tmp_path, "spill", *shape, "--mem-budget", str(budget), "--rows-per-file", "512")
@@ -173,12 +174,13 @@ def test_frappe_matches_the_in_memory_reference(shared_data, tmp_path):
     metrics = tmp_path / "frappe.json"
     # batches of 1024 and about the smallest budget they allow: a MEM-PS that holds the SSD-PS index of
     # Frappe's 5,328 keys (rows of 10 + 10 floats) at its largest, room the cache has while the table
-    # is small: fewer rows than the table, so rows spill. Files of 256 rows keep a compaction's batch
+    # is small: fewer rows than the table, so rows spill; an HBM-PS cache of 2,048 rows (512 KiB) below
+    # the table, so rows leave it for the MEM-PS. Files of 256 rows keep a compaction's batch
     # below the index's first capacity (a larger one makes the store count the index's growth by a
     # bound of twice its size)
     args = ["--format", "libsvm", "--data", str(train), "--eval-data", str(test), "--batch-size", "1024",
             "--minibatch-size", "512", "--embedding-dim", "10", "--hidden", "64,32", "--no-progress",
-            "--rows-per-file", "256"]
+            "--rows-per-file", "256", "--hbm-budget", "512KiB"]
     budget = smallest_spill_budget(lambda b: subprocess.run([sys.executable, "-m", "hps.train", *args,
                                                              "--mem-budget", str(b)],
                                                             capture_output=True, text=True, timeout=300),

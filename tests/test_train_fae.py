@@ -10,11 +10,11 @@ import pytest
 from hps.data import Batch
 from hps.profile import read_profile
 from hps.profile._main import main as profile_main
-from hps.train import main
+from hps.train import load_export, main
 from hps.train._backend import HostBackend
 from hps.train._fae import ShuffleScheduler, Fae
 from hps.train._hot_rows import HotRows
-from tests.budgets import spill_budget
+from tests.budgets import train_with_cache_rows
 from hps.train._feed import LocalBatch
 from tests.test_train import SMALL, assert_same_model, run_cli
 
@@ -40,8 +40,10 @@ def test_hot_rows_train_apart_and_reach_the_export_through_a_spilling_hierarchy(
     assert f["hot_rows"] > 0 and f["hot_minibatches"] > 0 and f["cold_minibatches"] > 0 and f["swaps"] > 0
     assert 0 < f["hot_input_fraction"] < 1 and f["hot_examples"] < mref["examples"]
     np.testing.assert_array_equal(np.sort(ref[0]), np.sort(base[0]))  # the hot keys are in the export
-    budget = spill_budget([*SMALL, *shape, *FAE, "--rows-per-file", "256"], ref[0].shape[0] // 8, ref[0].shape[0])
-    spill, mspill = run_cli(tmp_path, "spill", *shape, *FAE, "--mem-budget", str(budget), "--rows-per-file", "256")
+    # an HBM-PS cache of 2,048 rows and a MEM-PS cache of an eighth of the table
+    mspill = train_with_cache_rows([*SMALL, *shape, *FAE, "--rows-per-file", "256", "--hbm-budget", "400KiB"],
+                                   ref[0].shape[0] // 8, tmp_path / "spill")
+    spill = load_export(tmp_path / "spill", first_order=True)
     assert mspill["ssd_bytes_read"] > 0
     assert_same_model(ref, spill, 1e-6)
     assert mspill["fae"] == {**mref["fae"], "profile": mspill["fae"]["profile"]}
@@ -149,9 +151,9 @@ def test_strips_alternate_cold_first_by_the_rate():
     assert fae.sched.swaps == 3
 
 
-def test_read_owned_serves_a_prepared_but_unplaced_row_from_mem_ps():
+def test_read_owned_serves_a_prepared_row_from_the_hbm_ps():
     """FAE's held-out loss reads rows while training runs: a key of a batch prepared but not yet
-    placed in HBM-PS has its current row in MEM-PS (it used to read as zeros)."""
+    trained has its current row in the HBM-PS, which prepare filled (it used to read as zeros)."""
     from hps.mem import MemPS, RowInitializer
     from hps.table import HashTable
     from hps.train._collectives import Collectives
@@ -162,9 +164,8 @@ def test_read_owned_serves_a_prepared_but_unplaced_row_from_mem_ps():
     mem = MemPS(DictStore(4), 4, initializer=init, capacity_rows=64)
     hier = ParameterHierarchy(HashTable(64, 4), mem, window=3, owned_mask=Collectives().owned_mask)
     keys = np.arange(1, 9, dtype=np.uint64)
-    prep = hier.prepare(0, keys)                 # not placed
+    hier.prepare(0, keys)                        # not trained
     np.testing.assert_array_equal(hier.read_owned(keys), init(keys))
-    hier.place(prep)
     hier.hbm.insert(keys[:2], np.full((2, 4), 7, np.float32))  # trained rows: HBM-PS is the holder
     assert (hier.read_owned(keys)[:2] == 7).all()
 

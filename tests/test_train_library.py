@@ -45,7 +45,7 @@ def test_the_hierarchy_and_the_step_compose_without_a_config(sync_cls):
     batch = _batch()
     local = LocalBatch(batch, np.array([0, len(batch)], np.int64))
     resident, plans = sync.plan(local)                  # prepare: who needs which rows
-    hier.place(hier.prepare(0, resident))              # fetch them into the HBM-PS
+    hier.prepare(0, resident)                          # fetch them into the HBM-PS
     staged = be.stage(local, plans, hier.hbm)          # place: the step's inputs
     be.begin_batch(hier.hbm)
     grads = sync.step(be, hier.hbm, plans[0], staged[0], len(batch))   # train: the sparse step

@@ -96,8 +96,11 @@ def reference(tmp_path_factory, data_file):
     return get
 
 
-# a MEM-PS just above one batch's working set per rank, beside the SSD-PS index of the rank's table
-SPILL = ["--ranks-per-node", "2", "--mem-budget", BUDGET_PLACEHOLDER, "--rows-per-file", "128"]
+# a MEM-PS just above one batch's working set per rank, beside the SSD-PS index of the rank's table, and
+# an HBM-PS cache of 1,024 rows (192 KiB; wdl rows are wider) below each rank's share of the table:
+# rows leave every rank's HBM-PS for its MEM-PS, spill to the SSD-PS and come back
+SPILL = ["--ranks-per-node", "2", "--mem-budget", BUDGET_PLACEHOLDER, "--rows-per-file", "128",
+         "--hbm-budget", "192KiB"]
 
 
 @pytest.mark.parametrize("data, n, k, model, extra", [
@@ -141,8 +144,9 @@ def test_ranks_end_with_the_model_of_one_process_reading_the_same_shards(mpiexec
         size = data_file.stat().st_size
         assert sum(m["bytes_parsed"]) == mref["bytes_parsed"][0] == size
         assert max(m["bytes_parsed"]) < size / n + 1000
-    if "--mem-budget" in extra:
-        assert min(m["ssd_bytes_read_per_rank"]) > 0  # every rank spilled to SSD and read back
+    if "--hbm-budget" in extra:  # every rank filled its HBM-PS budget and evicted to its MEM-PS
+        assert m["resident_rows"] == [1024] * n and m["hbm_evicted_rows"] > 0
+        assert m["hbm_fetched_rows"] > m["table_rows"]  # evicted rows came back
 
 
 def load_export_shard(directory, r, n):

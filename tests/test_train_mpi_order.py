@@ -19,8 +19,9 @@ pytestmark = pytest.mark.mpi
 # sides, so each shard's matrix products run the same kernel in one process and in its rank.
 LONG = ["--batch-size", "4096", "--minibatch-size", "256", "--hidden", "64,32", "--embedding-dim", "16",
         "--blas-threads", "1", "--no-progress"]
-# the ranks' MEM-PS holds one batch's working set, less than a rank's rows: rows go to SSD and come back
-SPILL = ["--mem-budget", BUDGET_PLACEHOLDER, "--rows-per-file", "128"]
+# the ranks' MEM-PS holds one batch's working set and their HBM-PS cache 2,048 rows (1 MiB), together
+# less than a rank's ~4,600 rows: rows go to SSD and come back
+SPILL = ["--mem-budget", BUDGET_PLACEHOLDER, "--rows-per-file", "128", "--hbm-budget", "1MiB"]
 
 
 @pytest.fixture(scope="module")

@@ -105,15 +105,15 @@ def test_the_scratch_job_is_the_jobs_own_warm_up_form(tmp_path):
     job = Config.from_flat(dict(SMALL, eval_data=None, checkpoint_dir=str(tmp_path), checkpoint_every=3, resume=True,
                                 export=str(tmp_path / "e"), metrics_out=str(tmp_path / "m.json"),
                                 plots=str(tmp_path / "p"), eval_every=2, early_stop=1, fae="auto", hot_bytes="4k",
-                                ssd_path=str(tmp_path / "ssd"), keep_ssd=True, hbm_capacity=999, epochs=3,
+                                ssd_path=str(tmp_path / "ssd"), keep_ssd=True, hbm_capacity=999, epochs=3, hbm_budget="1GiB",
                                 expire_after=4, lr_decay="cosine", lr_decay_steps=5,
                                 dense_sync="easgd", groups=2, model="dcn", sparse_optimizer="adam"))
-    scratch = scratch_config(job, Scratch(examples=32, mem_budget=12345))
+    scratch = scratch_config(job, Scratch(examples=32, mem_budget=12345, hbm_budget=6789))
     t, s = scratch.train, scratch.tiers
     assert (t.checkpoint_dir, t.checkpoint_every, t.resume, t.export, t.metrics_out, t.plots) == (None, 0, False,
                                                                                                    None, None, None)
     assert (t.eval_every, t.early_stop, t.fae, t.hot_bytes, t.progress, t.epochs) == (0, 0, None, None, False, 1)
-    assert (t.batch_size, t.minibatch_size, s.mem_budget) == (32, 16, 12345)
+    assert (t.batch_size, t.minibatch_size, s.mem_budget, s.hbm_budget) == (32, 16, 12345, 6789)
     assert (s.ssd_path, s.keep_ssd, s.hbm_capacity, scratch.data.eval_data) == (None, False, None, None)
     for name in SECTIONS:  # the rest is the job's
         for f in fields(getattr(job, name)):

@@ -94,7 +94,11 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--rows-per-file", type=int, default=S, help="SSD-PS rows per file (16384)")
     g.add_argument("--ssd-page-cache", choices=PAGE_CACHE_MODES, default=S,
                    help="SSD-PS reads: O_DIRECT, or through the page cache dropping what was read, or plain (direct)")
-    g.add_argument("--hbm-capacity", type=int, default=S, help="HBM-PS initial keys (from batch 1; grows)")
+    g.add_argument("--hbm-capacity", type=int, default=S, help="HBM-PS initial keys (from batch 1; grows up to "
+                   "--hbm-budget)")
+    g.add_argument("--hbm-budget", default=S, help="HBM-PS bytes, in the units of --mem-budget: bounds the rows "
+                   "resident across batches; the coldest leave when it is reached (cuda: half the GPU's free "
+                   "memory at start; cpu: the twin's share the memory plan prints)")
     g.add_argument("--n-parts", type=int, default=S, help="HBM-PS parts per process (1)")
     g.add_argument("--gpus", type=int, default=S, help="cuda: GPUs the parts spread over, part p on GPU "
                    "p %% gpus (every visible GPU)")

@@ -14,9 +14,10 @@ whose training operations work on a table's :class:`TableView`):
 CUDA launches go through the one launch helper, ``hps._launch``.
 """
 
+from ._cache import BATCH_LIMIT
 from ._hashtable import DEFAULT_MAX_LOAD_FACTOR, SLOT_OVERHEAD_BYTES, HashTable, TableView, slots_for
 from ._partitioned import PartitionedHashTable
 from ._placement import Placement, visible_gpus
 
 __all__ = ["HashTable", "TableView", "PartitionedHashTable", "Placement", "visible_gpus", "slots_for",
-           "DEFAULT_MAX_LOAD_FACTOR", "SLOT_OVERHEAD_BYTES"]
+           "DEFAULT_MAX_LOAD_FACTOR", "SLOT_OVERHEAD_BYTES", "BATCH_LIMIT"]

@@ -56,6 +56,12 @@ class CacheOps:
             self._impl.sync(stream)
             return self._impl.out(slots, on_dev, stream)
 
+    def missing(self, keys, batch: int):
+        """The keys of host ``keys`` (n,) uint64 that are not live, in input order (host array), each
+        live key counting a use in ``batch`` (:meth:`lookup`: pass a batch's unique keys). Blocking."""
+        slots = np.asarray(self.lookup(np.asarray(keys, np.uint64), batch))
+        return np.asarray(keys, np.uint64)[slots < 0]
+
     def lookup_async(self, keys, batch: int, slots, stream=0) -> None:
         """:meth:`lookup` into ``slots`` (n,) int64, device arrays; enqueued on ``stream``."""
         with self._lock:

@@ -222,6 +222,51 @@ class PartitionedHashTable:
         return (np.concatenate([o[0] for o in outs]),
                 np.concatenate([o[1] for o in outs]).reshape(-1, self.dim))
 
+    def lookup(self, keys, batch: int):
+        """Slots (n,) int64 of ``keys`` in their parts (-1 where not live), each live key counting a use
+        in ``batch`` (:meth:`HashTable.lookup`). Blocking."""
+        k, on_dev, order, offsets = self._split(keys)
+        slots = np.full(k.shape[0], -1, np.int64)
+        for p, idx in self._each(order, offsets):
+            with self._ctx[p]():
+                slots[idx] = _to_host(self.parts[p].lookup(k[idx], batch))[0]
+        return self._out(slots, on_dev)
+
+    def missing(self, keys, batch: int) -> np.ndarray:
+        """The keys of host ``keys`` that are not live, in input order, each live key counting a use in
+        ``batch`` (:meth:`HashTable.missing`). Blocking."""
+        k = np.asarray(keys, np.uint64)
+        return k[np.asarray(self.lookup(k, batch)) < 0]
+
+    def evict(self, n: int, protect_from: int):
+        """Erase up to ``n`` victims over the parts (:meth:`HashTable.evict` in each) -> (keys, rows) host
+        arrays in key order. Part p gives its share of ``n`` by its live keys (floor, the remainder to
+        the first parts), then the parts in order make up what another could not give: a choice that
+        depends only on the parts' contents. Blocking."""
+        if int(n) != n or n < 0:
+            raise InvalidInputError(f"n must be a non-negative integer, got {n!r}")
+        sizes = np.array([len(p) for p in self.parts], np.int64)
+        total = int(sizes.sum())
+        if n == 0 or total == 0:
+            return np.empty(0, np.uint64), np.empty((0, self.dim), self.dtype)
+        share = sizes * int(n) // total
+        share[:int(n) - int(share.sum())] += 1
+        got = []
+        for rnd in range(2):
+            left = int(n) - sum(k.shape[0] for k, _ in got)
+            for p in range(self.n_parts):
+                want = int(share[p]) if rnd == 0 else left
+                if want <= 0:
+                    continue
+                with self._ctx[p]():
+                    k, r = self.parts[p].evict(want, protect_from)
+                got.append((k, r))
+                left -= k.shape[0] if rnd else 0
+        keys = np.concatenate([k for k, _ in got])
+        rows = np.concatenate([r for _, r in got]).reshape(-1, self.dim)
+        order = np.argsort(keys, kind="stable")
+        return keys[order], rows[order]
+
     def reserve(self, capacity: int, part_capacity: int | None = None) -> None:
         """Grow to ``capacity`` live keys, each part to ``part_capacity`` (default: the constructor's
         rule for the new capacity), keeping every entry; never shrinks (see :meth:`HashTable.reserve`).

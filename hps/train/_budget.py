@@ -7,9 +7,14 @@ changes). ``plan_memory`` divides it into shares, printed at start:
 
 - **model**: dense parameters, their gradients and optimizer state, one mini-batch's activations
   and their gradients (``_preflight.memory_floor``);
-- **HBM-PS twin** (``--device cpu``): the CPU hash table holding the working sets of ``window + 1``
-  batches, sized from the first batch, and its residency bookkeeping (``hbm_bytes``; on ``cuda``
-  it lives in GPU memory, a device share);
+- **HBM-PS twin** (``--device cpu``): the CPU hash table of the HBM-PS, a cache across batches
+  bounded by ``--hbm-budget`` (by default a table of the working sets of ``2 (window + 1)`` first
+  batches), at its first size (``hbm_bytes``); it grows up to the budget as rows stay resident, and
+  its growth is charged to the MEM-PS tier (:class:`TwinBudget`). It holds no second copy of a
+  MEM-PS row: a row fetched for it leaves the MEM-PS until it is evicted back
+  (``ParameterHierarchy.prepare``). It stays a table of its own because the train stage reads and
+  writes rows through the HBM-PS table API, the same code path as on the GPU, and with
+  ``--sparse-sync allreduce`` it also holds rows other ranks own, which the MEM-PS cannot;
 - **batches in flight**: the parsed batches the pipeline's stages and queues hold, the readers'
   buffers, the rows fetched for batches prepared ahead and written back, one mini-batch's rows in
   the train step (``pipeline_bytes``);
@@ -21,7 +26,10 @@ changes). ``plan_memory`` divides it into shares, printed at start:
 
 A budget whose tier cannot cache one batch's working set on this rank is refused at start with
 the sizes of the shares and the budget that would do. Device memory (``MemoryPlan.device``) is
-planned apart: empty today; the HBM-PS cache of ``--hbm-budget`` goes there.
+planned apart: on ``cuda`` the HBM-PS cache of ``--hbm-budget`` (by default :data:`HBM_FREE_SHARE`
+of the GPU's free memory at start; under the CUDA simulator, whose memory is unbounded, the CPU's
+default).
+What ``--hbm-budget`` allows, on both devices alike: ``_hbm_budget``.
 """
 
 from __future__ import annotations
@@ -34,9 +42,11 @@ from ..data._parallel import WINDOW_PER_READER
 from ..errors import InvalidInputError
 from ..mem import MemPS, RowCache
 from .._index import KeyIndex
-from .._options import DEFAULT_BUDGET_FRACTION, DEFAULT_ROWS_PER_FILE
+from .._options import DEFAULT_BUDGET_FRACTION, DEFAULT_ROWS_PER_FILE, format_bytes
 from ..table import DEFAULT_MAX_LOAD_FACTOR, SLOT_OVERHEAD_BYTES, slots_for
+from ._hbm_budget import HBM_FREE_SHARE, default_hbm_budget, device_free_bytes, hbm_bytes, hbm_row_bytes, hbm_rows_for
 from ._machine import memory_available, memory_limit
+
 
 #: Threads that may load from the SSD-PS at once, each with its own read buffer (prepare, compaction,
 #: evaluation / export / checkpoint).
@@ -83,9 +93,12 @@ class MemoryPlan:
     rows_per_file: int
     read_buffer_bytes: int       # SSDOptions.read_buffer_bytes
     compact_batch_bytes: int     # SSDOptions.compact_batch_bytes
-    hbm_keys: int                # HBM-PS capacity (keys)
+    hbm_keys: int                # HBM-PS capacity at first (keys)
     working_set: int             # rows this rank owns in the first batch (the tier must cache them)
-    device: tuple = ()           # Share, ...: device memory (the --hbm-budget cache goes here)
+    hbm_budget: int = 0          # --hbm-budget (or its default), bytes
+    hbm_rows: int = 0            # rows the HBM-PS may hold (hbm_rows_for(hbm_budget))
+    hbm_source: str = "--hbm-budget"  # where hbm_budget came from
+    device: tuple = ()           # Share, ...: device memory (on cuda, the --hbm-budget cache)
 
     @property
     def row_bytes(self) -> int:
@@ -151,19 +164,23 @@ class MemoryPlan:
             budget += need - tier
 
     def describe(self) -> str:
-        parts = ", ".join(f"{s.what} {_size(s.nbytes)}" for s in self.shares)
+        parts = ", ".join(f"{s.what} {format_bytes(s.nbytes)}" for s in self.shares)
         lo, hi = (INDEX_SLOT_BYTES * s for s in INDEX_SLOTS_PER_KEY)
-        device = "; device: " + ", ".join(f"{s.what} {_size(s.nbytes)}" for s in self.device) if self.device else ""
-        return (f"budget {_size(self.budget)} ({self.source}): {parts}; MEM-PS tier {_size(self.tier_bytes)}: "
+        where = "in device memory" if self.device else "the twin, on the CPU"
+        hbm = (f"; HBM-PS cache ({where}): --hbm-budget {format_bytes(self.hbm_budget)} ({self.hbm_source}), up to "
+               f"{self.hbm_rows:,} rows, {self.hbm_keys:,} keys at first")
+        return (f"budget {format_bytes(self.budget)} ({self.source}): {parts}; MEM-PS tier {format_bytes(self.tier_bytes)}: "
                 f"a cache of up to {self.cache_rows:,} rows of {self.row_bytes} B with their maps and ghost "
                 f"table, and the SSD-PS key index ({lo}-{hi} B per key of the table, about 200 B while it "
-                f"doubles; the cache gives way to it: a table of up to {self.max_table_keys:,} keys){device}")
+                f"doubles; the cache gives way to it: a table of up to {self.max_table_keys:,} keys){hbm}")
 
 
 #: An SSD-PS key index (key -> (file, slot)) as a store opens it, for projections of its growth.
 _EMPTY_INDEX = KeyIndex(width=2)
 #: Names of the shares (``Share.what``).
 MODEL, TWIN, IN_FLIGHT, SSD_BUFFERS = "model", "HBM-PS twin", "batches in flight", "SSD-PS buffers"
+#: Name of the device share of the HBM-PS cache (``MemoryPlan.device`` on ``cuda``).
+HBM_CACHE = "HBM-PS cache"
 
 
 def index_bytes_for(keys: int, row_bytes: int, step: int) -> int:
@@ -187,13 +204,6 @@ def compaction_rows(budget: int, row_bytes: int, rows_per_file: int) -> int:
     return max(1, min(int(rows_per_file), _ssd_buffers(budget, rows_per_file)[1] // (int(row_bytes) + 16)))
 
 
-def _size(n: float) -> str:
-    for unit, f in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= f:
-            return f"{n / f:.1f} {unit}"
-    return f"{int(n)} B"
-
-
 def resolve_budget(explicit: int | None, ranks_on_node: int) -> tuple[int, str]:
     """-> (this rank's budget, where it came from). ``explicit`` (``--mem-budget``) is used as given,
     but refused when this node's ranks would together ask for more than the machine has (a typo
@@ -205,14 +215,14 @@ def resolve_budget(explicit: int | None, ranks_on_node: int) -> tuple[int, str]:
         if limit is not None and int(explicit) * r > limit:
             each = f" x {r} ranks on this node" if r > 1 else ""
             raise InvalidInputError(
-                f"--mem-budget {_size(explicit)}{each} is more than this machine's memory, {_size(limit)} "
+                f"--mem-budget {format_bytes(explicit)}{each} is more than this machine's memory, {format_bytes(limit)} "
                 f"({what}): lower it, or leave it out to use {DEFAULT_BUDGET_FRACTION} of the memory available")
         return int(explicit), "--mem-budget"
     avail, what = memory_available()
     if avail is None:
         raise InvalidInputError(f"cannot size the memory budget: {what}; give --mem-budget")
     return (int(DEFAULT_BUDGET_FRACTION * avail / r),
-            f"{DEFAULT_BUDGET_FRACTION} x {what} {_size(avail)} / {r} rank{'s' if r > 1 else ''} on this node")
+            f"{DEFAULT_BUDGET_FRACTION} x {what} {format_bytes(avail)} / {r} rank{'s' if r > 1 else ''} on this node")
 
 
 def batches_held(queue_depth: int) -> int:
@@ -230,22 +240,8 @@ def check_batch_size(batch_size: int, minibatch_size: int, n_ranks: int, queue_d
     if need > budget:
         raise InvalidInputError(
             f"--batch-size {int(batch_size):,}: the {held} batches a rank's pipeline holds take at least "
-            f"{_size(need)} ({MIN_EXAMPLE_BYTES} B per example: a key and a label; each field and dense "
-            f"feature adds more), more than the memory budget of {_size(budget)} ({source}): lower --batch-size")
-
-
-def hbm_bytes(capacity: int, row_width: int, itemsize: int, n_parts: int, window: int, working_set: int) -> int:
-    """DRAM of a CPU HBM-PS twin: its table(s) (key u64, state i32, cache score u64, row per slot) and the residency
-    bookkeeping (a KeyIndex of the resident keys, the working sets of ``window + 1`` batches)."""
-    if n_parts > 1:
-        part = min(capacity, -(-5 * capacity // (4 * n_parts)) + 64)
-        slots = n_parts * slots_for(part, DEFAULT_MAX_LOAD_FACTOR)
-    else:
-        slots = slots_for(capacity, DEFAULT_MAX_LOAD_FACTOR)
-    resident = (window + 1) * working_set
-    return (slots * (SLOT_OVERHEAD_BYTES["cpu"] + row_width * itemsize)
-            + slots_for(2 * resident, DEFAULT_MAX_LOAD_FACTOR) * 20
-            + 8 * resident)
+            f"{format_bytes(need)} ({MIN_EXAMPLE_BYTES} B per example: a key and a label; each field and dense "
+            f"feature adds more), more than the memory budget of {format_bytes(budget)} ({source}): lower --batch-size")
 
 
 def pipeline_bytes(batch_bytes: int, queue_depth: int, reader_bytes: int, owned_working_set: int, row_bytes: int,
@@ -306,31 +302,44 @@ def budget_for_rows(rows: int, row_width: int, rows_per_file: int = DEFAULT_ROWS
 
 def plan_memory(budget: int, row_width: int, owned_working_set: int, working_set: int, *, window: int,
                 device: str, n_parts: int = 1, hbm_capacity: int | None = None, rows_per_file: int = DEFAULT_ROWS_PER_FILE,
-                source: str = "--mem-budget", model: dict | None = None, pipeline: int = 0) -> MemoryPlan:
+                source: str = "--mem-budget", model: dict | None = None, pipeline: int = 0,
+                hbm_budget: int | None = None, free_bytes=None) -> MemoryPlan:
     """Split ``budget`` bytes (one rank; float32 rows of ``row_width``) -> MemoryPlan. ``model``: {what: bytes} of the model
-    (``_preflight.memory_floor``); ``pipeline``: bytes of the batches in flight (``pipeline_bytes``).
-    Raises InvalidInputError, naming every share, when the tier left cannot cache
-    ``owned_working_set`` rows (one batch's keys this rank owns)."""
+    (``_preflight.memory_floor``); ``pipeline``: bytes of the batches in flight (``pipeline_bytes``);
+    ``hbm_budget``: ``--hbm-budget`` (None: :func:`default_hbm_budget`, ``free_bytes`` the GPU's free
+    memory on ``cuda``). Raises InvalidInputError, naming every share, when the tier left cannot cache
+    ``owned_working_set`` rows (one batch's keys this rank owns), or when ``hbm_budget`` holds no row."""
     itemsize = 4
     row_bytes = row_width * itemsize
     read_buf, compact, ssd = _ssd_buffers(budget, rows_per_file)
-    hbm_keys = hbm_capacity or max(1024, 2 * (window + 1) * working_set)
+    planned = max(1024, 2 * (window + 1) * working_set)
+    hbm_source = "--hbm-budget"
+    if hbm_budget is None:
+        hbm_budget, hbm_source = default_hbm_budget(device, row_width, itemsize, planned, free_bytes)
+    hbm_rows = hbm_rows_for(hbm_budget, row_width, itemsize)
+    if hbm_rows < 1:
+        raise InvalidInputError(f"--hbm-budget {hbm_budget} B holds no row of {hbm_row_bytes(row_width, itemsize)} B: "
+                                "raise it")
+    # the slot array a table of that many keys takes holds up to its load factor: ask for all of it
+    first = hbm_capacity or planned
+    hbm_keys = min(max(first, int(slots_for(first, DEFAULT_MAX_LOAD_FACTOR) * DEFAULT_MAX_LOAD_FACTOR)), hbm_rows)
     shares = [Share(MODEL, sum((model or {}).values()))]
     if device == "cpu":
-        shares.append(Share(TWIN, hbm_bytes(hbm_keys, row_width, itemsize, n_parts, window, working_set)))
+        shares.append(Share(TWIN, hbm_bytes(hbm_keys, row_width, itemsize, n_parts)))
     shares += [Share(IN_FLIGHT, int(pipeline)), Share(SSD_BUFFERS, ssd)]
     tier = budget - sum(s.nbytes for s in shares)
     plan = MemoryPlan(budget, source, tuple(shares), max(0, tier), row_width, rows_per_file, read_buf, compact,
-                      hbm_keys, owned_working_set)
+                      hbm_keys, owned_working_set, int(hbm_budget), hbm_rows, hbm_source,
+                      (Share(HBM_CACHE, int(hbm_budget)),) if device == "cuda" else ())
     need_rows = max(1, owned_working_set)
     if tier < RowCache.bytes_for(need_rows, row_width):
         need = plan.budget_for_cache_rows(need_rows)
-        parts = ", ".join(f"{s.what} {_size(s.nbytes)}" for s in shares)
+        parts = ", ".join(f"{s.what} {format_bytes(s.nbytes)}" for s in shares)
         raise InvalidInputError(
-            f"a memory budget of {_size(budget)} ({source}) cannot hold one batch's working set: {parts} "
-            f"leave {_size(max(0, tier))} for the MEM-PS, which must cache the {owned_working_set:,} rows of "
-            f"{row_bytes} B this rank owns in a batch ({_size(RowCache.bytes_for(need_rows, row_width))} "
-            f"with their maps and ghost table); raise --mem-budget to at least {need} B ({_size(need)}) "
+            f"a memory budget of {format_bytes(budget)} ({source}) cannot hold one batch's working set: {parts} "
+            f"leave {format_bytes(max(0, tier))} for the MEM-PS, which must cache the {owned_working_set:,} rows of "
+            f"{row_bytes} B this rank owns in a batch ({format_bytes(RowCache.bytes_for(need_rows, row_width))} "
+            f"with their maps and ghost table); raise --mem-budget to at least {need} B ({format_bytes(need)}) "
             f"or lower --batch-size")
     return plan
 
@@ -350,23 +359,25 @@ def plan_job(trainer, resident: int, owned: int, model: dict, window: int) -> Me
     budget, source = trainer.budget
     return plan_memory(budget, trainer.row_width, owned, resident, window=window, device=t.device,
                        n_parts=t.n_parts, hbm_capacity=t.hbm_capacity, rows_per_file=t.rows_per_file,
-                       source=source, model=model, pipeline=pipe)
+                       source=source, model=model, pipeline=pipe, hbm_budget=t.hbm_budget,
+                       free_bytes=device_free_bytes(t.device))
 
 
 class TwinBudget:
     """Charges the growth of the CPU HBM-PS twin beyond the plan to the MEM-PS tier (the twin is
-    sized from the first batch; a later, larger working set grows it: ``ParameterHierarchy.place``).
+    sized from the first batch; rows staying resident grow it up to ``--hbm-budget``:
+    ``ParameterHierarchy.prepare``).
     Called as ``grow(capacity, reserve)``: lowers the MEM-PS budget (``hps.mem.MemPS.set_budget``:
     the cache sheds rows) by what the twin holds beyond its share while it rebuilds (old and new
     tables and the rows moved between them), reserves, then by what the grown twin holds."""
 
-    def __init__(self, plan: MemoryPlan, memps, n_parts: int, window: int):
-        self.plan, self.memps, self.n_parts, self.window = plan, memps, int(n_parts), int(window)
+    def __init__(self, plan: MemoryPlan, memps, n_parts: int):
+        self.plan, self.memps, self.n_parts = plan, memps, int(n_parts)
         self.capacity = plan.hbm_keys
 
     def _table(self, capacity: int) -> int:
-        """The twin's table(s) at ``capacity`` keys (its residency bookkeeping does not grow with it)."""
-        return hbm_bytes(capacity, self.plan.row_width, 4, self.n_parts, self.window, 0)
+        """The twin's table(s) at ``capacity`` keys."""
+        return hbm_bytes(capacity, self.plan.row_width, 4, self.n_parts)
 
     def __call__(self, capacity: int, reserve) -> None:
         planned, old, new = self._table(self.plan.hbm_keys), self._table(self.capacity), self._table(capacity)

@@ -26,8 +26,10 @@ device->host copy before an MPI call is what synchronises the stream. ``cuda_awa
 (``hps.comm.cuda_aware``) and reported, but device buffers are staged even then (passing them to MPI
 directly is not implemented).
 
-Rows enter and leave the HBM-PS only between batches, through :class:`LedgerTable` (``fetch`` in,
-``writeback`` out: evictions, checkpoints, evaluation lookups, HET's owner updates).
+Rows enter and leave the HBM-PS in the prepare stage, through :class:`LedgerTable`: the residency
+lookup of each batch's working set (``plan``: its keys up, their slots down), the misses' keys and rows
+in (``fetch``), the rows that leave it (``writeback``: the budget's victims in one batched call,
+checkpoints and exports, evaluation lookups, HET's owner updates).
 
 Under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the array module is NumPy (``hps._xp``), the
 kernels run in the simulator, and the ledger counts the copies a GPU would make.
@@ -48,6 +50,7 @@ from ..gpu import (
     TransferLedger,
     backward_plan,
     bce_loss_grad_async,
+    missing_keys,
     pool_backward_sorted_async,
     pool_forward_rows_async,
 )
@@ -94,6 +97,34 @@ class LedgerTable:
             self.ledger.record("h2d", "writeback", keys.nbytes)
             return self.table.erase(keys)
         return self.table.erase(self.ledger.to_device(keys, "writeback"))
+
+    def missing(self, keys: np.ndarray, batch: int) -> np.ndarray:
+        """The keys of host ``keys`` (n,) uint64 not resident, in input order (host array), each resident
+        key counting a use in ``batch``: the residency lookup and the miss list computed on the device
+        (``hps.gpu.missing_keys``); the keys go up and only the misses come down (``plan``). Blocking."""
+        if self.parted:
+            miss = self.table.missing(keys, batch)
+            self.ledger.record("h2d", "plan", keys.nbytes)
+            self.ledger.record("d2h", "plan", miss.nbytes)
+            return miss
+        with self.table.device_view():  # the table's lock: the simulator runs one thread's kernels at a time
+            _, miss = missing_keys(self.table, self.ledger.to_device(keys, "plan"), batch, self.ledger.xp)
+        return self.ledger.to_host(miss, "plan")
+
+    def evict(self, n: int, protect_from: int):
+        """The table's ``evict`` (host keys and rows, ``writeback``). Blocking."""
+        keys, rows = self.table.evict(n, protect_from)
+        self.ledger.record("d2h", "writeback", keys.nbytes + rows.nbytes)
+        return keys, rows
+
+    def export(self):
+        """(keys, rows) host arrays of every resident row (``writeback``). Blocking."""
+        keys, rows = self.table.export()
+        self.ledger.record("d2h", "writeback", keys.nbytes + rows.nbytes)
+        return keys, rows
+
+    def clear(self) -> None:
+        self.table.clear()
 
     def reserve(self, capacity: int) -> None:
         self.table.reserve(capacity)

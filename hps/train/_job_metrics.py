@@ -12,10 +12,12 @@ from ._device_backend import transfer_metrics
 SSD_FIGURES = ("bytes_read", "bytes_written", "disk_bytes", "files", "live_rows")
 
 
-def rank_figures(coll, pipeline, feed, store, memps, resident_rows: int, transfers, features: dict) -> dict:
+def rank_figures(coll, pipeline, feed, store, memps, resident_rows: int, transfers, features: dict,
+                 hbm: dict | None = None) -> dict:
     """This rank's share of the work: bytes parsed, peak ``resident_rows``, bytes sent by kind, CPU
     seconds of each stage's thread outside MPI, wall and CPU seconds inside MPI, SSD-PS figures, the
-    backend's ``transfers`` and the ``features``' figures."""
+    backend's ``transfers``, the ``features``' figures and the HBM-PS cache's ``hbm`` (rows
+    ``fetched`` into it, ``evicted`` for its budget, ``budget_rows``)."""
     chans = coll.channels()
     times = pipeline.stage_times()
     cpu = {s: times[s].cpu - (chans[c].mpi_cpu_seconds if c else 0.0) for s, c in STAGE_CHANNELS.items()}
@@ -25,7 +27,8 @@ def rank_figures(coll, pipeline, feed, store, memps, resident_rows: int, transfe
     return {"bytes_parsed": feed.bytes_parsed, "resident_rows": resident_rows, "bytes_sent": coll.bytes_sent(),
             "stage_cpu_seconds": cpu, "mpi_seconds": mpi, "mpi_cpu_seconds": mpi_cpu, "malformed": feed.malformed(),
             "ssd_rows_loaded": memps.stats()["ssd_loads"], "ssd": {k: st[k] for k in SSD_FIGURES},
-            "transfers": transfers, "features": features}
+            "transfers": transfers, "features": features,
+            "hbm": hbm or {"fetched": 0, "evicted": 0, "budget_rows": None}}
 
 
 def job_figures(per: list, coll, pipeline, memps) -> dict:
@@ -52,6 +55,9 @@ def job_figures(per: list, coll, pipeline, memps) -> dict:
         "comm_seconds": coll.mpi_seconds(),
         "bytes_parsed": [r["bytes_parsed"] for r in per],
         "resident_rows": [r["resident_rows"] for r in per],
+        "hbm_budget_rows": [r["hbm"]["budget_rows"] for r in per],
+        "hbm_fetched_rows": sum(r["hbm"]["fetched"] for r in per),
+        "hbm_evicted_rows": sum(r["hbm"]["evicted"] for r in per),
         "bytes_sent": {k: sum(r["bytes_sent"][k] for r in per) for k in per[0]["bytes_sent"]},
         "bytes_sent_per_rank": [r["bytes_sent"] for r in per],
         "stage_cpu_seconds": [r["stage_cpu_seconds"] for r in per],

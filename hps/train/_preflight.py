@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._options import format_bytes
 from ..cli import check_writable
 from ..comm import SPARSE_KEYS
 from ..errors import InvalidInputError
@@ -73,13 +74,11 @@ def check_memory(n_fields: int, n_dense: int, cfg, n_ranks: int, budget: tuple[i
     have, source = budget
     if sum(need.values()) <= have:
         return model
-    from ._budget import _size
-
-    parts = ", ".join(f"{what} {_size(b)}" for what, b in need.items())
+    parts = ", ".join(f"{what} {format_bytes(b)}" for what, b in need.items())
     raise InvalidInputError(
-        f"this job needs at least {_size(sum(need.values()))} of memory ({parts}; "
+        f"this job needs at least {format_bytes(sum(need.values()))} of memory ({parts}; "
         f"{n_fields} fields x embedding-dim {cfg.model.embedding_dim}, hidden {list(cfg.model.hidden)}) "
-        f"but its memory budget is {_size(have)} ({source}): lower --embedding-dim, --hidden, "
+        f"but its memory budget is {format_bytes(have)} ({source}): lower --embedding-dim, --hidden, "
         f"--minibatch-size or --hbm-capacity, or raise --mem-budget")
 
 

@@ -7,10 +7,11 @@ has its own duplicate of the job's communicator (``_collectives``):
                agree with the other ranks on the size of every global mini-batch and on where the
                epoch ends (one small all-reduce per batch);
 2. ``prepare`` plan the mini-batches and find the keys this rank holds resident for the batch
-               (``_sync``: keys sent to their owners, or gathered from every rank); evict what left
-               the residency window and fetch the rest from MEM-PS/SSD-PS;
-3. ``place``   insert the fetched rows into HBM-PS (growing it if needed) and stage the batch's
-               inputs for the step (``Backend.stage``: on ``--device cuda`` one upload of its plan);
+               (``_sync``: keys sent to their owners, or gathered from every rank); look them up in
+               the HBM-PS (a cache across batches), evict its coldest rows if the misses need room
+               under ``--hbm-budget``, fetch the misses from MEM-PS/SSD-PS and insert them (``_hierarchy``);
+3. ``place``   stage the batch's inputs for the step (``Backend.stage``: on ``--device cuda`` one
+               upload of its plan);
 4. ``train``   per global mini-batch, one step written once over the array module (``_backend``):
                rows -> forward/backward on this rank's examples -> summed gradient of every key ->
                one optimizer step per key (``_sync``, ``_het_sync``) -> dense sync and step
@@ -31,7 +32,7 @@ import numpy as np
 
 from .._xp import array_module
 from ..config import Config
-from ..errors import HashTableFullError, InvalidInputError, NumericalError, PipelineError
+from ..errors import InvalidInputError, NumericalError, PipelineError
 from ..formats import _checkpoint, _export
 from ..mem import MemPS, RowInitializer
 from ..metrics import auc as auc_score, logloss as logloss_score
@@ -106,6 +107,8 @@ class Trainer:
             # kept for the warm-up, which compiles on it instead of parsing the data again (fit drops it)
             self.first_batch, resident, owned = first_working_set(self.feed, self.coll, self.sync.replicated)
             self.plan = plan_job(self, resident, owned, model_bytes, WINDOW)
+            rows, shared = self.plan.hbm_rows, self.sync.replicated and self.coll.size > 1
+            self.hbm_rows = min(self.coll.main.allgather(rows)) if shared else rows  # allreduce: identical tables
             self.log(f"hps: {self.plan.describe()}")
             # SSD-PS is this run's scratch space (durability comes from checkpoints): no fsync per dump
             opts = SSDOptions(page_cache=t.ssd_page_cache, **self.plan.ssd_options())
@@ -162,9 +165,9 @@ class Trainer:
         t = self.cfg.tiers
         hbm = self.backend.wrap(make_hbm(self.plan.hbm_keys, self.row_width, t.device, t.n_parts, t.gpus))
         pull = self.coll.prepare.pull_rows if self.sync.replicated else None
-        grow = (TwinBudget(self.plan, self.memps, t.n_parts, WINDOW)   # the twin's growth is in the budget
+        grow = (TwinBudget(self.plan, self.memps, t.n_parts)   # the twin's growth is in the budget
                 if t.device == "cpu" and self.memps.budget_bytes is not None else None)
-        self.hier = ParameterHierarchy(hbm, self.memps, WINDOW, self.coll.owned_mask, pull, grow)
+        self.hier = ParameterHierarchy(hbm, self.memps, WINDOW, self.coll.owned_mask, pull, self.hbm_rows, grow)
         self.hier.mark_trained(self.start_index - 1)  # resumed: the batches before were trained
 
     def _gate(self, w: Work) -> None:
@@ -187,11 +190,6 @@ class Trainer:
     def _place(self, w: Work) -> Work:
         if w.prepared is None:
             return w
-        try:
-            self.hier.place(w.prepared)
-        except HashTableFullError as e:
-            raise HashTableFullError(f"{e} (HBM-PS holds the working sets of {WINDOW + 1} batches: raise "
-                                     "--hbm-capacity or lower --batch-size)") from None
         w.staged = self.backend.stage(w.local, w.plans, self.hier.hbm)
         return w
 
@@ -380,7 +378,9 @@ class Trainer:
     def rank_metrics(self) -> dict:
         """This rank's figures (``_job_metrics.rank_figures``)."""
         return rank_figures(self.coll, self.pipeline, self.feed, self.store, self.memps, self.peak_resident,
-                            self.backend.transfers(), self.features.rank_metrics())
+                            self.backend.transfers(), self.features.rank_metrics(),
+                            {"fetched": getattr(self.hier, "fetched", 0), "evicted": getattr(self.hier, "evicted", 0),
+                             "budget_rows": self.hbm_rows})
 
     def metrics(self) -> dict:
         """Job metrics: the features', the training's and every rank's (``_job_metrics.job_figures``).

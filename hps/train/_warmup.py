@@ -19,7 +19,9 @@ import time
 
 import numpy as np
 
+from .._index import warm_up as index_warm_up
 from ..config import Scratch, scratch_config
+from ._hbm_budget import hbm_budget_for
 from ._collectives import Collectives
 from ._feed import Feed
 
@@ -63,13 +65,17 @@ def _scratch_run(trainer, first) -> None:
     parts = [first.slice(a, min(a + WARMUP_EXAMPLES, n)) for a in range(0, n, WARMUP_EXAMPLES)]
     working_set = max(int(np.unique(p.keys).shape[0]) for p in parts)
     # the job's own configuration in its warm-up form (each option declares it: hps.config.WARMUP) with
-    # the job's budget (its plan holds the scratch job's smaller shares), and below, a MEM-PS cache of
-    # one batch's working set: later batches spill to SSD-PS and load back
-    scratch_cfg = scratch_config(trainer.cfg, Scratch(examples=WARMUP_EXAMPLES, mem_budget=trainer.plan.budget))
+    # the job's budget (its plan holds the scratch job's smaller shares), an HBM-PS cache of two
+    # batches' working sets (rows leave it for the MEM-PS) and below, a MEM-PS cache of one batch's
+    # working set: later batches spill to SSD-PS and load back
+    hbm = hbm_budget_for(2 * working_set, trainer.row_width)
+    scratch_cfg = scratch_config(trainer.cfg, Scratch(WARMUP_EXAMPLES, trainer.plan.budget, hbm))
     feed = Feed.replay(parts, trainer.feed.n_fields, trainer.feed.n_dense, scratch_cfg.train.minibatch_size)
     scratch = type(trainer)(scratch_cfg, Collectives(), log=lambda *a, **k: None, feed=feed, cache_rows=working_set)
     try:
         scratch.fit(warm_up=False)
+        scratch.hier.sync_to_store()   # a consistent cut, as checkpoints take: the table's export
+        index_warm_up()                # the SSD-PS index's growth, which the scratch table never reaches
         scratch.evaluate(parts[:1])
         trainer.coll.warm_up(parts[0].keys, trainer.row_params)  # all-reduces carry row gradients
     finally:

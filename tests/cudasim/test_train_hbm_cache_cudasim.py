@@ -1,0 +1,64 @@
+"""The HBM-PS as a cache across batches on Numba's CUDA simulator (``--hbm-budget``,
+``hps/train/_hierarchy.py``): a table that fits uploads each row once, however often it is used
+again; a budget that forces evictions (victims chosen by the table's slot score on the device, written
+down in one batched call) and a MEM-PS that spills to the SSD-PS end with the CPU's model, and so does
+a job resumed from a checkpoint taken while dirty rows were resident in the HBM-PS."""
+
+import shutil
+
+import pytest
+
+from tests.cudasim.test_train_device_cuda_cudasim import CASES, TINY, assert_ledger, assert_same_model, run
+
+pytestmark = pytest.mark.cudasim
+
+#: 3 batches an epoch of ~120 keys each over ~260 keys: 128 rows of HBM-PS (12 KiB of 48 B slots at
+#: load 0.5) hold a batch but not the table; a budget of 500 KiB leaves a MEM-PS tier below the table's
+#: rows beside the SSD-PS key index, which grows with every write of a row that goes up and down the
+#: tiers (the smallest budget the job accepts on cpu, in steps of 50 KiB): rows spill to the SSD-PS
+SHAPE = ["--vocab-per-field", "1000", "--hbm-budget", "12KiB", "--rows-per-file", "32"]
+#: per device: the same MEM-PS tier on both (the plan on cpu also holds the HBM-PS twin, 11 KiB)
+BUDGET = {"cpu": "500KiB", "cuda": "489KiB"}
+
+
+def run_spill(tmp_path, device, extra=()):
+    return run(tmp_path, device, [*SHAPE, "--mem-budget", BUDGET[device], *extra])
+
+
+def test_a_table_that_fits_uploads_each_row_once_over_epochs(tmp_path):
+    """Two epochs: every key is used again after it left the residency window, and no row goes up
+    twice (fetch = the table's rows, once each); the CPU twin ends with the same model."""
+    args = ["--epochs", "2"]
+    ec, mc = run(tmp_path, "cpu", args)
+    eg, mg = run(tmp_path, "cuda", args)
+    assert_same_model(ec, eg)
+    assert mg["hbm_fetched_rows"] == mg["table_rows"] == mc["hbm_fetched_rows"] and mg["hbm_evicted_rows"] == 0
+    assert_ledger(mg, CASES["ctr-adagrad"][1], batches=6, fetched=mg["table_rows"])
+
+
+def test_evictions_and_ssd_spills_end_like_the_cpu(tmp_path):
+    ec, mc = run_spill(tmp_path, "cpu", ["--epochs", "2"])
+    eg, mg = run_spill(tmp_path, "cuda", ["--epochs", "2"])
+    assert_same_model(ec, eg)
+    assert mg["hbm_evicted_rows"] == mc["hbm_evicted_rows"] > 0   # the same victims' count
+    assert mg["hbm_fetched_rows"] == mc["hbm_fetched_rows"] > mg["table_rows"]
+    assert mg["ssd_bytes_read"] > 0 and max(mg["resident_rows"]) <= 128
+    assert_ledger(mg, CASES["ctr-adagrad"][1], batches=6, fetched=mg["hbm_fetched_rows"])
+
+
+def test_a_resumed_job_ends_like_the_uninterrupted_cpu_job(tmp_path):
+    """A checkpoint taken after batch 1 (dirty rows resident in the HBM-PS, batches prepared ahead
+    inserted there) holds the current rows: resumed for a second epoch, the job ends like the CPU's
+    uninterrupted one."""
+    full, _ = run_spill(tmp_path, "cpu", ["--epochs", "2"])
+    ck = tmp_path / "ck"
+    (tmp_path / "half").mkdir()
+    run_spill(tmp_path / "half", "cuda", ["--checkpoint-dir", str(ck), "--checkpoint-every", "2",
+                                          "--keep-checkpoints", "2"])
+    newest = (ck / "LATEST").read_text().strip()
+    shutil.rmtree(ck / newest)             # resume falls back to the checkpoint after batch 1
+    (tmp_path / "resumed").mkdir()
+    resumed, m = run_spill(tmp_path / "resumed", "cuda", ["--epochs", "2", "--checkpoint-dir", str(ck), "--resume"])
+    assert m["hbm_evicted_rows"] > 0
+    assert_same_model(full, resumed)
+
