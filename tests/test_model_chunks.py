@@ -23,6 +23,31 @@ def test_chunk_bounds_depend_only_on_the_examples():
     assert chunk_bounds(10, None) == [(0, 10)]
 
 
+def test_helpers_cpu_seconds_count_the_chunks_they_ran():
+    """``helper_cpu_seconds`` grows by the helpers' thread CPU; with one thread there is none."""
+    import time
+
+    def spin(i):
+        end = time.thread_time() + 0.05
+        while time.thread_time() < end:
+            pass
+        return threading.get_ident()
+
+    one = ChunkThreads(1)
+    one.run(spin, 4)
+    assert one.helper_cpu_seconds == 0.0
+    pool = ChunkThreads(2)
+    try:
+        ran = pool.run(spin, 8)
+        by_helpers = sum(t != threading.get_ident() for t in ran)
+        deadline = time.monotonic() + 5          # the helper adds its CPU right after its last chunk
+        while pool.helper_cpu_seconds < by_helpers * 0.05 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pool.helper_cpu_seconds >= by_helpers * 0.05 > 0
+    finally:
+        pool.resize(1)
+
+
 def test_threads_run_every_chunk_once_in_order_and_concurrently():
     pool = ChunkThreads(3)
     try:
