@@ -6,7 +6,7 @@ job's metrics)."""
 from __future__ import annotations
 
 from ._collectives import STAGE_CHANNELS
-from ._device_backend import transfer_metrics
+from ..gpu import transfer_metrics
 
 #: The SSD-PS figures each rank reports (``SSDStore.stats``).
 SSD_FIGURES = ("bytes_read", "bytes_written", "disk_bytes", "files", "live_rows")
