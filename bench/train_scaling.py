@@ -102,7 +102,7 @@ def scaling(a) -> dict:
     ranks = [int(x) for x in a.ranks.split(",")]
     work = Path(tempfile.mkdtemp(prefix="hps-scaling-", dir=a.work_dir))
     try:
-        parts = [write_criteo(work / f"part-{i}.txt", a.rows, seed=i) for i in range(max(ranks))]
+        parts = [write_criteo(work / f"part-{i}.txt", a.rows, seed=i) for i in range(max(ranks) if a.weak else 1)]
         evals = write_criteo(work / "eval.txt", max(1, a.rows // 10), seed=1000)
         common = ["--format", "criteo", "--epochs", "1", "--embedding-dim", str(a.embedding_dim),
                   "--hidden", a.hidden, "--sparse-sync", a.sparse_sync]

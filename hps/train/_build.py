@@ -55,6 +55,7 @@ def step_strategies(tc, data, coll, be, sparse_opt, dense_opt, params: dict, row
                        checkpoint_every=tc.checkpoint_every)
     else:
         sync = SYNCS[tc.sparse_sync](coll, sparse_opt, row_params, hot, compress=dense.compress)
+        sync.dense = dense  # the dense gradients' reduction starts before the sparse exchange
     return hot, sync, dense
 
 
