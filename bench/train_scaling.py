@@ -179,8 +179,9 @@ def report(out: dict) -> str:
                             else f"{'n/a':>9}") + f"{rss:>13.0f}")
     lines.append(f"# busiest: max over ranks of the busiest stage's CPU s outside MPI (train: with the dense pass's "
                  f"helper threads); x 100G/10G: speedup of T(N) "
-                 f"(weak: N T(1)/T(N)); job CPU: user+sys s summed over ranks (/usr/bin/time); floor: the least x 1 can be "
-                 f"when the work divides perfectly and each process repeats only its fixed cost; x 1 -fix: the same "
+                 f"(weak: N T(1)/T(N)); job CPU: user+sys s summed over ranks (/usr/bin/time); floor: the least "
+                 f"x 1 can be when the work divides perfectly and each process repeats only its fixed cost; x 1 -fix: "
+                 f"the same "
                  f"ratio after taking away {out['fixed_cpu_s']:.2f} s per process (a 1-rank job on 1,000 lines)")
     lines.append("# per rank: CPU seconds of each stage outside MPI (read / prepare / place / train, with its helper "
                  "threads); "

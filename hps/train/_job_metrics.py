@@ -14,8 +14,8 @@ SSD_FIGURES = ("bytes_read", "bytes_written", "disk_bytes", "files", "live_rows"
 
 def rank_figures(coll, pipeline, feed, store, memps, resident_rows: int, transfers, features: dict) -> dict:
     """This rank's share of the work: bytes parsed, peak ``resident_rows``, bytes sent by kind, CPU
-    seconds of each stage outside MPI (its thread's and its helpers', ``StageTimes.helper_cpu``), wall and CPU seconds inside MPI, SSD-PS figures, the
-    backend's ``transfers`` and the ``features``' figures."""
+    seconds of each stage outside MPI (its thread's and its helpers', ``StageTimes.helper_cpu``), wall
+    and CPU seconds inside MPI, SSD-PS figures, the backend's ``transfers`` and the ``features``' figures."""
     chans = coll.channels()
     times = pipeline.stage_times()
     cpu = {s: times[s].cpu + times[s].helper_cpu - (chans[c].mpi_cpu_seconds if c else 0.0)
