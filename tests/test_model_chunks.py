@@ -27,7 +27,9 @@ def test_helpers_cpu_seconds_count_the_chunks_they_ran():
     """``helper_cpu_seconds`` grows by the helpers' thread CPU; with one thread there is none."""
     import time
 
-    def spin(i):
+    def spin(i, meet=None):
+        if meet is not None:
+            meet.wait()                       # both threads take a chunk: the helper runs one
         end = time.thread_time() + 0.05
         while time.thread_time() < end:
             pass
@@ -38,12 +40,13 @@ def test_helpers_cpu_seconds_count_the_chunks_they_ran():
     assert one.helper_cpu_seconds == 0.0
     pool = ChunkThreads(2)
     try:
-        ran = pool.run(spin, 8)
-        by_helpers = sum(t != threading.get_ident() for t in ran)
-        deadline = time.monotonic() + 5          # the helper adds its CPU right after its last chunk
-        while pool.helper_cpu_seconds < by_helpers * 0.05 and time.monotonic() < deadline:
+        both = threading.Barrier(2, timeout=30)
+        ran = pool.run(lambda i: spin(i, both), 2)
+        assert len(set(ran)) == 2
+        deadline = time.monotonic() + 10         # the helper adds its CPU right after its chunk
+        while pool.helper_cpu_seconds < 0.05 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert pool.helper_cpu_seconds >= by_helpers * 0.05 > 0
+        assert 0.05 <= pool.helper_cpu_seconds < 1.0
     finally:
         pool.resize(1)
 
