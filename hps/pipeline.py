@@ -51,8 +51,13 @@ INTERRUPT_GRACE_S = 0.5
 
 @dataclass
 class StageTimes:
+    """Seconds of one stage: ``busy`` (wall, in its work), ``cpu`` (its thread's CPU in its work),
+    ``helper_cpu`` (CPU of other threads working for it, e.g. a model's chunk helpers; set by whoever
+    owns them), ``wait_in`` / ``wait_out`` (on its queues); ``items`` processed."""
+
     busy: float = 0.0
     cpu: float = 0.0
+    helper_cpu: float = 0.0
     wait_in: float = 0.0
     wait_out: float = 0.0
     items: int = 0

@@ -23,6 +23,34 @@ def test_chunk_bounds_depend_only_on_the_examples():
     assert chunk_bounds(10, None) == [(0, 10)]
 
 
+def test_helpers_cpu_seconds_count_the_chunks_they_ran():
+    """``helper_cpu_seconds`` grows by the helpers' thread CPU; with one thread there is none."""
+    import time
+
+    def spin(i, meet=None):
+        if meet is not None:
+            meet.wait()                       # both threads take a chunk: the helper runs one
+        end = time.thread_time() + 0.05
+        while time.thread_time() < end:
+            pass
+        return threading.get_ident()
+
+    one = ChunkThreads(1)
+    one.run(spin, 4)
+    assert one.helper_cpu_seconds == 0.0
+    pool = ChunkThreads(2)
+    try:
+        both = threading.Barrier(2, timeout=30)
+        ran = pool.run(lambda i: spin(i, both), 2)
+        assert len(set(ran)) == 2
+        deadline = time.monotonic() + 10         # the helper adds its CPU right after its chunk
+        while pool.helper_cpu_seconds < 0.05 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert 0.05 <= pool.helper_cpu_seconds < 1.0
+    finally:
+        pool.resize(1)
+
+
 def test_threads_run_every_chunk_once_in_order_and_concurrently():
     pool = ChunkThreads(3)
     try:

@@ -56,6 +56,7 @@ def test_one_core_and_fixed_counts_never_change():
 class _Model:
     def __init__(self):
         self.threads, self.calls = 1, []
+        self.helper_cpu_seconds = 0.0
 
     def set_threads(self, n):
         self.threads = n
@@ -79,6 +80,22 @@ def test_after_batch_measures_a_window_and_applies_it_to_the_model():
     assert m.calls == [2, 1, 2, 1, 1]  # the last: helpers stopped on leaving
     # each batch counted at the threads it trained with: 2, 2, then 1, then 2, 2, 2
     assert dt.metrics() == {"dense_threads": "auto (1-2)", "dense_threads_batches": {1: 1, 2: 5}}
+
+
+def test_the_helpers_cpu_since_bound_goes_to_the_train_stage():
+    """The train stage's CPU figure counts the chunk helpers' CPU (theirs since the model was bound)."""
+    dt = DenseThreads(2, cores=2)
+    m = _Model()
+    m.helper_cpu_seconds = 5.0                         # spent before: e.g. another job's passes
+    times = {k: SimpleNamespace(busy=0.0, helper_cpu=0.0) for k in ("read", "prepare", "place", "train")}
+    with dt.bound(m):
+        m.helper_cpu_seconds = 5.75
+        dt.after_batch(times, now=1.0)
+        assert times["train"].helper_cpu == pytest.approx(0.75)
+        assert all(times[k].helper_cpu == 0.0 for k in ("read", "prepare", "place"))
+        m.helper_cpu_seconds = 6.0
+        dt.after_batch(times, now=2.0)
+        assert times["train"].helper_cpu == pytest.approx(1.0)  # cumulative, not added twice
 
 
 def test_a_training_run_reports_its_thread_counts(tmp_path):

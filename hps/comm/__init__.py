@@ -16,7 +16,8 @@ of the communicator in the same order. Run the rank's work under :func:`run_guar
 from ._cuda import ENV_FORCE, cuda_aware, is_device_array, local_cuda_support, to_device_like, to_host
 from ._dense import dense_allreduce
 from ._exchange import exchange, pull_remote, push_to_owners
-from ._ordered import allgather_chunks, fold, ordered_allreduce, ordered_reduce_scatter, ordered_sparse_allreduce
+from ._ordered import (PendingReduceScatter, allgather_chunks, fold, ordered_allreduce, ordered_reduce_scatter,
+                       ordered_sparse_allreduce, start_reduce_scatter)
 from ._failure import abort_job, abort_on_error, failure_message, install_excepthook, run_guarded
 from ._sparse import compile_kernels, sparse_allreduce, sparse_allreduce_allgather
 from ._compress import COMPRESS_MODES, Compression
@@ -35,6 +36,8 @@ __all__ = [
     "ordered_allreduce",
     "ordered_sparse_allreduce",
     "ordered_reduce_scatter",
+    "start_reduce_scatter",
+    "PendingReduceScatter",
     "allgather_chunks",
     "fold",
     "exchange",

@@ -7,12 +7,8 @@ import numpy as np
 from .._keys import as_keys
 from ..errors import InvalidInputError
 from ._cuda import is_device_array, to_host
-from ._mpi import MPI
+from ._mpi import mpi_type
 from ._stats import KINDS, OWNER_WRITEBACK, SPARSE_PULL, metered
-
-
-def _mpi_type(dtype):
-    return MPI.Datatype.fromcode(np.dtype(dtype).char)
 
 
 def _alltoallv(comm, data, counts, meter):
@@ -35,7 +31,7 @@ def _alltoallv(comm, data, counts, meter):
     if size == 1:
         out[...] = data
     else:
-        mtype = _mpi_type(data.dtype)
+        mtype = mpi_type(data.dtype)
         comm.Alltoallv([data, (counts * per_row, None), mtype], [out, (recv_counts * per_row, None), mtype])
     meter.sent((int(counts.sum()) - int(counts[rank])) * per_row * data.dtype.itemsize)
     return out, recv_counts

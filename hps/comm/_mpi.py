@@ -9,6 +9,8 @@ from deep inside an import chain.
 
 from __future__ import annotations
 
+import numpy as np
+
 from .._extras import install_hint
 from ..errors import CommError
 
@@ -35,3 +37,16 @@ class _LazyMPI:
 
 
 MPI = _LazyMPI()
+
+
+_TYPES: dict = {}
+
+
+def mpi_type(dtype):
+    """The MPI datatype of NumPy ``dtype`` (looked up once per dtype: the lookup cost ~30 µs a call, on
+    every call of a mini-batch's exchanges)."""
+    char = np.dtype(dtype).char
+    t = _TYPES.get(char)
+    if t is None:
+        t = _TYPES[char] = MPI.Datatype.fromcode(char)
+    return t

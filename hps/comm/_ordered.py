@@ -15,6 +15,11 @@ differences grow to 1e-2 (Adam divides by the gradient's own scale). Here the or
   (one alltoallv, records of key + row), which folds them in rank order (``segment_sum``), and every
   owner's sums go to every rank (one allgatherv).
 
+:func:`start_reduce_scatter` starts the dense reduce-scatter without waiting (MPI's ``Ialltoall``), so
+a caller overlaps it with other work (the train step: the sparse gradients' exchange and the owners'
+updates, Li et al., "PyTorch Distributed", VLDB 2020, §3.2.3) and folds on :meth:`PendingReduceScatter.wait`;
+the fold is the same, so are the bits.
+
 Every function takes the communicator (mpi4py ``Comm``) and ``run(blocking, nonblocking)``: how a call
 waits (the trainer's channels spin or poll, ``_wait``); the bytes sent to other ranks, the seconds and the
 call go to ``stats`` (a ``CommStats``, optional) under ``dense_allreduce`` / ``sparse_allreduce``.
@@ -23,12 +28,15 @@ Collective, blocking; host arrays. Thread safety: none needed (no state).
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from .._hashing import group_by_owner, owner_of
 from ..errors import InvalidInputError
 from ._compress_kernels import sum_rows_f32
 from ._kernels import segment_sum
+from ._mpi import mpi_type
 from ._stats import DENSE_ALLREDUCE, SPARSE_ALLREDUCE, metered
 
 
@@ -45,12 +53,6 @@ def fold(parts, xp=np):
     for a in parts:
         acc += a
     return acc
-
-
-def _mpi_type(dtype):
-    from ._mpi import MPI
-
-    return MPI.Datatype.fromcode(np.dtype(dtype).char)
 
 
 def ordered_allreduce(comm, vec: np.ndarray, run=run_blocking, stats=None) -> np.ndarray:
@@ -85,10 +87,53 @@ def _reduce_scatter(comm, blocks, run, meter) -> np.ndarray:
     p, m = blocks.shape
     parts = np.empty((p, m), np.float32)                         # block `rank` of every rank, rank order
     run(lambda: comm.Alltoall(blocks, parts), lambda: comm.Ialltoall(blocks, parts))
-    folded = np.empty(m, np.float32)
-    sum_rows_f32(parts, folded)
     meter.sent((p - 1) * m * 4)
+    return _fold_parts(parts)
+
+
+def _fold_parts(parts: np.ndarray) -> np.ndarray:
+    """(m,) float32: the rows of ``parts`` (p, m) added in row (= rank) order from 0."""
+    folded = np.empty(parts.shape[1], np.float32)
+    sum_rows_f32(parts, folded)
     return folded
+
+
+class PendingReduceScatter:
+    """An ordered reduce-scatter in flight (:func:`start_reduce_scatter`). MPI reads ``blocks`` and
+    fills ``parts`` until :meth:`wait` returns: the caller leaves ``blocks`` untouched until then.
+    Used by one thread."""
+
+    def __init__(self, comm, blocks: np.ndarray, stats=None):
+        p, m = blocks.shape
+        self.blocks = blocks                                       # kept alive while MPI reads it
+        self.parts = np.empty((p, m), np.float32)
+        self.stats, self.nbytes = stats, (p - 1) * m * 4
+        self.t0 = time.perf_counter()
+        self.request = comm.Ialltoall(blocks, self.parts)
+        self.result = None
+
+    def wait(self, run=run_blocking) -> np.ndarray:
+        """(m,) float32: block ``rank`` summed over the ranks in rank order (as
+        :func:`ordered_reduce_scatter`). ``run(blocking, nonblocking)`` waits for the request (a channel's
+        spin or poll). Idempotent."""
+        if self.result is None:
+            run(self.request.Wait, lambda: self.request)
+            self.result = _fold_parts(self.parts)
+            if self.stats is not None:
+                self.stats.add(DENSE_ALLREDUCE, self.nbytes, time.perf_counter() - self.t0, calls=1)
+        return self.result
+
+
+def start_reduce_scatter(comm, blocks: np.ndarray, stats=None) -> PendingReduceScatter:
+    """Start :func:`ordered_reduce_scatter` of ``blocks`` (p, m) float32, C-contiguous host, without
+    waiting; finish with ``.wait(run)``. Collective: every rank starts it at the same point of its
+    sequence of collectives on ``comm`` (others may be issued before the wait). Bytes under
+    ``dense_allreduce``."""
+    if blocks.dtype != np.float32 or blocks.ndim != 2 or blocks.shape[0] != comm.Get_size():
+        raise InvalidInputError(f"blocks must be ({comm.Get_size()}, m) float32, got {blocks.dtype} {blocks.shape}")
+    if not blocks.flags.c_contiguous:
+        raise InvalidInputError("blocks must be C-contiguous (MPI reads it while the caller works)")
+    return PendingReduceScatter(comm, blocks, stats)
 
 
 def _allgather(comm, chunk, out, run, meter) -> None:
@@ -156,7 +201,7 @@ def _by_owner_then_allgather(comm, keys, values, run, meter):
     send = np.diff(offsets).astype(np.int64)
     recv = np.empty(p, np.int64)
     run(lambda: comm.Alltoall(send, recv), lambda: comm.Ialltoall(send, recv))
-    u32 = _mpi_type(np.uint32)
+    u32 = mpi_type(np.uint32)
     rec = _pack(keys[order], values[order])
     got = np.empty((int(recv.sum()), w), np.uint32)
     s = [rec, (send * w, None), u32]

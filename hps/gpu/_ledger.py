@@ -39,7 +39,7 @@ import numpy as np
 
 from ..errors import InvalidInputError, InvalidTypeError
 
-__all__ = ["TransferLedger", "PURPOSES"]
+__all__ = ["TransferLedger", "PURPOSES", "transfer_metrics"]
 
 #: Purposes of a copy, in the order metrics list them. Metrics keys: never rename.
 PURPOSES = ("plan", "fetch", "writeback", "mpi", "minibatch")
@@ -155,3 +155,19 @@ class TransferLedger:
             return {"h2d_bytes": dict(self._h2d), "d2h_bytes": dict(self._d2h), "peer_bytes": self._peer,
                     "minibatches": self._minibatches, "batch_bytes": self._batch_bytes,
                     "device_dedup_batches": self._dedup_batches}
+
+
+def transfer_metrics(per_rank: list) -> dict:
+    """``h2d_bytes`` / ``d2h_bytes`` (purpose -> bytes, summed over ranks), ``peer_bytes`` (between
+    the GPUs of a rank, summed), ``minibatches`` (rank 0's count: every rank runs every global
+    mini-batch), ``batch_bytes`` and ``device_dedup_batches`` (the batches staged: raw bytes, and how
+    many had their keys deduplicated on the device; summed) from the ledgers' ``metrics()`` of every
+    rank (None for a rank on the CPU: zeros)."""
+    zero = TransferLedger().metrics()
+    per = [m or zero for m in per_rank]
+    return {"h2d_bytes": {k: sum(m["h2d_bytes"][k] for m in per) for k in PURPOSES},
+            "d2h_bytes": {k: sum(m["d2h_bytes"][k] for m in per) for k in PURPOSES},
+            "peer_bytes": sum(m["peer_bytes"] for m in per),
+            "minibatches": per[0]["minibatches"],
+            "batch_bytes": sum(m["batch_bytes"] for m in per),
+            "device_dedup_batches": sum(m["device_dedup_batches"] for m in per)}

@@ -159,6 +159,11 @@ class FieldModel:
         """Threads a host pass runs on (:meth:`set_threads`)."""
         return self._runner.threads
 
+    @property
+    def helper_cpu_seconds(self) -> float:
+        """CPU seconds the helper threads of host passes have used so far (``_chunks``)."""
+        return self._runner.helper_cpu_seconds
+
     def set_threads(self, threads: int) -> None:
         """Run host passes on ``threads`` threads: the caller and ``threads - 1`` helpers that sleep
         between calls (``_chunks``). Results are the same for every thread count. ``set_threads(1)``

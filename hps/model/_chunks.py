@@ -19,6 +19,7 @@ nothing but the chunk it took.
 from __future__ import annotations
 
 import threading
+import time
 
 from ..errors import InvalidInputError
 
@@ -77,6 +78,9 @@ class ChunkThreads:
     after every chunk has finished. Chunks must be independent (write disjoint outputs). Helpers are
     daemon threads, started when first needed and stopped by ``resize(1)``; they wait on a condition
     variable between calls. Thread-safe: concurrent ``run`` calls are serialised.
+
+    ``helper_cpu_seconds``: CPU seconds the helpers spent running chunks (their thread time), so the
+    caller can count the whole pass's CPU, not only its own thread's.
     """
 
     def __init__(self, threads: int = 1):
@@ -86,6 +90,8 @@ class ChunkThreads:
         self._gen = 0
         self._helpers: list[threading.Thread] = []
         self._keep = 0  # helpers with an index below this keep running
+        self._cpu_lock = threading.Lock()
+        self.helper_cpu_seconds = 0.0
         self.threads = 1
         self.resize(threads)
 
@@ -136,4 +142,8 @@ class ChunkThreads:
                     return
                 seen, job = self._gen, self._job
             if job is not None:
+                c = time.thread_time()
                 job.work()
+                c = time.thread_time() - c
+                with self._cpu_lock:
+                    self.helper_cpu_seconds += c

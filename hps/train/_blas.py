@@ -27,6 +27,11 @@ prepare (the larger-than-DRAM job: read + prepare + place busy 1.08 cores over i
 count at one, as does the in-memory job whose stages are busy ~1 core; a 2-core Criteo-format job
 whose other stages are busy ~0.25 cores gets a helper. ``--blas-threads N`` fixes the count at N.
 Results do not depend on the count (``_chunks``), so adapting changes speed, never what is trained.
+
+The helpers' CPU seconds belong to the train stage: :meth:`DenseThreads.after_batch` puts those spent
+since :meth:`DenseThreads.bound` into the stage's ``StageTimes.helper_cpu``, so the stage's CPU figure
+(``_job_metrics``) is the whole dense pass's on any thread count, not the train thread's share of it
+(a 1-rank job on 2 threads otherwise reported ~0.65 of its train stage's CPU).
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ class DenseThreads:
         self.threads = self.fixed if self.fixed is not None else self.cores  # every core until measured
         self._marks: deque = deque(maxlen=max(1, int(window)) + 1)  # (wall, others' busy seconds)
         self._model = None
+        self._helper_cpu0 = 0.0  # the bound model's helpers' CPU seconds when it was bound
         self.batches_at: dict[int, int] = {}  # thread count -> batches trained with it
 
     @property
@@ -89,8 +95,11 @@ class DenseThreads:
 
     def after_batch(self, stage_times: dict, now: float | None = None) -> int:
         """Record a trained batch, re-decide from the last window's timings (``stage_times``: name ->
-        object with a cumulative ``busy`` in seconds) and apply the count to the bound model."""
+        object with a cumulative ``busy`` in seconds) and apply the count to the bound model. The bound
+        model's helpers' CPU seconds so far go to the train stage's ``helper_cpu`` (module docstring)."""
         self.batches_at[self.threads] = self.batches_at.get(self.threads, 0) + 1
+        if self._model is not None and TRAIN_STAGE in stage_times:
+            stage_times[TRAIN_STAGE].helper_cpu = self._model.helper_cpu_seconds - self._helper_cpu0
         now = time.perf_counter() if now is None else now
         self._marks.append((now, sum(t.busy for name, t in stage_times.items() if name != TRAIN_STAGE)))
         if len(self._marks) > 1:
@@ -105,6 +114,7 @@ class DenseThreads:
         """``with``: ``model`` runs on :attr:`threads` threads (re-decided by :meth:`after_batch`),
         OpenBLAS on one (the model's threads are the parallelism); on exit the model's helpers stop."""
         self._model = model
+        self._helper_cpu0 = model.helper_cpu_seconds
         self._marks.clear()
         model.set_threads(self.threads)
         try:

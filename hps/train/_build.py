@@ -12,7 +12,6 @@ from ._admission import FeatureFilter
 from ._backend import HostBackend
 from ._control import TrainingControl, best_dir, run_name
 from ._control_feature import ControlFeature
-from ._device_backend import DeviceBackend
 from ._easgd import make_dense_sync
 from ._fae import FaeFeature, FaeOptions
 from ._features import Features
@@ -30,6 +29,8 @@ def backend(tiers, model, xp, coll):
     Collective over ``coll.main`` on the GPU with several ranks."""
     if tiers.device == "cpu":
         return HostBackend(model)
+    from ._device_backend import DeviceBackend  # here: a CPU job never imports numba-cuda's kernels
+
     placement = Placement(tiers.n_parts, tiers.gpus) if tiers.n_parts > 1 else None
     return DeviceBackend(model, xp, coll, placement)
 
@@ -54,6 +55,7 @@ def step_strategies(tc, data, coll, be, sparse_opt, dense_opt, params: dict, row
                        checkpoint_every=tc.checkpoint_every)
     else:
         sync = SYNCS[tc.sparse_sync](coll, sparse_opt, row_params, hot, compress=dense.compress)
+        sync.dense = dense  # the dense gradients' reduction starts before the sparse exchange
     return hot, sync, dense
 
 

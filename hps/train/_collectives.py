@@ -24,17 +24,12 @@ import numpy as np
 
 from .._hashing import group_by_owner, owner_of
 from ..comm import SPARSE_PULL, CommStats, node_cores
+from ..comm._mpi import mpi_type
 
 #: The channels, by the thread that uses each.
 CHANNELS = ("read", "prepare", "train", "main")
 #: The trainer's pipeline stages and the channel each one's thread communicates on (None: none).
 STAGE_CHANNELS = {"read": "read", "prepare": "prepare", "place": None, "train": "train"}
-
-
-def _mpi_type(dtype):
-    from mpi4py import MPI
-
-    return MPI.Datatype.fromcode(np.dtype(dtype).char)
 
 
 class Channel:
@@ -110,8 +105,8 @@ class Channel:
         row = int(np.prod(arr.shape[1:], dtype=np.int64))
         counts = np.array(self.comm.allgather(arr.shape[0]), np.int64)
         out = np.empty((int(counts.sum()),) + arr.shape[1:], arr.dtype) if self.rank == 0 else None
-        recv = [out, (counts * row, None), _mpi_type(arr.dtype)] if self.rank == 0 else None
-        self._call(lambda: self.comm.Gatherv([arr, _mpi_type(arr.dtype)], recv, root=0))
+        recv = [out, (counts * row, None), mpi_type(arr.dtype)] if self.rank == 0 else None
+        self._call(lambda: self.comm.Gatherv([arr, mpi_type(arr.dtype)], recv, root=0))
         return out
 
     def allgather(self, obj) -> list:
@@ -138,7 +133,7 @@ class Channel:
         data = np.ascontiguousarray(data)
         row = int(np.prod(data.shape[1:], dtype=np.int64))
         out = np.empty((int(recv.sum()),) + data.shape[1:], data.dtype)
-        mt = _mpi_type(data.dtype)
+        mt = mpi_type(data.dtype)
         s, r = [data, (send * row, None), mt], [out, (recv * row, None), mt]
         self._call(lambda: self.comm.Alltoallv(s, r), lambda: self.comm.Ialltoallv(s, r))
         self._account(kind, (int(send.sum()) - int(send[self.rank])) * row * data.dtype.itemsize, t0)
@@ -162,7 +157,7 @@ class Channel:
         row = int(np.prod(arr.shape[1:], dtype=np.int64))
         counts = self.allsum_array(np.eye(self.size, dtype=np.int64)[self.rank] * arr.shape[0])
         out = np.empty((int(counts.sum()),) + arr.shape[1:], arr.dtype)
-        mt = _mpi_type(arr.dtype)
+        mt = mpi_type(arr.dtype)
         r = [out, (counts * row, None), mt]
         self._call(lambda: self.comm.Allgatherv([arr, mt], r), lambda: self.comm.Iallgatherv([arr, mt], r))
         self._account(kind, arr.nbytes * (self.size - 1), t0)
@@ -208,6 +203,24 @@ class Channel:
         from ..comm import ordered_reduce_scatter
 
         return blocks[0] if self.comm is None else ordered_reduce_scatter(self.comm, blocks, self._call, self.stats)
+
+    def start_reduce_scatter(self, blocks: np.ndarray):
+        """Start :meth:`reduce_scatter` of ``blocks`` (size, m) float32, C-contiguous, without waiting
+        (``hps.comm.start_reduce_scatter``) -> a handle for :meth:`finish_reduce_scatter`. ``blocks`` stays
+        untouched until then; other collectives of this channel may come in between (MPI matches them in
+        the order every rank issued them)."""
+        from ..comm import start_reduce_scatter
+
+        if self.comm is None:
+            return blocks[0]
+        started = []
+        self._call(lambda: started.append(start_reduce_scatter(self.comm, blocks, self.stats)))
+        return started[0]
+
+    def finish_reduce_scatter(self, pending) -> np.ndarray:
+        """(m,) float32: the result of the :meth:`start_reduce_scatter` that gave ``pending`` (waits, as
+        this channel waits: spin or yield)."""
+        return pending if self.comm is None else pending.wait(self._call)
 
     def allgather_chunks(self, chunk: np.ndarray) -> np.ndarray:
         """(size, m) float32: every rank's ``chunk`` (m,) float32, in rank order."""

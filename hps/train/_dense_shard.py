@@ -11,6 +11,11 @@ block does not move when riders (FAE's hot rows) come and go. Checkpoints see wh
 puts every block's state into the job's dense optimizer before a save, ``scatter`` takes this rank's
 block after a load.
 
+A mini-batch's step is :meth:`DenseShard.begin` (the message written straight from the gradients into a
+reused buffer, its reduce-scatter started without waiting) and :meth:`DenseShard.finish` (wait, step
+the block, allgather): the caller overlaps the two with the sparse gradients' exchange
+(``_dense_sync.DenseSync.begin``). Only this rank's block of the parameters is read for the step.
+
 Thread safety: the train thread calls every method (``gather`` from the checkpoint's save, collective).
 """
 
@@ -39,6 +44,12 @@ class DenseShard:
         self.lo, self.hi = min(self.n, rank * self.m), min(self.n, (rank + 1) * self.m)
         self.main = dense_opt
         self.opt = type(dense_opt)(**dense_opt._hyper())   # this block's optimizer and state
+        offsets = np.cumsum([0, *self.sizes])
+        self.spans = list(zip(self.names, offsets[:-1].tolist(), offsets[1:].tolist()))  # name, flat [a, b)
+        # this rank's block [lo, hi) in pieces of the parameters: (name, from, to inside it, where in the block)
+        self.pieces = [(k, max(a, self.lo) - a, min(b, self.hi) - a, max(a, self.lo) - self.lo)
+                       for k, a, b in self.spans if a < self.hi and b > self.lo]
+        self._msgs: dict = {}                               # riders' block width -> reused message buffer
 
     def _flat(self, arrays: dict) -> np.ndarray:
         return np.concatenate([np.asarray(arrays[k], np.float32).ravel() for k in self.names])
@@ -49,24 +60,54 @@ class DenseShard:
             yield k, flat[off:off + size].reshape(shape)
             off += size
 
-    def step(self, ch, params: dict, grads: np.ndarray, riders: np.ndarray) -> np.ndarray:
-        """Sum ``grads`` (n,) float32 host (the flattened dense gradients, this rank's) and ``riders`` (k,)
-        float32 over the ranks, step the parameters with the sum (``params`` updated in place) and return
-        the riders' sum (k,). Collective over ``ch``: one reduce-scatter, one allgather."""
+    def step(self, ch, params: dict, grads: dict, riders: np.ndarray) -> np.ndarray:
+        """Sum the dense gradients ``grads`` (name -> host array, this rank's) and ``riders`` (k,) float32
+        over the ranks, step the parameters with the sum (``params`` updated in place) and return the
+        riders' sum (k,). Collective over ``ch``: one reduce-scatter, one allgather."""
+        return self.finish(ch, params, self.begin(ch, grads, riders))
+
+    def begin(self, ch, grads: dict, riders: np.ndarray):
+        """Write this rank's message and start its reduce-scatter (not waiting) -> the handle
+        :meth:`finish` takes. Collective over ``ch``. The message buffer is reused: one mini-batch in
+        flight at a time."""
+        msg = self._message(grads, riders)
+        return ch.start_reduce_scatter(msg), riders.shape[0], msg.shape[1] - self.m
+
+    def _message(self, grads: dict, riders: np.ndarray) -> np.ndarray:
+        """(p, m + mr) float32: row r = ``[dense block r | riders' block r]``, both zero-padded."""
         p, m, k = self.p, self.m, riders.shape[0]
         mr = -(-k // p)
-        msg = np.concatenate([_blocks(grads, p, m), _blocks(riders, p, mr)], axis=1)
-        mine = ch.reduce_scatter(msg)                              # (m + mr,) summed in rank order
+        msg = self._msgs.get(mr)
+        if msg is None:
+            msg = self._msgs[mr] = np.zeros((p, m + mr), np.float32)   # padding stays zero
+        if mr == 0:  # the flattened gradients are the buffer itself: one copy, from the model's arrays
+            flat = msg.reshape(-1)
+            for name, a, b in self.spans:
+                flat[a:b] = grads[name].reshape(-1)
+            return msg
+        msg[:, :m] = _blocks(np.concatenate([np.asarray(grads[k], np.float32).ravel() for k in self.names]), p, m)
+        msg[:, m:] = _blocks(riders, p, mr)
+        return msg
+
+    def finish(self, ch, params: dict, started) -> np.ndarray:
+        """Wait for the reduce-scatter ``started`` (from :meth:`begin`), step this rank's block, allgather
+        the stepped blocks into ``params`` (in place) -> the riders' sum (k,). Collective over ``ch``."""
+        pending, k, mr = started
+        m = self.m
+        mine = ch.finish_reduce_scatter(pending)                   # (m + mr,) summed in rank order
         w = self.hi - self.lo
         for name, value in self.main._hyper().items():            # e.g. the learning-rate schedule's
             setattr(self.opt, name, value)
         if w > 0:
-            block = self._flat(params)[self.lo:self.hi]
+            block = np.empty(w, np.float32)
+            for name, a, b, at in self.pieces:
+                block[at:at + b - a] = params[name].reshape(-1)[a:b]
             self.opt.step({"block": block}, {"block": mine[:w]})
             mine[:w] = block
         every = ch.allgather_chunks(mine)                          # (p, m + mr)
-        for name, a in self._split(np.ascontiguousarray(every[:, :m]).reshape(-1)[:self.n]):
-            params[name][...] = a
+        flat = every.reshape(-1) if mr == 0 else np.ascontiguousarray(every[:, :m]).reshape(-1)
+        for name, a, b in self.spans:
+            params[name][...] = flat[a:b].reshape(params[name].shape)
         self.main.t = self.opt.t
         return np.ascontiguousarray(every[:, m:]).reshape(-1)[:k]
 

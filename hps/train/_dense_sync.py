@@ -8,7 +8,13 @@ are flattened (on the step's device), staged to the host, summed over all ranks
 With one rank nothing is flattened: the optimizer steps the gradients as the model returned them.
 
 Without compression, on the host, each rank steps only its block of the flattened dense parameters and
-the allgather carries stepped parameters (``_dense_shard``: ZeRO stage 1, the same bytes).
+the allgather carries stepped parameters (``_dense_shard``: ZeRO stage 1, the same bytes). There the
+sparse sync calls :meth:`DenseSync.begin` as soon as a mini-batch's dense gradients (and the riders'
+buffers) are ready: their reduce-scatter runs while the sparse gradients go to their owners and the
+owners update their rows (as PyTorch DDP starts a bucket's all-reduce during the backward pass, Li et
+al., VLDB 2020, §3.2.3), and :meth:`DenseSync.step` waits for it. The model's host backward runs in
+chunks of examples, each through every layer (``hps.model._chunks``), so no layer's gradient is whole
+before the last chunk ends: the dense gradients are one bucket, ready at the end of the backward.
 
 ``easgd`` (``_easgd.EasgdSync``): groups of ranks, one dense copy each, averaged in the background
 (Hierarchical Training).
@@ -25,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..comm import Compression
-from ..errors import InvalidInputError
+from ..errors import InternalError, InvalidInputError
 from ._dense_shard import DenseShard
 from ._features import Feature
 
@@ -60,6 +66,7 @@ class DenseSync(Feature):
         self.compress = compress or Compression("none")
         self.G = 1
         self._riders = []
+        self._started = None  # (the gradients begin() took, their riders, the shard's handle)
         if coll.size > 1:
             self.compress.warm_up()  # compile the codecs before the timed training (cached on disk)
         # one dense copy summed exactly, on the host: each rank steps its block of it (ZeRO stage 1)
@@ -71,18 +78,30 @@ class DenseSync(Feature):
         gradients and hand it the sum (``apply(summed)``)."""
         self._riders.append(rider)
 
+    def begin(self, grads: dict) -> None:
+        """Start summing a mini-batch's dense gradients ``grads`` (name -> host array) with the riders'
+        pending buffers, without waiting; :meth:`step` with the same ``grads`` finishes. Only the sharded
+        step starts early (elsewhere nothing happens here). Collective over the train channel: every
+        rank calls it at the same point of the step, or none does."""
+        if self.shard is None or self._started is not None:
+            return
+        riders = [(r, buf) for r in self._riders if (buf := r.take_pending()) is not None]
+        bufs = np.concatenate([buf for _, buf in riders]) if riders else np.empty(0, np.float32)
+        self._started = (grads, riders, self.shard.begin(self.coll.train, grads, bufs))
+
     def step(self, grads: dict, n_local: int, n_total: int) -> None:
         """Sum the dense gradients ``grads`` (name -> xp, of this rank's ``n_local`` examples of a global
         mini-batch of ``n_total``) as the strategy says and take the optimizer step. Collective over
         the train channel (or the rank's group)."""
+        if self.shard is not None:
+            self.begin(grads)
+            self._sharded(grads)
+            return
         if self.coll.size > 1:
             names = list(grads)
             flat = self.be.to_host(self.be.xp.concatenate([grads[k].ravel() for k in names]))
             n = flat.shape[0]
             riders = [(r, buf) for r in self._riders if (buf := r.take_pending()) is not None]
-            if self.shard is not None:
-                self._sharded(flat, riders)
-                return
             if riders:  # one all-reduce of [dense gradients | riders' buffers]
                 flat = np.concatenate([flat] + [buf for _, buf in riders])
             flat = self._allreduce(flat, n_local, n_total)
@@ -102,10 +121,14 @@ class DenseSync(Feature):
         self.dense_opt.step(self.params, grads)
         self.after_step()
 
-    def _sharded(self, flat: np.ndarray, riders: list) -> None:
-        """The step of ``_dense_shard``: reduce-scatter, this rank's block stepped, allgather."""
-        bufs = np.concatenate([buf for _, buf in riders]) if riders else np.empty(0, np.float32)
-        summed = self.shard.step(self.coll.train, self.params, flat, bufs)
+    def _sharded(self, grads: dict) -> None:
+        """The step of ``_dense_shard`` begun by :meth:`begin`: wait for the reduce-scatter, step this
+        rank's block, allgather."""
+        started, self._started = self._started, None
+        if started[0] is not grads:
+            raise InternalError("the dense sync began one mini-batch's gradients and was asked to step another's")
+        riders = started[1]
+        summed = self.shard.finish(self.coll.train, self.params, started[2])
         off = 0
         for r, buf in riders:
             r.apply(summed[off:off + buf.shape[0]])

@@ -48,7 +48,6 @@ import numpy as np
 
 from ..errors import InternalError
 from ..gpu import (
-    PURPOSES,
     BatchScalars,
     Placement,
     PinnedStaging,
@@ -64,7 +63,7 @@ from ..gpu import (
 from ._device_batch import DeviceBatch, DeviceKeys, raw_nbytes
 from ._device_rows import OneTable, Parts
 
-__all__ = ["DeviceBackend", "LedgerTable", "transfer_metrics"]
+__all__ = ["DeviceBackend", "LedgerTable"]
 
 
 class LedgerTable:
@@ -411,19 +410,3 @@ class DeviceBackend:
 
     def transfers(self) -> dict:
         return self.ledger.metrics()
-
-
-def transfer_metrics(per_rank: list) -> dict:
-    """``h2d_bytes`` / ``d2h_bytes`` (purpose -> bytes, summed over ranks), ``peer_bytes`` (between
-    the GPUs of a rank, summed), ``minibatches`` (rank 0's count: every rank runs every global
-    mini-batch), ``batch_bytes`` and ``device_dedup_batches`` (the batches staged: raw bytes, and how
-    many had their keys deduplicated on the device; summed) from the ledgers' ``metrics()`` of every
-    rank (None for a rank on the CPU: zeros)."""
-    zero = TransferLedger().metrics()
-    per = [m or zero for m in per_rank]
-    return {"h2d_bytes": {k: sum(m["h2d_bytes"][k] for m in per) for k in PURPOSES},
-            "d2h_bytes": {k: sum(m["d2h_bytes"][k] for m in per) for k in PURPOSES},
-            "peer_bytes": sum(m["peer_bytes"] for m in per),
-            "minibatches": per[0]["minibatches"],
-            "batch_bytes": sum(m["batch_bytes"] for m in per),
-            "device_dedup_batches": sum(m["device_dedup_batches"] for m in per)}

@@ -6,7 +6,7 @@ job's metrics)."""
 from __future__ import annotations
 
 from ._collectives import STAGE_CHANNELS
-from ._device_backend import transfer_metrics
+from ..gpu import transfer_metrics
 
 #: The SSD-PS figures each rank reports (``SSDStore.stats``).
 SSD_FIGURES = ("bytes_read", "bytes_written", "disk_bytes", "files", "live_rows")
@@ -15,12 +15,13 @@ SSD_FIGURES = ("bytes_read", "bytes_written", "disk_bytes", "files", "live_rows"
 def rank_figures(coll, pipeline, feed, store, memps, resident_rows: int, transfers, features: dict,
                  hbm: dict | None = None) -> dict:
     """This rank's share of the work: bytes parsed, peak ``resident_rows``, bytes sent by kind, CPU
-    seconds of each stage's thread outside MPI, wall and CPU seconds inside MPI, SSD-PS figures, the
-    backend's ``transfers``, the ``features``' figures and the HBM-PS cache's ``hbm`` (rows
-    ``fetched`` into it, ``evicted`` for its budget, ``budget_rows``)."""
+    seconds of each stage outside MPI (its thread's and its helpers', ``StageTimes.helper_cpu``), wall
+    and CPU seconds inside MPI, SSD-PS figures, the backend's ``transfers``, the ``features``' figures
+    and the HBM-PS cache's ``hbm`` (rows ``fetched`` into it, ``evicted`` for its budget, ``budget_rows``)."""
     chans = coll.channels()
     times = pipeline.stage_times()
-    cpu = {s: times[s].cpu - (chans[c].mpi_cpu_seconds if c else 0.0) for s, c in STAGE_CHANNELS.items()}
+    cpu = {s: times[s].cpu + times[s].helper_cpu - (chans[c].mpi_cpu_seconds if c else 0.0)
+           for s, c in STAGE_CHANNELS.items()}
     mpi = {s: chans[c].mpi_seconds for s, c in STAGE_CHANNELS.items() if c}
     mpi_cpu = {s: chans[c].mpi_cpu_seconds for s, c in STAGE_CHANNELS.items() if c}
     st = store.stats()

@@ -9,7 +9,8 @@ apply one optimizer step per key per global mini-batch to the summed gradient of
 of its local mini-batches to their owners (one alltoallv per batch); an owner makes the union of the
 keys asked of it resident. Per mini-batch, owners send the embedding part of the asked rows to the
 ranks that asked (alltoallv), every rank runs forward/backward on its own examples, sends the
-per-key gradient sums back to the owners (alltoallv, the same layout), and each owner sums the
+per-key gradient sums back to the owners (alltoallv, the same layout; the dense gradients' reduction
+has already started, ``_dense_sync``), and each owner sums the
 contributions of each key in rank order and applies the optimizer once. Rows never have replicas,
 so they cannot diverge, and the owner ends with the final row.
 
@@ -91,6 +92,8 @@ class _Sync(Feature):
     name = "sparse_sync"
     mode = ""
     consistency = "bsp"
+    #: The dense sync told when a mini-batch's dense gradients are ready (``_build``; None: not told)
+    dense = None
 
     def __init__(self, coll, opt, row_params: int, hot, compress=None):
         self.coll = coll
@@ -107,7 +110,15 @@ class _Sync(Feature):
         P = self.row_params
         g, g_dense = be.forward_backward(self.hot.with_params(be.xp.empty((0, P), np.float32), d.hot), d, n_total)
         self.hot.step(p.hot_slots, d.hot, g, self.coll.train)
+        self._dense_ready(g_dense)
         return g_dense
+
+    def _dense_ready(self, g_dense) -> None:
+        """The mini-batch's dense gradients (and FAE's hot-row buffer riding with them) are whole: the
+        dense sync may start summing them now, beside the sparse exchange that follows
+        (``DenseSync.begin``). Collective over the train channel."""
+        if self.dense is not None:
+            self.dense.begin(g_dense)
 
     def _forward(self, be, R, found, params, d, n_total: int):
         """Forward/backward of this rank's share over the resident rows ``found`` (pooled straight from
@@ -180,6 +191,7 @@ class OwnerSync(_Sync):
                 params = be.to_device(self.compress.exchange_rows(ch, sent, p.recv, p.send, SPARSE_ROWS))
             g, g_dense = self._forward(be, R, found, params, d, n_total)
             g = self._cold(g, p.keys.shape[0], p, d)
+            self._dense_ready(g_dense)
             if p.uinv is not None:
                 back = self.compress.exchange_grads(ch, be.to_host(g), p.send, p.recv, SPARSE_GRADS)  # p.uinv order
                 g = be.to_device(segment_sum(back, p.uinv, p.ukeys.shape[0]))  # rank order: deterministic
@@ -212,6 +224,7 @@ class ReplicaSync(_Sync):
             found = R.find(d.keys)
             g, g_dense = self._forward(be, R, found, None, d, n_total)
             g = self._cold(g, p.keys.shape[0], p, d)
+            self._dense_ready(g_dense)
             if self.coll.size > 1:  # every replica applies every update
                 keys, grads = ch.sparse_allreduce(p.keys, be.to_host(g))
                 found, g = R.find(R.stage_keys(keys)), be.to_device(grads)

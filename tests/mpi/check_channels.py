@@ -72,6 +72,18 @@ def check(coll, comm):
             v = vecs[rank][:n].copy()
             out = c.dense_allreduce(v)
             assert out is v and np.array_equal(v, rank_order_sum([x[:n] for x in vecs]))
+    # a reduce-scatter started, another collective of the channel in between, then finished: rank order
+    m = 257
+    blocks = [(rng.standard_normal((size, m)) * 10.0 ** rng.integers(-4, 5, (size, m))).astype(np.float32)
+              for _ in range(size)]
+    mine = blocks[rank].copy()
+    pending = coll.train.start_reduce_scatter(mine)
+    between = coll.train.alltoallv(keys[order], send, recv, C.SPARSE_KEYS)     # issued while it runs
+    assert sorted(between.tolist()) == sorted(want.tolist())
+    got = coll.train.finish_reduce_scatter(pending)
+    assert np.array_equal(got, rank_order_sum([b[rank] for b in blocks]))
+    assert np.array_equal(mine, blocks[rank])                                   # the message is untouched
+    assert np.array_equal(coll.train.reduce_scatter(blocks[rank].copy()), got)  # = the blocking one
     # sparse all-reduce on the train channel: each key's rows summed in rank order, the same on every rank
     vals = [(row_of(every[r], D) * 10.0 ** rng.integers(-4, 5, (every[r].shape[0], 1))).astype(np.float32)
             for r in range(size)]

@@ -1,0 +1,33 @@
+"""What every training process pays before its first example: a CPU job does not import numba-cuda or
+the GPU kernels (``hps.gpu`` resolves its names on first use), so ranks of a CPU job do not each spend
+~0.25 s and ~60 MB on them."""
+
+import subprocess
+import sys
+
+GPU_MODULES = ("numba.cuda", "hps.gpu._train_ops", "hps.gpu._row_ops", "hps.gpu._partition_ops",
+               "hps.train._device_backend")
+
+
+def test_a_cpu_job_never_imports_the_gpu_kernels(tmp_path):
+    code = ("import atexit, runpy, sys\n"
+            f"atexit.register(lambda: print('LOADED', sorted(m for m in {GPU_MODULES!r} if m in sys.modules)))\n"
+            "sys.argv = ['hps.train', '--rows', '3000', '--batch-size', '1024', '--minibatch-size', '256',\n"
+            "            '--embedding-dim', '4', '--hidden', '8', '--no-progress']\n"
+            "runpy.run_module('hps.train', run_name='__main__', alter_sys=True)\n")
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "eval AUC" in proc.stdout
+    assert "LOADED []" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_hps_gpu_still_exports_every_name():
+    """Every name of ``hps.gpu.__all__`` resolves (the lazy table names each one's module)."""
+    code = ("import hps.gpu as g\n"
+            "missing = [n for n in g.__all__ if getattr(g, n, None) is None]\n"
+            "assert not missing, missing\n"
+            "assert sorted(dir(g)) == sorted(set(dir(g))) and set(g.__all__) <= set(dir(g))\n"
+            "print('OK')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
