@@ -64,13 +64,19 @@ def main(argv=None) -> int:
     for device in ("cpu", "cuda"):
         m = run_job([*job, "--device", device])
         per_mb = m["d2h_bytes"]["minibatch"] + m["h2d_bytes"]["minibatch"]
+        # what the host uploads besides rows, per raw batch byte (keys deduplicated on the device: ~1.0)
+        m["h2d_per_raw_byte"] = ((sum(m["h2d_bytes"].values()) - m["h2d_bytes"]["fetch"]) / m["batch_bytes"]
+                                 if m["batch_bytes"] else 0.0)
         out[device] = {k: m[k] for k in ("examples_per_sec", "auc", "examples", "h2d_bytes", "d2h_bytes",
                                          "peer_bytes", "minibatches", "command", "stage_seconds", "bottleneck",
-                                         "hbm_fetched_rows", "hbm_evicted_rows", "table_rows")}
+                                         "hbm_fetched_rows", "hbm_evicted_rows", "table_rows",
+                                         "batch_bytes", "device_dedup_batches", "h2d_per_raw_byte")}
         busy = ", ".join(f"{k} {v:.2f}" for k, v in m["stage_seconds"].items())
         print(f"{device:5s} {m['examples_per_sec']:>12,.0f} examples/s  AUC {m['auc']:.4f}  "
               f"h2d {m['h2d_bytes']}  d2h {m['d2h_bytes']}  "
-              f"in-loop bytes per mini-batch {per_mb / max(1, m['minibatches']):.1f}\n"
+              f"in-loop bytes per mini-batch {per_mb / max(1, m['minibatches']):.1f}; h2d but rows per raw "
+              f"batch byte {m['h2d_per_raw_byte']:.3f} ({m['device_dedup_batches']} batches deduplicated on "
+              f"the device)\n"
               f"      stage busy seconds: {busy}; bottleneck {m['bottleneck']}; HBM-PS rows fetched "
               f"{m['hbm_fetched_rows']:,}, evicted {m['hbm_evicted_rows']:,}, table {m['table_rows']:,}")
     if not a.no_peer and (a.model, a.sparse_optimizer) != ("ctr", "adagrad"):

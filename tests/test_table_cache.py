@@ -7,7 +7,7 @@ import pytest
 
 from hps import HashTable
 from hps.errors import InvalidInputError
-from hps.gpu import missing_keys, unique_inverse
+from hps.gpu import missing_keys, unique_inverse, unique_keys
 from hps.mem import unique_counts
 from tests.reference.hbm_cache import ScoredDict, assert_same, random_ops, replay
 
@@ -68,6 +68,8 @@ def test_unique_inverse_on_the_array_module_is_the_hosts_first_occurrence_order(
     np.testing.assert_array_equal(u[inv], keys)
     e, ei = unique_inverse(np.empty(0, np.uint64), np)
     assert e.shape == ei.shape == (0,)
+    np.testing.assert_array_equal(unique_keys(keys, np), hu)  # the working set: no inverse needed
+    assert unique_keys(np.empty(0, np.uint64), np).shape == (0,)
 
 
 def test_missing_keys_are_the_keys_not_resident_in_input_order():

@@ -46,7 +46,7 @@ def test_cuda_without_a_gpu_is_one_clear_error(monkeypatch):
 def test_ledger_counts_bytes_by_direction_and_purpose():
     led = TransferLedger(np)
     assert led.metrics() == {"h2d_bytes": dict.fromkeys(PURPOSES, 0), "d2h_bytes": dict.fromkeys(PURPOSES, 0),
-                             "peer_bytes": 0, "minibatches": 0}
+                             "peer_bytes": 0, "minibatches": 0, "batch_bytes": 0, "device_dedup_batches": 0}
     host = np.arange(10, dtype=np.int64)
     dev = led.to_device(host, "plan")
     assert isinstance(dev, np.ndarray) and dev is not host and dev.tolist() == host.tolist()

@@ -15,9 +15,10 @@ import importlib
 #: ``TransferLedger`` does not import numba-cuda with the kernels (~0.25 s of every process's start).
 _WHERE = {
     "..table": ("PartitionedHashTable", "Placement", "visible_gpus"),
-    "._dedup": ("missing_keys", "unique_inverse"),
+    "._dedup": ("missing_keys", "unique_inverse", "unique_keys"),
     "._ledger": ("PURPOSES", "TransferLedger", "transfer_metrics"),
     "._partition_ops": ("part_of_async", "partition_keys"),
+    "._staging": ("PinnedStaging",),
     "._row_ops": ("adagrad_update_async", "adam_update_async", "rowwise_adagrad_update_async", "sgd_update_async",
                   "sparse_update_async"),
     "._train_ops": ("BackwardPlan", "BatchScalars", "backward_plan", "bce_loss_grad_async", "find_slots_async",
@@ -46,6 +47,7 @@ __all__ = [
     "visible_gpus",
     "TransferLedger",
     "PURPOSES",
+    "PinnedStaging",
     "BatchScalars",
     "BackwardPlan",
     "backward_plan",
@@ -64,6 +66,7 @@ __all__ = [
     "part_of_async",
     "partition_keys",
     "unique_inverse",
+    "unique_keys",
     "missing_keys",
     "transfer_metrics",
 ]

@@ -17,17 +17,14 @@ import numpy as np
 
 from ..errors import InvalidInputError, InvalidTypeError
 
-__all__ = ["unique_inverse", "missing_keys"]
+__all__ = ["unique_inverse", "unique_keys", "missing_keys"]
 
 
 def unique_inverse(keys, xp):
     """(uniq (u,) uint64, inv (n,) int64) of keys (n,) uint64 (an ``xp`` array): the distinct keys in
     order of first occurrence and, for every key, its index in ``uniq`` -- what ``hps.mem.unique_counts``
     returns on the host. Asynchronous on ``xp``'s current stream (CuPy syncs only to size ``uniq``)."""
-    if keys.ndim != 1:
-        raise InvalidInputError(f"keys must be 1-D (n,), got shape {tuple(keys.shape)}")
-    if keys.dtype != np.uint64:
-        raise InvalidTypeError(f"keys must be uint64, got {keys.dtype}")
+    _check(keys)
     n = int(keys.shape[0])
     if n == 0:
         return keys[:0].copy(), xp.zeros(0, np.int64)
@@ -44,6 +41,28 @@ def unique_inverse(keys, xp):
     inv = xp.empty(n, np.int64)
     inv[order] = place[group]
     return sk[head][rank], inv
+
+
+def unique_keys(keys, xp):
+    """uniq (u,) uint64 of keys (n,) uint64 (an ``xp`` array): :func:`unique_inverse`'s distinct keys
+    (first-occurrence order), without the inverse: the keys at the sorted first positions of their
+    groups. Asynchronous on ``xp``'s current stream (CuPy syncs only to size ``uniq``)."""
+    _check(keys)
+    if keys.shape[0] == 0:
+        return keys[:0].copy()
+    order = xp.argsort(keys, kind="stable")
+    sk = keys[order]
+    head = xp.empty(keys.shape[0], np.bool_)
+    head[0] = True
+    head[1:] = sk[1:] != sk[:-1]
+    return keys[xp.sort(order[head])]
+
+
+def _check(keys) -> None:
+    if keys.ndim != 1:
+        raise InvalidInputError(f"keys must be 1-D (n,), got shape {tuple(keys.shape)}")
+    if keys.dtype != np.uint64:
+        raise InvalidTypeError(f"keys must be uint64, got {keys.dtype}")
 
 
 def missing_keys(table, ukeys, batch: int, xp, stream=0):

@@ -5,12 +5,20 @@ show that no row, key or gradient crosses PCIe inside the mini-batch loop (docs/
 
 Purposes (``PURPOSES``; metrics keys, so never renamed):
 
-- ``plan``       a batch's inputs going up once, in the place stage (keys, inverse, offsets, labels, dense);
+- ``plan``       a batch's inputs going up once: with keys deduplicated on the device, its raw arrays
+                 (keys, field, weights, offsets, labels, dense) in the prepare stage and the misses
+                 coming down (8 B a key); otherwise its plans in the place stage (unique keys, inverse,
+                 offsets, labels, dense) and the working set's residency lookup (keys up, misses down);
 - ``fetch``      rows entering the HBM-PS (from the MEM-PS / SSD-PS / other ranks), with their keys;
 - ``writeback``  rows leaving the HBM-PS (evictions, checkpoints, eval lookups), with the keys that
                  look them up or erase them and the found flags;
 - ``mpi``        host staging for MPI when it is not CUDA-aware (0 with CUDA-aware MPI);
 - ``minibatch``  everything else inside the mini-batch loop: scalars only (at most 16 bytes a mini-batch).
+
+Besides the copies it counts the batches staged (:meth:`batch`): ``batch_bytes``, their raw arrays'
+bytes (``hps.data.Batch``), the denominator of "everything the host uploads but rows, per raw byte"
+(``(sum(h2d_bytes) - h2d_bytes["fetch"]) / batch_bytes``), and ``device_dedup_batches``, those whose keys
+were deduplicated on the device.
 
 Copies between two GPUs of one process (HBM-PS parts on several GPUs, ``Placement.peer``) do not
 cross the host; they are counted apart, as ``peer_bytes``.
@@ -56,6 +64,8 @@ class TransferLedger:
         self._d2h = dict.fromkeys(PURPOSES, 0)
         self._minibatches = 0
         self._peer = 0
+        self._batch_bytes = 0
+        self._dedup_batches = 0
 
     @staticmethod
     def _check(purpose: str) -> None:
@@ -130,21 +140,34 @@ class TransferLedger:
         with self._lock:
             self._minibatches += 1
 
+    def batch(self, nbytes: int, on_device: bool) -> None:
+        """Count one batch staged for the step: ``nbytes`` its raw arrays' bytes; ``on_device``: its keys
+        were deduplicated on the device (its raw arrays went up, not its plans)."""
+        with self._lock:
+            self._batch_bytes += int(nbytes)
+            self._dedup_batches += bool(on_device)
+
     def metrics(self) -> dict:
         """``{"h2d_bytes": {purpose: int}, "d2h_bytes": {purpose: int}, "peer_bytes": int,
-        "minibatches": int}``, every purpose of ``PURPOSES`` present (0 when nothing of it crossed)."""
+        "minibatches": int, "batch_bytes": int, "device_dedup_batches": int}``, every purpose of
+        ``PURPOSES`` present (0 when nothing of it crossed)."""
         with self._lock:
             return {"h2d_bytes": dict(self._h2d), "d2h_bytes": dict(self._d2h), "peer_bytes": self._peer,
-                    "minibatches": self._minibatches}
+                    "minibatches": self._minibatches, "batch_bytes": self._batch_bytes,
+                    "device_dedup_batches": self._dedup_batches}
 
 
 def transfer_metrics(per_rank: list) -> dict:
     """``h2d_bytes`` / ``d2h_bytes`` (purpose -> bytes, summed over ranks), ``peer_bytes`` (between
-    the GPUs of a rank, summed) and ``minibatches`` (rank 0's count: every rank runs every global
-    mini-batch) from the ledgers' ``metrics()`` of every rank (None for a rank on the CPU: zeros)."""
+    the GPUs of a rank, summed), ``minibatches`` (rank 0's count: every rank runs every global
+    mini-batch), ``batch_bytes`` and ``device_dedup_batches`` (the batches staged: raw bytes, and how
+    many had their keys deduplicated on the device; summed) from the ledgers' ``metrics()`` of every
+    rank (None for a rank on the CPU: zeros)."""
     zero = TransferLedger().metrics()
     per = [m or zero for m in per_rank]
     return {"h2d_bytes": {k: sum(m["h2d_bytes"][k] for m in per) for k in PURPOSES},
             "d2h_bytes": {k: sum(m["d2h_bytes"][k] for m in per) for k in PURPOSES},
             "peer_bytes": sum(m["peer_bytes"] for m in per),
-            "minibatches": per[0]["minibatches"]}
+            "minibatches": per[0]["minibatches"],
+            "batch_bytes": sum(m["batch_bytes"] for m in per),
+            "device_dedup_batches": sum(m["device_dedup_batches"] for m in per)}

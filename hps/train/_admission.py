@@ -80,6 +80,7 @@ class FeatureFilter(Feature):
     below the window."""
 
     name = "filter"
+    needs_host_keys = True  # every batch's keys are touched on the host (known keys, their last use)
 
     def __init__(self, coll, admit_after: int, expire_after: int, sketch_width: int, window: int = 0):
         if 0 < expire_after < window:

@@ -2,15 +2,19 @@
 in the HBM-PS, pooling, gradient reduction and the row optimizers run as CUDA kernels on the table's
 own rows (``hps.gpu``), the dense model on CuPy.
 
-Per batch, in the place stage (:meth:`DeviceBackend.stage`): the plan of every local mini-batch — the
-keys whose rows this rank reads and updates, the inverse index and field of every key occurrence,
-weights, offsets, labels, dense features, and in owner mode the index of every key other ranks asked —
-goes up once through the :class:`~hps.gpu.TransferLedger` (purpose ``plan``), on the place stage's own
-CUDA stream (blocking w.r.t. the legacy default stream, so an upload into memory the pool recycles
-waits for the kernels that last used it), which the place stage synchronises before handing the batch
-on. The order of each mini-batch's gradient sums is planned there too (``hps.gpu.backward_plan``), so
-no float sum depends on the order threads run in and a job repeats bit for bit. With ``--n-parts`` > 1
-each mini-batch's keys are also partitioned on the device there.
+Per batch, where its keys are deduplicated on the device (``_device_batch``): in the prepare stage
+its raw arrays go up once through a pinned staging buffer and its distinct keys are computed there
+(:meth:`DeviceBackend.upload`); in the place stage every mini-batch's plan is made from them on the
+device (:meth:`DeviceBackend.stage_uploaded`). Otherwise, in the place stage (:meth:`DeviceBackend.stage`):
+the plan of every local mini-batch — the keys whose rows this rank reads and updates, the inverse index
+and field of every key occurrence, weights, offsets, labels, dense features, and in owner mode the index
+of every key other ranks asked — goes up once through the :class:`~hps.gpu.TransferLedger` (purpose
+``plan``; indices as int32, widened on the device). Both run on the place stage's own CUDA stream
+(blocking w.r.t. the legacy default stream, so an upload into memory the pool recycles waits for the
+kernels that last used it), which the stage that issued them synchronises before handing the batch on.
+The order of each mini-batch's gradient sums is planned in the place stage too
+(``hps.gpu.backward_plan``), so no float sum depends on the order threads run in and a job repeats bit
+for bit. With ``--n-parts`` > 1 each mini-batch's keys are also partitioned on the device there.
 
 Per mini-batch, in the train stage, everything on the default stream, so ordered before the table's
 own next call (insert, erase, purge, growth)::
@@ -27,9 +31,9 @@ device->host copy before an MPI call is what synchronises the stream. ``cuda_awa
 directly is not implemented).
 
 Rows enter and leave the HBM-PS in the prepare stage, through :class:`LedgerTable`: the residency
-lookup of each batch's working set (``plan``: its keys up, their slots down), the misses' keys and rows
-in (``fetch``), the rows that leave it (``writeback``: the budget's victims in one batched call,
-checkpoints and exports, evaluation lookups, HET's owner updates).
+lookup of each batch's working set (``plan``: its keys up unless they are on the device already, the
+misses down), the misses' keys and rows in (``fetch``), the rows that leave it (``writeback``: the
+budget's victims in one batched call, checkpoints and exports, evaluation lookups, HET's owner updates).
 
 Under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the array module is NumPy (``hps._xp``), the
 kernels run in the simulator, and the ledger counts the copies a GPU would make.
@@ -46,13 +50,17 @@ from ..errors import InternalError
 from ..gpu import (
     BatchScalars,
     Placement,
+    PinnedStaging,
     TransferLedger,
     backward_plan,
     bce_loss_grad_async,
     missing_keys,
     pool_backward_sorted_async,
     pool_forward_rows_async,
+    unique_inverse,
+    unique_keys,
 )
+from ._device_batch import DeviceBatch, DeviceKeys, raw_nbytes
 from ._device_rows import OneTable, Parts
 
 __all__ = ["DeviceBackend", "LedgerTable"]
@@ -72,14 +80,19 @@ class LedgerTable:
         self.table = table
         self.ledger = ledger
         self.parted = hasattr(table, "device_views")
+        self._inserted = None  # (host keys, their device copy) of the last insert (missing reuses it)
 
     def insert(self, keys: np.ndarray, rows: np.ndarray) -> None:
-        """keys (n,) uint64, rows (n, row_width) host arrays. Blocking."""
+        """keys (n,) uint64, rows (n, row_width) host arrays. Blocking. The keys' device copy is kept
+        for a :meth:`missing` of the same array that follows (the hierarchy counts the inserted keys'
+        first use so), which then uploads nothing."""
         if self.parted:
             self.ledger.record("h2d", "fetch", keys.nbytes + rows.nbytes)
             self.table.insert(keys, rows)
         else:
-            self.table.insert(self.ledger.to_device(keys, "fetch"), self.ledger.to_device(rows, "fetch"))
+            dev = self.ledger.to_device(keys, "fetch")
+            self.table.insert(dev, self.ledger.to_device(rows, "fetch"))
+            self._inserted = (keys, dev)
 
     def get(self, keys: np.ndarray):
         """(rows (n, row_width), found (n,) bool) host arrays of host ``keys``. Blocking."""
@@ -97,17 +110,27 @@ class LedgerTable:
             return self.table.erase(keys)
         return self.table.erase(self.ledger.to_device(keys, "writeback"))
 
-    def missing(self, keys: np.ndarray, batch: int) -> np.ndarray:
-        """The keys of host ``keys`` (n,) uint64 not resident, in input order (host array), each resident
-        key counting a use in ``batch``: the residency lookup and the miss list computed on the device
-        (``hps.gpu.missing_keys``); the keys go up and only the misses come down (``plan``). Blocking."""
+    def missing(self, keys, batch: int) -> np.ndarray:
+        """The keys of ``keys`` (n,) uint64 not resident, in input order (host array), each resident key
+        counting a use in ``batch``: the residency lookup and the miss list computed on the device
+        (``hps.gpu.missing_keys``). ``keys``: a host array, which goes up (``plan``), or keys already on
+        the device (:class:`~hps.train._device_batch.DeviceKeys`: a working set deduplicated there; or
+        the array of the last :meth:`insert`, whose device copy it kept), which do not. Only the misses
+        come down (``plan``, 8 B a key). Blocking."""
+        last, self._inserted = self._inserted, None
         if self.parted:
             miss = self.table.missing(keys, batch)
             self.ledger.record("h2d", "plan", keys.nbytes)
             self.ledger.record("d2h", "plan", miss.nbytes)
             return miss
+        if isinstance(keys, DeviceKeys):
+            dev = keys.keys
+        elif last is not None and last[0] is keys:
+            dev = last[1]
+        else:
+            dev = self.ledger.to_device(keys, "plan")
         with self.table.device_view():  # the table's lock: the simulator runs one thread's kernels at a time
-            _, miss = missing_keys(self.table, self.ledger.to_device(keys, "plan"), batch, self.ledger.xp)
+            _, miss = missing_keys(self.table, dev, batch, self.ledger.xp)
         return self.ledger.to_host(miss, "plan")
 
     def evict(self, n: int, protect_from: int):
@@ -232,42 +255,99 @@ class DeviceBackend:
 
             self.cuda_aware = cuda_aware(coll.main.comm)
         self._plan_stream = xp.cuda.Stream() if xp.__name__ == "cupy" else None
+        self.staging = PinnedStaging(xp, self.ledger)  # the prepare stage's uploads (one thread)
         self._read = 0.0       # the loss accumulator when last read (minibatch_loss)
         self._n_total = 1
 
     def wrap(self, table) -> LedgerTable:
         return LedgerTable(table, self.ledger)
 
-    # -- place stage --------------------------------------------------------------------------------------
-    def stage(self, local, plans, table) -> list[DevicePlan]:
-        """Upload the plans of a batch, counted as ``plan``; with several HBM-PS parts, partition each
-        mini-batch's keys on the device (under ``table``'s locks: the simulator runs one thread's
-        kernels at a time). Blocks the calling (place) thread until the copies are done."""
+    # -- prepare and place stages ----------------------------------------------------------------------
+    @property
+    def dedups_on_device(self) -> bool:
+        """Whether a batch's keys can be deduplicated on the device (:meth:`upload`): one HBM-PS table
+        (the parts of a ``PartitionedHashTable`` split host keys)."""
+        return isinstance(self.placed, OneTable)
+
+    def upload(self, batch) -> DeviceBatch:
+        """Prepare stage: the raw arrays of ``batch`` (a local ``hps.data.Batch``) up once, packed in one
+        copy through the pinned staging buffer (``plan``), on the place stage's stream, and the batch's
+        distinct keys computed there (``hps.gpu.unique_keys``: first-occurrence order, the host's working
+        set). Blocks the calling (prepare) thread until both are done: the residency lookup that follows
+        runs on the table's stream."""
         dt, s = self.model.dtype, self._plan_stream
+        host = [np.ascontiguousarray(batch.keys, np.uint64), np.ascontiguousarray(batch.field, np.int32),
+                np.ascontiguousarray(batch.weights, dt), np.ascontiguousarray(batch.offsets, np.int64),
+                np.ascontiguousarray(batch.labels, dt)]
+        if self.model.n_dense:
+            host.append(np.ascontiguousarray(batch.dense, dt))
+        with s if s is not None else contextlib.nullcontext():
+            dev = self.staging.upload(host, "plan", stream=s)
+            working_set = unique_keys(dev[0], self.xp)
+        if s is not None:
+            s.synchronize()
+        self.ledger.batch(raw_nbytes(batch), on_device=True)
+        return DeviceBatch(*dev[:5], dev[5] if self.model.n_dense else None, host[3], DeviceKeys(working_set))
+
+    def stage_uploaded(self, raw: DeviceBatch, bounds) -> list[DevicePlan]:
+        """Place stage, keys deduplicated on the device: the :class:`DevicePlan` of every local
+        mini-batch (examples ``bounds[j]:bounds[j + 1]``, (P + 1,) host) built on the device from slices
+        of ``raw`` (:meth:`upload`): its distinct keys and inverse (``hps.gpu.unique_inverse``, the host
+        plan's order), its offsets rebased, the order of its gradient sums; nothing goes up. Blocks the
+        calling (place) thread until done."""
+        s, out = self._plan_stream, []
+        with s if s is not None else contextlib.nullcontext():
+            for j in range(len(bounds) - 1):
+                a, b = int(bounds[j]), int(bounds[j + 1])
+                ka, kb = int(raw.host_offsets[a]), int(raw.host_offsets[b])
+                keys, inv = unique_inverse(raw.keys[ka:kb], self.xp)
+                out.append(DevicePlan(keys=keys, inv=inv, field=raw.field[ka:kb], weights=raw.weights[ka:kb],
+                                      offsets=raw.offsets[a:b + 1] - ka, labels=raw.labels[a:b],
+                                      dense=None if raw.dense is None else raw.dense[a:b]))
+                self._backward_plan(out[-1], int(keys.shape[0]))
+        if s is not None:
+            s.synchronize()
+        return out
+
+    def stage(self, local, plans, table) -> list[DevicePlan]:
+        """Upload the plans of a batch, counted as ``plan`` (indices as int32 when the batch's keys allow,
+        widened on the device); with several HBM-PS parts, partition each mini-batch's keys on the
+        device (under ``table``'s locks: the simulator runs one thread's kernels at a time). Blocks the
+        calling (place) thread until the copies are done."""
+        dt, s = self.model.dtype, self._plan_stream
+        narrow = np.int32 if local.data.keys.shape[0] < np.iinfo(np.int32).max else np.int64
 
         def up(a, dtype):
             return self.ledger.to_device(np.ascontiguousarray(a, dtype=dtype), "plan", stream=s)
 
+        def index(a):  # every index of a batch is at most its key count
+            return up(a, narrow).astype(np.int64, copy=False)
+
         out = []
-        for j, p in enumerate(plans):
-            b, owner = local.minibatch(j), p.uinv is not None
-            out.append(DevicePlan(
-                keys=up(p.ukeys if owner else p.keys, np.uint64), inv=up(p.inv, np.int64),
-                field=up(b.field, np.int32), weights=up(b.weights, dt), offsets=up(b.offsets, np.int64),
-                labels=up(b.labels, dt), dense=up(b.dense, dt) if self.model.n_dense else None,
-                uinv=up(p.uinv, np.int64) if owner else None,
-                hot=up(p.hot_slots, np.int64) if p.hot_slots is not None and p.hot_slots.shape[0] else None))
-            d = out[-1]
-            u = p.keys.shape[0] + (0 if d.hot is None else d.hot.shape[0])  # the rows inv indexes
-            with s if s is not None else contextlib.nullcontext():
-                d.bwd = backward_plan(d.inv, d.field, d.weights, d.offsets, u, self.P, self.xp)
+        with s if s is not None else contextlib.nullcontext():
+            for j, p in enumerate(plans):
+                b, owner = local.minibatch(j), p.uinv is not None
+                out.append(DevicePlan(
+                    keys=up(p.ukeys if owner else p.keys, np.uint64), inv=index(p.inv),
+                    field=up(b.field, np.int32), weights=up(b.weights, dt), offsets=index(b.offsets),
+                    labels=up(b.labels, dt), dense=up(b.dense, dt) if self.model.n_dense else None,
+                    uinv=index(p.uinv) if owner else None,
+                    hot=up(p.hot_slots, np.int64) if p.hot_slots is not None and p.hot_slots.shape[0] else None))
+                d = out[-1]
+                self._backward_plan(d, p.keys.shape[0] + (0 if d.hot is None else d.hot.shape[0]))
         if s is not None:
             s.synchronize()
+        self.ledger.batch(raw_nbytes(local.data), on_device=False)
         if isinstance(self.placed, Parts):
             with table.device_view():
                 for d in out:
                     d.keys = self.placed.split(d.keys, "plan")
         return out
+
+    def _backward_plan(self, d: DevicePlan, u: int) -> None:
+        """The order of ``d``'s gradient sums over the ``u`` rows its ``inv`` indexes (keys, then hot
+        rows). On the current stream."""
+        d.bwd = backward_plan(d.inv, d.field, d.weights, d.offsets, u, self.P, self.xp)
 
     # -- train stage --------------------------------------------------------------------------------------
     def rows(self, table) -> _Rows:
@@ -330,4 +410,3 @@ class DeviceBackend:
 
     def transfers(self) -> dict:
         return self.ledger.metrics()
-

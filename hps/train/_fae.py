@@ -227,6 +227,7 @@ class FaeFeature(Feature):
     host``: the model's prediction over parameter rows of the step's array module; ``log``."""
 
     name = "fae"
+    needs_host_keys = True  # a mini-batch's keys are divided into hot and cold on the host
 
     def __init__(self, hot, opts: FaeOptions, data, coll, row_width: int, n_fields: int, n_dense: int,
                  has_eval: bool, eval_options: dict | None, predict, log):

@@ -61,6 +61,9 @@ class Feature:
 
     #: key of the feature's per-rank figures and prepare-stage state
     name = "feature"
+    #: whether the feature reads a batch's keys on the host (its working set, its mini-batches' keys):
+    #: then they are deduplicated there, not on the device (``_device_batch``)
+    needs_host_keys = False
 
     # -- read stage ----------------------------------------------------------------------------------
     def on_read(self, w, ch) -> None:
@@ -87,7 +90,8 @@ class Feature:
         """Before the batch is planned (``w.local``'s keys may be rewritten). Prepare channel."""
 
     def on_resident(self, w, resident) -> None:
-        """The batch's working set on this rank (``resident`` (k,) uint64) is resident now."""
+        """The batch's working set on this rank (``resident`` (k,) uint64) is resident now (host keys
+        for a feature that ``needs_host_keys``; else they may be ``_device_batch.DeviceKeys``)."""
 
     def keeps_state(self, index: int) -> bool:
         """Whether a checkpoint of batch ``index`` may be written besides the trainer's schedule."""

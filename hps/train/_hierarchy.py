@@ -114,9 +114,10 @@ class ParameterHierarchy:
 
     # -- prepare stage -------------------------------------------------------------------------------
     def prepare(self, index: int, working_set: np.ndarray) -> Prepared:
-        """Make the keys batch ``index`` needs on this rank (unique uint64) resident: look them up
-        (a use of each resident one), evict for the misses if the budget needs it, fetch and insert
-        the misses. REQUIRES: ``wait_ready(index)`` returned (the pipeline's gate of the prepare stage)."""
+        """Make the keys batch ``index`` needs on this rank (unique uint64: host, or already on the
+        device, ``_device_batch.DeviceKeys``, which ``hbm.missing`` takes as they are) resident: look
+        them up (a use of each resident one), evict for the misses if the budget needs it, fetch and
+        insert the misses. REQUIRES: ``wait_ready(index)`` returned (the prepare stage's gate)."""
         n, row_bytes = working_set.shape[0], self.memps.row_width * self.memps.dtype.itemsize
         if self.budget_rows is not None and n > self.budget_rows:
             raise CacheBudgetError(

@@ -10,8 +10,8 @@ has its own duplicate of the job's communicator (``_collectives``):
                (``_sync``: keys sent to their owners, or gathered from every rank); look them up in
                the HBM-PS (a cache across batches), evict its coldest rows if the misses need room
                under ``--hbm-budget``, fetch the misses from MEM-PS/SSD-PS and insert them (``_hierarchy``);
-3. ``place``   stage the batch's inputs for the step (``Backend.stage``: on ``--device cuda`` one
-               upload of its plan);
+3. ``place``   stage the batch's inputs for the step (``_device_batch``: on ``--device cuda`` its
+               plans made on the device from the raw arrays prepare uploaded, or one upload of them);
 4. ``train``   per global mini-batch, one step written once over the array module (``_backend``):
                rows -> forward/backward on this rank's examples -> summed gradient of every key ->
                one optimizer step per key (``_sync``, ``_het_sync``) -> dense sync and step
@@ -44,6 +44,7 @@ from ._blas import DenseThreads
 from ._budget import TwinBudget, check_batch_size, plan_job, resolve_budget
 from ._collectives import STAGE_CHANNELS, Collectives
 from ._control import best_dir
+from ._device_batch import BatchPlanner, dedups_on_device
 from ._features import Checkpoint
 from ._feed import Feed, empty_batch
 from ._hierarchy import WINDOW, ParameterHierarchy, _host, make_hbm
@@ -99,6 +100,8 @@ class Trainer:
             self.row_params, self.row_width)
         self.features = _build.features(cfg, self.coll, self.feed, self.sync, self.dense_sync, self.hot,
                                         (self.sparse_opt, self.dense_opt), self.row_width, self._predict, self.log)
+        on_device = dedups_on_device(self.backend, self.features, self.coll.size)  # where keys are deduplicated
+        self.planner = BatchPlanner(self.sync, self.backend, on_device)
         self.store = None
         # this job's own directory (never one another job or the user holds), removed by close()
         self._ssd = SSDDir.claim(t.ssd_path, self.coll.rank, self.coll.size, keep=t.keep_ssd, log=log)  # every rank
@@ -180,7 +183,7 @@ class Trainer:
         if self.features.skips(w.index, "prepare"):
             return w
         self.features.on_prepare(w)  # e.g. admission: keys not admitted become their field's shared key
-        resident, w.plans = self.sync.plan(w.local, w.hot)
+        resident = self.planner.plan(w)  # the keys on the device (``_device_batch``) or the host's plans
         w.prepared = self.hier.prepare(w.index, resident)
         self.peak_resident = max(self.peak_resident, self.hier.resident)
         w.keep_state = self._checkpoint_due(w) or self.features.keeps_state(w.index)
@@ -190,7 +193,7 @@ class Trainer:
     def _place(self, w: Work) -> Work:
         if w.prepared is None:
             return w
-        w.staged = self.backend.stage(w.local, w.plans, self.hier.hbm)
+        w.staged = self.planner.stage(w, self.hier.hbm)
         return w
 
     def _train(self, w: Work) -> dict:

@@ -21,7 +21,8 @@ class Work:
     local: LocalBatch      # this rank's examples of the global batch
     n_total: np.ndarray | None = None  # (P,) int64 examples of each global mini-batch (all ranks)
     last_in_epoch: bool = False
-    plans: list | None = None    # one ``_sync.Plan`` per local mini-batch (prepare)
+    plans: list | None = None    # one ``_sync.Plan`` per local mini-batch (prepare; place on the device path)
+    uploaded: object | None = None  # its raw arrays on the device (``_device_batch``: prepare to place)
     prepared: object | None = None  # the rows fetched for the HBM-PS (``_hierarchy.Prepared``)
     staged: list | None = None   # the step's inputs of every mini-batch (``Backend.stage``, place)
     hot: np.ndarray | None = None  # (P,) bool: the mini-batches all-hot on every rank (FAE), or None

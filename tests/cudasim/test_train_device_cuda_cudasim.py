@@ -60,9 +60,9 @@ def assert_ledger(m, width, batches, ranks=1, fetched=None, written=None, n_part
     """No row, key or gradient crosses inside the mini-batch loop; rows cross only entering the HBM-PS
     (``fetched`` of them, over all ranks, if given) and leaving it (``written``: default every fetched
     row once, as there are no checkpoints in these jobs: evictions and the end's export, keys and
-    rows). Each batch's residency lookup takes its working set's keys up and their slots down (``plan``,
-    8 B a key each way). With ``n_parts`` parts, partitioning a mini-batch's keys on the device brings
-    its n_parts counts to the host."""
+    rows). Each batch's residency lookup brings only its misses down (``plan``, 8 B a key fetched); its
+    working set's keys go up with the plans unless they were deduplicated on the device. With ``n_parts``
+    parts, partitioning a mini-batch's keys on the device brings its n_parts counts to the host."""
     h2d, d2h = m["h2d_bytes"], m["d2h_bytes"]
     assert h2d["minibatch"] == 0
     assert d2h["minibatch"] == 16 * batches * ranks <= 16 * m["minibatches"] * ranks
@@ -71,11 +71,24 @@ def assert_ledger(m, width, batches, ranks=1, fetched=None, written=None, n_part
     assert lookups > 0 and lookups % 8 == 0 and h2d["plan"] > lookups  # + the mini-batches' plans
     k, rem = divmod(h2d["fetch"], 8 + 4 * width)              # key + row in
     assert rem == 0 and fetched in (None, k)
+    assert lookups == 8 * k                                    # only the misses came down
     written = k if written is None else written
     assert d2h["writeback"] == written * (8 + 4 * width)       # key + row out
     assert h2d["writeback"] == 0                               # nothing looked up or erased by key
     if ranks == 1:
         assert h2d["mpi"] == d2h["mpi"] == 0
+
+
+def assert_device_dedup(m, batches):
+    """Every one of ``batches`` had its keys deduplicated on the device (``hps/train/_device_batch.py``):
+    its raw arrays went up once (``plan`` is their bytes, plus at most 7 bytes of alignment for each of
+    its 6 arrays: no plan and no working set went up besides), the host uploaded nothing else but rows
+    (``fetch``), within 1.25x the raw bytes, and only misses came down (``plan``: 8 B a key fetched)."""
+    h2d, d2h = m["h2d_bytes"], m["d2h_bytes"]
+    assert m["device_dedup_batches"] == batches
+    assert 0 <= h2d["plan"] - m["batch_bytes"] <= 7 * 6 * batches
+    assert sum(h2d.values()) - h2d["fetch"] <= 1.25 * m["batch_bytes"]
+    assert d2h["plan"] == 8 * m["hbm_fetched_rows"]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -89,6 +102,7 @@ def test_device_cuda_trains_on_the_simulated_gpu_like_the_cpu(tmp_path, case):
     assert np.allclose(mg["loss_per_batch"], mc["loss_per_batch"], rtol=1e-5)
     assert mg["minibatches"] == 6
     assert_ledger(mg, width, batches=3, fetched=mg["table_rows"])  # 3 batches: nothing evicted early
+    assert_device_dedup(mg, batches=3)  # one rank, no feature reading keys on the host
     assert mc["h2d_bytes"] == mc["d2h_bytes"] == dict.fromkeys(mc["h2d_bytes"], 0)  # the CPU copies nothing
 
 
@@ -106,6 +120,7 @@ def test_parts_on_several_simulated_gpus_train_like_the_cpu(tmp_path, parts, gpu
     assert round(mg["auc"], 4) == round(mc["auc"], 4)
     assert np.allclose(mg["loss_per_batch"], mc["loss_per_batch"], rtol=1e-5)
     assert_ledger(mg, 3 + 7, batches=3, fetched=mg["table_rows"], n_parts=parts)  # ctr rows: 3 + Adam state 7
+    assert mg["device_dedup_batches"] == 0  # the parts split host keys: the host plans
     assert (mg["peer_bytes"] > 0) == (gpus > 1)
 
 
@@ -165,3 +180,4 @@ def test_two_ranks_on_the_simulated_gpu_end_like_the_cpu(tmp_path, mpiexec, sync
         assert mg["d2h_bytes"]["minibatch"] == 16 * 3 * 2 and mg["h2d_bytes"]["minibatch"] == 0
         assert mg["peer_bytes"] > 0
     assert mg["h2d_bytes"]["mpi"] > 0 and mg["d2h_bytes"]["mpi"] > 0
+    assert mg["device_dedup_batches"] == 0  # keys are exchanged on the host

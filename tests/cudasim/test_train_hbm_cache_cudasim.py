@@ -8,7 +8,14 @@ import shutil
 
 import pytest
 
-from tests.cudasim.test_train_device_cuda_cudasim import CASES, TINY, assert_ledger, assert_same_model, run
+from tests.cudasim.test_train_device_cuda_cudasim import (
+    CASES,
+    TINY,
+    assert_device_dedup,
+    assert_ledger,
+    assert_same_model,
+    run,
+)
 
 pytestmark = pytest.mark.cudasim
 
@@ -34,6 +41,7 @@ def test_a_table_that_fits_uploads_each_row_once_over_epochs(tmp_path):
     assert_same_model(ec, eg)
     assert mg["hbm_fetched_rows"] == mg["table_rows"] == mc["hbm_fetched_rows"] and mg["hbm_evicted_rows"] == 0
     assert_ledger(mg, CASES["ctr-adagrad"][1], batches=6, fetched=mg["table_rows"])
+    assert_device_dedup(mg, batches=6)
 
 
 def test_evictions_and_ssd_spills_end_like_the_cpu(tmp_path):
@@ -44,6 +52,7 @@ def test_evictions_and_ssd_spills_end_like_the_cpu(tmp_path):
     assert mg["hbm_fetched_rows"] == mc["hbm_fetched_rows"] > mg["table_rows"]
     assert mg["ssd_bytes_read"] > 0 and max(mg["resident_rows"]) <= 128
     assert_ledger(mg, CASES["ctr-adagrad"][1], batches=6, fetched=mg["hbm_fetched_rows"])
+    assert_device_dedup(mg, batches=6)
 
 
 def test_a_resumed_job_ends_like_the_uninterrupted_cpu_job(tmp_path):
@@ -60,5 +69,6 @@ def test_a_resumed_job_ends_like_the_uninterrupted_cpu_job(tmp_path):
     (tmp_path / "resumed").mkdir()
     resumed, m = run_spill(tmp_path / "resumed", "cuda", ["--epochs", "2", "--checkpoint-dir", str(ck), "--resume"])
     assert m["hbm_evicted_rows"] > 0
+    assert_device_dedup(m, batches=4)  # the batches after the checkpoint
     assert_same_model(full, resumed)
 
