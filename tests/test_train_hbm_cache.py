@@ -15,8 +15,7 @@ from hps.errors import CacheBudgetError
 from hps.train import load_export, main
 from hps.train._hbm_budget import hbm_row_bytes, hbm_rows_for
 from hps.train._hierarchy import ParameterHierarchy
-from hps.cli import parse_config
-from hps.train._trainer import Trainer
+from tests.budgets import train_with_cache_rows
 from tests.test_train_hbm_growth import _Rows
 
 
@@ -110,15 +109,9 @@ def test_a_budget_that_forces_evictions_and_ssd_spills_trains_the_same_model(tmp
     travel down and up again and the job ends with the model of one that held everything."""
     big, mb = run(tmp_path, "big")
     assert mb["hbm_evicted_rows"] == 0
-    # a MEM-PS cache of a quarter of the table (its rows, not a byte budget: the plan would lend the
-    # cache the room of the SSD-PS index, which on a table this small is the table's size)
-    cfg = parse_config([*JOB, "--hbm-budget", "80KiB", "--rows-per-file", "64"])
-    t = Trainer(cfg, log=lambda *a, **k: None, cache_rows=mb["table_rows"] // 4)
-    try:
-        ms = t.fit()
-        t.export(str(tmp_path / "small"))
-    finally:
-        t.close()
+    # a MEM-PS cache of a quarter of the table
+    ms = train_with_cache_rows([*JOB, "--hbm-budget", "80KiB", "--rows-per-file", "64"], mb["table_rows"] // 4,
+                               tmp_path / "small")
     small = load_export(tmp_path / "small")
     assert ms["hbm_evicted_rows"] > 0 and max(ms["resident_rows"]) < ms["table_rows"]
     assert ms["ssd_bytes_read"] > 0
