@@ -215,11 +215,12 @@ class ParameterHierarchy:
 
     def drop_all(self) -> None:
         """Write back and forget every resident key (end of training), a :meth:`_step` of rows at a
-        time, the coldest first (``hbm.evict``, keys in key order within a step), so the rows never
-        stand twice in DRAM."""
+        time but in at most 8 steps (each ``hbm.evict`` ranks every live key), the coldest first
+        (keys in key order within a step), so the rows never stand twice in DRAM."""
         with self._lock:
+            step = max(self._step(), -(-len(self.hbm) // 8))
             while len(self.hbm):
-                keys, rows = self.hbm.evict(self._step(), BATCH_LIMIT - 1)  # no key is protected
+                keys, rows = self.hbm.evict(step, BATCH_LIMIT - 1)  # no key is protected
                 if not keys.shape[0]:
                     raise InternalError(f"{len(self.hbm)} resident keys could not be evicted at the end")
                 mine = self.owned_mask(keys)
