@@ -322,7 +322,7 @@ def plan_memory(budget: int, row_width: int, owned_working_set: int, working_set
                                 "raise it")
     # the slot array a table of that many keys takes holds up to its load factor: ask for all of it
     first = hbm_capacity or planned
-    hbm_keys = min(max(first, int(slots_for(first, DEFAULT_MAX_LOAD_FACTOR) * DEFAULT_MAX_LOAD_FACTOR)), hbm_rows)
+    hbm_keys = min(int(slots_for(first, DEFAULT_MAX_LOAD_FACTOR) * DEFAULT_MAX_LOAD_FACTOR), hbm_rows)
     shares = [Share(MODEL, sum((model or {}).values()))]
     if device == "cpu":
         shares.append(Share(TWIN, hbm_bytes(hbm_keys, row_width, itemsize, n_parts)))

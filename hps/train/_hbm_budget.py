@@ -29,17 +29,22 @@ def hbm_bytes(capacity: int, row_width: int, itemsize: int, n_parts: int) -> int
     return slots * (SLOT_OVERHEAD_BYTES["cpu"] + row_width * itemsize)
 
 
+def _slot_bytes(row_width: int, itemsize: int) -> int:
+    """A CUDA slot of the HBM-PS: its overhead and its row (the unit ``--hbm-budget`` counts on both
+    devices; the CPU twin's slot is smaller)."""
+    return SLOT_OVERHEAD_BYTES["cuda"] + row_width * itemsize
+
+
 def hbm_row_bytes(row_width: int, itemsize: int) -> int:
-    """Bytes ``--hbm-budget`` counts per resident row: a CUDA slot (its overhead and row) at the default
-    load factor (the CPU twin's slot is smaller; the same figure on both devices keeps them equal)."""
-    return int(np.ceil((SLOT_OVERHEAD_BYTES["cuda"] + row_width * itemsize) / DEFAULT_MAX_LOAD_FACTOR))
+    """Bytes ``--hbm-budget`` counts per resident row: a CUDA slot at the default load factor (the same
+    figure on both devices keeps them equal)."""
+    return int(np.ceil(_slot_bytes(row_width, itemsize) / DEFAULT_MAX_LOAD_FACTOR))
 
 
 def hbm_rows_for(budget: int, row_width: int, itemsize: int) -> int:
     """Rows an HBM-PS of ``budget`` bytes may hold: those of the largest power-of-two slot array whose
     slots fit the budget, at the default load factor (0 when not even two slots fit)."""
-    per_slot = SLOT_OVERHEAD_BYTES["cuda"] + row_width * itemsize
-    slots = int(budget) // per_slot
+    slots = int(budget) // _slot_bytes(row_width, itemsize)
     return 0 if slots < 2 else int((1 << (slots.bit_length() - 1)) * DEFAULT_MAX_LOAD_FACTOR)
 
 
@@ -54,7 +59,7 @@ def default_hbm_budget(device: str, row_width: int, itemsize: int, keys: int, fr
 
 def hbm_budget_for(rows: int, row_width: int, itemsize: int = 4) -> int:
     """The smallest ``--hbm-budget`` whose HBM-PS holds ``rows`` rows (:func:`hbm_rows_for`)."""
-    return slots_for(rows, DEFAULT_MAX_LOAD_FACTOR) * (SLOT_OVERHEAD_BYTES["cuda"] + row_width * itemsize)
+    return slots_for(rows, DEFAULT_MAX_LOAD_FACTOR) * _slot_bytes(row_width, itemsize)
 
 
 def device_free_bytes(device: str):
