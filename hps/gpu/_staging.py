@@ -24,10 +24,20 @@ import numpy as np
 
 from ..errors import InvalidTypeError
 
-__all__ = ["PinnedStaging"]
+__all__ = ["PinnedStaging", "index_dtype"]
 
 #: Offsets of the packed arrays are multiples of this (the widest dtype a batch holds).
 ALIGN = 8
+
+
+def index_dtype(bound: int):
+    """The smallest unsigned dtype holding every integer in [0, ``bound``] (uint8, uint16, uint32; int64
+    past those): the dtype indices and fields go up in when they are not packed raw (the host path's
+    plans, ``DeviceBackend.stage``), widened on the device."""
+    for dt in (np.uint8, np.uint16, np.uint32):
+        if bound <= np.iinfo(dt).max:
+            return dt
+    return np.int64
 
 
 class PinnedStaging:

@@ -9,12 +9,22 @@ device (:meth:`DeviceBackend.stage_uploaded`). Otherwise, in the place stage (:m
 the plan of every local mini-batch — the keys whose rows this rank reads and updates, the inverse index
 and field of every key occurrence, weights, offsets, labels, dense features, and in owner mode the index
 of every key other ranks asked — goes up once through the :class:`~hps.gpu.TransferLedger` (purpose
-``plan``; indices as int32, widened on the device). Both run on the place stage's own CUDA stream
-(blocking w.r.t. the legacy default stream, so an upload into memory the pool recycles waits for the
-kernels that last used it), which the stage that issued them synchronises before handing the batch on.
-The order of each mini-batch's gradient sums is planned in the place stage too
-(``hps.gpu.backward_plan``), so no float sum depends on the order threads run in and a job repeats bit
-for bit. With ``--n-parts`` > 1 each mini-batch's keys are also partitioned on the device there.
+``plan``; indices in the smallest dtype that holds them, widened on the device).
+
+Streams (``hps.gpu.PlanStreams``, whose docstring has every ordering): prepare's upload and dedup run
+on the ``upload`` stream, the place stage's plans on the ``place`` stream, both non-blocking w.r.t. the
+legacy default stream where the train stage's kernels and the table's operations run, so on the
+device a batch goes up and is planned while the batches before it train. Prepare waits on the host
+for its own upload (an event; the residency lookup follows on the legacy stream), place makes its
+stream wait for that event, and the train stage makes its stream wait for the event the place stage
+recorded (:meth:`DeviceBackend.begin_batch`): no host block between place and train. Memory: CuPy's
+pool recycles a freed block on the stream that allocated it without waiting for other streams; the
+train thread drops a batch's arrays only after :meth:`DeviceBackend.end_batch` read its scalars (a
+blocking copy behind all its kernels), so no recycled block is still read by a train kernel.
+
+The order of each mini-batch's gradient sums is planned in the place stage too (``hps.gpu.backward_plan``),
+so no float sum depends on the order threads run in and a job repeats bit for bit. With ``--n-parts``
+> 1 each mini-batch's keys are also partitioned on the device there.
 
 Per mini-batch, in the train stage, everything on the default stream, so ordered before the table's
 own next call (insert, erase, purge, growth)::
@@ -41,7 +51,6 @@ kernels run in the simulator, and the ledger counts the copies a GPU would make.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,12 +60,15 @@ from ..gpu import (
     BatchScalars,
     Placement,
     PinnedStaging,
+    PlanStreams,
+    index_dtype,
     TransferLedger,
     backward_plan,
     bce_loss_grad_async,
     missing_keys,
     pool_backward_sorted_async,
     pool_forward_rows_async,
+    stream_api,
     unique_inverse,
     unique_keys,
 )
@@ -173,7 +185,8 @@ class DevicePlan:
     ``offsets`` (n + 1,) int64, ``labels`` (n,) float, ``dense`` (n, n_dense) float or None); ``hot``
     (k,) int64 the mini-batch's FAE hot slots (``Plan.hot_slots``; None when it has none); ``bwd`` the
     order of its gradient sums (``hps.gpu.BackwardPlan`` over the rows ``inv`` indexes: the mini-batch's
-    keys, then its hot rows)."""
+    keys, then its hot rows); ``ready`` the event the place stage recorded after making them
+    (``hps.gpu.PlanStreams``; None without streams)."""
 
     keys: object      # (u,) uint64, or with several parts their ``_device_rows.PartKeys``
     inv: object
@@ -185,6 +198,18 @@ class DevicePlan:
     uinv: object = None
     hot: object = None
     bwd: object = None
+    ready: object = None
+
+
+def _n(a) -> int:
+    return 0 if a is None else int(a.shape[0])
+
+
+def _ready(plans: list, event) -> list:
+    """``plans`` with ``ready`` set to ``event`` (the place stage's, after all of them)."""
+    for d in plans:
+        d.ready = event
+    return plans
 
 
 @dataclass
@@ -254,7 +279,7 @@ class DeviceBackend:
             from ..comm import cuda_aware
 
             self.cuda_aware = cuda_aware(coll.main.comm)
-        self._plan_stream = xp.cuda.Stream() if xp.__name__ == "cupy" else None
+        self.streams = PlanStreams(stream_api(xp))  # upload (prepare thread), place (place thread)
         self.staging = PinnedStaging(xp, self.ledger)  # the prepare stage's uploads (one thread)
         self._read = 0.0       # the loss accumulator when last read (minibatch_loss)
         self._n_total = 1
@@ -271,32 +296,38 @@ class DeviceBackend:
 
     def upload(self, batch) -> DeviceBatch:
         """Prepare stage: the raw arrays of ``batch`` (a local ``hps.data.Batch``) up once, packed in one
-        copy through the pinned staging buffer (``plan``), on the place stage's stream, and the batch's
+        copy through the pinned staging buffer (``plan``), on the ``upload`` stream, and the batch's
         distinct keys computed there (``hps.gpu.unique_keys``: first-occurrence order, the host's working
-        set). Blocks the calling (prepare) thread until both are done: the residency lookup that follows
-        runs on the table's stream."""
-        dt, s = self.model.dtype, self._plan_stream
+        set); then an event recorded on that stream (``DeviceBatch.uploaded``). Blocks the calling
+        (prepare) thread until that event: the residency lookup that follows runs on the legacy stream,
+        and the upload stream does not wait for the train stage's kernels (``hps.gpu.PlanStreams``)."""
+        dt, st = self.model.dtype, self.streams
         host = [np.ascontiguousarray(batch.keys, np.uint64), np.ascontiguousarray(batch.field, np.int32),
                 np.ascontiguousarray(batch.weights, dt), np.ascontiguousarray(batch.offsets, np.int64),
                 np.ascontiguousarray(batch.labels, dt)]
         if self.model.n_dense:
             host.append(np.ascontiguousarray(batch.dense, dt))
-        with s if s is not None else contextlib.nullcontext():
-            dev = self.staging.upload(host, "plan", stream=s)
+        with st.on(st.upload):
+            dev = self.staging.upload(host, "plan", stream=st.upload)
             working_set = unique_keys(dev[0], self.xp)
-        if s is not None:
-            s.synchronize()
+        uploaded = st.record(st.upload)
+        st.host_wait(uploaded)
         self.ledger.batch(raw_nbytes(batch), on_device=True)
-        return DeviceBatch(*dev[:5], dev[5] if self.model.n_dense else None, host[3], DeviceKeys(working_set))
+        return DeviceBatch(*dev[:5], dev[5] if self.model.n_dense else None, host[3], DeviceKeys(working_set),
+                           uploaded)
 
     def stage_uploaded(self, raw: DeviceBatch, bounds) -> list[DevicePlan]:
         """Place stage, keys deduplicated on the device: the :class:`DevicePlan` of every local
         mini-batch (examples ``bounds[j]:bounds[j + 1]``, (P + 1,) host) built on the device from slices
         of ``raw`` (:meth:`upload`): its distinct keys and inverse (``hps.gpu.unique_inverse``, the host
-        plan's order), its offsets rebased, the order of its gradient sums; nothing goes up. Blocks the
-        calling (place) thread until done."""
-        s, out = self._plan_stream, []
-        with s if s is not None else contextlib.nullcontext():
+        plan's order), its offsets rebased, the order of its gradient sums; nothing goes up. On the
+        ``place`` stream, after it waited (on the device) for ``raw.uploaded``; every plan's ``ready``
+        is the event recorded after them, which :meth:`begin_batch` waits for. Asynchronous but for
+        CuPy's reads of the distinct keys' counts (``unique_inverse``), which wait for the place stream
+        only."""
+        st, out = self.streams, []
+        with st.on(st.place):
+            st.wait(raw.uploaded, st.place)
             for j in range(len(bounds) - 1):
                 a, b = int(bounds[j]), int(bounds[j + 1])
                 ka, kb = int(raw.host_offsets[a]), int(raw.host_offsets[b])
@@ -305,40 +336,42 @@ class DeviceBackend:
                                       offsets=raw.offsets[a:b + 1] - ka, labels=raw.labels[a:b],
                                       dense=None if raw.dense is None else raw.dense[a:b]))
                 self._backward_plan(out[-1], int(keys.shape[0]))
-        if s is not None:
-            s.synchronize()
-        return out
+        return _ready(out, st.record(st.place))
 
     def stage(self, local, plans, table) -> list[DevicePlan]:
-        """Upload the plans of a batch, counted as ``plan`` (indices as int32 when the batch's keys allow,
-        widened on the device); with several HBM-PS parts, partition each mini-batch's keys on the
-        device (under ``table``'s locks: the simulator runs one thread's kernels at a time). Blocks the
-        calling (place) thread until the copies are done."""
-        dt, s = self.model.dtype, self._plan_stream
-        narrow = np.int32 if local.data.keys.shape[0] < np.iinfo(np.int32).max else np.int64
+        """Upload the plans of a batch on the ``place`` stream, counted as ``plan``: indices and fields
+        in the smallest unsigned dtype that holds them (``hps.gpu.index_dtype``), widened on the device;
+        every plan's ``ready`` is the event recorded after them (:meth:`begin_batch` waits for it).
+        With several HBM-PS parts, each mini-batch's keys are then partitioned on the device (under
+        ``table``'s locks: the simulator runs one thread's kernels at a time), on the current stream
+        after a host wait for that event (the partition reads its counts on the host anyway)."""
+        dt, st, n_fields = self.model.dtype, self.streams, int(local.data.n_fields)
 
         def up(a, dtype):
-            return self.ledger.to_device(np.ascontiguousarray(a, dtype=dtype), "plan", stream=s)
+            return self.ledger.to_device(np.ascontiguousarray(a, dtype=dtype), "plan", stream=st.place)
 
-        def index(a):  # every index of a batch is at most its key count
-            return up(a, narrow).astype(np.int64, copy=False)
+        def index(a, bound: int, wide=np.int64):  # every value of ``a`` is in [0, bound]
+            return up(a, index_dtype(bound)).astype(wide, copy=False)
 
         out = []
-        with s if s is not None else contextlib.nullcontext():
+        with st.on(st.place):
             for j, p in enumerate(plans):
                 b, owner = local.minibatch(j), p.uinv is not None
+                keys = p.ukeys if owner else p.keys
+                nnz = int(b.keys.shape[0])
                 out.append(DevicePlan(
-                    keys=up(p.ukeys if owner else p.keys, np.uint64), inv=index(p.inv),
-                    field=up(b.field, np.int32), weights=up(b.weights, dt), offsets=index(b.offsets),
-                    labels=up(b.labels, dt), dense=up(b.dense, dt) if self.model.n_dense else None,
-                    uinv=index(p.uinv) if owner else None,
-                    hot=up(p.hot_slots, np.int64) if p.hot_slots is not None and p.hot_slots.shape[0] else None))
+                    keys=up(keys, np.uint64), inv=index(p.inv, p.keys.shape[0] + _n(p.hot_slots)),
+                    field=index(b.field, n_fields, np.int32), weights=up(b.weights, dt),
+                    offsets=index(b.offsets, nnz), labels=up(b.labels, dt),
+                    dense=up(b.dense, dt) if self.model.n_dense else None,
+                    uinv=index(p.uinv, keys.shape[0]) if owner else None,
+                    hot=up(p.hot_slots, np.int64) if _n(p.hot_slots) else None))
                 d = out[-1]
                 self._backward_plan(d, p.keys.shape[0] + (0 if d.hot is None else d.hot.shape[0]))
-        if s is not None:
-            s.synchronize()
+        _ready(out, st.record(st.place))
         self.ledger.batch(raw_nbytes(local.data), on_device=False)
         if isinstance(self.placed, Parts):
+            st.host_wait(out[0].ready if out else None)
             with table.device_view():
                 for d in out:
                     d.keys = self.placed.split(d.keys, "plan")
@@ -385,7 +418,12 @@ class DeviceBackend:
     def to_device(self, a, purpose: str = "mpi"):
         return self.ledger.to_device(a, purpose)
 
-    def begin_batch(self, table) -> None:
+    def begin_batch(self, table, staged=()) -> None:
+        """Train stage, before a batch's first step: its current (the legacy) stream waits on the device
+        for the place stage's event of ``staged`` (the batch's :class:`DevicePlan` list), so its kernels
+        read the plans only once made; the batch's scalars zeroed. Does not block the host."""
+        for ev in {id(d.ready): d.ready for d in staged if d.ready is not None}.values():
+            self.streams.wait(ev)
         with table.device_view():  # every launch under the table's lock (see the class docstring)
             self.scalars.zero()
         self._read = 0.0

@@ -5,19 +5,19 @@ the host (``_sync``). The prepare and place stages of ``Trainer`` go through :cl
 feature that reads a batch's keys on the host), per batch:
 
 - prepare: the local batch's raw arrays (keys, field, weights, offsets, labels, dense) go up once,
-  packed through a pinned staging buffer reused across batches, on the place stage's stream, from the
-  prepare thread while the train thread runs the previous batches (``DeviceBackend.upload``; that
-  stream is blocking w.r.t. the legacy default stream, so on the device the copy still follows the
-  kernels issued before it); the batch's distinct keys are
-  computed there (first-occurrence order: the host's working set) and handed to the hierarchy as
-  :class:`DeviceKeys`, so the residency lookup uploads nothing and only the misses come down (8 B a key);
+  packed through a pinned staging buffer reused across batches, on a non-blocking stream of their
+  own, so on the device the copy runs while the previous batches' kernels do (``DeviceBackend.upload``;
+  the streams and events: ``hps.gpu.PlanStreams``); the batch's distinct keys are computed there
+  (first-occurrence order: the host's working set) and handed to the hierarchy as :class:`DeviceKeys`,
+  so the residency lookup uploads nothing and only the misses come down (8 B a key);
 - place: each mini-batch's unique keys, inverse and rebased offsets are made on the device from slices
-  of the uploaded arrays (``DeviceBackend.stage_uploaded``): nothing goes up. The plans equal the host's
+  of the uploaded arrays (``DeviceBackend.stage_uploaded``, on the place stage's stream, after the
+  upload's event; the train stage waits for the place stage's event): nothing goes up. The plans equal the host's
   (``hps.gpu.unique_inverse`` keeps the host's key order), so ``--device cuda`` still equals ``cpu``.
 
 **On the host** otherwise: ``sync.plan`` computes every mini-batch's unique keys and inverse (and with
 several ranks exchanges them with their owners), and the place stage uploads those plans
-(``Backend.stage``).
+(``Backend.stage``: indices and fields in the smallest dtype that holds them).
 
 Which features read a batch's keys on the host (``Feature.needs_host_keys``): admission and expiry
 (``_admission``: every batch's keys are touched in the prepare stage, its known keys and their last
@@ -58,7 +58,9 @@ class DeviceBatch:
     ``hps.data.Batch`` holds them (``keys`` (nnz,) uint64, ``field`` (nnz,) int32, ``weights`` (nnz,),
     ``offsets`` (n + 1,) int64, ``labels`` (n,), ``dense`` (n, n_dense) or None without dense
     features; floats in the model's dtype); ``host_offsets`` the host's ``offsets`` (mini-batch slices
-    are cut without a read back); ``working_set`` the batch's distinct keys in first-occurrence order."""
+    are cut without a read back); ``working_set`` the batch's distinct keys in first-occurrence order;
+    ``uploaded`` the event recorded on the upload stream after all of them (``hps.gpu.PlanStreams``;
+    None without streams)."""
 
     keys: object
     field: object
@@ -68,6 +70,7 @@ class DeviceBatch:
     dense: object
     host_offsets: np.ndarray
     working_set: DeviceKeys
+    uploaded: object = None
 
 
 def raw_nbytes(batch) -> int:

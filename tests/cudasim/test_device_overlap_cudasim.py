@@ -1,0 +1,160 @@
+"""The streams and events of ``--device cuda``'s prepare, place and train stages (``hps.gpu.PlanStreams``)
+on Numba's CUDA simulator. The simulator has no streams, so a stand-in of CuPy's stream API records
+every call (which stream, which event, which thread); the tests check the orderings the docstrings
+promise: the plan streams are non-blocking; prepare records an event after its upload and dedup and
+waits for it on the host; place makes its stream wait for that event before reading the raw arrays
+and records its own after the plans; the train stage's stream waits for that one (on the device, no
+host wait) before the batch's first kernel. An event is always recorded before anyone waits on it
+(CUDA ignores a wait on an event not yet recorded)."""
+
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import hps.train._device_backend as device_backend
+from hps.gpu import PlanStreams, index_dtype
+from hps.train._device_batch import raw_nbytes
+from hps.train._sync import Plan, unique_inverse
+from tests.cudasim.test_train_device_cuda_cudasim import TINY
+from tests.cudasim.test_train_device_dedup_cudasim import _backend, _local
+
+pytestmark = pytest.mark.cudasim
+
+
+class FakeEvent:
+    def __init__(self, log, stream):
+        self.log, self.stream, self.recorded = log, stream, False
+
+    def synchronize(self):
+        assert self.recorded
+        self.log.append(("host_wait", None, self, threading.current_thread().name))
+
+
+class FakeStream:
+    def __init__(self, api, name, non_blocking):
+        self.api, self.name, self.non_blocking = api, name, non_blocking
+
+    def __enter__(self):
+        self.api.current.__dict__.setdefault("stack", []).append(self)
+        return self
+
+    def __exit__(self, *exc):
+        self.api.current.stack.pop()
+
+    def record(self):
+        ev = FakeEvent(self.api.log, self)
+        ev.recorded = True
+        self.api.log.append(("record", self.name, ev, threading.current_thread().name))
+        return ev
+
+    def wait_event(self, ev):
+        assert ev.recorded, "a wait on an event not yet recorded waits for nothing"
+        self.api.log.append(("wait", self.name, ev, threading.current_thread().name))
+
+
+class FakeCuda:
+    """CuPy's ``cupy.cuda`` as ``PlanStreams`` uses it; streams named in creation order."""
+
+    def __init__(self):
+        self.log, self.current, self.made = [], threading.local(), []
+        self.null = FakeStream(self, "legacy", False)
+
+    def Stream(self, non_blocking=False):
+        s = FakeStream(self, ("upload", "place")[len(self.made)], non_blocking)
+        self.made.append(s)
+        return s
+
+    def get_current_stream(self):
+        stack = getattr(self.current, "stack", [])
+        return stack[-1] if stack else self.null
+
+
+def _faked(be):
+    api = FakeCuda()
+    be.streams = PlanStreams(api)
+    return api
+
+
+def test_plan_streams_are_non_blocking_and_idle_without_cupy():
+    api = FakeCuda()
+    st = PlanStreams(api)
+    assert [s.non_blocking for s in api.made] == [True, True] and (st.upload.name, st.place.name) == ("upload", "place")
+    none = PlanStreams(None)  # NumPy arrays (the CPU, the simulator): nothing to order
+    assert none.upload is none.place is None and none.record(None) is None
+    none.wait(None), none.host_wait(None)
+
+
+def test_index_dtype_is_the_smallest_that_holds_the_bound():
+    assert [index_dtype(b) for b in (0, 255, 256, 65535, 65536, 2**32 - 1, 2**32)] == \
+        [np.uint8, np.uint8, np.uint16, np.uint16, np.uint32, np.uint32, np.int64]
+
+
+def test_device_path_prepare_place_train_order_their_streams_with_events():
+    """upload: the copy and dedup on the upload stream, its event recorded then waited on the host;
+    stage_uploaded: the place stream waits for it, then records the plans' event; begin_batch: the
+    current (legacy) stream waits for that event on the device, without a host wait."""
+    local = _local(3)
+    be = _backend(2)
+    api = _faked(be)
+    seen = []
+    upload = be.staging.upload
+    be.staging.upload = lambda arrays, purpose, stream=None: seen.append((stream, api.get_current_stream())) \
+        or upload(arrays, purpose, stream)
+    raw = be.upload(local.data)
+    assert seen == [(be.streams.upload, be.streams.upload)]
+    assert [e[:2] for e in api.log] == [("record", "upload"), ("host_wait", None)]
+    assert api.log[1][2] is raw.uploaded is api.log[0][2]
+    staged = be.stage_uploaded(raw, local.bounds)
+    assert [e[:2] for e in api.log[2:]] == [("wait", "place"), ("record", "place")]
+    assert api.log[2][2] is raw.uploaded and all(d.ready is api.log[3][2] for d in staged)
+    del api.log[:]
+    be.begin_batch(SimpleNamespace(device_view=lambda: _null()), staged)
+    assert [e[:3] for e in api.log] == [("wait", "legacy", staged[0].ready)]  # once, no host wait
+
+
+def test_host_path_plans_are_ready_after_the_place_streams_event():
+    local = _local(5)
+    plans = [Plan(*unique_inverse(local.minibatch(j).keys)) for j in range(len(local.bounds) - 1)]
+    for p in plans:
+        p.ukeys = p.keys
+    be = _backend(2)
+    api = _faked(be)
+    staged = be.stage(local, plans, None)
+    assert [e[:2] for e in api.log] == [("record", "place")] and all(d.ready is api.log[0][2] for d in staged)
+    assert be.ledger.metrics()["batch_bytes"] == raw_nbytes(local.data)
+    be.begin_batch(SimpleNamespace(device_view=lambda: _null()), staged)
+    assert api.log[-1][:3] == ("wait", "legacy", staged[0].ready)
+
+
+def _null():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def test_a_job_orders_every_batch_across_the_stage_threads(tmp_path, monkeypatch):
+    """A whole (tiny) job in the pipeline's threads: every batch's upload event is recorded and host-
+    waited in the prepare thread and waited by the place stream in the place thread; every place
+    event is recorded in the place thread, then waited once by the train thread's legacy stream."""
+    from hps.train import main
+
+    apis = []
+
+    def fake(xp):
+        apis.append(FakeCuda())
+        return apis[-1]
+
+    monkeypatch.setattr(device_backend, "stream_api", fake)
+    assert main([*TINY, "--device", "cuda", "--metrics-out", str(tmp_path / "m.json")]) == 0
+    log = apis[0].log
+    ups = [e for e in log if e[0] == "record" and e[1] == "upload"]
+    places = [e for e in log if e[0] == "record" and e[1] == "place"]
+    assert len(ups) == len(places) == 3 and {e[3] for e in ups} == {"prepare"} and {e[3] for e in places} == {"place"}
+    for up, pl in zip(ups, places):
+        waits = [(e[0], e[1], e[3]) for e in log if e[2] is up[2] and e[0] != "record"]
+        assert waits == [("host_wait", None, "prepare"), ("wait", "place", "place")]
+        assert log.index(up) < log.index(next(e for e in log if e[2] is up[2] and e[0] == "wait"))
+        waits = [(e[0], e[1], e[3]) for e in log if e[2] is pl[2] and e[0] != "record"]
+        assert waits == [("wait", "legacy", "train")]
