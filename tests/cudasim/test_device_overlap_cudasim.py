@@ -158,3 +158,53 @@ def test_a_job_orders_every_batch_across_the_stage_threads(tmp_path, monkeypatch
         assert log.index(up) < log.index(next(e for e in log if e[2] is up[2] and e[0] == "wait"))
         waits = [(e[0], e[1], e[3]) for e in log if e[2] is pl[2] and e[0] != "record"]
         assert waits == [("wait", "legacy", "train")]
+
+
+class _Prod:
+    """A device array's producer stream as Numba sees it (``DeviceNDArray.stream``)."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __int__(self):
+        return self.handle
+
+
+@pytest.mark.parametrize("producer,call,waits", [(0, 0, False), (_Prod(1), 0, False), (_Prod(77), 0, True),
+                                                 (_Prod(77), _Prod(77), False), (_Prod(1), _Prod(88), True)])
+def test_a_blocking_table_call_follows_its_inputs_producer_on_the_device(monkeypatch, producer, call, waits):
+    """``hps.table._cuda_alloc.follow_producer``: an input exported on another stream than the call's
+    is ordered by an event recorded on the producer's stream and waited on by the call's (no host
+    wait); the same stream (the legacy default one is handle 1 and Numba's stream 0) or no producer
+    stream needs nothing."""
+    from hps.table import _cuda_alloc
+
+    log = []
+
+    class Ev:
+        def record(self, s):
+            log.append(("record", s))
+
+        def wait(self, s):
+            log.append(("wait", s))
+
+    monkeypatch.setattr(_cuda_alloc.L, "event", Ev)
+    _cuda_alloc.follow_producer(SimpleNamespace(stream=producer), call)
+    assert log == ([("record", producer), ("wait", call)] if waits else [])
+
+
+def test_a_device_callers_table_results_are_fresh_device_arrays():
+    """Blocking calls on device keys return new device arrays (``DeviceAlloc``; Numba's allocator in
+    the simulator) that the next call does not overwrite."""
+    from numba import cuda
+
+    from hps import HashTable
+
+    t = HashTable(16, 2, device="cuda")
+    keys = cuda.to_device(np.arange(1, 6, dtype=np.uint64))
+    t.insert(keys, cuda.to_device(np.ones((5, 2), np.float32)))
+    found = t.contains(keys)
+    other = t.contains(cuda.to_device(np.arange(20, 25, dtype=np.uint64)))
+    assert found.copy_to_host().all() and not other.copy_to_host().any()
+    rows, hit = t.get(keys)
+    assert (rows.copy_to_host() == 1).all() and hit.copy_to_host().all()
