@@ -65,114 +65,17 @@ from ..gpu import (
     TransferLedger,
     backward_plan,
     bce_loss_grad_async,
-    missing_keys,
     pool_backward_sorted_async,
     pool_forward_rows_async,
     stream_api,
     unique_inverse,
     unique_keys,
 )
-from ._device_batch import DeviceBatch, DeviceKeys, raw_nbytes
+from ._device_batch import DeviceBatch, DeviceKeys, WorkingSet, raw_nbytes
 from ._device_rows import OneTable, Parts
+from ._device_table import LedgerTable
 
-__all__ = ["DeviceBackend", "LedgerTable"]
-
-
-class LedgerTable:
-    """The HBM-PS as :class:`~hps.train._hierarchy.ParameterHierarchy` uses it on ``--device cuda``: the
-    table's batch calls on host arrays, every copy counted by the ledger — keys and rows going in as
-    ``fetch``, keys of evictions and lookups and the rows coming out as ``writeback``. The train stage
-    reaches the rows through :meth:`device_view` only. Thread safety: the table's (its lock).
-
-    A :class:`~hps.gpu.PartitionedHashTable` gets the host arrays themselves: they are split on the
-    host, where they are, and each part uploads its own share to its GPU (the ledger records those
-    copies); ``device_view`` then yields the list of the parts' views."""
-
-    def __init__(self, table, ledger: TransferLedger):
-        self.table = table
-        self.ledger = ledger
-        self.parted = hasattr(table, "device_views")
-        self._inserted = None  # (host keys, their device copy) of the last insert (missing reuses it)
-
-    def insert(self, keys: np.ndarray, rows: np.ndarray) -> None:
-        """keys (n,) uint64, rows (n, row_width) host arrays. Blocking. The keys' device copy is kept
-        for a :meth:`missing` of the same array that follows (the hierarchy counts the inserted keys'
-        first use so), which then uploads nothing."""
-        if self.parted:
-            self.ledger.record("h2d", "fetch", keys.nbytes + rows.nbytes)
-            self.table.insert(keys, rows)
-        else:
-            dev = self.ledger.to_device(keys, "fetch")
-            self.table.insert(dev, self.ledger.to_device(rows, "fetch"))
-            self._inserted = (keys, dev)
-
-    def get(self, keys: np.ndarray):
-        """(rows (n, row_width), found (n,) bool) host arrays of host ``keys``. Blocking."""
-        if self.parted:
-            rows, found = self.table.get(keys)
-            self.ledger.record("h2d", "writeback", keys.nbytes)
-            self.ledger.record("d2h", "writeback", rows.nbytes + found.nbytes)
-            return rows, found
-        rows, found = self.table.get(self.ledger.to_device(keys, "writeback"))
-        return self.ledger.to_host(rows, "writeback"), self.ledger.to_host(found, "writeback")
-
-    def erase(self, keys: np.ndarray) -> int:
-        if self.parted:
-            self.ledger.record("h2d", "writeback", keys.nbytes)
-            return self.table.erase(keys)
-        return self.table.erase(self.ledger.to_device(keys, "writeback"))
-
-    def missing(self, keys, batch: int) -> np.ndarray:
-        """The keys of ``keys`` (n,) uint64 not resident, in input order (host array), each resident key
-        counting a use in ``batch``: the residency lookup and the miss list computed on the device
-        (``hps.gpu.missing_keys``). ``keys``: a host array, which goes up (``plan``), or keys already on
-        the device (:class:`~hps.train._device_batch.DeviceKeys`: a working set deduplicated there; or
-        the array of the last :meth:`insert`, whose device copy it kept), which do not. Only the misses
-        come down (``plan``, 8 B a key). Blocking."""
-        last, self._inserted = self._inserted, None
-        if self.parted:
-            miss = self.table.missing(keys, batch)
-            self.ledger.record("h2d", "plan", keys.nbytes)
-            self.ledger.record("d2h", "plan", miss.nbytes)
-            return miss
-        if isinstance(keys, DeviceKeys):
-            dev = keys.keys
-        elif last is not None and last[0] is keys:
-            dev = last[1]
-        else:
-            dev = self.ledger.to_device(keys, "plan")
-        with self.table.device_view():  # the table's lock: the simulator runs one thread's kernels at a time
-            _, miss = missing_keys(self.table, dev, batch, self.ledger.xp)
-        return self.ledger.to_host(miss, "plan")
-
-    def evict(self, n: int, protect_from: int):
-        """The table's ``evict`` (host keys and rows, ``writeback``). Blocking."""
-        keys, rows = self.table.evict(n, protect_from)
-        self.ledger.record("d2h", "writeback", keys.nbytes + rows.nbytes)
-        return keys, rows
-
-    def export(self):
-        """(keys, rows) host arrays of every resident row (``writeback``). Blocking."""
-        keys, rows = self.table.export()
-        self.ledger.record("d2h", "writeback", keys.nbytes + rows.nbytes)
-        return keys, rows
-
-    def clear(self) -> None:
-        self.table.clear()
-
-    def reserve(self, capacity: int) -> None:
-        self.table.reserve(capacity)
-
-    def device_view(self):
-        """The table's view (one part) or the list of its parts' views, its lock(s) held."""
-        return self.table.device_views() if self.parted else self.table.device_view()
-
-    @property
-    def capacity(self) -> int:
-        return self.table.capacity
-
-    def __len__(self) -> int:
-        return len(self.table)
+__all__ = ["DeviceBackend", "LedgerTable"]  # LedgerTable: ``_device_table``
 
 
 @dataclass
@@ -285,7 +188,8 @@ class DeviceBackend:
         self._n_total = 1
 
     def wrap(self, table) -> LedgerTable:
-        return LedgerTable(table, self.ledger)
+        self.hbm = LedgerTable(table, self.ledger)
+        return self.hbm
 
     # -- prepare and place stages ----------------------------------------------------------------------
     @property
@@ -338,10 +242,25 @@ class DeviceBackend:
                 self._backward_plan(out[-1], int(keys.shape[0]))
         return _ready(out, st.record(st.place))
 
-    def stage(self, local, plans, table) -> list[DevicePlan]:
+    def upload_working_set(self, keys: np.ndarray) -> WorkingSet:
+        """Prepare stage, host path with one HBM-PS table: the batch's working set ``keys`` (u,) uint64
+        (host, unique) up once (``plan``) on the ``upload`` stream, waited for on the host (the
+        residency lookup follows on the legacy stream), and kept for the lookup of this very array
+        (``LedgerTable.keep``: it uploads nothing); :meth:`stage` gathers the mini-batches' keys from it."""
+        st = self.streams
+        with st.on(st.upload):
+            dev = self.ledger.to_device(np.ascontiguousarray(keys, np.uint64), "plan", stream=st.upload)
+        uploaded = st.record(st.upload)
+        st.host_wait(uploaded)
+        self.hbm.keep(keys, dev)
+        return WorkingSet(keys, dev, uploaded)
+
+    def stage(self, local, plans, table, working_set: WorkingSet | None = None) -> list[DevicePlan]:
         """Upload the plans of a batch on the ``place`` stream, counted as ``plan``: indices and fields
         in the smallest unsigned dtype that holds them (``hps.gpu.index_dtype``), widened on the device;
-        every plan's ``ready`` is the event recorded after them (:meth:`begin_batch` waits for it).
+        every plan's ``ready`` is the event recorded after them (:meth:`begin_batch` waits for it). With
+        ``working_set`` (:meth:`upload_working_set`) each mini-batch's keys go up as their positions in
+        it and are gathered from its device copy (after its event), unless one is not there.
         With several HBM-PS parts, each mini-batch's keys are then partitioned on the device (under
         ``table``'s locks: the simulator runs one thread's kernels at a time), on the current stream
         after a host wait for that event (the partition reads its counts on the host anyway)."""
@@ -353,14 +272,22 @@ class DeviceBackend:
         def index(a, bound: int, wide=np.int64):  # every value of ``a`` is in [0, bound]
             return up(a, index_dtype(bound)).astype(wide, copy=False)
 
+        def keys_up(keys):
+            at = None if working_set is None else working_set.index(keys)
+            if at is None:
+                return up(keys, np.uint64)
+            return working_set.dev[index(at, max(working_set.host.shape[0] - 1, 0))]
+
         out = []
         with st.on(st.place):
+            if working_set is not None:
+                st.wait(working_set.uploaded, st.place)
             for j, p in enumerate(plans):
                 b, owner = local.minibatch(j), p.uinv is not None
                 keys = p.ukeys if owner else p.keys
                 nnz = int(b.keys.shape[0])
                 out.append(DevicePlan(
-                    keys=up(keys, np.uint64), inv=index(p.inv, p.keys.shape[0] + _n(p.hot_slots)),
+                    keys=keys_up(keys), inv=index(p.inv, p.keys.shape[0] + _n(p.hot_slots)),
                     field=index(b.field, n_fields, np.int32), weights=up(b.weights, dt),
                     offsets=index(b.offsets, nnz), labels=up(b.labels, dt),
                     dense=up(b.dense, dt) if self.model.n_dense else None,

@@ -17,7 +17,9 @@ feature that reads a batch's keys on the host), per batch:
 
 **On the host** otherwise: ``sync.plan`` computes every mini-batch's unique keys and inverse (and with
 several ranks exchanges them with their owners), and the place stage uploads those plans
-(``Backend.stage``: indices and fields in the smallest dtype that holds them).
+(``Backend.stage``: indices and fields in the smallest dtype that holds them). On ``--device cuda``
+with one HBM-PS table the working set goes up once in the prepare stage (:class:`WorkingSet`; the
+residency lookup reuses that copy) and each mini-batch's keys go up as their positions in it.
 
 Which features read a batch's keys on the host (``Feature.needs_host_keys``): admission and expiry
 (``_admission``: every batch's keys are touched in the prepare stage, its known keys and their last
@@ -37,7 +39,7 @@ import numpy as np
 
 from ._sync import Plan
 
-__all__ = ["BatchPlanner", "DeviceBatch", "DeviceKeys", "dedups_on_device", "raw_nbytes"]
+__all__ = ["BatchPlanner", "DeviceBatch", "DeviceKeys", "WorkingSet", "dedups_on_device", "raw_nbytes"]
 
 
 @dataclass
@@ -73,6 +75,30 @@ class DeviceBatch:
     uploaded: object = None
 
 
+@dataclass
+class WorkingSet:
+    """A host-path batch's working set (``sync.plan``'s resident keys, ``host`` (u,) uint64) and its
+    device copy ``dev`` (``DeviceBackend.upload_working_set``; the residency lookup reuses it), which
+    the place stage gathers every mini-batch's keys from (:meth:`index`); ``uploaded`` the event after
+    the copy (None without streams)."""
+
+    host: np.ndarray
+    dev: object
+    uploaded: object = None
+    _sorted: tuple | None = None
+
+    def index(self, keys: np.ndarray):
+        """Positions (n,) int64 in ``host`` of ``keys`` (n,) uint64, or None when one is not there."""
+        if self._sorted is None:
+            order = np.argsort(self.host, kind="stable")
+            self._sorted = (order, self.host[order])
+        order, sk = self._sorted
+        pos = np.minimum(np.searchsorted(sk, keys), max(sk.shape[0] - 1, 0))
+        if keys.shape[0] and (sk.shape[0] == 0 or not np.array_equal(sk[pos], keys)):
+            return None
+        return order[pos] if keys.shape[0] else np.zeros(0, np.int64)
+
+
 def raw_nbytes(batch) -> int:
     """Bytes of a ``hps.data.Batch``'s arrays (keys, field, weights, offsets, labels, dense)."""
     return int(sum(a.nbytes for a in (batch.keys, batch.field, batch.weights, batch.offsets, batch.labels,
@@ -93,6 +119,8 @@ class BatchPlanner:
 
     def __init__(self, sync, backend, on_device: bool):
         self.sync, self.backend, self.on_device = sync, backend, bool(on_device)
+        # the host path on a device with one HBM-PS table: the working set goes up once (WorkingSet)
+        self.keeps_working_set = not self.on_device and getattr(backend, "dedups_on_device", False)
 
     def plan(self, w):
         """Prepare stage: the keys batch ``w`` needs resident on this rank (host uint64, or
@@ -100,6 +128,8 @@ class BatchPlanner:
         over the prepare channel on the host path (``sync.plan``)."""
         if not self.on_device:
             resident, w.plans = self.sync.plan(w.local, w.hot)
+            if self.keeps_working_set:
+                w.uploaded = self.backend.upload_working_set(resident)
             return resident
         w.uploaded = self.backend.upload(w.local.data)
         return w.uploaded.working_set
@@ -107,6 +137,8 @@ class BatchPlanner:
     def stage(self, w, table) -> list:
         """Place stage: the step's inputs of every mini-batch of ``w`` (``Backend.stage``); on the device
         path also ``w.plans``, whose keys and inverse are the device arrays the step reads."""
+        if self.keeps_working_set:  # w.uploaded stays with w until trained: the place stream reads it
+            return self.backend.stage(w.local, w.plans, table, working_set=w.uploaded)
         if not self.on_device:
             return self.backend.stage(w.local, w.plans, table)
         staged, w.uploaded = self.backend.stage_uploaded(w.uploaded, w.local.bounds), None

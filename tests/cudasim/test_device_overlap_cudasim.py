@@ -208,3 +208,55 @@ def test_a_device_callers_table_results_are_fresh_device_arrays():
     assert found.copy_to_host().all() and not other.copy_to_host().any()
     rows, hit = t.get(keys)
     assert (rows.copy_to_host() == 1).all() and hit.copy_to_host().all()
+
+
+def _host_plans(local):
+    plans = [Plan(*unique_inverse(local.minibatch(j).keys)) for j in range(len(local.bounds) - 1)]
+    for p in plans:
+        p.ukeys = p.keys
+    return plans
+
+
+def test_host_path_keys_go_up_as_positions_in_the_working_set_uploaded_once():
+    """``upload_working_set`` sends the batch's working set once (8 B a key, kept for the residency
+    lookup); ``stage`` sends each mini-batch's keys as their positions in it (1 B each here) and
+    gathers them on the device after the upload's event; a key missing from it goes up as itself."""
+    local = _local(11, n_dense=2)
+    plans = _host_plans(local)
+    resident = unique_inverse(np.concatenate([p.keys for p in plans]))[0]
+    be = _backend(2)
+    api = _faked(be)
+    kept = []
+    be.hbm = SimpleNamespace(keep=lambda k, d: kept.append((k, d)))
+    ws = be.upload_working_set(resident)
+    assert kept[0][0] is resident and np.array_equal(kept[0][1], resident)
+    assert [e[:2] for e in api.log] == [("record", "upload"), ("host_wait", None)]
+    plans[1].keys = plans[1].ukeys = np.concatenate([plans[1].keys, [np.uint64(12345)]])  # not in it
+    staged = be.stage(local, plans, None, working_set=ws)
+    assert [e[:3] for e in api.log[2:]] == [("wait", "place", ws.uploaded), ("record", "place", staged[0].ready)]
+    want = 8 * resident.shape[0]
+    for j, (p, d) in enumerate(zip(plans, staged)):
+        b = local.minibatch(j)
+        n, nnz = len(b), b.keys.shape[0]
+        np.testing.assert_array_equal(d.keys, p.keys)
+        want += (8 if j == 1 else 1) * p.keys.shape[0] + (1 + 1 + 4) * nnz + (n + 1) + 4 * n + 4 * n * 2
+    assert be.ledger.metrics()["h2d_bytes"]["plan"] == want
+
+
+def test_a_kept_working_set_is_looked_up_without_an_upload():
+    """``LedgerTable.keep``: the residency lookup of the very array kept uploads nothing (only the
+    misses come down); any other array still goes up."""
+    from hps import HashTable
+    from hps.gpu import TransferLedger
+    from hps.train._device_table import LedgerTable
+
+    led = TransferLedger(np)
+    t = LedgerTable(HashTable(16, 2, device="cuda"), led)
+    t.insert(np.arange(1, 4, dtype=np.uint64), np.ones((3, 2), np.float32))
+    up = led.metrics()["h2d_bytes"]["plan"]
+    ws = np.arange(2, 7, dtype=np.uint64)
+    t.keep(ws, ws.copy())
+    np.testing.assert_array_equal(t.missing(ws, 1), [4, 5, 6])
+    assert led.metrics()["h2d_bytes"]["plan"] == up and led.metrics()["d2h_bytes"]["plan"] == 3 * 8
+    np.testing.assert_array_equal(t.missing(ws.copy(), 1), [4, 5, 6])
+    assert led.metrics()["h2d_bytes"]["plan"] == up + ws.nbytes
