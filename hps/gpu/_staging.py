@@ -10,7 +10,8 @@ allocation, one per array, with the arrays' shapes and dtypes. The ledger counts
 
 The buffer grows (doubling) when a batch does not fit and is otherwise reused: before packing the next
 batch into it, :meth:`PinnedStaging.upload` waits for the event of the previous copy, so a copy still
-reading it is never overwritten. On a simulated GPU (``xp`` is NumPy) the buffer is a plain NumPy array
+reading it is never overwritten (the ``--device cuda`` prepare stage waits for each upload anyway,
+``hps.gpu.PlanStreams``, so there the wait finds the copy done; one buffer is enough). On a simulated GPU (``xp`` is NumPy) the buffer is a plain NumPy array
 and the "device" allocation its NumPy copy, counted as the real one would be.
 
 Not thread-safe: one caller thread (the prepare stage).

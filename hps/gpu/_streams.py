@@ -14,7 +14,10 @@ the pipeline's queue orders the record first):
   was computed, then waits for it on the host (:meth:`host_wait`): the residency lookup that follows
   runs on the legacy stream, which the train thread shares; a device wait enqueued there would hold
   the train kernels issued after it behind this upload, a host wait holds only the prepare thread,
-  and only for the upload stream's own work;
+  and only for the upload stream's own work. (The lookup itself, the misses' insert and the
+  evictions stay on the legacy stream, ordered after the train kernels issued before them: the table
+  they change is the one those kernels read. So the upload and dedup overlap the training, the
+  residency lookup does not.)
 - place makes ``place`` wait for ``uploaded`` (:meth:`wait`, on the device) before reading the raw
   arrays, and records ``staged`` after the batch's mini-batch inputs are made;
 - train makes its (the current) stream wait for ``staged`` (on the device, no host block) before the

@@ -260,3 +260,49 @@ def test_a_kept_working_set_is_looked_up_without_an_upload():
     assert led.metrics()["h2d_bytes"]["plan"] == up and led.metrics()["d2h_bytes"]["plan"] == 3 * 8
     np.testing.assert_array_equal(t.missing(ws.copy(), 1), [4, 5, 6])
     assert led.metrics()["h2d_bytes"]["plan"] == up + ws.nbytes
+
+
+def test_the_pinned_buffer_is_repacked_only_after_the_copy_that_read_it(monkeypatch):
+    """``PinnedStaging`` on a GPU (CuPy stood in for): each copy records an event on its stream, and
+    the next upload waits for that event before packing its arrays into the pinned buffer."""
+    import sys
+
+    from hps.gpu import PinnedStaging, TransferLedger
+
+    log = []
+
+    class Dev(np.ndarray):
+        def set(self, host, stream=None):
+            self[...] = host
+            log.append(("copy", stream.name, bytes(host[:8])))
+
+    class Ev:
+        def __init__(self, n):
+            self.n = n
+
+        def synchronize(self):
+            log.append(("sync", self.n, bytes(st._host[:8])))  # the buffer still holds that copy's bytes
+
+    class Stream:
+        name = "upload"
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def record(self):
+            log.append(("record", len(log)))
+            return Ev(len(log) - 1)
+
+    stream = Stream()
+    xp = SimpleNamespace(empty=lambda n, dt: np.empty(n, dt).view(Dev),
+                         cuda=SimpleNamespace(get_current_stream=lambda: stream))
+    monkeypatch.setitem(sys.modules, "cupyx", SimpleNamespace(empty_pinned=lambda shape, dt: np.empty(shape, dt)))
+    st = PinnedStaging(xp, TransferLedger(np))
+    a, b = np.arange(4, dtype=np.int64), np.arange(10, 14, dtype=np.int64)
+    np.testing.assert_array_equal(st.upload([a], "plan", stream=stream)[0], a)
+    np.testing.assert_array_equal(st.upload([b], "plan", stream=stream)[0], b)
+    assert [e[0] for e in log] == ["copy", "record", "sync", "copy", "record"]
+    assert log[2][1] == 1 and log[2][2] == a[:1].tobytes() and log[3][2] == b[:1].tobytes()
