@@ -33,12 +33,12 @@ def smallest_budget(run, margin: int = 4096) -> tuple[int, int]:
     """The smallest --mem-budget every rank of a job accepts, plus ``margin`` bytes, and the MEM-PS
     tier it leaves (the cache of one batch's working set): ``run(budget)`` starts the job (one
     process or under mpiexec) and returns its CompletedProcess; a budget too small is refused by
-    each rank with the budget it needs ("... (N KiB with their maps and ghost table) beside the SSD-PS
-    key index of their keys; raise --mem-budget to at least N B")."""
+    each rank with the budget it needs ("... (N KiB with their maps and ghost table); raise
+    --mem-budget to at least N B")."""
     budget = 1 << 20
     for _ in range(8):   # a budget below the model's share is refused before the plan: try larger
         proc = run(budget)
-        needs = re.findall(r"\(([0-9.]+) (B|KiB|MiB|GiB) with their maps and ghost table\)[^;]*; "
+        needs = re.findall(r"\(([0-9.]+) (B|KiB|MiB|GiB) with their maps and ghost table\); "
                            r"raise --mem-budget to at least (\d+) B", proc.stderr)
         if needs:
             tier, _, need = max(needs, key=lambda n: int(n[2]))
@@ -60,7 +60,7 @@ def smallest_spill_budget(run, table_keys: int, row_bytes: int, rows_per_file: i
     budget, tier = smallest_budget(run)
     merge = compaction_rows(budget, row_bytes, rows_per_file)
     # the MEM-PS keeps 1/16 for a chunk on its way, and 1/64 of slack on its capacity
-    index = index_bytes_for(int(table_keys) + merge + 1024, int(row_bytes)) * 8 // 7 + (64 << 10)
+    index = index_bytes_for(int(table_keys) + merge, int(row_bytes)) * 8 // 7 + (64 << 10)
     return budget + max(0, index - tier)
 
 

@@ -21,11 +21,9 @@ from .._index import KeyIndex
 from ..errors import StoreError
 from . import _format as F
 
-#: Keys an empty store's key index has room for before its first rebuild. Small: a MEM-PS sharing a
-#: memory budget with the store keeps room for the index's next rebuild (``hps.mem.MemPS``), which
-#: for an index of 1,024 keys (57 KiB of slots) was 200 KiB even before the table had a key; the
-#: memory plan projects the index's growth from this size (``hps.train._budget.index_bytes_for``).
-INDEX_START_KEYS = 16
+#: Keys an empty store's key index has room for before its first rebuild (57 KiB of slots). The memory
+#: plan projects the index's growth from this size (``hps.train._budget.index_bytes_for``).
+INDEX_START_KEYS = 1024
 
 
 class FileMeta:

@@ -129,12 +129,13 @@ class MemoryPlan:
         compaction's batch merging meanwhile. A write reserves index room for each of its rows,
         new or not (``KeyIndex.reserve``), and the MEM-PS keeps that room beside its cache
         (``MemPS._fit``): rows that cycle between the tiers and come back down to the SSD-PS ask it
-        of a table that no longer grows."""
+        of a table that no longer grows. At least the index's first rebuild: the MEM-PS makes room
+        for the next one from its start (``MemPS.__init__``), whatever the table."""
         if keys <= 0:
             return 0
         chunk = MemPS.chunk_rows(tier, self.row_bytes)
         merge = compaction_rows(budget, self.row_bytes, self.rows_per_file)
-        return index_bytes_for(keys + chunk + merge, self.row_bytes)
+        return index_bytes_for(max(keys + chunk + merge, _EMPTY_INDEX.capacity + 1), self.row_bytes)
 
     @property
     def max_table_keys(self) -> int:
@@ -310,8 +311,7 @@ def plan_memory(budget: int, row_width: int, owned_working_set: int, working_set
     (``_preflight.memory_floor``); ``pipeline``: bytes of the batches in flight (``pipeline_bytes``);
     ``hbm_budget``: ``--hbm-budget`` (None: :func:`default_hbm_budget`, ``free_bytes`` the GPU's free
     memory on ``cuda``). Raises InvalidInputError, naming every share, when the tier left cannot cache
-    ``owned_working_set`` rows (one batch's keys this rank owns) beside the SSD-PS index of a table of
-    their keys (``MemoryPlan.max_table_keys``), or when ``hbm_budget`` holds no row."""
+    ``owned_working_set`` rows (one batch's keys this rank owns), or when ``hbm_budget`` holds no row."""
     itemsize = 4
     row_bytes = row_width * itemsize
     read_buf, compact, ssd = _ssd_buffers(budget, rows_per_file)
@@ -335,16 +335,15 @@ def plan_memory(budget: int, row_width: int, owned_working_set: int, working_set
                       hbm_keys, owned_working_set, int(hbm_budget), hbm_rows, hbm_source,
                       (Share(HBM_CACHE, int(hbm_budget)),) if device == "cuda" else ())
     need_rows = max(1, owned_working_set)
-    if tier < RowCache.bytes_for(need_rows, row_width) or plan.max_table_keys < need_rows:
-        # the table holds at least the working set's keys: its SSD-PS index must fit beside them
-        need = plan.budget_for_cache_rows(need_rows, need_rows)
+    if tier < RowCache.bytes_for(need_rows, row_width):
+        need = plan.budget_for_cache_rows(need_rows)
         parts = ", ".join(f"{s.what} {format_bytes(s.nbytes)}" for s in shares)
         raise InvalidInputError(
             f"a memory budget of {format_bytes(budget)} ({source}) cannot hold one batch's working set: {parts} "
             f"leave {format_bytes(max(0, tier))} for the MEM-PS, which must cache the {owned_working_set:,} rows of "
             f"{row_bytes} B this rank owns in a batch ({format_bytes(RowCache.bytes_for(need_rows, row_width))} "
-            f"with their maps and ghost table) beside the SSD-PS key index of their keys; raise --mem-budget to at "
-            f"least {need} B ({format_bytes(need)}) or lower --batch-size")
+            f"with their maps and ghost table); raise --mem-budget to at least {need} B ({format_bytes(need)}) "
+            f"or lower --batch-size")
     return plan
 
 
