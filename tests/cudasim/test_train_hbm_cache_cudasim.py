@@ -24,8 +24,8 @@ pytestmark = pytest.mark.cudasim
 #: 3 batches an epoch of ~120 keys each over ~260 keys: 128 rows of HBM-PS (12 KiB of 48 B slots at
 #: load 0.5) hold a batch but not the table, and a MEM-PS cache of a quarter of the table's rows, the
 #: same on both devices, holds fewer than the rows the HBM-PS evicts: rows spill to the SSD-PS and are
-#: read back. (A byte budget's cache borrows the room of the SSD-PS index of so small a table, and
-#: holds all of it: ``tests/budgets.train_with_cache_rows``.)
+#: read back. (A byte budget whose cache is that small leaves no room, in the memory plan, for the
+#: SSD-PS index of this table: the plan promises it 0 keys. Hence ``tests/budgets.train_with_cache_rows``.)
 SHAPE = ["--vocab-per-field", "1000", "--hbm-budget", "12KiB", "--rows-per-file", "32"]
 CACHE_ROWS = 64
 
