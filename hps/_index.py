@@ -68,37 +68,22 @@ class KeyIndex:
 
     def peak_bytes(self, n_more: int, per_write: int | None = None) -> int:
         """The most DRAM this index holds at once while ``n_more`` more keys (new or not: a write
-        reserves room for each) are written in calls of at most ``per_write`` keys (default: one
-        call), with no erase meanwhile: its arrays now, or, at each rebuild they cause, the old and
-        the new arrays plus what moves between them (the live slots, keys and values). An upper
-        bound: :meth:`reserve` doubles the slots (or keeps their number, dropping tombstones) while a
-        call is no larger than the capacity (then the sequence of rebuilds is known); otherwise any
-        table it starts from had room for fewer than ``len + n_more`` keys, and grows to at most
-        what one more call needs."""
-        total = self._size + self._impl.tombstones + int(n_more)
-        if total <= self.capacity:
-            return self.nbytes
-        step = int(n_more) if per_write is None else max(1, min(int(n_more), int(per_write)))
-        slots = self._impl.tkeys.shape[0]
-        per_slot, moved = self.nbytes // slots, 16 + 8 * self.width
-        if step > self.capacity:
-            old = slots_for(total, self._mlf)
-            new = slots_for(max(2 * total, total + step), self._mlf)
-            return per_slot * (old + new) + moved * total
-        cap = self.capacity
-        while total > cap:   # each rebuild doubles the slots
-            new = slots_for(2 * cap, self._mlf)
-            peak = per_slot * (slots + new) + moved * cap
-            slots, cap = new, int(new * self._mlf)
-        return max(peak, self.nbytes)
+        reserves room for each) are written in calls of at most ``per_write`` keys, with no erase
+        meanwhile: its arrays now, or, at each rebuild they cause, the old and the new arrays plus
+        what moves between them (the live slots, keys and values). The bound holds whatever the
+        calls' sizes (``per_write`` does not narrow it): calls of one key each rebuild at every
+        doubling, and peak highest; a larger call skips rebuilds, and its one rebuild peaks lower
+        (:func:`growth_peak`, exact for single-key calls)."""
+        t = self._impl
+        return max(self.nbytes, growth_peak(self._size, t.tombstones, t.tkeys.shape[0], int(n_more), 1,
+                                            self.width, self._mlf))
 
     def reserve(self, n: int) -> None:
-        """Make room for ``n`` more keys (a rebuild, when needed, happens here)."""
+        """Make room for ``n`` more keys (a rebuild, when needed, happens here: :func:`rebuilt_capacity`)."""
         if self._size + self._impl.tombstones + n <= self.capacity:
             return
         keys, vals = self.items()
-        need = self._size + n   # twice the slots (or what n needs) unless tombstones filled it: then as many
-        self._alloc(max(2 * self.capacity, need) if need > self.capacity // 2 else self.capacity)
+        self._alloc(rebuilt_capacity(self.capacity, self._size + n))
         if keys.shape[0]:
             self._size += self._impl.upsert(keys, vals, False)[0]
 
@@ -182,6 +167,42 @@ class KeyIndex:
     def clear(self) -> None:
         self._impl.clear()
         self._size = 0
+
+
+#: Bytes of an index's slot per value column (the int64 value) and besides (key u64, state i32); bytes a
+#: rebuild moves per live entry besides its values (its slot and key).
+SLOT_VALUE_BYTES, SLOT_BYTES, MOVED_BYTES = 8, 12, 16
+
+
+def rebuilt_capacity(capacity: int, need: int) -> int:
+    """The capacity (keys) :meth:`KeyIndex.reserve` rebuilds an index of ``capacity`` into when its
+    live keys and the call's make ``need``: twice as many (or what ``need`` takes), unless tombstones
+    filled it (``need`` at most half of it): then as many, the tombstones dropped."""
+    return max(2 * int(capacity), int(need)) if need > capacity // 2 else int(capacity)
+
+
+def growth_peak(size: int, tombstones: int, slots: int, n_more: int, per_write: int, width: int,
+                max_load_factor: float = DEFAULT_MAX_LOAD_FACTOR) -> int:
+    """The most bytes an index of ``width`` values, ``slots`` slots, ``size`` live keys and
+    ``tombstones`` holds at a rebuild while ``n_more`` new keys are written in calls of
+    ``per_write`` (old and new arrays and the live entries moved: :meth:`KeyIndex.reserve`); 0 when
+    none rebuilds. The path :meth:`KeyIndex.reserve` takes, a rebuild at a time."""
+    per_slot, moved = SLOT_BYTES + SLOT_VALUE_BYTES * int(width), MOVED_BYTES + SLOT_VALUE_BYTES * int(width)
+    step, left, peak = max(1, int(per_write)), int(n_more), 0
+    used = int(size) + int(tombstones)
+    cap = int(slots * max_load_factor)
+    while left > 0:
+        calls = min(left // step, (cap - used) // step) if cap >= used else 0
+        used, size, left = used + calls * step, size + calls * step, left - calls * step
+        if left <= 0:
+            break
+        n = min(step, left)
+        if used + n > cap:   # this call rebuilds the index
+            new = slots_for(rebuilt_capacity(cap, size + n), max_load_factor)
+            peak = max(peak, per_slot * (slots + new) + moved * size)
+            slots, cap, used = new, int(new * max_load_factor), size
+        used, size, left = used + n, size + n, left - n
+    return peak
 
 
 def warm_up() -> None:

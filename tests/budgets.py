@@ -60,7 +60,7 @@ def smallest_spill_budget(run, table_keys: int, row_bytes: int, rows_per_file: i
     budget, tier = smallest_budget(run)
     merge = compaction_rows(budget, row_bytes, rows_per_file)
     # the MEM-PS keeps 1/16 for a chunk on its way, and 1/64 of slack on its capacity
-    index = index_bytes_for(int(table_keys) + merge, int(row_bytes), max(merge, 1024)) * 8 // 7 + (64 << 10)
+    index = index_bytes_for(int(table_keys) + merge, int(row_bytes)) * 8 // 7 + (64 << 10)
     return budget + max(0, index - tier)
 
 

@@ -324,6 +324,45 @@ def test_a_table_up_to_the_plans_limit_fits_its_mem_ps(tmp_path, budget, width, 
         assert len(s) == limit and m.stats()["dumped"] > 0
 
 
+#: A job whose rows go up and down the tiers (an HBM-PS of 128 KiB evicting to the MEM-PS, which spills
+#: to the SSD-PS, read back) over a table of 2,010 keys of 128-B rows.
+CYCLING = ["--rows", "6400", "--fields", "2", "--vocab-per-field", "2000", "--batch-size", "100",
+           "--minibatch-size", "50", "--hidden", "4", "--embedding-dim", "16", "--no-progress", "--hbm-budget",
+           "128KiB", "--rows-per-file", "32", "--epochs", "2", "--device", "cpu"]
+
+
+def test_a_table_below_the_plans_limit_trains_while_its_rows_cycle_through_the_tiers(tmp_path, capfd):
+    """The smallest budget whose plan holds the table (its printed limit is at least the table's keys)
+    trains it to the end, with rows cycling HBM-PS -> MEM-PS -> SSD-PS and back, and ends with the
+    in-memory job's model. A dump reserves SSD-PS index room for each of its rows, new or not
+    (``KeyIndex.reserve``), and the MEM-PS keeps that room beside its cache: the plan counted the
+    table's 2,010 keys (and a compaction's batch) within the index's 2,048, but a chunk of rows
+    coming back down asked for a rebuild, and the job stopped ("the table has outgrown this budget")
+    below its printed limit of 2,016 keys."""
+    from hps.train import load_export, main
+    from tests.budgets import spill_budget
+
+    def run(name, extra):
+        capfd.readouterr()
+        rc = main([*CYCLING, *extra, "--export", str(tmp_path / name), "--metrics-out", str(tmp_path / f"{name}.json")])
+        assert rc == 0, capfd.readouterr().err[-3000:]  # the plan and progress go to stdout, errors to stderr
+        return load_export(tmp_path / name), json.loads((tmp_path / f"{name}.json").read_text()), capfd.readouterr().out
+
+    (keys, vals, dense), mem, _ = run("memory", [])
+    table = mem["table_rows"]
+    assert mem["ssd_bytes_read"] == 0 and 2000 < table == keys.shape[0]
+    budget = spill_budget(CYCLING, table // 8, table)
+    (k2, v2, d2), m, out = run("spill", ["--mem-budget", str(budget)])
+    limit = int(re.search(r"a table of up to ([0-9,]+) keys", out).group(1).replace(",", ""))
+    assert table <= limit and m["table_rows"] == table
+    assert m["hbm_evicted_rows"] > 0 and m["ssd_bytes_read"] > 0   # rows went down to the SSD-PS and came back
+    o, o2 = np.argsort(keys), np.argsort(k2)
+    np.testing.assert_array_equal(keys[o], k2[o2])
+    assert np.abs(vals[o] - v2[o2]).max() <= 1e-5
+    for name in dense:
+        assert np.abs(dense[name] - d2[name]).max() <= 1e-5, name
+
+
 def test_the_plan_counts_what_parallel_readers_hold(tmp_path):
     """With --readers N each dataset holds ``units_in_flight(N)`` work units (N x WINDOW_PER_READER
     being made or waiting, one with the consumer): the batches in flight grow by what they hold

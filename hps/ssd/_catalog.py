@@ -21,6 +21,10 @@ from .._index import KeyIndex
 from ..errors import StoreError
 from . import _format as F
 
+#: Keys an empty store's key index has room for before its first rebuild (57 KiB of slots). The memory
+#: plan projects the index's growth from this size (``hps.train._budget.index_bytes_for``).
+INDEX_START_KEYS = 1024
+
 
 class FileMeta:
     """One parameter file. ``layout``: its :class:`~hps.ssd._format.Layout`; ``crcs`` (n_blocks,)

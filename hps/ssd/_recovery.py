@@ -18,7 +18,7 @@ import numpy as np
 from .._index import KeyIndex
 from ..errors import CorruptionError, StoreError, StoreFormatError, StoreLockedError
 from . import _format as F
-from ._catalog import Catalog, FileMeta
+from ._catalog import INDEX_START_KEYS, Catalog, FileMeta
 
 log = logging.getLogger("hps.ssd")
 
@@ -124,7 +124,7 @@ def _rebuild(io, listed: dict, next_seq: int, discarded: int) -> Catalog:
         slots.append(np.arange(hdr.n_rows, dtype=np.int64))
         files[seq] = FileMeta(seq, hdr.layout, crcs if hdr.version != F.FORMAT_V1 else None)
     total = sum(f.n_rows for f in files.values())
-    index = KeyIndex(width=2)
+    index = KeyIndex(width=2, capacity=INDEX_START_KEYS)
     if total:
         keys, vers = np.concatenate(keys), np.concatenate(vers)
         fseq, slots = np.concatenate(fseq), np.concatenate(slots)

@@ -41,7 +41,8 @@ import numpy as np
 from ..data._parallel import WINDOW_PER_READER
 from ..errors import InvalidInputError
 from ..mem import MemPS, RowCache
-from .._index import KeyIndex
+from ..ssd._catalog import INDEX_START_KEYS
+from .._index import KeyIndex, growth_peak
 from .._options import DEFAULT_BUDGET_FRACTION, DEFAULT_ROWS_PER_FILE, format_bytes
 from ..table import DEFAULT_MAX_LOAD_FACTOR, SLOT_OVERHEAD_BYTES, slots_for
 from ._hbm_budget import HBM_FREE_SHARE, default_hbm_budget, device_free_bytes, hbm_bytes, hbm_row_bytes, hbm_rows_for
@@ -55,9 +56,8 @@ READ_THREADS = 3
 #: compaction batch), within the bounds below.
 SSD_SHARE = 64
 _MIN_BUF, _MAX_READ_BUF, _MAX_COMPACT = 16 << 10, 16 << 20, 64 << 20
-#: KeyIndex bytes per slot (key u64, state i32, value 2 x i64) and slots per key (load <= 0.5, doubling);
-#: bytes per entry a rebuild moves (its slot, key and value).
-INDEX_SLOT_BYTES, INDEX_SLOTS_PER_KEY, INDEX_MOVED_BYTES = 28, (2, 4), 32
+#: KeyIndex bytes per slot (key u64, state i32, value 2 x i64) and slots per key (load <= 0.5, doubling).
+INDEX_SLOT_BYTES, INDEX_SLOTS_PER_KEY = 28, (2, 4)
 #: Parsed batches one rank's pipeline holds at once, besides ``QUEUED`` per item of --queue-depth:
 #: the reader's current batch and its lookahead, and one in each of prepare, place and train;
 #: each queue between two stages holds --queue-depth more.
@@ -119,17 +119,23 @@ class MemoryPlan:
                     compact_batch_bytes=self.compact_batch_bytes)
 
     def index_bytes(self, keys: int) -> int:
-        """The SSD-PS index of a table of ``keys`` at its largest (:func:`index_bytes_for`, written a
-        MEM-PS chunk or a compaction batch at a time); 0 for none."""
+        """The SSD-PS index of a table of ``keys`` at its largest (:func:`index_bytes_for`, with room
+        for a MEM-PS chunk and a compaction batch more); 0 for none."""
         return self._index_bytes(keys, self.budget, self.tier_bytes)
 
     def _index_bytes(self, keys: int, budget: int, tier: int) -> int:
-        """:meth:`index_bytes` under a plan of ``budget`` whose tier is ``tier`` bytes."""
+        """:meth:`index_bytes` under a plan of ``budget`` whose tier is ``tier`` bytes: the index
+        as it grows to ``keys`` and as a table of ``keys`` takes one more MEM-PS chunk with a
+        compaction's batch merging meanwhile. A write reserves index room for each of its rows,
+        new or not (``KeyIndex.reserve``), and the MEM-PS keeps that room beside its cache
+        (``MemPS._fit``): rows that cycle between the tiers and come back down to the SSD-PS ask it
+        of a table that no longer grows. At least the index's first rebuild: the MEM-PS makes room
+        for the next one from its start (``MemPS.__init__``), whatever the table."""
         if keys <= 0:
             return 0
         chunk = MemPS.chunk_rows(tier, self.row_bytes)
         merge = compaction_rows(budget, self.row_bytes, self.rows_per_file)
-        return index_bytes_for(keys + merge, self.row_bytes, max(chunk, merge))
+        return index_bytes_for(max(keys + chunk + merge, _EMPTY_INDEX.capacity + 1), self.row_bytes)
 
     @property
     def max_table_keys(self) -> int:
@@ -175,28 +181,25 @@ class MemoryPlan:
                 f"doubles; the cache gives way to it: a table of up to {self.max_table_keys:,} keys){hbm}")
 
 
-#: An SSD-PS key index (key -> (file, slot)) as a store opens it, for projections of its growth.
-_EMPTY_INDEX = KeyIndex(width=2)
+#: An SSD-PS key index (key -> (file, slot)) as an empty store opens it, for projections of its growth.
+_EMPTY_INDEX = KeyIndex(width=2, capacity=INDEX_START_KEYS)
 #: Names of the shares (``Share.what``).
 MODEL, TWIN, IN_FLIGHT, SSD_BUFFERS = "model", "HBM-PS twin", "batches in flight", "SSD-PS buffers"
 #: Name of the device share of the HBM-PS cache (``MemoryPlan.device`` on ``cuda``).
 HBM_CACHE = "HBM-PS cache"
 
 
-def index_bytes_for(keys: int, row_bytes: int, step: int) -> int:
-    """The most DRAM the SSD-PS key index and block crcs hold while a table grows to ``keys`` keys,
-    written ``step`` rows at a time at most (a MEM-PS chunk, a compaction's batch): the largest
-    rebuild on :meth:`KeyIndex.reserve`'s path from an empty index (old and new arrays and the
-    entries moved), as ``KeyIndex.peak_bytes`` counts it; 4 B of crc per 4 KiB of rows."""
+def index_bytes_for(keys: int, row_bytes: int) -> int:
+    """The most DRAM the SSD-PS key index and block crcs hold while an index asked for room for
+    ``keys`` keys (:meth:`KeyIndex.reserve`) grows to them from an empty store's, whatever the
+    sizes of the writes: its rebuilds one key at a time (each doubles; a write larger than the
+    capacity skips rebuilds, and its single one peaks lower), as ``KeyIndex.peak_bytes`` counts them;
+    4 B of crc per 4 KiB of rows."""
     if keys <= 0:
         return 0
-    slots, cap = _EMPTY_INDEX.nbytes // INDEX_SLOT_BYTES, _EMPTY_INDEX.capacity
-    peak = slots * INDEX_SLOT_BYTES
-    while keys > cap:   # a write of at most ``step`` rows overflows the capacity: the table grows
-        new = slots_for(max(2 * cap, min(int(keys), cap + int(step))), DEFAULT_MAX_LOAD_FACTOR)
-        peak = max(peak, INDEX_SLOT_BYTES * (slots + new) + INDEX_MOVED_BYTES * cap)
-        slots, cap = new, int(new * DEFAULT_MAX_LOAD_FACTOR)
-    return peak + 4 * -(-int(keys) * int(row_bytes) // 4096)
+    t = _EMPTY_INDEX._impl
+    peak = growth_peak(0, 0, t.tkeys.shape[0], int(keys), 1, _EMPTY_INDEX.width)
+    return max(_EMPTY_INDEX.nbytes, peak) + 4 * -(-int(keys) * int(row_bytes) // 4096)
 
 
 def compaction_rows(budget: int, row_bytes: int, rows_per_file: int) -> int:

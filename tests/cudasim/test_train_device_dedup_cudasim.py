@@ -25,7 +25,7 @@ pytestmark = pytest.mark.cudasim
 ARRAYS = 6
 
 
-def test_a_table_that_fits_trains_like_the_cpu_with_odd_sized_arrays(tmp_path):
+def test_a_table_that_fits_trains_like_the_cpu_with_odd_sized_arrays(tmp_path, no_warm_up):
     """Three fields (odd key counts: the packed arrays need alignment), two epochs, deepfm/Adam: the
     plans made on the device equal the host's and the job ends with the CPU's model."""
     args = ["--fields", "3", "--epochs", "2", "--model", "deepfm", "--sparse-optimizer", "adam",
@@ -39,11 +39,12 @@ def test_a_table_that_fits_trains_like_the_cpu_with_odd_sized_arrays(tmp_path):
     assert mc["device_dedup_batches"] == 0 and mc["batch_bytes"] == 0  # the CPU stages nothing
 
 
-@pytest.mark.parametrize("args", [["--admit-after", "2"], ["--n-parts", "2"]])
-def test_the_host_path_remains_where_keys_are_needed_on_the_host(tmp_path, args):
-    """Admission (keys touched on the host) and HBM-PS parts (keys split on the host) keep the host's
-    plans: no batch is deduplicated on the device, and the job still ends with the CPU's model."""
-    ec, _ = run(tmp_path, "cpu", args if args[0] != "--n-parts" else [])
+def test_the_host_path_remains_where_keys_are_needed_on_the_host(tmp_path, no_warm_up):
+    """Admission (keys touched on the host) keeps the host's plans: no batch is deduplicated on the
+    device, and the job still ends with the CPU's model. (HBM-PS parts, whose keys are split on the
+    host, too: ``test_parts_on_several_simulated_gpus_train_like_the_cpu``.)"""
+    args = ["--admit-after", "2"]
+    ec, _ = run(tmp_path, "cpu", args)
     eg, mg = run(tmp_path, "cuda", args)
     assert_same_model(ec, eg)
     assert mg["device_dedup_batches"] == 0 and mg["batch_bytes"] > 0

@@ -21,8 +21,10 @@ from tests.cudasim.test_train_device_cuda_cudasim import assert_same_model
 pytestmark = pytest.mark.cudasim
 
 REPO = Path(__file__).resolve().parents[2]
+#: an HBM-PS of 128 keys at first holds these tables (80 keys at most; see the same flag in
+#: test_train_device_cuda_cudasim.py's TINY)
 TINY = ["--rows", "400", "--fields", "2", "--vocab-per-field", "40", "--batch-size", "100",
-        "--minibatch-size", "50", "--hidden", "4", "--embedding-dim", "3", "--no-progress"]
+        "--minibatch-size", "50", "--hidden", "4", "--embedding-dim", "3", "--no-progress", "--hbm-capacity", "128"]
 FAE = ["--fae", "auto", "--hot-bytes", "1KiB", "--fae-sample-rate", "100"]
 
 

@@ -8,6 +8,8 @@ import shutil
 
 import pytest
 
+from hps.train import load_export
+from tests.budgets import train_with_cache_rows
 from tests.cudasim.test_train_device_cuda_cudasim import (
     CASES,
     TINY,
@@ -20,19 +22,29 @@ from tests.cudasim.test_train_device_cuda_cudasim import (
 pytestmark = pytest.mark.cudasim
 
 #: 3 batches an epoch of ~120 keys each over ~260 keys: 128 rows of HBM-PS (12 KiB of 48 B slots at
-#: load 0.5) hold a batch but not the table; a budget of 500 KiB leaves a MEM-PS tier below the table's
-#: rows beside the SSD-PS key index, which grows with every write of a row that goes up and down the
-#: tiers (the smallest budget the job accepts on cpu, in steps of 50 KiB): rows spill to the SSD-PS
+#: load 0.5) hold a batch but not the table, and a MEM-PS cache of a quarter of the table's rows, the
+#: same on both devices, holds fewer than the rows the HBM-PS evicts: rows spill to the SSD-PS and are
+#: read back. (A byte budget whose cache is that small leaves no room, in the memory plan, for the
+#: SSD-PS index of this table: the plan promises it 0 keys. Hence ``tests/budgets.train_with_cache_rows``.)
 SHAPE = ["--vocab-per-field", "1000", "--hbm-budget", "12KiB", "--rows-per-file", "32"]
-#: per device: the same MEM-PS tier on both (the plan on cpu also holds the HBM-PS twin, 11 KiB)
-BUDGET = {"cpu": "500KiB", "cuda": "489KiB"}
+CACHE_ROWS = 64
 
 
 def run_spill(tmp_path, device, extra=()):
-    return run(tmp_path, device, [*SHAPE, "--mem-budget", BUDGET[device], *extra])
+    """The spilling job on ``device`` -> (its export, metrics)."""
+    out = tmp_path / device
+    m = train_with_cache_rows([*TINY, *SHAPE, *extra, "--device", device], CACHE_ROWS, out)
+    return load_export(out, first_order=True), m
 
 
-def test_a_table_that_fits_uploads_each_row_once_over_epochs(tmp_path):
+@pytest.fixture(scope="module")
+def cpu_spill(tmp_path_factory):
+    """The spilling job on the CPU over two epochs, (export, metrics): what both the evicting and the
+    resumed cuda jobs must end with (one run for the module)."""
+    return run_spill(tmp_path_factory.mktemp("cpu_spill"), "cpu", ["--epochs", "2"])
+
+
+def test_a_table_that_fits_uploads_each_row_once_over_epochs(tmp_path, no_warm_up):
     """Two epochs: every key is used again after it left the residency window, and no row goes up
     twice (fetch = the table's rows, once each); the CPU twin ends with the same model."""
     args = ["--epochs", "2"]
@@ -44,8 +56,8 @@ def test_a_table_that_fits_uploads_each_row_once_over_epochs(tmp_path):
     assert_device_dedup(mg, batches=6)
 
 
-def test_evictions_and_ssd_spills_end_like_the_cpu(tmp_path):
-    ec, mc = run_spill(tmp_path, "cpu", ["--epochs", "2"])
+def test_evictions_and_ssd_spills_end_like_the_cpu(tmp_path, cpu_spill, no_warm_up):
+    ec, mc = cpu_spill
     eg, mg = run_spill(tmp_path, "cuda", ["--epochs", "2"])
     assert_same_model(ec, eg)
     assert mg["hbm_evicted_rows"] == mc["hbm_evicted_rows"] > 0   # the same victims' count
@@ -55,11 +67,11 @@ def test_evictions_and_ssd_spills_end_like_the_cpu(tmp_path):
     assert_device_dedup(mg, batches=6)
 
 
-def test_a_resumed_job_ends_like_the_uninterrupted_cpu_job(tmp_path):
+def test_a_resumed_job_ends_like_the_uninterrupted_cpu_job(tmp_path, cpu_spill, no_warm_up):
     """A checkpoint taken after batch 1 (dirty rows resident in the HBM-PS, batches prepared ahead
     inserted there) holds the current rows: resumed for a second epoch, the job ends like the CPU's
     uninterrupted one."""
-    full, _ = run_spill(tmp_path, "cpu", ["--epochs", "2"])
+    full, _ = cpu_spill
     ck = tmp_path / "ck"
     (tmp_path / "half").mkdir()
     run_spill(tmp_path / "half", "cuda", ["--checkpoint-dir", str(ck), "--checkpoint-every", "2",
