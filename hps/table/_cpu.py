@@ -128,6 +128,18 @@ class CpuTableImpl:
     def lookup_async(self, keys, batch: int, slots, stream=None) -> None:
         C.lookup(self.tkeys, self.tstate, self.tscore, keys, batch, slots)
 
+    def fill_claimed(self, slots, fill, batch: int) -> None:
+        """``fill(tvals, slots)`` writes the rows of claimed ``slots`` (n,) int64 in place; then their
+        scores count a use in ``batch``. A ``fill`` that raises leaves those rows zero (slots that
+        are given back hold zeros) and propagates."""
+        try:
+            fill(self.tvals, slots)
+        except BaseException:
+            C.zero_rows(self.tvals, slots)
+            raise
+        if self.tscore.shape[0]:
+            C.use_slots(self.tscore, slots, batch)
+
     def evict(self, n: int, protect: int, n_live: int, stream=None):
         """(keys (k,) uint64, rows (k, dim)) of the k <= n victims (``_cache.py``), erased; key order."""
         slots = C.victim_slots(self.tkeys, self.tstate, self.tscore, protect, n)
