@@ -65,7 +65,8 @@ class Prepared:
 
 class ParameterHierarchy:
     """One process's view of the three tiers. ``hbm``: HashTable-like with the cache operations
-    ``missing`` / ``lookup`` / ``evict`` (``hps/table/_cache.py``); ``memps``: hps.mem.MemPS of the keys this rank
+    ``missing`` / ``lookup`` / ``evict`` and, on the CPU twin, ``insert_new`` (``hps/table/_cache.py``);
+    ``memps``: hps.mem.MemPS of the keys this rank
     owns; ``owned_mask(keys) -> (n,) bool``: which keys this rank owns; ``pull(keys, serve) -> rows``:
     rows of resident-to-be keys that may belong to other ranks, each owner serving its own with
     ``serve`` (collective; None when every key a rank holds is its own); ``budget_rows``: the rows the
