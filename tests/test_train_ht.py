@@ -109,6 +109,15 @@ def test_option_errors_are_one_clear_line():
     assert Config.from_flat({"dense_sync": "easgd", "groups": 3}).train.easgd_alpha is None  # 0.9 / G
 
 
+def test_one_process_refuses_groups_instead_of_training_one_copy(capsys):
+    """One process holds one dense copy whatever --data-shards says: --groups there would silently
+    train the allreduce job."""
+    from hps.train import main
+
+    assert main([*SMALL, "--data-shards", "4", "--dense-sync", "easgd", "--groups", "2"]) == 2
+    assert "--groups 2 needs 2 or more MPI ranks" in capsys.readouterr().err
+
+
 def test_groups_must_divide_the_ranks(mpiexec):
     proc = mpirun(mpiexec, 2, [*SMALL, "--dense-sync", "easgd", "--groups", "3"], timeout=120)
     assert proc.returncode == 2 and "--groups 3 must divide the number of ranks (2)" in proc.stderr
