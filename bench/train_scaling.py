@@ -9,7 +9,10 @@ seconds and peak RSS per rank), on a Criteo-format file generated once (``--rows
 Every job evaluates on one more generated file (a tenth of ``--rows``). A 1-rank job on the first
 1,000 lines (``fixed``) measures what every process spends whatever its share of the data (Python
 and library imports, MPI start, loading the cached Numba kernels): the report also gives whole-job
-CPU minus N times that.
+CPU minus N times that. Every job imports hps from bytecode compiled once before the sweep (``compileall``
+into the package's ``__pycache__``, where Numba's kernel cache already is, as an installed package has its
+``.pyc`` files): under ``PYTHONDONTWRITEBYTECODE`` every process would otherwise compile hps's ~150 modules
+from source again, about 0.3 CPU s of each process's fixed cost that an installed job does not pay.
 
 From each job's metrics (``--metrics-out``: per rank, CPU seconds of each stage outside MPI — its thread's
 and, for the train stage, the dense pass's helper threads' —
@@ -24,11 +27,14 @@ N · T(1) / T(N). Targets (docs/benchmarks.md, "Scaling"): strong speedup >= 3.5
 8, whole-job CPU of 4 ranks <= 1.25x that of 1 rank, peak RSS per rank falling with N. The ``floor``
 column is the least whole-job CPU ratio possible with this data when every process still pays the fixed
 cost: with a job of a few CPU seconds it sits above 1.25 at 4 ranks, whatever the training step does.
+``ms/mb`` is the busiest rank's train-stage CPU per global mini-batch and ``+ms/mb`` what it exceeds
+the 1-rank job's divided by N (the cost per mini-batch that does not divide over the ranks).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -64,7 +70,23 @@ def write_criteo(path: Path, lines: int, seed: int) -> Path:
     return path
 
 
-def run_ranks(n: int, args: list[str], work: Path) -> dict:
+def job_env() -> dict:
+    """The jobs' environment (one BLAS/OpenMP thread per rank), after compiling hps's bytecode once,
+    outside every measured process (see the module docstring)."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    package = Path(__import__("hps").__file__).parent
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(package)], env=env, check=True)
+    return env
+
+
+def minibatches(examples: int, batch: int, minibatch: int) -> int:
+    """Global mini-batches of one epoch of ``examples``: every batch cut into mini-batches, the last
+    one of each batch shorter."""
+    full, rest = divmod(examples, batch)
+    return full * math.ceil(batch / minibatch) + math.ceil(rest / minibatch)
+
+
+def run_ranks(n: int, args: list[str], work: Path, env: dict) -> dict:
     """``mpiexec -n n`` of ``python -m hps.train args``, each rank under /usr/bin/time -> metrics with
     ``time_per_rank`` (wall, user, sys seconds and max RSS bytes of every rank)."""
     mpiexec = Path(sys.executable).parent / "mpiexec"
@@ -72,7 +94,6 @@ def run_ranks(n: int, args: list[str], work: Path) -> dict:
     script = f'exec {TIME} -f "%e %U %S %M" -o {work}/time-{n}.$PMI_RANK "$@"'
     cmd = [str(mpiexec if mpiexec.exists() else "mpiexec"), "-n", str(n), "sh", "-c", script, "sh",
            sys.executable, "-m", "hps.train", "--no-progress", "--metrics-out", str(metrics), *args]
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"job failed ({' '.join(cmd)}):\n{proc.stderr[-4000:]}")
@@ -105,6 +126,7 @@ def scaling(a) -> dict:
     ranks = [int(x) for x in a.ranks.split(",")]
     work = Path(tempfile.mkdtemp(prefix="hps-scaling-", dir=a.work_dir))
     try:
+        env = job_env()
         parts = [write_criteo(work / f"part-{i}.txt", a.rows, seed=i) for i in range(max(ranks) if a.weak else 1)]
         evals = write_criteo(work / "eval.txt", max(1, a.rows // 10), seed=1000)
         common = ["--format", "criteo", "--epochs", "1", "--embedding-dim", str(a.embedding_dim),
@@ -115,13 +137,13 @@ def scaling(a) -> dict:
         with open(parts[0]) as src, open(tiny, "w") as dst:
             dst.writelines(line for _, line in zip(range(1000), src))
         fixed = run_ranks(1, [*common, "--data", str(tiny), "--batch-size", str(a.batch_size),
-                              "--minibatch-size", str(a.minibatch_size)], work)
+                              "--minibatch-size", str(a.minibatch_size)], work, env)
         out["fixed_cpu_s"] = fixed["time_per_rank"][0]["cpu"]
         common += ["--eval-data", str(evals)]
         for n in ranks:
             strong = [*common, "--data", str(parts[0]), "--batch-size", str(a.batch_size),
                       "--minibatch-size", str(a.minibatch_size)]
-            out["strong"][n] = run_ranks(n, strong, work)
+            out["strong"][n] = run_ranks(n, strong, work, env)
             if a.weak:
                 d = work / f"weak-{n}"
                 d.mkdir()
@@ -129,7 +151,7 @@ def scaling(a) -> dict:
                     (d / p.name).symlink_to(p)
                 weak = [*common, "--data", str(d), "--batch-size", str(a.batch_size * n),
                         "--minibatch-size", str(a.minibatch_size * n)]
-                out["weak"][n] = run_ranks(n, weak, work)
+                out["weak"][n] = run_ranks(n, weak, work, env)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for kind in ("strong", "weak"):
@@ -142,8 +164,8 @@ def scaling(a) -> dict:
         base = runs[n0]
         base_cpu = sum(t["cpu"] for t in base["time_per_rank"])
         for n, m in runs.items():
+            work_ratio = n / n0 if kind == "weak" else 1.0  # weak: N times the work in T(N)
             for name in BANDWIDTHS:
-                work_ratio = n / n0 if kind == "weak" else 1.0  # weak: N times the work in T(N)
                 m["model"][f"speedup_{name}"] = base["model"][f"T_{name}"] / m["model"][f"T_{name}"] * work_ratio
             m["job_cpu_s"] = sum(t["cpu"] for t in m["time_per_rank"])
             m["job_cpu_vs_1"] = m["job_cpu_s"] / base_cpu
@@ -155,6 +177,13 @@ def scaling(a) -> dict:
             # each process's fixed cost were repeated: what bounds the job-CPU target on this data
             work = (n / n0 if kind == "weak" else 1.0) * max(beyond, 0.0)
             m["job_cpu_floor_vs_1"] = (n * fixed + work) / base_cpu
+            # the train stage per global mini-batch, and what it exceeds perfect division of the 1-rank job's
+            times = n if kind == "weak" else 1  # weak: the batch and mini-batch were N times larger
+            m["minibatches"] = minibatches(m["examples"], out["batch_size"] * times, out["minibatch_size"] * times)
+            train = max(c["train"] for c in m["stage_cpu_seconds"])
+            ideal = max(c["train"] for c in base["stage_cpu_seconds"]) * n0 / n * work_ratio
+            m["train_ms_per_minibatch"] = 1e3 * train / max(m["minibatches"], 1)
+            m["train_excess_ms_per_minibatch"] = 1e3 * (train - ideal) / max(m["minibatches"], 1)
     print(report(out))
     return out
 
@@ -164,7 +193,8 @@ def report(out: dict) -> str:
              f"{out['minibatch_size']} (weak: x N), --sparse-sync {out['sparse_sync']}; T(N) = max busiest stage "
              "CPU s + max bytes sent / link"]
     head = (f"{'':6}{'N':>3}{'ex/s':>10}{'AUC':>8}{'busiest':>9}{'MB sent':>9}{'T 100G':>8}{'x 100G':>8}"
-            f"{'T 10G':>8}{'x 10G':>7}{'job CPU':>9}{'x 1':>6}{'floor':>6}{'x 1 -fix':>9}{'RSS MB (max)':>13}")
+            f"{'T 10G':>8}{'x 10G':>7}{'job CPU':>9}{'x 1':>6}{'floor':>6}{'x 1 -fix':>9}{'RSS MB (max)':>13}"
+            f"{'ms/mb':>7}{'+ms/mb':>7}")
     lines.append(head)
     for kind in ("strong", "weak"):
         for n, m in out[kind].items():
@@ -176,13 +206,16 @@ def report(out: dict) -> str:
                          f"{md['speedup_10Gb/s']:>7.2f}{m['job_cpu_s']:>9.1f}{m['job_cpu_vs_1']:>6.2f}"
                          f"{m['job_cpu_floor_vs_1']:>6.2f}"
                          + (f"{m['job_cpu_beyond_fixed_vs_1']:>9.2f}" if m["job_cpu_beyond_fixed_vs_1"] is not None
-                            else f"{'n/a':>9}") + f"{rss:>13.0f}")
+                            else f"{'n/a':>9}") + f"{rss:>13.0f}"
+                         + f"{m['train_ms_per_minibatch']:>7.2f}{m['train_excess_ms_per_minibatch']:>7.2f}")
     lines.append(f"# busiest: max over ranks of the busiest stage's CPU s outside MPI (train: with the dense pass's "
                  f"helper threads); x 100G/10G: speedup of T(N) "
                  f"(weak: N T(1)/T(N)); job CPU: user+sys s summed over ranks (/usr/bin/time); floor: the least "
                  f"x 1 can be when the work divides perfectly and each process repeats only its fixed cost; x 1 -fix: "
                  f"the same "
-                 f"ratio after taking away {out['fixed_cpu_s']:.2f} s per process (a 1-rank job on 1,000 lines)")
+                 f"ratio after taking away {out['fixed_cpu_s']:.2f} s per process (a 1-rank job on 1,000 lines); "
+                 f"ms/mb: the busiest rank's train stage CPU ms per global mini-batch, +ms/mb: beyond the 1-rank "
+                 f"job's divided by N")
     lines.append("# per rank: CPU seconds of each stage outside MPI (read / prepare / place / train, with its helper "
                  "threads); "
                  "seconds inside MPI calls, wall (the wait) and CPU, of the read / prepare / train threads; "

@@ -103,10 +103,10 @@ class PendingReduceScatter:
     fills ``parts`` until :meth:`wait` returns: the caller leaves ``blocks`` untouched until then.
     Used by one thread."""
 
-    def __init__(self, comm, blocks: np.ndarray, stats=None):
+    def __init__(self, comm, blocks: np.ndarray, stats=None, parts: np.ndarray | None = None):
         p, m = blocks.shape
         self.blocks = blocks                                       # kept alive while MPI reads it
-        self.parts = np.empty((p, m), np.float32)
+        self.parts = np.empty((p, m), np.float32) if parts is None else parts
         self.stats, self.nbytes = stats, (p - 1) * m * 4
         self.t0 = time.perf_counter()
         self.request = comm.Ialltoall(blocks, self.parts)
@@ -124,16 +124,25 @@ class PendingReduceScatter:
         return self.result
 
 
-def start_reduce_scatter(comm, blocks: np.ndarray, stats=None) -> PendingReduceScatter:
+def start_reduce_scatter(comm, blocks: np.ndarray, stats=None, parts: np.ndarray | None = None) -> PendingReduceScatter:
     """Start :func:`ordered_reduce_scatter` of ``blocks`` (p, m) float32, C-contiguous host, without
     waiting; finish with ``.wait(run)``. Collective: every rank starts it at the same point of its
     sequence of collectives on ``comm`` (others may be issued before the wait). Bytes under
-    ``dense_allreduce``."""
+    ``dense_allreduce``. ``parts``: a C-contiguous (p, m) float32 buffer MPI receives into (reused by a
+    caller with one reduce-scatter in flight; None: a new one)."""
     if blocks.dtype != np.float32 or blocks.ndim != 2 or blocks.shape[0] != comm.Get_size():
         raise InvalidInputError(f"blocks must be ({comm.Get_size()}, m) float32, got {blocks.dtype} {blocks.shape}")
     if not blocks.flags.c_contiguous:
         raise InvalidInputError("blocks must be C-contiguous (MPI reads it while the caller works)")
-    return PendingReduceScatter(comm, blocks, stats)
+    _check_out(parts, blocks.shape, "parts")
+    return PendingReduceScatter(comm, blocks, stats, parts)
+
+
+def _check_out(out, shape, name: str) -> None:
+    """``out`` (None, or a buffer MPI writes into) must be a C-contiguous float32 array of ``shape``."""
+    if out is not None and (out.dtype != np.float32 or out.shape != tuple(shape) or not out.flags.c_contiguous):
+        raise InvalidInputError(f"{name} must be a C-contiguous {tuple(shape)} float32 array, got {out.dtype} "
+                                f"{out.shape}")
 
 
 def _allgather(comm, chunk, out, run, meter) -> None:
@@ -151,11 +160,14 @@ def ordered_reduce_scatter(comm, blocks: np.ndarray, run=run_blocking, stats=Non
         return _reduce_scatter(comm, np.ascontiguousarray(blocks), run, meter)
 
 
-def allgather_chunks(comm, chunk: np.ndarray, run=run_blocking, stats=None) -> np.ndarray:
-    """(p, m) float32: every rank's ``chunk`` (m,) float32 host, row r from rank r. Collective; bytes
-    under ``dense_allreduce``."""
+def allgather_chunks(comm, chunk: np.ndarray, run=run_blocking, stats=None,
+                     out: np.ndarray | None = None) -> np.ndarray:
+    """(p, m) float32: every rank's ``chunk`` (m,) float32 host, row r from rank r (into ``out``, a
+    C-contiguous (p, m) float32 buffer, when given). Collective; bytes under ``dense_allreduce``."""
     chunk = np.ascontiguousarray(chunk, dtype=np.float32)
-    out = np.empty((comm.Get_size(), chunk.shape[0]), np.float32)
+    shape = (comm.Get_size(), chunk.shape[0])
+    _check_out(out, shape, "out")
+    out = np.empty(shape, np.float32) if out is None else out
     with metered(stats, DENSE_ALLREDUCE) as meter:
         _allgather(comm, chunk, out, run, meter)
     return out

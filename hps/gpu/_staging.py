@@ -10,7 +10,8 @@ allocation, one per array, with the arrays' shapes and dtypes. The ledger counts
 
 The buffer grows (doubling) when a batch does not fit and is otherwise reused: before packing the next
 batch into it, :meth:`PinnedStaging.upload` waits for the event of the previous copy, so a copy still
-reading it is never overwritten. On a simulated GPU (``xp`` is NumPy) the buffer is a plain NumPy array
+reading it is never overwritten (the ``--device cuda`` prepare stage waits for each upload anyway,
+``hps.gpu.PlanStreams``, so there the wait finds the copy done; one buffer is enough). On a simulated GPU (``xp`` is NumPy) the buffer is a plain NumPy array
 and the "device" allocation its NumPy copy, counted as the real one would be.
 
 Not thread-safe: one caller thread (the prepare stage).
@@ -24,10 +25,20 @@ import numpy as np
 
 from ..errors import InvalidTypeError
 
-__all__ = ["PinnedStaging"]
+__all__ = ["PinnedStaging", "index_dtype"]
 
 #: Offsets of the packed arrays are multiples of this (the widest dtype a batch holds).
 ALIGN = 8
+
+
+def index_dtype(bound: int):
+    """The smallest unsigned dtype holding every integer in [0, ``bound``] (uint8, uint16, uint32; int64
+    past those): the dtype indices and fields go up in when they are not packed raw (the host path's
+    plans, ``DeviceBackend.stage``), widened on the device."""
+    for dt in (np.uint8, np.uint16, np.uint32):
+        if bound <= np.iinfo(dt).max:
+            return dt
+    return np.int64
 
 
 class PinnedStaging:

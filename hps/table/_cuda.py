@@ -17,7 +17,9 @@ Counts of asynchronous operations (keys inserted, revived, failed, erased) are a
 
 Host inputs of blocking calls are copied into grow-only scratch buffers (no allocation per call once
 warm); asynchronous calls take device arrays only. Results are device arrays when the caller's keys
-were on the device, NumPy arrays otherwise.
+were on the device (from CuPy's pool when CuPy is installed), NumPy arrays otherwise. A blocking
+call's device inputs are ordered after their producer's stream on the device, not by a host wait
+(``_cuda_alloc``); its one host wait is its own stream's, at the end.
 
 Not thread-safe on its own; :class:`hps.HashTable` serialises calls.
 """
@@ -30,6 +32,7 @@ from .. import _launch as L
 from .._keys import as_keys, check_rows
 from .._xp import simulated
 from ..errors import DeviceUnavailableError, InternalError, InvalidInputError, InvalidTypeError
+from ._cuda_alloc import DeviceAlloc, blocking_view
 
 try:
     from . import _cache_kernels_cuda as C
@@ -79,6 +82,7 @@ class CudaTableImpl:
         self.dtype = np.dtype(dtype)
         self._set_slots(*self._alloc_slots(int(n_slots)))
         cuda = self.cuda
+        self.alloc = DeviceAlloc(cuda)  # results of blocking calls
         self.counts = cuda.device_array(3, dtype=np.int64)
         self.pending = cuda.device_array(len(PENDING), dtype=np.int64)
         self.hit = cuda.device_array(1, dtype=np.int64)
@@ -138,8 +142,8 @@ class CudaTableImpl:
     def keys_in(self, keys, name="keys", stream=0, blocking=True):
         """(device keys (n,) uint64, on_device). Host keys (blocking calls only) are validated, then
         copied into scratch; device keys are used in place (int64 reinterpreted bitwise). A blocking
-        call first waits for the stream the producer exported."""
-        d = L.view(keys, sync=blocking) if blocking else _async_view(keys)
+        call's ``stream`` first waits (on the device) for the stream the producer exported."""
+        d = blocking_view(keys, stream) if blocking else _async_view(keys)
         if d is None:
             if not blocking:
                 raise InvalidTypeError(f"{name} must be a device array for an asynchronous call; "
@@ -179,7 +183,7 @@ class CudaTableImpl:
         """Device rows (n, dim) of the table dtype. Host rows (blocking calls only) are validated (and
         cast like ``check_rows``) then copied into scratch; device rows of the right dtype are used in
         place, other numeric dtypes are converted on the GPU into a new array."""
-        d = L.view(rows, sync=blocking) if blocking else _async_view(rows)
+        d = blocking_view(rows, stream) if blocking else _async_view(rows)
         if d is None:
             if not blocking:
                 raise InvalidTypeError(f"{name} must be a device array for an asynchronous call")
@@ -195,14 +199,14 @@ class CudaTableImpl:
             return d
         if d.dtype.kind not in "fiub":
             raise InvalidTypeError(f"{name} must be numeric ({self.dtype}), got {d.dtype}")
-        out = self.cuda.device_array((n, self.dim), dtype=self.dtype)
+        out = self.cuda.device_array((n, self.dim), dtype=self.dtype)  # an async call may still read it
         if n:
             L.launch(K.cast_rows, L.grid_rows(n, self.dim), L.stream_of(stream), d, out)
         return out
 
     def empty(self, name, shape, dtype, on_device):
         """An output array: a new device array for a device caller, else scratch ``name`` (blocking)."""
-        return self.cuda.device_array(shape, dtype=dtype) if on_device else self._buf(name, shape, dtype)
+        return self.alloc.empty(shape, dtype) if on_device else self._buf(name, shape, dtype)
 
     def device_out(self, a):
         """``a`` as an output of an asynchronous call: a zero-copy device view."""
@@ -299,8 +303,7 @@ class CudaTableImpl:
     def claim(self, keys, stream=0):
         """-> (slots (n,) int64, is_new (n,) int8, n_new, n_revived, n_failed); device arrays."""
         n = keys.shape[0]
-        slots = self.cuda.device_array(n, dtype=np.int64)
-        is_new = self.cuda.device_array(n, dtype=np.int8)
+        slots, is_new = self.alloc.empty(n, np.int64), self.alloc.empty(n, np.int8)
         if n == 0:
             return slots, is_new, 0, 0, 0
         s = self.enter(stream)
@@ -335,20 +338,19 @@ class CudaTableImpl:
         n = keys.shape[0]
         dev_out = None if out is None else L.view(out)
         if dev_out is None:  # a host ``out`` is filled by the front
-            out = (self.cuda.device_array((n, self.dim), dtype=self.dtype) if on_device
-                   else self._buf("out", (n, self.dim), self.dtype))
+            out = self.empty("out", (n, self.dim), self.dtype, on_device)
         else:
             out = dev_out
             if out.shape != (n, self.dim) or out.dtype != self.dtype:
                 raise InvalidInputError(f"out must have shape {(n, self.dim)} and dtype {self.dtype}, "
                                         f"got {out.shape} {out.dtype}")
-        found = self.cuda.device_array(n, dtype=np.bool_) if on_device else self._buf("found", (n,), np.bool_)
+        found = self.empty("found", (n,), np.bool_, on_device)
         self._checked(keys, lambda s: self.get_async(keys, out, found, s), stream)
         return out, found
 
     def contains(self, keys, on_device=True, stream=0):
         n = keys.shape[0]
-        found = self.cuda.device_array(n, dtype=np.bool_) if on_device else self._buf("found", (n,), np.bool_)
+        found = self.empty("found", (n,), np.bool_, on_device)
         self._checked(keys, lambda s: self.contains_async(keys, found, s), stream)
         return found
 

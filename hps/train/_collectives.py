@@ -23,8 +23,9 @@ import time
 import numpy as np
 
 from .._hashing import group_by_owner, owner_of
-from ..comm import SPARSE_PULL, CommStats, node_cores
-from ..comm._mpi import mpi_type
+from ..comm import (SPARSE_PULL, CommStats, allgather_chunks, node_cores, ordered_allreduce, ordered_reduce_scatter,
+                    ordered_sparse_allreduce, poll, start_reduce_scatter)
+from ..comm._mpi import MPI, mpi_type
 
 #: The channels, by the thread that uses each.
 CHANNELS = ("read", "prepare", "train", "main")
@@ -50,8 +51,6 @@ class Channel:
     def _call(self, blocking, nonblocking=None) -> None:
         """Run one MPI call (``blocking()``, or ``nonblocking()`` -> Request polled in yield mode) and
         add its wall and thread-CPU time to this channel."""
-        from ..comm import poll
-
         c0, t0 = time.thread_time(), time.perf_counter()
         self.in_call = True
         try:
@@ -72,8 +71,6 @@ class Channel:
         """Element-wise sum over ranks of ``a`` (int64 or float64, the same shape on every rank)."""
         if self.comm is None:
             return a
-        from mpi4py import MPI
-
         a = np.ascontiguousarray(a)
         out = np.empty_like(a)
         self._call(lambda: self.comm.Allreduce(a, out, op=MPI.SUM),
@@ -193,28 +190,23 @@ class Channel:
         """Element-wise sum of ``vec`` (n,) float32 (same n everywhere) over ranks, in place, each element
         added in rank order (``hps.comm.ordered_allreduce``: reduce-scatter + allgather), so one process
         folding its shards in shard order (``hps.comm.fold``) gets the same bits."""
-        from ..comm import ordered_allreduce
-
         return vec if self.comm is None else ordered_allreduce(self.comm, vec, self._call, self.stats)
 
     def reduce_scatter(self, blocks: np.ndarray) -> np.ndarray:
         """(m,) float32: this rank's block of ``blocks`` (size, m) float32 summed over ranks in rank order
         (``hps.comm.ordered_reduce_scatter``). One process: ``blocks[0]``."""
-        from ..comm import ordered_reduce_scatter
-
         return blocks[0] if self.comm is None else ordered_reduce_scatter(self.comm, blocks, self._call, self.stats)
 
-    def start_reduce_scatter(self, blocks: np.ndarray):
+    def start_reduce_scatter(self, blocks: np.ndarray, parts: np.ndarray | None = None):
         """Start :meth:`reduce_scatter` of ``blocks`` (size, m) float32, C-contiguous, without waiting
         (``hps.comm.start_reduce_scatter``) -> a handle for :meth:`finish_reduce_scatter`. ``blocks`` stays
         untouched until then; other collectives of this channel may come in between (MPI matches them in
-        the order every rank issued them)."""
-        from ..comm import start_reduce_scatter
-
+        the order every rank issued them). ``parts``: the (size, m) float32 buffer it receives into (a
+        new one if None), untouched by the caller until :meth:`finish_reduce_scatter` returns."""
         if self.comm is None:
             return blocks[0]
         started = []
-        self._call(lambda: started.append(start_reduce_scatter(self.comm, blocks, self.stats)))
+        self._call(lambda: started.append(start_reduce_scatter(self.comm, blocks, self.stats, parts)))
         return started[0]
 
     def finish_reduce_scatter(self, pending) -> np.ndarray:
@@ -222,19 +214,16 @@ class Channel:
         this channel waits: spin or yield)."""
         return pending if self.comm is None else pending.wait(self._call)
 
-    def allgather_chunks(self, chunk: np.ndarray) -> np.ndarray:
-        """(size, m) float32: every rank's ``chunk`` (m,) float32, in rank order."""
-        from ..comm import allgather_chunks
-
+    def allgather_chunks(self, chunk: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """(size, m) float32: every rank's ``chunk`` (m,) float32, in rank order (into ``out``, a C-contiguous
+        (size, m) float32 buffer, when given; one process: ``chunk`` as one row)."""
         if self.comm is None:
             return chunk.reshape(1, -1)
-        return allgather_chunks(self.comm, chunk, self._call, self.stats)
+        return allgather_chunks(self.comm, chunk, self._call, self.stats, out)
 
     def sparse_allreduce(self, keys: np.ndarray, values: np.ndarray):
         """(union of every rank's distinct ``keys``, their rows ``values`` (n, d) float32 summed in rank
         order): ``hps.comm.ordered_sparse_allreduce``. One process: returned as they are."""
-        from ..comm import ordered_sparse_allreduce
-
         if self.comm is None:
             return keys, values
         return ordered_sparse_allreduce(self.comm, keys, values, self._call, self.stats)

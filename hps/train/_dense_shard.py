@@ -49,7 +49,10 @@ class DenseShard:
         # this rank's block [lo, hi) in pieces of the parameters: (name, from, to inside it, where in the block)
         self.pieces = [(k, max(a, self.lo) - a, min(b, self.hi) - a, max(a, self.lo) - self.lo)
                        for k, a, b in self.spans if a < self.hi and b > self.lo]
-        self._msgs: dict = {}                               # riders' block width -> reused message buffer
+        # riders' block width -> the reused (p, m + mr) buffers of a mini-batch in flight: the message, what
+        # the reduce-scatter receives, what the allgather receives; and this rank's block of the parameters
+        self._bufs: dict = {}
+        self._block = np.empty(self.hi - self.lo, np.float32)
 
     def _flat(self, arrays: dict) -> np.ndarray:
         return np.concatenate([np.asarray(arrays[k], np.float32).ravel() for k in self.names])
@@ -70,41 +73,44 @@ class DenseShard:
         """Write this rank's message and start its reduce-scatter (not waiting) -> the handle
         :meth:`finish` takes. Collective over ``ch``. The message buffer is reused: one mini-batch in
         flight at a time."""
-        msg = self._message(grads, riders)
-        return ch.start_reduce_scatter(msg), riders.shape[0], msg.shape[1] - self.m
+        msg, parts, every = self._message(grads, riders)
+        return ch.start_reduce_scatter(msg, parts), riders.shape[0], msg.shape[1] - self.m, every
 
-    def _message(self, grads: dict, riders: np.ndarray) -> np.ndarray:
-        """(p, m + mr) float32: row r = ``[dense block r | riders' block r]``, both zero-padded."""
+    def _message(self, grads: dict, riders: np.ndarray) -> tuple:
+        """(message, reduce-scatter buffer, allgather buffer), each (p, m + mr) float32, the message written:
+        row r = ``[dense block r | riders' block r]``, both zero-padded."""
         p, m, k = self.p, self.m, riders.shape[0]
         mr = -(-k // p)
-        msg = self._msgs.get(mr)
-        if msg is None:
-            msg = self._msgs[mr] = np.zeros((p, m + mr), np.float32)   # padding stays zero
+        bufs = self._bufs.get(mr)
+        if bufs is None:  # the message's padding stays zero
+            bufs = self._bufs[mr] = (np.zeros((p, m + mr), np.float32), np.empty((p, m + mr), np.float32),
+                                     np.empty((p, m + mr), np.float32))
+        msg = bufs[0]
         if mr == 0:  # the flattened gradients are the buffer itself: one copy, from the model's arrays
             flat = msg.reshape(-1)
             for name, a, b in self.spans:
                 flat[a:b] = grads[name].reshape(-1)
-            return msg
+            return bufs
         msg[:, :m] = _blocks(np.concatenate([np.asarray(grads[k], np.float32).ravel() for k in self.names]), p, m)
         msg[:, m:] = _blocks(riders, p, mr)
-        return msg
+        return bufs
 
     def finish(self, ch, params: dict, started) -> np.ndarray:
         """Wait for the reduce-scatter ``started`` (from :meth:`begin`), step this rank's block, allgather
         the stepped blocks into ``params`` (in place) -> the riders' sum (k,). Collective over ``ch``."""
-        pending, k, mr = started
+        pending, k, mr, every = started
         m = self.m
         mine = ch.finish_reduce_scatter(pending)                   # (m + mr,) summed in rank order
         w = self.hi - self.lo
         for name, value in self.main._hyper().items():            # e.g. the learning-rate schedule's
             setattr(self.opt, name, value)
         if w > 0:
-            block = np.empty(w, np.float32)
+            block = self._block
             for name, a, b, at in self.pieces:
                 block[at:at + b - a] = params[name].reshape(-1)[a:b]
             self.opt.step({"block": block}, {"block": mine[:w]})
             mine[:w] = block
-        every = ch.allgather_chunks(mine)                          # (p, m + mr)
+        every = ch.allgather_chunks(mine, every)                   # (p, m + mr)
         flat = every.reshape(-1) if mr == 0 else np.ascontiguousarray(every[:, :m]).reshape(-1)
         for name, a, b in self.spans:
             params[name][...] = flat[a:b].reshape(params[name].shape)

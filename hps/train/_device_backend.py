@@ -9,12 +9,22 @@ device (:meth:`DeviceBackend.stage_uploaded`). Otherwise, in the place stage (:m
 the plan of every local mini-batch — the keys whose rows this rank reads and updates, the inverse index
 and field of every key occurrence, weights, offsets, labels, dense features, and in owner mode the index
 of every key other ranks asked — goes up once through the :class:`~hps.gpu.TransferLedger` (purpose
-``plan``; indices as int32, widened on the device). Both run on the place stage's own CUDA stream
-(blocking w.r.t. the legacy default stream, so an upload into memory the pool recycles waits for the
-kernels that last used it), which the stage that issued them synchronises before handing the batch on.
-The order of each mini-batch's gradient sums is planned in the place stage too
-(``hps.gpu.backward_plan``), so no float sum depends on the order threads run in and a job repeats bit
-for bit. With ``--n-parts`` > 1 each mini-batch's keys are also partitioned on the device there.
+``plan``; indices in the smallest dtype that holds them, widened on the device).
+
+Streams (``hps.gpu.PlanStreams``, whose docstring has every ordering): prepare's upload and dedup run
+on the ``upload`` stream, the place stage's plans on the ``place`` stream, both non-blocking w.r.t. the
+legacy default stream where the train stage's kernels and the table's operations run, so on the
+device a batch goes up and is planned while the batches before it train. Prepare waits on the host
+for its own upload (an event; the residency lookup follows on the legacy stream), place makes its
+stream wait for that event, and the train stage makes its stream wait for the event the place stage
+recorded (:meth:`DeviceBackend.begin_batch`): no host block between place and train. Memory: CuPy's
+pool recycles a freed block on the stream that allocated it without waiting for other streams; the
+train thread drops a batch's arrays only after :meth:`DeviceBackend.end_batch` read its scalars (a
+blocking copy behind all its kernels), so no recycled block is still read by a train kernel.
+
+The order of each mini-batch's gradient sums is planned in the place stage too (``hps.gpu.backward_plan``),
+so no float sum depends on the order threads run in and a job repeats bit for bit. With ``--n-parts``
+> 1 each mini-batch's keys are also partitioned on the device there.
 
 Per mini-batch, in the train stage, everything on the default stream, so ordered before the table's
 own next call (insert, erase, purge, growth)::
@@ -41,7 +51,6 @@ kernels run in the simulator, and the ledger counts the copies a GPU would make.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,116 +60,22 @@ from ..gpu import (
     BatchScalars,
     Placement,
     PinnedStaging,
+    PlanStreams,
+    index_dtype,
     TransferLedger,
     backward_plan,
     bce_loss_grad_async,
-    missing_keys,
     pool_backward_sorted_async,
     pool_forward_rows_async,
+    stream_api,
     unique_inverse,
     unique_keys,
 )
-from ._device_batch import DeviceBatch, DeviceKeys, raw_nbytes
+from ._device_batch import DeviceBatch, DeviceKeys, WorkingSet, raw_nbytes
 from ._device_rows import OneTable, Parts
+from ._device_table import LedgerTable
 
-__all__ = ["DeviceBackend", "LedgerTable"]
-
-
-class LedgerTable:
-    """The HBM-PS as :class:`~hps.train._hierarchy.ParameterHierarchy` uses it on ``--device cuda``: the
-    table's batch calls on host arrays, every copy counted by the ledger — keys and rows going in as
-    ``fetch``, keys of evictions and lookups and the rows coming out as ``writeback``. The train stage
-    reaches the rows through :meth:`device_view` only. Thread safety: the table's (its lock).
-
-    A :class:`~hps.gpu.PartitionedHashTable` gets the host arrays themselves: they are split on the
-    host, where they are, and each part uploads its own share to its GPU (the ledger records those
-    copies); ``device_view`` then yields the list of the parts' views."""
-
-    def __init__(self, table, ledger: TransferLedger):
-        self.table = table
-        self.ledger = ledger
-        self.parted = hasattr(table, "device_views")
-        self._inserted = None  # (host keys, their device copy) of the last insert (missing reuses it)
-
-    def insert(self, keys: np.ndarray, rows: np.ndarray) -> None:
-        """keys (n,) uint64, rows (n, row_width) host arrays. Blocking. The keys' device copy is kept
-        for a :meth:`missing` of the same array that follows (the hierarchy counts the inserted keys'
-        first use so), which then uploads nothing."""
-        if self.parted:
-            self.ledger.record("h2d", "fetch", keys.nbytes + rows.nbytes)
-            self.table.insert(keys, rows)
-        else:
-            dev = self.ledger.to_device(keys, "fetch")
-            self.table.insert(dev, self.ledger.to_device(rows, "fetch"))
-            self._inserted = (keys, dev)
-
-    def get(self, keys: np.ndarray):
-        """(rows (n, row_width), found (n,) bool) host arrays of host ``keys``. Blocking."""
-        if self.parted:
-            rows, found = self.table.get(keys)
-            self.ledger.record("h2d", "writeback", keys.nbytes)
-            self.ledger.record("d2h", "writeback", rows.nbytes + found.nbytes)
-            return rows, found
-        rows, found = self.table.get(self.ledger.to_device(keys, "writeback"))
-        return self.ledger.to_host(rows, "writeback"), self.ledger.to_host(found, "writeback")
-
-    def erase(self, keys: np.ndarray) -> int:
-        if self.parted:
-            self.ledger.record("h2d", "writeback", keys.nbytes)
-            return self.table.erase(keys)
-        return self.table.erase(self.ledger.to_device(keys, "writeback"))
-
-    def missing(self, keys, batch: int) -> np.ndarray:
-        """The keys of ``keys`` (n,) uint64 not resident, in input order (host array), each resident key
-        counting a use in ``batch``: the residency lookup and the miss list computed on the device
-        (``hps.gpu.missing_keys``). ``keys``: a host array, which goes up (``plan``), or keys already on
-        the device (:class:`~hps.train._device_batch.DeviceKeys`: a working set deduplicated there; or
-        the array of the last :meth:`insert`, whose device copy it kept), which do not. Only the misses
-        come down (``plan``, 8 B a key). Blocking."""
-        last, self._inserted = self._inserted, None
-        if self.parted:
-            miss = self.table.missing(keys, batch)
-            self.ledger.record("h2d", "plan", keys.nbytes)
-            self.ledger.record("d2h", "plan", miss.nbytes)
-            return miss
-        if isinstance(keys, DeviceKeys):
-            dev = keys.keys
-        elif last is not None and last[0] is keys:
-            dev = last[1]
-        else:
-            dev = self.ledger.to_device(keys, "plan")
-        with self.table.device_view():  # the table's lock: the simulator runs one thread's kernels at a time
-            _, miss = missing_keys(self.table, dev, batch, self.ledger.xp)
-        return self.ledger.to_host(miss, "plan")
-
-    def evict(self, n: int, protect_from: int):
-        """The table's ``evict`` (host keys and rows, ``writeback``). Blocking."""
-        keys, rows = self.table.evict(n, protect_from)
-        self.ledger.record("d2h", "writeback", keys.nbytes + rows.nbytes)
-        return keys, rows
-
-    def export(self):
-        """(keys, rows) host arrays of every resident row (``writeback``). Blocking."""
-        keys, rows = self.table.export()
-        self.ledger.record("d2h", "writeback", keys.nbytes + rows.nbytes)
-        return keys, rows
-
-    def clear(self) -> None:
-        self.table.clear()
-
-    def reserve(self, capacity: int) -> None:
-        self.table.reserve(capacity)
-
-    def device_view(self):
-        """The table's view (one part) or the list of its parts' views, its lock(s) held."""
-        return self.table.device_views() if self.parted else self.table.device_view()
-
-    @property
-    def capacity(self) -> int:
-        return self.table.capacity
-
-    def __len__(self) -> int:
-        return len(self.table)
+__all__ = ["DeviceBackend", "LedgerTable"]  # LedgerTable: ``_device_table``
 
 
 @dataclass
@@ -173,7 +88,8 @@ class DevicePlan:
     ``offsets`` (n + 1,) int64, ``labels`` (n,) float, ``dense`` (n, n_dense) float or None); ``hot``
     (k,) int64 the mini-batch's FAE hot slots (``Plan.hot_slots``; None when it has none); ``bwd`` the
     order of its gradient sums (``hps.gpu.BackwardPlan`` over the rows ``inv`` indexes: the mini-batch's
-    keys, then its hot rows)."""
+    keys, then its hot rows); ``ready`` the event the place stage recorded after making them
+    (``hps.gpu.PlanStreams``; None without streams)."""
 
     keys: object      # (u,) uint64, or with several parts their ``_device_rows.PartKeys``
     inv: object
@@ -185,6 +101,18 @@ class DevicePlan:
     uinv: object = None
     hot: object = None
     bwd: object = None
+    ready: object = None
+
+
+def _n(a) -> int:
+    return 0 if a is None else int(a.shape[0])
+
+
+def _ready(plans: list, event) -> list:
+    """``plans`` with ``ready`` set to ``event`` (the place stage's, after all of them)."""
+    for d in plans:
+        d.ready = event
+    return plans
 
 
 @dataclass
@@ -254,13 +182,14 @@ class DeviceBackend:
             from ..comm import cuda_aware
 
             self.cuda_aware = cuda_aware(coll.main.comm)
-        self._plan_stream = xp.cuda.Stream() if xp.__name__ == "cupy" else None
+        self.streams = PlanStreams(stream_api(xp))  # upload (prepare thread), place (place thread)
         self.staging = PinnedStaging(xp, self.ledger)  # the prepare stage's uploads (one thread)
         self._read = 0.0       # the loss accumulator when last read (minibatch_loss)
         self._n_total = 1
 
     def wrap(self, table) -> LedgerTable:
-        return LedgerTable(table, self.ledger)
+        self.hbm = LedgerTable(table, self.ledger)
+        return self.hbm
 
     # -- prepare and place stages ----------------------------------------------------------------------
     @property
@@ -271,32 +200,38 @@ class DeviceBackend:
 
     def upload(self, batch) -> DeviceBatch:
         """Prepare stage: the raw arrays of ``batch`` (a local ``hps.data.Batch``) up once, packed in one
-        copy through the pinned staging buffer (``plan``), on the place stage's stream, and the batch's
+        copy through the pinned staging buffer (``plan``), on the ``upload`` stream, and the batch's
         distinct keys computed there (``hps.gpu.unique_keys``: first-occurrence order, the host's working
-        set). Blocks the calling (prepare) thread until both are done: the residency lookup that follows
-        runs on the table's stream."""
-        dt, s = self.model.dtype, self._plan_stream
+        set); then an event recorded on that stream (``DeviceBatch.uploaded``). Blocks the calling
+        (prepare) thread until that event: the residency lookup that follows runs on the legacy stream,
+        and the upload stream does not wait for the train stage's kernels (``hps.gpu.PlanStreams``)."""
+        dt, st = self.model.dtype, self.streams
         host = [np.ascontiguousarray(batch.keys, np.uint64), np.ascontiguousarray(batch.field, np.int32),
                 np.ascontiguousarray(batch.weights, dt), np.ascontiguousarray(batch.offsets, np.int64),
                 np.ascontiguousarray(batch.labels, dt)]
         if self.model.n_dense:
             host.append(np.ascontiguousarray(batch.dense, dt))
-        with s if s is not None else contextlib.nullcontext():
-            dev = self.staging.upload(host, "plan", stream=s)
+        with st.on(st.upload):
+            dev = self.staging.upload(host, "plan", stream=st.upload)
             working_set = unique_keys(dev[0], self.xp)
-        if s is not None:
-            s.synchronize()
+        uploaded = st.record(st.upload)
+        st.host_wait(uploaded)
         self.ledger.batch(raw_nbytes(batch), on_device=True)
-        return DeviceBatch(*dev[:5], dev[5] if self.model.n_dense else None, host[3], DeviceKeys(working_set))
+        return DeviceBatch(*dev[:5], dev[5] if self.model.n_dense else None, host[3], DeviceKeys(working_set),
+                           uploaded)
 
     def stage_uploaded(self, raw: DeviceBatch, bounds) -> list[DevicePlan]:
         """Place stage, keys deduplicated on the device: the :class:`DevicePlan` of every local
         mini-batch (examples ``bounds[j]:bounds[j + 1]``, (P + 1,) host) built on the device from slices
         of ``raw`` (:meth:`upload`): its distinct keys and inverse (``hps.gpu.unique_inverse``, the host
-        plan's order), its offsets rebased, the order of its gradient sums; nothing goes up. Blocks the
-        calling (place) thread until done."""
-        s, out = self._plan_stream, []
-        with s if s is not None else contextlib.nullcontext():
+        plan's order), its offsets rebased, the order of its gradient sums; nothing goes up. On the
+        ``place`` stream, after it waited (on the device) for ``raw.uploaded``; every plan's ``ready``
+        is the event recorded after them, which :meth:`begin_batch` waits for. Asynchronous but for
+        CuPy's reads of the distinct keys' counts (``unique_inverse``), which wait for the place stream
+        only."""
+        st, out = self.streams, []
+        with st.on(st.place):
+            st.wait(raw.uploaded, st.place)
             for j in range(len(bounds) - 1):
                 a, b = int(bounds[j]), int(bounds[j + 1])
                 ka, kb = int(raw.host_offsets[a]), int(raw.host_offsets[b])
@@ -305,40 +240,65 @@ class DeviceBackend:
                                       offsets=raw.offsets[a:b + 1] - ka, labels=raw.labels[a:b],
                                       dense=None if raw.dense is None else raw.dense[a:b]))
                 self._backward_plan(out[-1], int(keys.shape[0]))
-        if s is not None:
-            s.synchronize()
-        return out
+        return _ready(out, st.record(st.place))
 
-    def stage(self, local, plans, table) -> list[DevicePlan]:
-        """Upload the plans of a batch, counted as ``plan`` (indices as int32 when the batch's keys allow,
-        widened on the device); with several HBM-PS parts, partition each mini-batch's keys on the
-        device (under ``table``'s locks: the simulator runs one thread's kernels at a time). Blocks the
-        calling (place) thread until the copies are done."""
-        dt, s = self.model.dtype, self._plan_stream
-        narrow = np.int32 if local.data.keys.shape[0] < np.iinfo(np.int32).max else np.int64
+    def upload_working_set(self, keys: np.ndarray) -> WorkingSet:
+        """Prepare stage, host path with one HBM-PS table: the batch's working set ``keys`` (u,) uint64
+        (host, unique) up once (``plan``) on the ``upload`` stream, waited for on the host (the
+        residency lookup follows on the legacy stream), and kept for the lookup of this very array
+        (``LedgerTable.keep``: it uploads nothing); :meth:`stage` gathers the mini-batches' keys from it."""
+        st = self.streams
+        with st.on(st.upload):
+            dev = self.ledger.to_device(np.ascontiguousarray(keys, np.uint64), "plan", stream=st.upload)
+        uploaded = st.record(st.upload)
+        st.host_wait(uploaded)
+        self.hbm.keep(keys, dev)
+        return WorkingSet(keys, dev, uploaded)
+
+    def stage(self, local, plans, table, working_set: WorkingSet | None = None) -> list[DevicePlan]:
+        """Upload the plans of a batch on the ``place`` stream, counted as ``plan``: indices and fields
+        in the smallest unsigned dtype that holds them (``hps.gpu.index_dtype``), widened on the device;
+        every plan's ``ready`` is the event recorded after them (:meth:`begin_batch` waits for it). With
+        ``working_set`` (:meth:`upload_working_set`) each mini-batch's keys go up as their positions in
+        it and are gathered from its device copy (after its event), unless one is not there.
+        With several HBM-PS parts, each mini-batch's keys are then partitioned on the device (under
+        ``table``'s locks: the simulator runs one thread's kernels at a time), on the current stream
+        after a host wait for that event (the partition reads its counts on the host anyway)."""
+        dt, st, n_fields = self.model.dtype, self.streams, int(local.data.n_fields)
 
         def up(a, dtype):
-            return self.ledger.to_device(np.ascontiguousarray(a, dtype=dtype), "plan", stream=s)
+            return self.ledger.to_device(np.ascontiguousarray(a, dtype=dtype), "plan", stream=st.place)
 
-        def index(a):  # every index of a batch is at most its key count
-            return up(a, narrow).astype(np.int64, copy=False)
+        def index(a, bound: int, wide=np.int64):  # every value of ``a`` is in [0, bound]
+            return up(a, index_dtype(bound)).astype(wide, copy=False)
+
+        def keys_up(keys):
+            at = None if working_set is None else working_set.index(keys)
+            if at is None:
+                return up(keys, np.uint64)
+            return working_set.dev[index(at, max(working_set.host.shape[0] - 1, 0))]
 
         out = []
-        with s if s is not None else contextlib.nullcontext():
+        with st.on(st.place):
+            if working_set is not None:
+                st.wait(working_set.uploaded, st.place)
             for j, p in enumerate(plans):
                 b, owner = local.minibatch(j), p.uinv is not None
+                keys = p.ukeys if owner else p.keys
+                nnz = int(b.keys.shape[0])
                 out.append(DevicePlan(
-                    keys=up(p.ukeys if owner else p.keys, np.uint64), inv=index(p.inv),
-                    field=up(b.field, np.int32), weights=up(b.weights, dt), offsets=index(b.offsets),
-                    labels=up(b.labels, dt), dense=up(b.dense, dt) if self.model.n_dense else None,
-                    uinv=index(p.uinv) if owner else None,
-                    hot=up(p.hot_slots, np.int64) if p.hot_slots is not None and p.hot_slots.shape[0] else None))
+                    keys=keys_up(keys), inv=index(p.inv, p.keys.shape[0] + _n(p.hot_slots)),
+                    field=index(b.field, n_fields, np.int32), weights=up(b.weights, dt),
+                    offsets=index(b.offsets, nnz), labels=up(b.labels, dt),
+                    dense=up(b.dense, dt) if self.model.n_dense else None,
+                    uinv=index(p.uinv, keys.shape[0]) if owner else None,
+                    hot=up(p.hot_slots, np.int64) if _n(p.hot_slots) else None))
                 d = out[-1]
                 self._backward_plan(d, p.keys.shape[0] + (0 if d.hot is None else d.hot.shape[0]))
-        if s is not None:
-            s.synchronize()
+        _ready(out, st.record(st.place))
         self.ledger.batch(raw_nbytes(local.data), on_device=False)
         if isinstance(self.placed, Parts):
+            st.host_wait(out[0].ready if out else None)
             with table.device_view():
                 for d in out:
                     d.keys = self.placed.split(d.keys, "plan")
@@ -385,7 +345,12 @@ class DeviceBackend:
     def to_device(self, a, purpose: str = "mpi"):
         return self.ledger.to_device(a, purpose)
 
-    def begin_batch(self, table) -> None:
+    def begin_batch(self, table, staged=()) -> None:
+        """Train stage, before a batch's first step: its current (the legacy) stream waits on the device
+        for the place stage's event of ``staged`` (the batch's :class:`DevicePlan` list), so its kernels
+        read the plans only once made; the batch's scalars zeroed. Does not block the host."""
+        for ev in {id(d.ready): d.ready for d in staged if d.ready is not None}.values():
+            self.streams.wait(ev)
         with table.device_view():  # every launch under the table's lock (see the class docstring)
             self.scalars.zero()
         self._read = 0.0

@@ -223,7 +223,7 @@ class Trainer:
         """Train the mini-batches of ``w`` (in the features' order) -> this rank's sum of per-example
         losses. Collective over the train channel per mini-batch."""
         be, table, features = self.backend, self.hier.hbm, self.features
-        be.begin_batch(table)
+        be.begin_batch(table, w.staged)  # the device's train stream waits for the place stage's event
         for j in features.order(w):
             n = int(w.n_total[j])
             if n == 0:

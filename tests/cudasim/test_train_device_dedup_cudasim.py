@@ -91,9 +91,10 @@ def test_plans_made_on_the_device_equal_the_uploaded_host_plans(seed):
             np.testing.assert_array_equal(getattr(h.bwd, name), getattr(d.bwd, name), err_msg=name)
 
 
-def test_host_plans_go_up_with_int32_indices_widened_on_the_device():
-    """The host path's plan: unique keys (8 B), inverse and offsets as int32 (4 B, int64 again on the
-    device), field, weights, labels, dense (4 B): nothing at 8 B an index."""
+def test_host_plans_go_up_with_the_smallest_index_dtype_widened_on_the_device():
+    """The host path's plan: unique keys (8 B), inverse, offsets and field in the smallest dtype that
+    holds them (here 1 B: fewer than 256 keys and fields; int64 / int32 again on the device),
+    weights, labels, dense (4 B)."""
     local = _local(7, n_dense=2)
     plans = []
     for j in range(len(local.bounds) - 1):
@@ -105,10 +106,11 @@ def test_host_plans_go_up_with_int32_indices_widened_on_the_device():
     for j, (p, d) in enumerate(zip(plans, staged)):
         b = local.minibatch(j)
         n, nnz = len(b), b.keys.shape[0]
-        want += 8 * p.keys.shape[0] + 4 * nnz * 3 + 4 * (n + 1) + 4 * n + 4 * n * 2
-        assert d.inv.dtype == d.offsets.dtype == np.int64
+        want += 8 * p.keys.shape[0] + (1 + 1 + 4) * nnz + (n + 1) + 4 * n + 4 * n * 2
+        assert d.inv.dtype == d.offsets.dtype == np.int64 and d.field.dtype == np.int32
         np.testing.assert_array_equal(d.inv, p.inv)
         np.testing.assert_array_equal(d.offsets, b.offsets)
+        np.testing.assert_array_equal(d.field, b.field)
     m = be.ledger.metrics()
     assert m["h2d_bytes"]["plan"] == want and m["batch_bytes"] == raw_nbytes(local.data)
     assert m["device_dedup_batches"] == 0

@@ -84,6 +84,12 @@ def check(coll, comm):
     assert np.array_equal(got, rank_order_sum([b[rank] for b in blocks]))
     assert np.array_equal(mine, blocks[rank])                                   # the message is untouched
     assert np.array_equal(coll.train.reduce_scatter(blocks[rank].copy()), got)  # = the blocking one
+    # the same into the caller's reused buffers (the dense shard's per-mini-batch buffers)
+    parts, out = np.full((size, m), np.nan, np.float32), np.full((size, m), np.nan, np.float32)
+    assert np.array_equal(coll.train.finish_reduce_scatter(coll.train.start_reduce_scatter(mine, parts)), got)
+    assert all(np.array_equal(parts[s], blocks[s][rank]) for s in range(size))  # received there
+    assert coll.train.allgather_chunks(got, out) is out
+    assert all(np.array_equal(out[r], rank_order_sum([b[r] for b in blocks])) for r in range(size))
     # sparse all-reduce on the train channel: each key's rows summed in rank order, the same on every rank
     vals = [(row_of(every[r], D) * 10.0 ** rng.integers(-4, 5, (every[r].shape[0], 1))).astype(np.float32)
             for r in range(size)]

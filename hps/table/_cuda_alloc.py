@@ -1,0 +1,90 @@
+"""The fixed costs of a blocking CUDA table call that do not need the host: waiting for the producer of
+its device inputs, and allocating its device outputs (``_cuda.CudaTableImpl``).
+
+- :func:`follow_producer`: a device input that names the stream its producer wrote it on (CUDA Array
+  Interface v3, ``stream``) is ordered before the call by an event the call's stream waits on, on
+  the device, instead of the host synchronising the producer's stream first (Numba's
+  ``as_cuda_array(sync=True)``); nothing at all when both are the same stream (a CuPy array made on
+  the legacy default stream, read by a call on stream 0). The call still ends by synchronising its
+  own stream, so its results are there when it returns.
+- :class:`DeviceAlloc`: a blocking call's new device outputs come from CuPy's memory pool when CuPy
+  is installed (a pooled block: no ``cuMemAlloc`` per call, nor the ``cuMemFree`` that synchronises
+  the device when Numba later frees its own allocations), as a Numba view that keeps the CuPy
+  array alive; from Numba's allocator otherwise (no CuPy, Numba's CUDA simulator). The block is
+  recycled on the stream CuPy's current stream was when it was allocated; the call writes it on
+  its own stream and synchronises that stream before returning, so no write is pending when the
+  caller drops it.
+
+Not thread-safe on their own; :class:`hps.HashTable` serialises calls.
+"""
+
+from __future__ import annotations
+
+from .. import _launch as L
+from .._xp import simulated
+
+__all__ = ["DeviceAlloc", "blocking_view", "follow_producer"]
+
+#: CUDA's handles of the default streams (``CU_STREAM_LEGACY``, ``CU_STREAM_PER_THREAD``).
+LEGACY, PER_THREAD = 1, 2
+
+
+def _handle(stream) -> int:
+    """The driver handle a stream (``L.stream_of`` form) stands for; 0 (Numba's default stream)
+    becomes the default stream Numba launches on (legacy unless per-thread is configured)."""
+    h = 0 if stream == 0 else int(stream)
+    if h == 0:
+        from numba import config
+
+        return PER_THREAD if config.CUDA_PER_THREAD_DEFAULT_STREAM else LEGACY
+    return h
+
+
+def follow_producer(d, stream) -> None:
+    """Make ``stream`` (``L.stream_of`` form) wait, on the device, for the stream the device array
+    ``d`` was exported on (``d.stream``; 0 or absent: the producer named none, nothing to order).
+    Does not block the host."""
+    prod = getattr(d, "stream", 0)
+    if prod == 0 or prod is None or _handle(prod) == _handle(stream):
+        return
+    ev = L.event()
+    ev.record(prod)
+    ev.wait(stream)
+
+
+def blocking_view(x, stream):
+    """A Numba view of a blocking call's array ``x`` (None for a host array), ``stream`` (``L.stream_of``
+    form) made to wait for the stream its producer exported (:func:`follow_producer`)."""
+    d = L.view(x)
+    if d is not None:
+        follow_producer(d, L.stream_of(stream))
+    return d
+
+
+class DeviceAlloc:
+    """New device arrays for the results of blocking calls (module docstring), on the current CUDA
+    device (where the table was made)."""
+
+    def __init__(self, cuda):
+        self.cuda = cuda
+        self.cp, self.device = None, None
+        if not simulated():
+            try:
+                import cupy
+            except ImportError:
+                return
+            self.cp, self.device = cupy, cuda.get_current_device().id
+
+    def empty(self, shape, dtype):
+        """An uninitialised device array (a Numba device array) of ``shape`` and ``dtype``."""
+        if self.cp is None or not _size(shape):
+            return self.cuda.device_array(shape, dtype=dtype)
+        with self.cp.cuda.Device(self.device):
+            return self.cuda.as_cuda_array(self.cp.empty(shape, dtype), sync=False)
+
+
+def _size(shape) -> int:
+    n = 1
+    for s in (shape if isinstance(shape, tuple) else (shape,)):
+        n *= int(s)
+    return n

@@ -1,0 +1,117 @@
+"""``LedgerTable``: the HBM-PS as the hierarchy sees it on ``--device cuda`` (``_device_backend``), its
+copies counted by the transfer ledger."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..gpu import TransferLedger, missing_keys
+from ._device_batch import DeviceKeys
+
+__all__ = ["LedgerTable"]
+
+
+class LedgerTable:
+    """The HBM-PS as :class:`~hps.train._hierarchy.ParameterHierarchy` uses it on ``--device cuda``: the
+    table's batch calls on host arrays, every copy counted by the ledger — keys and rows going in as
+    ``fetch``, keys of evictions and lookups and the rows coming out as ``writeback``. The train stage
+    reaches the rows through :meth:`device_view` only. Thread safety: the table's (its lock).
+
+    A :class:`~hps.gpu.PartitionedHashTable` gets the host arrays themselves: they are split on the
+    host, where they are, and each part uploads its own share to its GPU (the ledger records those
+    copies); ``device_view`` then yields the list of the parts' views."""
+
+    def __init__(self, table, ledger: TransferLedger):
+        self.table = table
+        self.ledger = ledger
+        self.parted = hasattr(table, "device_views")
+        self._inserted = None  # (host keys, their device copy) of the last insert (missing reuses it)
+        self._kept = None      # (host keys, their device copy) of a working set kept for missing
+
+    def insert(self, keys: np.ndarray, rows: np.ndarray) -> None:
+        """keys (n,) uint64, rows (n, row_width) host arrays. Blocking. The keys' device copy is kept
+        for a :meth:`missing` of the same array that follows (the hierarchy counts the inserted keys'
+        first use so), which then uploads nothing."""
+        if self.parted:
+            self.ledger.record("h2d", "fetch", keys.nbytes + rows.nbytes)
+            self.table.insert(keys, rows)
+        else:
+            dev = self.ledger.to_device(keys, "fetch")
+            self.table.insert(dev, self.ledger.to_device(rows, "fetch"))
+            self._inserted = (keys, dev)
+
+    def keep(self, keys: np.ndarray, dev) -> None:
+        """Keep ``dev``, the device copy of the host working set ``keys``, for the :meth:`missing` of
+        that very array that follows (it then uploads nothing). Prepare thread, like :meth:`missing`."""
+        self._kept = (keys, dev)
+
+    def get(self, keys: np.ndarray):
+        """(rows (n, row_width), found (n,) bool) host arrays of host ``keys``. Blocking."""
+        if self.parted:
+            rows, found = self.table.get(keys)
+            self.ledger.record("h2d", "writeback", keys.nbytes)
+            self.ledger.record("d2h", "writeback", rows.nbytes + found.nbytes)
+            return rows, found
+        rows, found = self.table.get(self.ledger.to_device(keys, "writeback"))
+        return self.ledger.to_host(rows, "writeback"), self.ledger.to_host(found, "writeback")
+
+    def erase(self, keys: np.ndarray) -> int:
+        if self.parted:
+            self.ledger.record("h2d", "writeback", keys.nbytes)
+            return self.table.erase(keys)
+        return self.table.erase(self.ledger.to_device(keys, "writeback"))
+
+    def missing(self, keys, batch: int) -> np.ndarray:
+        """The keys of ``keys`` (n,) uint64 not resident, in input order (host array), each resident key
+        counting a use in ``batch``: the residency lookup and the miss list computed on the device
+        (``hps.gpu.missing_keys``). ``keys``: a host array, which goes up (``plan``), or keys already on
+        the device (:class:`~hps.train._device_batch.DeviceKeys`: a working set deduplicated there; the
+        array of the last :meth:`insert` or :meth:`keep`, whose device copy it kept), which do not. Only the misses
+        come down (``plan``, 8 B a key). Blocking."""
+        last, self._inserted = self._inserted, None
+        kept, self._kept = self._kept, None
+        if self.parted:
+            miss = self.table.missing(keys, batch)
+            self.ledger.record("h2d", "plan", keys.nbytes)
+            self.ledger.record("d2h", "plan", miss.nbytes)
+            return miss
+        if isinstance(keys, DeviceKeys):
+            dev = keys.keys
+        elif last is not None and last[0] is keys:
+            dev = last[1]
+        elif kept is not None and kept[0] is keys:
+            dev = kept[1]
+        else:
+            dev = self.ledger.to_device(keys, "plan")
+        with self.table.device_view():  # the table's lock: the simulator runs one thread's kernels at a time
+            _, miss = missing_keys(self.table, dev, batch, self.ledger.xp)
+        return self.ledger.to_host(miss, "plan")
+
+    def evict(self, n: int, protect_from: int):
+        """The table's ``evict`` (host keys and rows, ``writeback``). Blocking."""
+        keys, rows = self.table.evict(n, protect_from)
+        self.ledger.record("d2h", "writeback", keys.nbytes + rows.nbytes)
+        return keys, rows
+
+    def export(self):
+        """(keys, rows) host arrays of every resident row (``writeback``). Blocking."""
+        keys, rows = self.table.export()
+        self.ledger.record("d2h", "writeback", keys.nbytes + rows.nbytes)
+        return keys, rows
+
+    def clear(self) -> None:
+        self.table.clear()
+
+    def reserve(self, capacity: int) -> None:
+        self.table.reserve(capacity)
+
+    def device_view(self):
+        """The table's view (one part) or the list of its parts' views, its lock(s) held."""
+        return self.table.device_views() if self.parted else self.table.device_view()
+
+    @property
+    def capacity(self) -> int:
+        return self.table.capacity
+
+    def __len__(self) -> int:
+        return len(self.table)
