@@ -48,3 +48,24 @@ def check_rows(rows, n: int, dim: int, dtype, name: str = "values") -> np.ndarra
             raise InvalidTypeError(f"{name} must be numeric ({np.dtype(dtype)}), got {arr.dtype}")
         arr = arr.astype(dtype)
     return np.ascontiguousarray(arr)
+
+
+def rows_at(out, at, n: int, dim: int, dtype):
+    """Validated ``(out, at)`` of a call that writes the rows of n keys into ``out[at[i]]``: ``out`` a
+    writable C-contiguous (m, dim) host array of ``dtype`` (None: a new (n, dim) one), ``at`` (n,) int64
+    rows of it (None: 0..n-1). Raises InvalidInputError (InvalidTypeError for a wrong dtype) naming
+    what is wrong; a row outside ``out`` is refused (the kernels do not check bounds)."""
+    if out is None:
+        out = np.empty((n, dim), dtype=dtype)
+    elif not isinstance(out, np.ndarray) or out.dtype != dtype:
+        raise InvalidTypeError(f"out must be a NumPy array of {np.dtype(dtype)}, got {type(out).__name__} "
+                               f"{getattr(out, 'dtype', '')}")
+    elif out.ndim != 2 or out.shape[1] != dim or not (out.flags.c_contiguous and out.flags.writeable):
+        raise InvalidInputError(f"out must be a writable C-contiguous (m, {dim}) array, got {out.shape}")
+    if at is None:
+        return out, np.arange(n, dtype=np.int64)
+    at = np.ascontiguousarray(at, dtype=np.int64)
+    if at.shape != (n,) or (n and (int(at.min()) < 0 or int(at.max()) >= out.shape[0])):
+        raise InvalidInputError(f"at must be ({n},) int64 rows of out (0 <= at < {out.shape[0]}), got shape "
+                                f"{at.shape}")
+    return out, at

@@ -55,10 +55,15 @@ def _hierarchy():
     return ParameterHierarchy(HashTable(64, 4), mem, window=3, owned_mask=Collectives().owned_mask)
 
 
-def test_a_fetched_row_missing_from_hbm_is_an_internal_error(monkeypatch):
+@pytest.mark.parametrize("path", ["in place", "host array"])
+def test_a_fetched_row_missing_from_hbm_is_an_internal_error(monkeypatch, path):
     hier = _hierarchy()
     keys = np.arange(1, 9, dtype=np.uint64)
-    monkeypatch.setattr(hier.hbm, "insert", lambda k, r: None)  # the insert "happened" but did nothing
+    if path == "in place":   # the CPU twin: rows written into the slots the keys claim
+        monkeypatch.setattr(hier.hbm, "insert_new", lambda k, fill, b: None)  # "happened" but did nothing
+    else:                    # a table without insert_new (the GPU table, parts): insert, then a lookup
+        monkeypatch.setattr(hier.hbm, "insert_new", None)
+        monkeypatch.setattr(hier.hbm, "insert", lambda k, r: None)
     with pytest.raises(InternalError, match="missing from it") as ei:
         hier.prepare(0, keys)
     assert isinstance(ei.value, HpsError) and isinstance(ei.value, RuntimeError)

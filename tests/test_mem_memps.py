@@ -300,3 +300,26 @@ def test_initializer_fill_writes_rows_in_place_and_checks_shapes():
         init.fill(keys, np.zeros((4, W + 1), np.float32), np.array([0, 1]))
     with pytest.raises(InvalidInputError, match="fill needs"):
         init.fill(keys, out, np.array([0]))
+
+
+def test_take_writes_each_row_at_its_place_in_a_given_array():
+    """``take(keys, out, at)`` (the CPU twin of the HBM-PS passes its slot array and the keys' slots)
+    moves the same rows as ``take(keys)`` -- cached, from the store, born -- each to ``out[at[i]]``,
+    other rows of ``out`` untouched; a row outside ``out`` is refused before anything moves."""
+    mems = []
+    for _ in range(2):
+        store = DictStore(W)
+        store.dump(_u([20, 21]), np.full((2, W), 5, np.float32))       # in the store only
+        mem = _mem(store, capacity_rows=8)
+        mem.push(_u([10, 11]), np.full((2, W), 3, np.float32))         # cached, dirty
+        mems.append(mem)
+    keys = _u([11, 20, 30, 10, 21, 31])                                 # cached, stored, born
+    want = mems[0].take(keys)
+    out = np.full((10, W), -1, np.float32)
+    at = np.array([9, 0, 4, 2, 7, 5], np.int64)
+    with pytest.raises(InvalidInputError, match="at must be"):
+        mems[1].take(keys, out, np.array([9, 0, 4, 2, 7, 10], np.int64))
+    assert mems[1].take(keys, out, at) is out
+    np.testing.assert_array_equal(out[at], want)
+    assert (np.delete(out, at, axis=0) == -1).all()
+    assert mems[0].stats() == mems[1].stats()                           # the same moves, counted alike

@@ -337,3 +337,28 @@ def test_partitioned_reserve_and_purge():
     more = np.arange(100, 280, dtype=np.uint64)
     parted.insert(more, np.ones((180, 2)))
     assert len(parted) == 190 and parted.contains(more).all()
+
+
+def test_cpu_table_faults_its_slot_arrays_in_when_built():
+    """A CPU table writes its slot arrays at construction (as the CUDA table zeroes them), so the first
+    inserts into a fresh table fault no page in: with lazily mapped zero pages, a batch's inserts
+    scattered over the slots faulted in every page of the rows at first touch, the cost that made
+    ``bench.bench_host`` 10x slower in some runs than in others (the first touch of fresh memory on the
+    VM)."""
+    import resource
+
+    def faults():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+    dim, cap = 64, 1 << 17                              # 2**18 slots: 64 MiB of rows
+    keys = np.arange(1, cap // 8 + 1, dtype=np.uint64)  # hashed all over the slots (one per 4 KiB)
+    rows = np.ones((keys.shape[0], dim), np.float32)
+    HashTable(16, dim, device="cpu").insert(keys[:4], rows[:4])   # kernels compiled and loaded
+    table = HashTable(cap, dim, device="cpu")
+    before = faults()
+    table.insert(keys, rows)
+    touched = faults() - before
+    # lazily mapped: >= 32 faults (2 MiB huge pages) up to 16,384 (4 KiB pages) for the 64 MiB of rows
+    assert touched < 8, f"{touched} page faults while inserting into a new table"
+    got, found = table.get(keys[::4096])
+    assert found.all() and (got == 1).all()

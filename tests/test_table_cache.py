@@ -57,6 +57,55 @@ def test_lookup_answers_slots_and_refuses_bad_batches():
     assert t.evict(0, 1)[0].shape == (0,)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_insert_new_is_an_insert_and_a_lookup_with_the_rows_written_in_place(seed):
+    """``insert_new`` (the CPU twin's fetch: each row written into the slot its key claims) leaves the
+    table as ``insert`` then ``lookup`` do: the same rows and scores, so the same victims later."""
+    rng = np.random.default_rng(seed)
+    a, b = HashTable(8, 3, max_load_factor=0.75), HashTable(8, 3, max_load_factor=0.75)
+    for batch in range(14):
+        keys = np.unique(rng.integers(1, 80, rng.integers(1, 20)).astype(np.uint64))
+        rng.shuffle(keys)
+        new = keys[np.asarray(a.lookup(keys, batch)) < 0]              # the batch's use of the live keys
+        np.testing.assert_array_equal(new, keys[np.asarray(b.lookup(keys, batch)) < 0])
+        rows = rng.normal(size=(new.shape[0], 3)).astype(np.float32)
+        for t in (a, b):
+            t.reserve(len(t) + new.shape[0])
+
+        def fill(out, at):
+            out[at] = rows
+        a.insert_new(new, fill, batch)
+        b.insert(new, rows)
+        b.lookup(new, batch)
+        n, protect = int(rng.integers(0, 8)), max(0, batch - int(rng.integers(0, 3)))
+        assert_same([("evict", *a.evict(n, protect))], [("evict", *b.evict(n, protect))])
+    assert_same(replay(a, []), replay(b, []))
+
+
+def test_insert_new_refuses_live_or_repeated_keys_and_a_failing_fill_changes_nothing():
+    t = HashTable(16, 2)
+    t.insert(np.array([1, 2], np.uint64), np.ones((2, 2)))
+
+    def fill(out, at):
+        out[at] = 7
+    for keys in ([3, 1], [4, 4]):                   # 1 is live; 4 is repeated
+        with pytest.raises(InvalidInputError, match="live or repeated"):
+            t.insert_new(np.array(keys, np.uint64), fill, 0)
+
+    def fails(out, at):
+        out[at] = 7
+        raise OSError("injected read failure")
+    with pytest.raises(OSError, match="injected"):
+        t.insert_new(np.array([5, 6], np.uint64), fails, 0)
+    assert len(t) == 2 and not t.contains(np.array([3, 4, 5, 6], np.uint64)).any()
+    k, r = t.export()
+    assert sorted(k.tolist()) == [1, 2] and (r == 1).all()
+    t.accumulate(np.array([5, 6, 3], np.uint64), np.ones((3, 2)))  # slots given back hold zeros
+    assert (t.get(np.array([5, 6, 3], np.uint64))[0] == 1).all()
+    t.lookup(np.array([1, 2, 3], np.uint64), 0)                   # one use each; 5 and 6 none:
+    assert t.evict(2, 1)[0].tolist() == [5, 6]                    # the failed fill counted none
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_unique_inverse_on_the_array_module_is_the_hosts_first_occurrence_order(seed):
     rng = np.random.default_rng(seed)

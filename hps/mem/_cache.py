@@ -22,7 +22,7 @@ import threading
 
 import numpy as np
 
-from .._keys import as_keys, check_rows
+from .._keys import as_keys, check_rows, rows_at
 from ..errors import CacheBudgetError, InvalidInputError
 from . import _cache_kernels as K
 from . import _map_kernels as M
@@ -364,25 +364,23 @@ class RowCache:
         if bad:
             raise InvalidInputError(f"unpin: {bad} of the keys were not pinned (or not cached)")
 
-    def take(self, keys, out=None):
-        """Move the rows of distinct ``keys`` (n,) uint64 out to another tier: -> (rows (n, W), hit
-        (n,) bool), rows of misses left as they were in ``out`` (an (n, W) array to fill; default
-        new, with undefined rows at misses). Hit rows leave the cache unless pinned, dirty or not,
+    def take(self, keys, out=None, at=None):
+        """Move the rows of distinct ``keys`` (n,) uint64 out to another tier: -> (out, hit (n,) bool),
+        the row of a hit ``keys[i]`` written to ``out[at[i]]`` (``out``: (m, W) of the cache's dtype,
+        C order, default a new (n, W) array; ``at`` (n,) int64 rows of ``out``, default 0..n-1), rows
+        of misses left as they were. Hit rows leave the cache unless pinned, dirty or not,
         without being dumped (the caller now holds their current rows and puts them back, dirty,
         when done); each key's access (one per key) goes to its frequency, for a miss to the ghost
         table, so it counts when the key comes back. Counts hits and misses like :meth:`lookup`.
         Nothing is inserted, so nothing is evicted."""
         k = as_keys(keys)
         n = k.shape[0]
-        if out is None:
-            out = np.empty((n, self.row_width), dtype=self.dtype)
-        elif out.shape != (n, self.row_width) or out.dtype != self.dtype:
-            raise InvalidInputError(f"out must be ({n}, {self.row_width}) {self.dtype}, got {out.shape} {out.dtype}")
+        out, at = rows_at(out, at, n, self.row_width, self.dtype)
         hit = np.zeros(n, dtype=np.bool_)
         with self.lock:
             n_hit = 0
             if n:
-                n_hit = self._s.take(k, out, hit)
+                n_hit = self._s.take(k, out, at, hit)
             self._n.batch(n_hit, n - n_hit)
         return out, hit
 

@@ -203,9 +203,9 @@ def unpin(st, pins, freq, where, stamp, prev, nxt, bkt, bhead, btail, mkeys, mva
 
 @njit(nogil=True, cache=True, _nrt=False)
 def take(st, skey, rows, dirty, pins, freq, where, prev, nxt, bkt, bhead, btail, free, mkeys, mvals, ghost,
-         keys, out_rows, hit):
+         keys, out_rows, at, hit):
     """Move rows out to another tier: for each of the distinct ``keys`` (n,) uint64 that is cached,
-    copy its row into ``out_rows[i]`` (n, W) and set ``hit[i]``; an unpinned one then leaves the
+    copy its row into ``out_rows[at[i]]`` ((m, W); ``at`` (n,) int64) and set ``hit[i]``; an unpinned one then leaves the
     cache (its slot freed, its frequency + 1 remembered in the ghost table, as on an eviction), a
     pinned one stays (frequency += 1). A key not cached gets 1 added to its ghost frequency (a
     ghost cell holding another key is taken over), so the access counts when the key comes back
@@ -227,8 +227,9 @@ def take(st, skey, rows, dirty, pins, freq, where, prev, nxt, bkt, bhead, btail,
             continue
         hit[i] = True
         n_hit += 1
+        r = at[i]
         for j in range(rows.shape[1]):
-            out_rows[i, j] = rows[s, j]
+            out_rows[r, j] = rows[s, j]
         freq[s] += 1
         if pins[s] > 0:
             continue

@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 
-from .._keys import as_keys, check_rows
+from .._keys import as_keys, check_rows, rows_at
 from ..errors import CacheBudgetError, InternalError, InvalidInputError
 from . import _map_kernels as K
 from ._cache import DEFAULT_GHOST_FACTOR, DEFAULT_LRU_FRACTION, FLUSH_CHUNK_BYTES, Evicted, RowCache
@@ -265,20 +265,24 @@ class MemPS:
         self._ssd_loads += n_found
         self._new_rows += found.shape[0] - n_found
 
-    def take(self, keys) -> np.ndarray:
-        """Rows of distinct ``keys`` (n,) uint64 -> (n, row_width) host array, moved out to the caller
-        (the HBM-PS), which holds them from now on and ``push``-es them back when done: cached rows
-        leave the cache without a dump (a pinned one stays), the others are read from the store
-        straight into the result, else born from the initializer there. Nothing is inserted, so
-        nothing is evicted or dumped; each key counts one access (kept in the ghost table while
-        away). What the hierarchy fetches with, so DRAM never holds a row twice."""
+    def take(self, keys, out=None, at=None) -> np.ndarray:
+        """Rows of distinct ``keys`` (n,) uint64 moved out to the caller (the HBM-PS), which holds them
+        from now on and ``push``-es them back when done -> ``out``, the row of ``keys[i]`` in
+        ``out[at[i]]`` (``out`` (m, row_width) of the dtype, C order, default a new (n, row_width)
+        array; ``at`` (n,) int64, default 0..n-1: the CPU twin of the HBM-PS passes its slot array
+        and the slots its keys claimed, so the rows land in place). Cached rows leave the cache
+        without a dump (a pinned one stays), the others are read from the store straight into
+        place, else born from the initializer there. Nothing is inserted, so nothing is evicted or
+        dumped; each key counts one access (kept in the ghost table while away). What the hierarchy
+        fetches with, so DRAM never holds a row twice. A failing read leaves the cache as it was
+        (rows of ``out`` at ``at`` may have been written)."""
         k = as_keys(keys)
-        rows = np.empty((k.shape[0], self.row_width), dtype=self.dtype)
+        rows, at = rows_at(out, at, k.shape[0], self.row_width, self.dtype)
         with self._lock:
             miss = np.flatnonzero(~self.cache.contains(k))
             if miss.shape[0]:  # first, so that a failing read leaves the cache as it was
-                self._count_loads(self._fill_misses(k[miss], rows, miss))
-            self.cache.take(k, out=rows)
+                self._count_loads(self._fill_misses(k[miss], rows, at[miss]))
+            self.cache.take(k, out=rows, at=at)
         return rows
 
     def push(self, keys, rows, unpin: bool = True) -> None:

@@ -71,6 +71,40 @@ class CacheOps:
                 raise InvalidInputError(f"slots must be ({k.shape[0]},) int64, got {tuple(out.shape)} {out.dtype}")
             self._impl.lookup_async(k, _batch(batch, "batch"), out, stream)
 
+    def insert_new(self, keys, fill, batch: int) -> None:
+        """Insert distinct host ``keys`` (n,) uint64, none of them live, whose rows ``fill(out, at)``
+        writes (``out[at[i]]`` = the row of ``keys[i]``; ``out`` (m, dim) host of the table dtype, ``at``
+        (n,) int64), each key counting its first use in ``batch`` (as :meth:`lookup` would after an
+        insert). On the CPU ``out`` is the slot array itself and ``at`` the slots the keys claimed: the
+        rows are written in place, nothing is copied or allocated for them; a ``fill`` that raises
+        leaves the table as it was. On the GPU ``out`` is a new host (n, dim) array, then
+        :meth:`insert` and :meth:`lookup`. Raises HashTableFullError (nothing changed) when they do not
+        fit, InvalidInputError when one of them is live or repeated. Blocking."""
+        b = _batch(batch, "batch")
+        with self._lock:
+            self._settle()
+            k, _ = self._impl.keys_in(keys)
+            n = k.shape[0]
+            if n == 0:
+                return
+            if self.device != "cpu":  # through a host array
+                rows = np.empty((n, self._dim), self._dtype)
+                fill(rows, np.arange(n, dtype=np.int64))
+                self.insert(k, rows)
+                self.lookup(k, b)
+                return
+            ticket = self._claim(k)
+            if ticket[2] != n:
+                self._rollback(ticket)
+                raise InvalidInputError(f"insert_new: {n - ticket[2]} of the {n} keys are live or repeated")
+            try:
+                self._impl.fill_claimed(ticket[0], fill, b)
+            except BaseException:
+                self._rollback(ticket)
+                raise
+            self._size += n
+            self._tombstones -= ticket[3]
+
     def evict(self, n: int, protect_from: int, stream=None):
         """Erase up to ``n`` victims (see the module docstring) and return their (keys (k,) uint64, rows
         (k, dim)) host arrays in key order, k = min(n, live keys not looked up since batch

@@ -12,27 +12,50 @@ from numba import njit
 from ._cpu_kernels import _probe
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _use(tscore, s, b):
+    """Slot ``s``'s score counts one more use (saturating at 2**32 - 1), in batch ``b`` (uint64; the
+    later of it and the score's last)."""
+    low = np.uint64(0xFFFFFFFF)
+    old = tscore[s]
+    cnt = old >> np.uint64(32)
+    last = old & low
+    if b > last:
+        last = b
+    if cnt < low:
+        cnt += np.uint64(1)
+    tscore[s] = (cnt << np.uint64(32)) | last
+
+
 @njit(nogil=True, cache=True)
 def lookup(tkeys, tstate, tscore, keys, batch, slots):
     """slots (n,) int64 = the slot of each live key, -1 elsewhere; each live key's score counts one more
-    use (saturating at 2**32 - 1), in batch ``batch`` (the later of it and the score's last)."""
+    use (``_use``) in batch ``batch``."""
     mask = np.uint64(tkeys.shape[0] - 1)
-    low = np.uint64(0xFFFFFFFF)
     b = np.uint64(batch)
     for i in range(keys.shape[0]):
         s = _probe(tkeys, mask, keys[i])
         if s >= 0 and tstate[s] == 0:
             slots[i] = s
-            old = tscore[s]
-            cnt = old >> np.uint64(32)
-            last = old & low
-            if b > last:
-                last = b
-            if cnt < low:
-                cnt += np.uint64(1)
-            tscore[s] = (cnt << np.uint64(32)) | last
+            _use(tscore, s, b)
         else:
             slots[i] = -1
+
+
+@njit(nogil=True, cache=True)
+def use_slots(tscore, slots, batch):
+    """The score of each of the distinct ``slots`` (n,) int64 counts one use in batch ``batch``."""
+    b = np.uint64(batch)
+    for i in range(slots.shape[0]):
+        _use(tscore, slots[i], b)
+
+
+@njit(nogil=True, cache=True)
+def zero_rows(tvals, slots):
+    """The rows of ``slots`` (n,) int64 become zeros (slots given back: not live, so they hold zeros)."""
+    for i in range(slots.shape[0]):
+        for j in range(tvals.shape[1]):
+            tvals[slots[i], j] = 0
 
 
 @njit(nogil=True, cache=True)

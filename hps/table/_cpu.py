@@ -19,15 +19,22 @@ class CpuTableImpl:
 
     def __init__(self, n_slots: int, dim: int, dtype, scores: bool = True):
         """``scores``: keep the cache score of every slot (``_cache.py``; 8 bytes a slot); an index
-        that never evicts by score (``hps._index.KeyIndex``) goes without."""
+        that never evicts by score (``hps._index.KeyIndex``) goes without.
+
+        Every slot array is written here (:meth:`clear`), as the CUDA table zeroes its arrays when it
+        allocates them: ``np.zeros`` would map zero pages that the first inserts fault in at random
+        slots, one fresh page (2 MiB with transparent huge pages) at a time, in the middle of a
+        caller's batch. The first touch of fresh memory is what varies most from run to run (on a VM
+        it may also fault the page in on the host: 0.2 to 10 s for 2 GiB, measured on the 2-core
+        box): the HBM-PS twin of a training job takes it before the clock starts."""
         self.n_slots = n_slots
         self.dim = dim
         self.dtype = np.dtype(dtype)
-        self.tkeys = np.full(n_slots, EMPTY_KEY, dtype=np.uint64)
-        self.tstate = np.zeros(n_slots, dtype=np.int32)
-        self.tvals = np.zeros((n_slots, dim), dtype=self.dtype)
-        self.tscore = np.zeros(n_slots if scores else 0, dtype=np.uint64)  # cache scores (_cache.py)
-        self.tombstones = 0  # lookups skip tstate while there are none
+        self.tkeys = np.empty(n_slots, dtype=np.uint64)
+        self.tstate = np.empty(n_slots, dtype=np.int32)
+        self.tvals = np.empty((n_slots, dim), dtype=self.dtype)
+        self.tscore = np.empty(n_slots if scores else 0, dtype=np.uint64)  # cache scores (_cache.py)
+        self.clear()  # tombstones = 0: lookups skip tstate while there are none
         self._pending = np.zeros(4, np.int64)
 
     # -- input conversion (``stream`` is accepted for the CUDA twin's interface and ignored) --------
@@ -120,6 +127,18 @@ class CpuTableImpl:
 
     def lookup_async(self, keys, batch: int, slots, stream=None) -> None:
         C.lookup(self.tkeys, self.tstate, self.tscore, keys, batch, slots)
+
+    def fill_claimed(self, slots, fill, batch: int) -> None:
+        """``fill(tvals, slots)`` writes the rows of claimed ``slots`` (n,) int64 in place; then their
+        scores count a use in ``batch``. A ``fill`` that raises leaves those rows zero (slots that
+        are given back hold zeros) and propagates."""
+        try:
+            fill(self.tvals, slots)
+        except BaseException:
+            C.zero_rows(self.tvals, slots)
+            raise
+        if self.tscore.shape[0]:
+            C.use_slots(self.tscore, slots, batch)
 
     def evict(self, n: int, protect: int, n_live: int, stream=None):
         """(keys (k,) uint64, rows (k, dim)) of the k <= n victims (``_cache.py``), erased; key order."""

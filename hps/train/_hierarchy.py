@@ -65,7 +65,8 @@ class Prepared:
 
 class ParameterHierarchy:
     """One process's view of the three tiers. ``hbm``: HashTable-like with the cache operations
-    ``missing`` / ``lookup`` / ``evict`` (``hps/table/_cache.py``); ``memps``: hps.mem.MemPS of the keys this rank
+    ``missing`` / ``lookup`` / ``evict`` and, on the CPU twin, ``insert_new`` (``hps/table/_cache.py``);
+    ``memps``: hps.mem.MemPS of the keys this rank
     owns; ``owned_mask(keys) -> (n,) bool``: which keys this rank owns; ``pull(keys, serve) -> rows``:
     rows of resident-to-be keys that may belong to other ranks, each owner serving its own with
     ``serve`` (collective; None when every key a rank holds is its own); ``budget_rows``: the rows the
@@ -135,10 +136,7 @@ class ParameterHierarchy:
                 if self._make_room(miss.shape[0], index):
                     raise InternalError(f"batch {index}: no HBM-PS room although its working set fits the budget")
         with self._lock:
-            rows = self._fetch(miss)     # exclusive tiers: the owned rows leave the MEM-PS (take)
-            self._insert(miss, rows)
-            if miss.shape[0] and np.asarray(_host(self.hbm.missing(miss, index))).shape[0]:  # their first use
-                raise InternalError(f"batch {index}: keys inserted into the HBM-PS are missing from it")
+            self._admit(miss, index)     # exclusive tiers: the owned rows leave the MEM-PS (take)
             self.fetched += miss.shape[0]
         return Prepared(index, int(miss.shape[0]), self.evicted - evicted)
 
@@ -158,20 +156,47 @@ class ParameterHierarchy:
         self.evicted += keys.shape[0]
         return over - keys.shape[0]
 
-    def _insert(self, keys: np.ndarray, rows: np.ndarray) -> None:
-        """Insert fetched rows, first growing the table (to at least twice its capacity, up to the
-        budget, on its device) when they might not fit. REQUIRES: lock held."""
+    def _admit(self, keys: np.ndarray, index: int) -> None:
+        """Fetch the rows of the non-resident ``keys`` and insert them, each counting its first use in
+        batch ``index``, first growing the table (to at least twice its capacity, up to the budget, on
+        its device) when they might not fit. A table with ``insert_new`` (the CPU twin) has the rows
+        written straight into the slots the keys claim (``MemPS.take`` into its slot array: no row is
+        copied, no array allocated per batch); another (the GPU table, parts) gets them through a host
+        array (``insert``, then ``missing`` counts the use). REQUIRES: lock held."""
         n = keys.shape[0]
         if not n:
             return
         need = len(self.hbm) + n
         if need > self.hbm.capacity:
             self._grow(need)
+        insert_new = getattr(self.hbm, "insert_new", None)
+        if insert_new is None:
+            rows = self._fetch(keys)
+            self._retry(lambda: self.hbm.insert(keys, rows))
+            if np.asarray(_host(self.hbm.missing(keys, index))).shape[0]:  # their first use
+                raise InternalError(f"batch {index}: keys inserted into the HBM-PS are missing from it")
+            return
+        if self.pull is None:   # owned keys only: the MEM-PS writes them in place
+            def fill(out, at):
+                self.memps.take(keys, out, at)
+        else:
+            rows = self._fetch(keys)
+
+            def fill(out, at):
+                out[at] = rows
+        before = len(self.hbm)
+        self._retry(lambda: insert_new(keys, fill, index))
+        if len(self.hbm) != before + n:
+            raise InternalError(f"batch {index}: keys inserted into the HBM-PS are missing from it "
+                                f"({len(self.hbm) - before} of {n} entered it)")
+
+    def _retry(self, insert) -> None:
+        """``insert()``, again after growing when a part's share is full although the whole fits."""
         try:
-            self.hbm.insert(keys, rows)
-        except HashTableFullError:  # parts: one part's share is full although the whole fits
+            insert()
+        except HashTableFullError:
             self._grow(2 * self.hbm.capacity, cap=False)
-            self.hbm.insert(keys, rows)
+            insert()
 
     def _grow(self, need: int, cap: bool = True) -> None:
         grow = max(need, 2 * self.hbm.capacity)
