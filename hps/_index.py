@@ -47,9 +47,7 @@ class KeyIndex:
     def _alloc(self, capacity: int) -> None:
         n_slots = slots_for(capacity, self._mlf)
         self.capacity = int(n_slots * self._mlf)   # what the slots hold (a power of two: >= capacity)
-        self._impl = CpuTableImpl(n_slots, self.width, np.int64, scores=False)
-        self._impl.tstate.fill(0)   # fault the pages in now (a rebuild fills the table right after),
-        self._impl.tvals.fill(0)    # not in the middle of the next caller's batch
+        self._impl = CpuTableImpl(n_slots, self.width, np.int64, scores=False)   # its pages written (faulted in)
         self._size = 0
 
     def __len__(self) -> int:
