@@ -22,7 +22,6 @@ tests/test_train_mpi_order.py runs the same comparison on 60,000 lines."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -33,6 +32,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from hps._argparse import ArgumentParser
 
 JOB = ["--format", "criteo", "--batch-size", "16384", "--minibatch-size", "2048", "--embedding-dim", "16",
        "--hidden", "256,128", "--dense-optimizer", "adam", "--epochs", "1", "--blas-threads", "1",
@@ -122,7 +123,7 @@ def _run(cmd: list[str], env: dict, retry_hbm: bool = False) -> tuple[subprocess
 def main(argv=None) -> int:
     from hps.train import load_export
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(description=__doc__.split("\n\n")[0], error_prefix="bench_ranks_exact")
     ap.add_argument("--lines", type=int, default=600_000)
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(CASES))
