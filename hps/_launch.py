@@ -115,14 +115,14 @@ def event():
     return cuda().event() if simulated() else cuda().event(timing=False)
 
 
-def view(x, sync: bool = False):
+def view(x):
     """A Numba device array viewing ``x`` zero-copy if ``x`` lives on the GPU (a Numba device array, the
-    simulator's, or any ``__cuda_array_interface__`` array), else None. ``sync``: first wait for the
-    stream the producer exported (the interface's contract for blocking consumers)."""
+    simulator's, or any ``__cuda_array_interface__`` array), else None; no wait for the stream the
+    producer exported (a blocking consumer orders itself after it: ``hps.table._cuda_alloc``)."""
     if getattr(x, "__cuda_ndarray__", False):
         return x
     if hasattr(x, "__cuda_array_interface__"):
-        return cuda().as_cuda_array(x, sync=sync)
+        return cuda().as_cuda_array(x, sync=False)
     return None
 
 

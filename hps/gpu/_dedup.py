@@ -28,11 +28,7 @@ def unique_inverse(keys, xp):
     n = int(keys.shape[0])
     if n == 0:
         return keys[:0].copy(), xp.zeros(0, np.int64)
-    order = xp.argsort(keys, kind="stable")          # equal keys keep their input order
-    sk = keys[order]
-    head = xp.empty(n, np.bool_)
-    head[0] = True
-    head[1:] = sk[1:] != sk[:-1]                      # the first (earliest) occurrence of each key
+    order, sk, head = _sorted_heads(keys, xp)
     group = xp.cumsum(head) - 1                       # each sorted key's group, in key order
     first = order[head]                               # each group's first position in the input
     rank = xp.argsort(first)                          # groups by first occurrence (distinct values)
@@ -50,12 +46,19 @@ def unique_keys(keys, xp):
     _check(keys)
     if keys.shape[0] == 0:
         return keys[:0].copy()
+    order, _, head = _sorted_heads(keys, xp)
+    return keys[xp.sort(order[head])]
+
+
+def _sorted_heads(keys, xp):
+    """(order, sk, head) of non-empty keys: the stable sort's permutation (equal keys keep their input
+    order), the sorted keys, and (n,) bool marking the first (earliest) occurrence of each key."""
     order = xp.argsort(keys, kind="stable")
     sk = keys[order]
     head = xp.empty(keys.shape[0], np.bool_)
     head[0] = True
     head[1:] = sk[1:] != sk[:-1]
-    return keys[xp.sort(order[head])]
+    return order, sk, head
 
 
 def _check(keys) -> None:

@@ -285,16 +285,15 @@ class DeviceBackend:
             for j, p in enumerate(plans):
                 b, owner = local.minibatch(j), p.uinv is not None
                 keys = p.ukeys if owner else p.keys
-                nnz = int(b.keys.shape[0])
+                nnz, u = int(b.keys.shape[0]), p.keys.shape[0] + _n(p.hot_slots)   # rows inv indexes
                 out.append(DevicePlan(
-                    keys=keys_up(keys), inv=index(p.inv, p.keys.shape[0] + _n(p.hot_slots)),
+                    keys=keys_up(keys), inv=index(p.inv, u),
                     field=index(b.field, n_fields, np.int32), weights=up(b.weights, dt),
                     offsets=index(b.offsets, nnz), labels=up(b.labels, dt),
                     dense=up(b.dense, dt) if self.model.n_dense else None,
                     uinv=index(p.uinv, keys.shape[0]) if owner else None,
                     hot=up(p.hot_slots, np.int64) if _n(p.hot_slots) else None))
-                d = out[-1]
-                self._backward_plan(d, p.keys.shape[0] + (0 if d.hot is None else d.hot.shape[0]))
+                self._backward_plan(out[-1], u)
         _ready(out, st.record(st.place))
         self.ledger.batch(raw_nbytes(local.data), on_device=False)
         if isinstance(self.placed, Parts):
