@@ -51,14 +51,6 @@ def use_slots(tscore, slots, batch):
 
 
 @njit(nogil=True, cache=True)
-def zero_rows(tvals, slots):
-    """The rows of ``slots`` (n,) int64 become zeros (slots given back: not live, so they hold zeros)."""
-    for i in range(slots.shape[0]):
-        for j in range(tvals.shape[1]):
-            tvals[slots[i], j] = 0
-
-
-@njit(nogil=True, cache=True)
 def victim_slots(tkeys, tstate, tscore, protect, n):
     """Slots (k,) int64 of the k = min(n, eligible) live slots last used before batch ``protect``
     with the smallest ``(score, key)``, in that order."""

@@ -135,7 +135,7 @@ class CpuTableImpl:
         try:
             fill(self.tvals, slots)
         except BaseException:
-            C.zero_rows(self.tvals, slots)
+            self.tvals[slots] = 0   # an error path: slots given back hold zeros
             raise
         if self.tscore.shape[0]:
             C.use_slots(self.tscore, slots, batch)

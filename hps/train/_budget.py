@@ -42,7 +42,7 @@ from ..data._parallel import WINDOW_PER_READER
 from ..errors import InvalidInputError
 from ..mem import MemPS, RowCache
 from ..ssd._catalog import INDEX_START_KEYS
-from .._index import KeyIndex, growth_peak
+from .._index import KeyIndex
 from .._options import DEFAULT_BUDGET_FRACTION, DEFAULT_ROWS_PER_FILE, format_bytes
 from ..table import DEFAULT_MAX_LOAD_FACTOR, SLOT_OVERHEAD_BYTES, slots_for
 from ._hbm_budget import HBM_FREE_SHARE, default_hbm_budget, device_free_bytes, hbm_bytes, hbm_row_bytes, hbm_rows_for
@@ -197,9 +197,7 @@ def index_bytes_for(keys: int, row_bytes: int) -> int:
     4 B of crc per 4 KiB of rows."""
     if keys <= 0:
         return 0
-    t = _EMPTY_INDEX._impl
-    peak = growth_peak(0, 0, t.tkeys.shape[0], int(keys), 1, _EMPTY_INDEX.width)
-    return max(_EMPTY_INDEX.nbytes, peak) + 4 * -(-int(keys) * int(row_bytes) // 4096)
+    return _EMPTY_INDEX.peak_bytes(int(keys)) + 4 * -(-int(keys) * int(row_bytes) // 4096)
 
 
 def compaction_rows(budget: int, row_bytes: int, rows_per_file: int) -> int:

@@ -159,33 +159,26 @@ class ParameterHierarchy:
     def _admit(self, keys: np.ndarray, index: int) -> None:
         """Fetch the rows of the non-resident ``keys`` and insert them, each counting its first use in
         batch ``index``, first growing the table (to at least twice its capacity, up to the budget, on
-        its device) when they might not fit. A table with ``insert_new`` (the CPU twin) has the rows
-        written straight into the slots the keys claim (``MemPS.take`` into its slot array: no row is
-        copied, no array allocated per batch); another (the GPU table, parts) gets them through a host
-        array (``insert``, then ``missing`` counts the use). REQUIRES: lock held."""
+        its device) when they might not fit. When every key is this rank's own and the table has
+        ``insert_new`` (one table, not parts), the MEM-PS writes the rows straight into the slots the
+        keys claim (``MemPS.take`` into the CPU twin's slot array: no row is copied, no array allocated
+        per batch); otherwise (rows pulled from their owners, parts) they come through a host array
+        (``insert``, then ``missing`` counts the use). REQUIRES: lock held."""
         n = keys.shape[0]
         if not n:
             return
         need = len(self.hbm) + n
         if need > self.hbm.capacity:
             self._grow(need)
-        insert_new = getattr(self.hbm, "insert_new", None)
+        insert_new = getattr(self.hbm, "insert_new", None) if self.pull is None else None
         if insert_new is None:
             rows = self._fetch(keys)
             self._retry(lambda: self.hbm.insert(keys, rows))
             if np.asarray(_host(self.hbm.missing(keys, index))).shape[0]:  # their first use
                 raise InternalError(f"batch {index}: keys inserted into the HBM-PS are missing from it")
             return
-        if self.pull is None:   # owned keys only: the MEM-PS writes them in place
-            def fill(out, at):
-                self.memps.take(keys, out, at)
-        else:
-            rows = self._fetch(keys)
-
-            def fill(out, at):
-                out[at] = rows
         before = len(self.hbm)
-        self._retry(lambda: insert_new(keys, fill, index))
+        self._retry(lambda: insert_new(keys, lambda out, at: self.memps.take(keys, out, at), index))
         if len(self.hbm) != before + n:
             raise InternalError(f"batch {index}: keys inserted into the HBM-PS are missing from it "
                                 f"({len(self.hbm) - before} of {n} entered it)")
