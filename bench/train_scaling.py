@@ -175,8 +175,7 @@ def scaling(a) -> dict:
                                               if beyond > 0.25 * base_cpu else None)
             # the least "job CPU x 1" can be if the work divided perfectly (weak: N times the work) and only
             # each process's fixed cost were repeated: what bounds the job-CPU target on this data
-            work = (n / n0 if kind == "weak" else 1.0) * max(beyond, 0.0)
-            m["job_cpu_floor_vs_1"] = (n * fixed + work) / base_cpu
+            m["job_cpu_floor_vs_1"] = (n * fixed + work_ratio * max(beyond, 0.0)) / base_cpu
             # the train stage per global mini-batch, and what it exceeds perfect division of the 1-rank job's
             times = n if kind == "weak" else 1  # weak: the batch and mini-batch were N times larger
             m["minibatches"] = minibatches(m["examples"], out["batch_size"] * times, out["minibatch_size"] * times)

@@ -130,12 +130,16 @@ def start_reduce_scatter(comm, blocks: np.ndarray, stats=None, parts: np.ndarray
     sequence of collectives on ``comm`` (others may be issued before the wait). Bytes under
     ``dense_allreduce``. ``parts``: a C-contiguous (p, m) float32 buffer MPI receives into (reused by a
     caller with one reduce-scatter in flight; None: a new one)."""
-    if blocks.dtype != np.float32 or blocks.ndim != 2 or blocks.shape[0] != comm.Get_size():
-        raise InvalidInputError(f"blocks must be ({comm.Get_size()}, m) float32, got {blocks.dtype} {blocks.shape}")
+    _check_blocks(comm, blocks)
     if not blocks.flags.c_contiguous:
         raise InvalidInputError("blocks must be C-contiguous (MPI reads it while the caller works)")
     _check_out(parts, blocks.shape, "parts")
     return PendingReduceScatter(comm, blocks, stats, parts)
+
+
+def _check_blocks(comm, blocks) -> None:
+    if blocks.dtype != np.float32 or blocks.ndim != 2 or blocks.shape[0] != comm.Get_size():
+        raise InvalidInputError(f"blocks must be ({comm.Get_size()}, m) float32, got {blocks.dtype} {blocks.shape}")
 
 
 def _check_out(out, shape, name: str) -> None:
@@ -154,8 +158,7 @@ def ordered_reduce_scatter(comm, blocks: np.ndarray, run=run_blocking, stats=Non
     """The first half of :func:`ordered_allreduce` with the caller's layout: ``blocks`` (p, m) float32,
     C-contiguous host, row r for rank r -> (m,) float32 ``0 + blocks_0[rank] + blocks_1[rank] + …``,
     rank order (``blocks_s``: rank s's). Collective; bytes under ``dense_allreduce``."""
-    if blocks.dtype != np.float32 or blocks.ndim != 2 or blocks.shape[0] != comm.Get_size():
-        raise InvalidInputError(f"blocks must be ({comm.Get_size()}, m) float32, got {blocks.dtype} {blocks.shape}")
+    _check_blocks(comm, blocks)
     with metered(stats, DENSE_ALLREDUCE) as meter:
         return _reduce_scatter(comm, np.ascontiguousarray(blocks), run, meter)
 

@@ -48,16 +48,15 @@ class Channel:
         self.in_call = False             # inside an MPI call now (set by this channel's thread, read by any)
 
     # -- plumbing ----------------------------------------------------------------------------------
-    def _call(self, blocking, nonblocking=None) -> None:
+    def _call(self, blocking, nonblocking=None):
         """Run one MPI call (``blocking()``, or ``nonblocking()`` -> Request polled in yield mode) and
-        add its wall and thread-CPU time to this channel."""
+        add its wall and thread-CPU time to this channel -> what ``blocking()`` returned (None polled)."""
         c0, t0 = time.thread_time(), time.perf_counter()
         self.in_call = True
         try:
             if self.spin or nonblocking is None:
-                blocking()
-            else:
-                poll(nonblocking())
+                return blocking()
+            poll(nonblocking())
         finally:
             self.in_call = False
             self.mpi_cpu_seconds += time.thread_time() - c0
@@ -205,9 +204,7 @@ class Channel:
         new one if None), untouched by the caller until :meth:`finish_reduce_scatter` returns."""
         if self.comm is None:
             return blocks[0]
-        started = []
-        self._call(lambda: started.append(start_reduce_scatter(self.comm, blocks, self.stats, parts)))
-        return started[0]
+        return self._call(lambda: start_reduce_scatter(self.comm, blocks, self.stats, parts))
 
     def finish_reduce_scatter(self, pending) -> np.ndarray:
         """(m,) float32: the result of the :meth:`start_reduce_scatter` that gave ``pending`` (waits, as

@@ -63,18 +63,12 @@ class DenseShard:
             yield k, flat[off:off + size].reshape(shape)
             off += size
 
-    def step(self, ch, params: dict, grads: dict, riders: np.ndarray) -> np.ndarray:
-        """Sum the dense gradients ``grads`` (name -> host array, this rank's) and ``riders`` (k,) float32
-        over the ranks, step the parameters with the sum (``params`` updated in place) and return the
-        riders' sum (k,). Collective over ``ch``: one reduce-scatter, one allgather."""
-        return self.finish(ch, params, self.begin(ch, grads, riders))
-
     def begin(self, ch, grads: dict, riders: np.ndarray):
         """Write this rank's message and start its reduce-scatter (not waiting) -> the handle
         :meth:`finish` takes. Collective over ``ch``. The message buffer is reused: one mini-batch in
         flight at a time."""
         msg, parts, every = self._message(grads, riders)
-        return ch.start_reduce_scatter(msg, parts), riders.shape[0], msg.shape[1] - self.m, every
+        return ch.start_reduce_scatter(msg, parts), riders.shape[0], every
 
     def _message(self, grads: dict, riders: np.ndarray) -> tuple:
         """(message, reduce-scatter buffer, allgather buffer), each (p, m + mr) float32, the message written:
@@ -91,14 +85,14 @@ class DenseShard:
             for name, a, b in self.spans:
                 flat[a:b] = grads[name].reshape(-1)
             return bufs
-        msg[:, :m] = _blocks(np.concatenate([np.asarray(grads[k], np.float32).ravel() for k in self.names]), p, m)
+        msg[:, :m] = _blocks(self._flat(grads), p, m)
         msg[:, m:] = _blocks(riders, p, mr)
         return bufs
 
     def finish(self, ch, params: dict, started) -> np.ndarray:
         """Wait for the reduce-scatter ``started`` (from :meth:`begin`), step this rank's block, allgather
         the stepped blocks into ``params`` (in place) -> the riders' sum (k,). Collective over ``ch``."""
-        pending, k, mr, every = started
+        pending, k, every = started
         m = self.m
         mine = ch.finish_reduce_scatter(pending)                   # (m + mr,) summed in rank order
         w = self.hi - self.lo
@@ -111,9 +105,8 @@ class DenseShard:
             self.opt.step({"block": block}, {"block": mine[:w]})
             mine[:w] = block
         every = ch.allgather_chunks(mine, every)                   # (p, m + mr)
-        flat = every.reshape(-1) if mr == 0 else np.ascontiguousarray(every[:, :m]).reshape(-1)
-        for name, a, b in self.spans:
-            params[name][...] = flat[a:b].reshape(params[name].shape)
+        for name, value in self._split(np.ascontiguousarray(every[:, :m]).reshape(-1)):   # no copy without riders
+            params[name][...] = value
         self.main.t = self.opt.t
         return np.ascontiguousarray(every[:, m:]).reshape(-1)[:k]
 

@@ -78,6 +78,10 @@ class DenseSync(Feature):
         gradients and hand it the sum (``apply(summed)``)."""
         self._riders.append(rider)
 
+    def _take_riders(self) -> list:
+        """[(rider, its pending (k,) float32 buffer)] of the riders with one this mini-batch."""
+        return [(r, buf) for r in self._riders if (buf := r.take_pending()) is not None]
+
     def begin(self, grads: dict) -> None:
         """Start summing a mini-batch's dense gradients ``grads`` (name -> host array) with the riders'
         pending buffers, without waiting; :meth:`step` with the same ``grads`` finishes. Only the sharded
@@ -85,7 +89,7 @@ class DenseSync(Feature):
         rank calls it at the same point of the step, or none does."""
         if self.shard is None or self._started is not None:
             return
-        riders = [(r, buf) for r in self._riders if (buf := r.take_pending()) is not None]
+        riders = self._take_riders()
         bufs = np.concatenate([buf for _, buf in riders]) if riders else np.empty(0, np.float32)
         self._started = (grads, riders, self.shard.begin(self.coll.train, grads, bufs))
 
@@ -101,7 +105,7 @@ class DenseSync(Feature):
             names = list(grads)
             flat = self.be.to_host(self.be.xp.concatenate([grads[k].ravel() for k in names]))
             n = flat.shape[0]
-            riders = [(r, buf) for r in self._riders if (buf := r.take_pending()) is not None]
+            riders = self._take_riders()
             if riders:  # one all-reduce of [dense gradients | riders' buffers]
                 flat = np.concatenate([flat] + [buf for _, buf in riders])
             flat = self._allreduce(flat, n_local, n_total)
