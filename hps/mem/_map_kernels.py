@@ -1,6 +1,6 @@
 """Kernels of the MEM-PS row cache's keys (``hps.mem.RowCache``): the key -> slot map and the ghost
 table's cells, the kernels that only find rows through the map (they change no policy state), and
-``unique_counts``. Kernels and device functions only; the policy's state and the operations that
+``unique_counts`` (a host function over its kernel, ``_unique_counts``). Kernels and device functions only; the policy's state and the operations that
 change it are in ``_policy_kernels`` and ``_cache_kernels``.
 
 - Key -> slot map: linear probing ``mkeys`` (M,) uint64 / ``mvals`` (M,) int32, M a power of two
@@ -153,38 +153,52 @@ def mark_clean(dirty, mkeys, mvals, keys):
             dirty[s] = False
 
 
-@njit(nogil=True, cache=True)
-def unique_counts(keys):
-    """Distinct keys in first-occurrence order with their counts and the inverse map.
-    keys (n,) uint64 -> uniq (u,) uint64, counts (u,) int64, inverse (n,) int64."""
+@njit(nogil=True, cache=True, _nrt=False)
+def _unique_counts(keys, tab, uniq, counts, inverse):
+    """The kernel of :func:`unique_counts`: linear probing over ``tab`` (m,) int32/int64 filled with
+    -1, m a power of two >= 2 n, each cell the index of a distinct key in ``uniq`` (so every key,
+    all ones included, is a key: no sentinel). A cell is 4 bytes, not a (key, value) pair: the table
+    of a batch's union (~0.7 M keys: 8 MiB) and ``uniq`` stay in the last-level cache together, and
+    the next keys' cells are prefetched, so the probes' misses overlap. ``counts`` (n,) zeroed.
+    -> the number of distinct keys u (``uniq[:u]``, ``counts[:u]`` written; ``inverse`` (n,))."""
     n = keys.shape[0]
-    m = 16
-    while m < 2 * n:
-        m *= 2
-    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
-    tkeys = np.full(m, empty, dtype=np.uint64)
-    tvals = np.empty(m, dtype=np.int64)
-    mask = np.uint64(m - 1)
-    uniq = np.empty(n, dtype=np.uint64)
-    counts = np.zeros(n, dtype=np.int64)
-    inverse = np.empty(n, dtype=np.int64)
+    mask = np.uint64(tab.shape[0] - 1)
+    ahead = 16  # keys between a prefetch of a home cell and its probe (hps/_prefetch.py)
+    for i in range(min(ahead, n)):
+        prefetch(tab, mix64(keys[i]) & mask)
     u = 0
     for i in range(n):
+        if i + ahead < n:
+            prefetch(tab, mix64(keys[i + ahead]) & mask)
         key = keys[i]
         h = mix64(key) & mask
         while True:
-            k = tkeys[h]
-            if k == key:
-                v = tvals[h]
-                break
-            if k == empty:
-                tkeys[h] = key
-                tvals[h] = u
+            v = np.int64(tab[h])
+            if v < 0:
+                tab[h] = u
                 uniq[u] = key
                 v = u
                 u += 1
                 break
+            if uniq[v] == key:
+                break
             h = (h + np.uint64(1)) & mask
         counts[v] += 1
         inverse[i] = v
+    return u
+
+
+def unique_counts(keys):
+    """Distinct keys in first-occurrence order with their counts and the inverse map.
+    keys (n,) uint64 host, C-contiguous -> uniq (u,) uint64, counts (u,) int64, inverse (n,) int64
+    (``uniq[inverse] == keys``). Blocking; thread-safe (its arrays are its own); any uint64 is a key."""
+    n = keys.shape[0]
+    m = 16
+    while m < 2 * n:
+        m *= 2
+    tab = np.full(m, -1, dtype=np.int32 if n < 2 ** 31 else np.int64)
+    uniq = np.empty(n, dtype=np.uint64)
+    counts = np.zeros(n, dtype=np.int64)
+    inverse = np.empty(n, dtype=np.int64)
+    u = _unique_counts(keys, tab, uniq, counts, inverse)
     return uniq[:u], counts[:u], inverse
