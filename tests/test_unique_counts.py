@@ -61,3 +61,49 @@ def test_colliding_keys():
 @given(st.lists(st.integers(0, 2 ** 64 - 1) | st.integers(0, 9), max_size=60))
 def test_matches_numpy(keys):
     check(keys)
+
+
+def check_segments(keys, bounds):
+    from hps.mem import unique_segments
+    keys, bounds = np.asarray(keys, dtype=np.uint64), np.asarray(bounds, dtype=np.int64)
+    uniq, ub, inv = unique_segments(keys, bounds)
+    assert uniq.dtype == np.uint64 and ub.dtype == np.int64 and inv.dtype == np.int64
+    assert ub.shape == bounds.shape and inv.shape == (bounds[-1] - bounds[0],)
+    for j in range(bounds.shape[0] - 1):
+        ru, _, rinv = reference(keys[bounds[j]:bounds[j + 1]])
+        np.testing.assert_array_equal(uniq[ub[j]:ub[j + 1]], ru)
+        np.testing.assert_array_equal(inv[bounds[j] - bounds[0]:bounds[j + 1] - bounds[0]], rinv)
+    assert uniq.shape == (ub[-1],)
+
+
+@pytest.mark.parametrize("keys, bounds", [
+    ([], [0]), ([], [0, 0]), ([7], [0, 1]), ([3] * 50, [0, 10, 10, 50]), ([5, 3, 5, 5, 7, 3], [1, 4, 6]),
+    ([2 ** 64 - 1, 1, 2 ** 64 - 1, 1], [0, 2, 4])], ids=["none", "empty", "one", "dup-and-empty-segment",
+                                                         "offset", "all-ones-key"])
+def test_segments_edge_cases(keys, bounds):
+    check_segments(keys, bounds)
+
+
+def test_segments_share_keys_and_reuse_the_table():
+    """Mini-batches of one batch: keys recur across segments (each segment counts them anew) and the
+    table's cells of one segment are reset before the next."""
+    rng = np.random.default_rng(3)
+    keys = rng.integers(0, 40_000, size=16 * 6_000, dtype=np.uint64)
+    check_segments(keys, np.r_[np.arange(0, keys.shape[0], 6_000), keys.shape[0]])
+    check_segments(keys, [0, 5, 90_000, 90_001, keys.shape[0]])
+
+
+def test_segments_refuse_bad_bounds():
+    from hps.errors import InvalidInputError
+    from hps.mem import unique_segments
+    keys = np.arange(10, dtype=np.uint64)
+    for bounds in ([0, 11], [5, 3], [-1, 4]):
+        with pytest.raises(InvalidInputError):
+            unique_segments(keys, np.array(bounds))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 2 ** 64 - 1) | st.integers(0, 5), max_size=40), st.data())
+def test_segments_match_numpy(keys, data):
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(keys)), max_size=5)))
+    check_segments(keys, [0, *cuts, len(keys)])

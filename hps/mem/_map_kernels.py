@@ -23,6 +23,7 @@ from numba import njit
 
 from .._hashing import mix64
 from .._prefetch import prefetch
+from ..errors import InvalidInputError
 
 # ---------------------------------------------------------------- key -> int32 map (linear probing)
 
@@ -202,3 +203,72 @@ def unique_counts(keys):
     inverse = np.empty(n, dtype=np.int64)
     u = _unique_counts(keys, tab, uniq, counts, inverse)
     return uniq[:u], counts[:u], inverse
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def _unique_segments(keys, bounds, tab, cells, uniq, ubounds, inverse):
+    """The kernel of :func:`unique_segments`: :func:`_unique_counts`'s probing per segment over one
+    table ``tab`` (m,) (-1 filled, m a power of two >= 2 x the longest segment), its cells holding
+    indices into ``uniq``; after each segment only the cells it filled (``cells``, scratch of the
+    longest segment's length) go back to -1, so the table stays in cache and is never cleared whole."""
+    mask = np.uint64(tab.shape[0] - 1)
+    ahead = 16  # keys between a prefetch of a home cell and its probe (hps/_prefetch.py)
+    base = bounds[0]
+    u = 0
+    ubounds[0] = 0
+    for s in range(bounds.shape[0] - 1):
+        a, b = bounds[s], bounds[s + 1]
+        first = u
+        for i in range(a, min(a + ahead, b)):
+            prefetch(tab, mix64(keys[i]) & mask)
+        for i in range(a, b):
+            if i + ahead < b:
+                prefetch(tab, mix64(keys[i + ahead]) & mask)
+            key = keys[i]
+            h = mix64(key) & mask
+            while True:
+                v = np.int64(tab[h])
+                if v < 0:
+                    tab[h] = u
+                    cells[u - first] = h
+                    uniq[u] = key
+                    v = u
+                    u += 1
+                    break
+                if uniq[v] == key:
+                    break
+                h = (h + np.uint64(1)) & mask
+            inverse[i - base] = v - first
+        for c in range(u - first):
+            tab[cells[c]] = -1
+        ubounds[s + 1] = u
+    return u
+
+
+def unique_segments(keys, bounds):
+    """:func:`unique_counts`'s distinct keys and inverse of every segment of ``keys`` at once (a batch's
+    mini-batches), in one pass and a few arrays (not a table and three arrays per segment).
+    keys (n,) uint64 host, C-contiguous; bounds (P + 1,) int64 non-decreasing offsets into ``keys``,
+    segment j being ``keys[bounds[j]:bounds[j + 1]]`` -> uniq (U,) uint64, ubounds (P + 1,) int64,
+    inverse (bounds[P] - bounds[0],) int64: segment j's distinct keys in first-occurrence order are
+    ``uniq[ubounds[j]:ubounds[j + 1]]`` and ``inverse[bounds[j] - bounds[0]:bounds[j + 1] - bounds[0]]``
+    indexes them. Blocking; thread-safe (its arrays are its own); any uint64 is a key."""
+    bounds = np.ascontiguousarray(bounds, dtype=np.int64)
+    if bounds.ndim != 1 or (bounds.shape[0] and (bounds[0] < 0 or bounds[-1] > keys.shape[0]
+                                                 or (np.diff(bounds) < 0).any())):
+        raise InvalidInputError(f"unique_segments needs bounds (P + 1,) non-decreasing within the "
+                                f"{keys.shape[0]} keys, got {bounds}")
+    n = int(bounds[-1] - bounds[0]) if bounds.shape[0] else 0
+    longest = int(np.diff(bounds).max()) if bounds.shape[0] > 1 else 0
+    m = 16
+    while m < 2 * longest:
+        m *= 2
+    tab = np.full(m, -1, dtype=np.int32 if n < 2 ** 31 else np.int64)
+    cells = np.empty(longest, dtype=np.uint64)
+    uniq = np.empty(n, dtype=np.uint64)
+    ubounds = np.zeros(max(bounds.shape[0], 1), dtype=np.int64)
+    inverse = np.empty(n, dtype=np.int64)
+    if bounds.shape[0] > 1:
+        u = _unique_segments(keys, bounds, tab, cells, uniq, ubounds, inverse)
+        uniq = uniq[:u]
+    return uniq, ubounds, inverse

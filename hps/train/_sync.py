@@ -38,7 +38,7 @@ import numpy as np
 from .._hashing import group_by_owner
 from ..comm import SPARSE_GRADS, SPARSE_KEYS, SPARSE_ROWS, Compression
 from ..comm._kernels import segment_sum
-from ..mem import unique_counts
+from ..mem import unique_counts, unique_segments
 from ._features import Feature
 
 
@@ -75,11 +75,14 @@ class Plan:
 
 
 def _plans(local, hot, hot_flags) -> list[Plan]:
-    """One Plan per local mini-batch of ``local``: its unique keys (the cold ones: ``hot.divide``)."""
+    """One Plan per local mini-batch of ``local``: its unique keys (the cold ones: ``hot.divide``),
+    every mini-batch deduplicated in one pass (``unique_segments``: views of a few batch-wide arrays)."""
+    kb = local.data.offsets[local.bounds]  # key offsets of the mini-batches
+    uniq, ub, inv = unique_segments(local.data.keys, kb)
     plans = []
     for j in range(len(local.bounds) - 1):
-        keys, inv, slots = hot.divide(*unique_inverse(local.minibatch(j).keys))
-        plans.append(Plan(keys, inv, hot_slots=slots, hot_only=hot_flags is not None and bool(hot_flags[j])))
+        keys, inv_j, slots = hot.divide(uniq[ub[j]:ub[j + 1]], inv[kb[j] - kb[0]:kb[j + 1] - kb[0]])
+        plans.append(Plan(keys, inv_j, hot_slots=slots, hot_only=hot_flags is not None and bool(hot_flags[j])))
     return plans
 
 
