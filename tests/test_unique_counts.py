@@ -1,11 +1,12 @@
-"""``hps.mem.unique_counts`` (the host's dedup: prepare plans, MEM-PS pulls) against a NumPy reference."""
+"""``hps.mem.unique_counts``, ``unique_keys`` and ``unique_segments`` (the host's dedup: prepare plans,
+MEM-PS pulls) against a NumPy reference."""
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hps.mem import unique_counts
+from hps.mem import unique_counts, unique_keys
 
 
 def reference(keys):
@@ -25,6 +26,7 @@ def check(keys):
     np.testing.assert_array_equal(u, ru)
     np.testing.assert_array_equal(c, rc)
     np.testing.assert_array_equal(inv, rinv)
+    np.testing.assert_array_equal(unique_keys(keys), ru)
 
 
 @pytest.mark.parametrize("keys", [[], [7], [0], [3] * 1000, [5, 3, 5, 5, 7, 3]], ids=["empty", "one", "zero", "all-dup", "small"])

@@ -1,6 +1,6 @@
 """Kernels of the MEM-PS row cache's keys (``hps.mem.RowCache``): the key -> slot map and the ghost
 table's cells, the kernels that only find rows through the map (they change no policy state), and
-``unique_counts`` (a host function over its kernel, ``_unique_counts``). Kernels and device functions only; the policy's state and the operations that
+``unique_counts``, ``unique_keys`` and ``unique_segments`` (host functions over their kernels). Kernels and device functions only; the policy's state and the operations that
 change it are in ``_policy_kernels`` and ``_cache_kernels``.
 
 - Key -> slot map: linear probing ``mkeys`` (M,) uint64 / ``mvals`` (M,) int32, M a power of two
@@ -154,39 +154,65 @@ def mark_clean(dirty, mkeys, mvals, keys):
             dirty[s] = False
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _prefetch_homes(tab, keys, a, b):
+    """Prefetch the home cells in ``tab`` of ``keys[a:b]`` (the first keys a probe loop reaches)."""
+    mask = np.uint64(tab.shape[0] - 1)
+    for i in range(a, b):
+        prefetch(tab, mix64(keys[i]) & mask)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _find_or_add(tab, uniq, u, key):
+    """Linear probing of ``tab`` (m,) int32/int64, -1 = free, m a power of two, each cell an index
+    into ``uniq``: every key, all ones included, is a key (no sentinel). -> (index of ``key`` in
+    ``uniq``, its cell); a new key becomes ``uniq[u]`` (index u: the caller counts it)."""
+    mask = np.uint64(tab.shape[0] - 1)
+    h = mix64(key) & mask
+    while True:
+        v = np.int64(tab[h])
+        if v < 0:
+            tab[h] = u
+            uniq[u] = key
+            return np.int64(u), h
+        if uniq[v] == key:
+            return v, h
+        h = (h + np.uint64(1)) & mask
+
+
 @njit(nogil=True, cache=True, _nrt=False)
 def _unique_counts(keys, tab, uniq, counts, inverse):
-    """The kernel of :func:`unique_counts`: linear probing over ``tab`` (m,) int32/int64 filled with
-    -1, m a power of two >= 2 n, each cell the index of a distinct key in ``uniq`` (so every key,
-    all ones included, is a key: no sentinel). A cell is 4 bytes, not a (key, value) pair: the table
-    of a batch's union (~0.7 M keys: 8 MiB) and ``uniq`` stay in the last-level cache together, and
-    the next keys' cells are prefetched, so the probes' misses overlap. ``counts`` (n,) zeroed.
-    -> the number of distinct keys u (``uniq[:u]``, ``counts[:u]`` written; ``inverse`` (n,))."""
+    """The kernel of :func:`unique_counts` (and, with ``counts``/``inverse`` of length 0, of
+    :func:`unique_keys`): :func:`_find_or_add` over ``tab`` (m,) -1 filled, m a power of two >= 2 n.
+    A cell is 4 bytes, not a (key, value) pair: the table of a batch's union (~0.7 M keys: 8 MiB) and
+    ``uniq`` stay in the last-level cache together, and the cells of the keys 16 ahead are
+    prefetched, so the probes' misses overlap. ``counts`` (n,) zeroed. -> the number of distinct keys
+    u (``uniq[:u]``, ``counts[:u]`` written; ``inverse`` (n,))."""
     n = keys.shape[0]
     mask = np.uint64(tab.shape[0] - 1)
     ahead = 16  # keys between a prefetch of a home cell and its probe (hps/_prefetch.py)
-    for i in range(min(ahead, n)):
-        prefetch(tab, mix64(keys[i]) & mask)
+    full = inverse.shape[0] == n
+    _prefetch_homes(tab, keys, 0, min(ahead, n))
     u = 0
     for i in range(n):
         if i + ahead < n:
             prefetch(tab, mix64(keys[i + ahead]) & mask)
-        key = keys[i]
-        h = mix64(key) & mask
-        while True:
-            v = np.int64(tab[h])
-            if v < 0:
-                tab[h] = u
-                uniq[u] = key
-                v = u
-                u += 1
-                break
-            if uniq[v] == key:
-                break
-            h = (h + np.uint64(1)) & mask
-        counts[v] += 1
-        inverse[i] = v
+        v, _ = _find_or_add(tab, uniq, u, keys[i])
+        if v == u:
+            u += 1
+        if full:
+            counts[v] += 1
+            inverse[i] = v
     return u
+
+
+def _table(n: int, longest: int) -> np.ndarray:
+    """A free probing table (-1 filled) for ``longest`` keys at a time, its cells able to index
+    ``n`` keys."""
+    m = 16
+    while m < 2 * longest:
+        m *= 2
+    return np.full(m, -1, dtype=np.int32 if n < 2 ** 31 else np.int64)
 
 
 def unique_counts(keys):
@@ -194,23 +220,28 @@ def unique_counts(keys):
     keys (n,) uint64 host, C-contiguous -> uniq (u,) uint64, counts (u,) int64, inverse (n,) int64
     (``uniq[inverse] == keys``). Blocking; thread-safe (its arrays are its own); any uint64 is a key."""
     n = keys.shape[0]
-    m = 16
-    while m < 2 * n:
-        m *= 2
-    tab = np.full(m, -1, dtype=np.int32 if n < 2 ** 31 else np.int64)
     uniq = np.empty(n, dtype=np.uint64)
     counts = np.zeros(n, dtype=np.int64)
     inverse = np.empty(n, dtype=np.int64)
-    u = _unique_counts(keys, tab, uniq, counts, inverse)
+    u = _unique_counts(keys, _table(n, n), uniq, counts, inverse)
     return uniq[:u], counts[:u], inverse
+
+
+def unique_keys(keys):
+    """``unique_counts(keys)[0]`` (distinct keys in first-occurrence order) without the counts and the
+    inverse it would write and drop. keys (n,) uint64 host -> (u,) uint64. Blocking; thread-safe."""
+    n = keys.shape[0]
+    uniq = np.empty(n, dtype=np.uint64)
+    none = np.empty(0, dtype=np.int64)
+    return uniq[:_unique_counts(keys, _table(n, n), uniq, none, none)]
 
 
 @njit(nogil=True, cache=True, _nrt=False)
 def _unique_segments(keys, bounds, tab, cells, uniq, ubounds, inverse):
-    """The kernel of :func:`unique_segments`: :func:`_unique_counts`'s probing per segment over one
-    table ``tab`` (m,) (-1 filled, m a power of two >= 2 x the longest segment), its cells holding
-    indices into ``uniq``; after each segment only the cells it filled (``cells``, scratch of the
-    longest segment's length) go back to -1, so the table stays in cache and is never cleared whole."""
+    """The kernel of :func:`unique_segments`: :func:`_find_or_add` per segment over one table ``tab``
+    (m,) (-1 filled, m a power of two >= 2 x the longest segment); after each segment only the cells
+    it filled (``cells``, scratch of the longest segment's length) go back to -1, so the table stays
+    in cache and is never cleared whole."""
     mask = np.uint64(tab.shape[0] - 1)
     ahead = 16  # keys between a prefetch of a home cell and its probe (hps/_prefetch.py)
     base = bounds[0]
@@ -219,25 +250,14 @@ def _unique_segments(keys, bounds, tab, cells, uniq, ubounds, inverse):
     for s in range(bounds.shape[0] - 1):
         a, b = bounds[s], bounds[s + 1]
         first = u
-        for i in range(a, min(a + ahead, b)):
-            prefetch(tab, mix64(keys[i]) & mask)
+        _prefetch_homes(tab, keys, a, min(a + ahead, b))
         for i in range(a, b):
             if i + ahead < b:
                 prefetch(tab, mix64(keys[i + ahead]) & mask)
-            key = keys[i]
-            h = mix64(key) & mask
-            while True:
-                v = np.int64(tab[h])
-                if v < 0:
-                    tab[h] = u
-                    cells[u - first] = h
-                    uniq[u] = key
-                    v = u
-                    u += 1
-                    break
-                if uniq[v] == key:
-                    break
-                h = (h + np.uint64(1)) & mask
+            v, h = _find_or_add(tab, uniq, u, keys[i])
+            if v == u:
+                cells[u - first] = h
+                u += 1
             inverse[i - base] = v - first
         for c in range(u - first):
             tab[cells[c]] = -1
@@ -260,10 +280,7 @@ def unique_segments(keys, bounds):
                                 f"{keys.shape[0]} keys, got {bounds}")
     n = int(bounds[-1] - bounds[0]) if bounds.shape[0] else 0
     longest = int(np.diff(bounds).max()) if bounds.shape[0] > 1 else 0
-    m = 16
-    while m < 2 * longest:
-        m *= 2
-    tab = np.full(m, -1, dtype=np.int32 if n < 2 ** 31 else np.int64)
+    tab = _table(n, longest)
     cells = np.empty(longest, dtype=np.uint64)
     uniq = np.empty(n, dtype=np.uint64)
     ubounds = np.zeros(max(bounds.shape[0], 1), dtype=np.int64)

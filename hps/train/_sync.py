@@ -38,7 +38,7 @@ import numpy as np
 from .._hashing import group_by_owner
 from ..comm import SPARSE_GRADS, SPARSE_KEYS, SPARSE_ROWS, Compression
 from ..comm._kernels import segment_sum
-from ..mem import unique_counts, unique_segments
+from ..mem import unique_counts, unique_keys, unique_segments
 from ._features import Feature
 
 
@@ -155,7 +155,7 @@ class OwnerSync(_Sync):
             for p in plans:
                 p.ukeys = p.keys
             allk = np.concatenate([p.keys for p in plans]) if plans else np.empty(0, np.uint64)
-            return unique_inverse(allk)[0], plans
+            return unique_keys(allk), plans
         ranks = np.arange(size, dtype=np.int32)
         for p in plans:  # keys grouped by owner, inv pointing at the regrouped keys
             order, offsets = group_by_owner(self.coll.owner(p.keys), size)
@@ -177,7 +177,7 @@ class OwnerSync(_Sync):
         for j, p in enumerate(plans):
             p.ukeys, p.uinv = unique_inverse(asked[mb_offsets[j]:mb_offsets[j + 1]])
             p.recv = asked_counts[:, j].copy()
-        return unique_inverse(asked)[0], plans
+        return unique_keys(asked), plans
 
     def step(self, be, table, p: Plan, d, n_total: int):
         """One mini-batch: serve the asked rows, forward/backward on this rank's share (``d``: its
@@ -212,10 +212,10 @@ class ReplicaSync(_Sync):
         """(the global batch's working set, one Plan per local mini-batch; hot rows left out).
         Collective over the prepare channel (one allgatherv of every rank's unique keys)."""
         plans = _plans(local, self.hot, hot_flags)
-        mine = unique_inverse(local.data.keys)[0]
+        mine = unique_keys(local.data.keys)
         if self.hot.size:
             mine = mine[~self.hot.mask(mine)]
-        return unique_inverse(self.coll.prepare.allgatherv(mine, SPARSE_KEYS))[0], plans
+        return unique_keys(self.coll.prepare.allgatherv(mine, SPARSE_KEYS)), plans
 
     def step(self, be, table, p: Plan, d, n_total: int):
         """As :meth:`OwnerSync.step`, the gradients summed by the sparse all-reduce and every update
