@@ -374,8 +374,13 @@ class RowCache:
         table, so it counts when the key comes back. Counts hits and misses like :meth:`lookup`.
         Nothing is inserted, so nothing is evicted."""
         k = as_keys(keys)
+        out, at = rows_at(out, at, k.shape[0], self.row_width, self.dtype)
+        return self.take_checked(k, out, at)
+
+    def take_checked(self, k, out, at):
+        """:meth:`take` of arguments already validated (``k`` from ``as_keys``, ``(out, at)`` from
+        ``rows_at``): for a tier that validated them at its own public boundary (``MemPS.take``)."""
         n = k.shape[0]
-        out, at = rows_at(out, at, n, self.row_width, self.dtype)
         hit = np.zeros(n, dtype=np.bool_)
         with self.lock:
             n_hit = 0
