@@ -9,7 +9,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._cpu_kernels import _probe
+from .._hashing import mix64
+from .._prefetch import prefetch
+from ._cpu_kernels import _prefetch_home, _probe
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -33,7 +35,14 @@ def lookup(tkeys, tstate, tscore, keys, batch, slots):
     use (``_use``) in batch ``batch``."""
     mask = np.uint64(tkeys.shape[0] - 1)
     b = np.uint64(batch)
-    for i in range(keys.shape[0]):
+    n, ahead = keys.shape[0], 16  # _cpu_kernels' prefetch distance
+    for i in range(min(ahead, n)):
+        _prefetch_home(tkeys, tstate, mask, keys[i])
+        prefetch(tscore, mix64(keys[i]) & mask)
+    for i in range(n):
+        if i + ahead < n:
+            _prefetch_home(tkeys, tstate, mask, keys[i + ahead])
+            prefetch(tscore, mix64(keys[i + ahead]) & mask)  # a hint: never faults
         s = _probe(tkeys, mask, keys[i])
         if s >= 0 and tstate[s] == 0:
             slots[i] = s
@@ -46,7 +55,12 @@ def lookup(tkeys, tstate, tscore, keys, batch, slots):
 def use_slots(tscore, slots, batch):
     """The score of each of the distinct ``slots`` (n,) int64 counts one use in batch ``batch``."""
     b = np.uint64(batch)
-    for i in range(slots.shape[0]):
+    n, ahead = slots.shape[0], 16  # _cpu_kernels' prefetch distance
+    for i in range(min(ahead, n)):
+        prefetch(tscore, slots[i])
+    for i in range(n):
+        if i + ahead < n:
+            prefetch(tscore, slots[i + ahead])
         _use(tscore, slots[i], b)
 
 
