@@ -29,7 +29,8 @@ def check(keys):
     np.testing.assert_array_equal(unique_keys(keys), ru)
 
 
-@pytest.mark.parametrize("keys", [[], [7], [0], [3] * 1000, [5, 3, 5, 5, 7, 3]], ids=["empty", "one", "zero", "all-dup", "small"])
+@pytest.mark.parametrize("keys", [[], [7], [0], [3] * 1000, [5, 3, 5, 5, 7, 3]],
+                         ids=["empty", "one", "zero", "all-dup", "small"])
 def test_edge_cases(keys):
     check(keys)
 

@@ -1,7 +1,8 @@
 """Kernels of the MEM-PS row cache's keys (``hps.mem.RowCache``): the key -> slot map and the ghost
 table's cells, the kernels that only find rows through the map (they change no policy state), and
-``unique_counts``, ``unique_keys`` and ``unique_segments`` (host functions over their kernels). Kernels and device functions only; the policy's state and the operations that
-change it are in ``_policy_kernels`` and ``_cache_kernels``.
+``unique_counts``, ``unique_keys`` and ``unique_segments`` (host functions over their kernels).
+Kernels and device functions only; the policy's state and the operations that change it are in
+``_policy_kernels`` and ``_cache_kernels``.
 
 - Key -> slot map: linear probing ``mkeys`` (M,) uint64 / ``mvals`` (M,) int32, M a power of two
   >= 2 C (C = the cache's slots), ``EMPTY`` = all ones; deletion by backward shift (no tombstones).
