@@ -160,11 +160,16 @@ class MemPS:
 
     def _too_small(self, need: int, write: int, ahead: bool = True) -> CacheBudgetError:
         one = RowCache.bytes_for(need, self.row_width, self.dtype, self._ghost_factor)
+        index = self._store_bytes(write, ahead)
+        flight = write * (2 * self._row_bytes + EVICTED_ROW_EXTRA)
+        held = len(self.store) if hasattr(self.store, "__len__") else None
+        why = ("at its first rebuild, which this tier keeps room for from its start" if held == 0 else
+               "at its next rebuild; it grows with the table, which has outgrown this budget")
         return CacheBudgetError(
             f"a MEM-PS budget of {self._budget:,} B cannot hold {need:,} cache rows ({one:,} B with their state, "
-            f"key map and ghost table) beside its store's key index ({self._store_bytes(write, ahead):,} B at its next "
-            f"rebuild; it grows with the table, which has outgrown this budget) and the rows on their way "
-            f"there: raise the budget")
+            f"key map and ghost table) beside its store's key index ({index:,} B {why}) and the "
+            f"{write:,} rows on their way there ({flight:,} B): raise the budget by at least "
+            f"{max(1, one + index + flight - self._budget):,} B")
 
     def set_budget(self, budget_bytes: int) -> None:
         """Make ``budget_bytes`` this tier's DRAM (see the class docstring): a lower one evicts and
