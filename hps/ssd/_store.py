@@ -311,5 +311,7 @@ class SSDStore:
             try:
                 self._compactor.run(force=False)
             except Exception as e:  # keep serving; the next round retries
+                if self._cat.closed:   # close() stopped the round midway: nothing failed
+                    return
                 self._cat.count("compaction_errors")
                 log.warning("hps.ssd: background compaction of %s failed: %r", self.path, e)
