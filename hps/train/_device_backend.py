@@ -198,7 +198,8 @@ class DeviceBackend:
     @property
     def dedups_on_device(self) -> bool:
         """Whether a batch's keys can be deduplicated on the device (:meth:`upload`): one HBM-PS table
-        (the parts of a ``PartitionedHashTable`` split host keys)."""
+        (:meth:`stage_uploaded` does not partition its mini-batches' keys for the parts of a
+        ``PartitionedHashTable``: with parts the plans go the host path, :meth:`stage`)."""
         return isinstance(self.placed, OneTable)
 
     #: Where keys are deduplicated on the host, the working set goes up once (:meth:`upload_working_set`)
@@ -218,6 +219,7 @@ class DeviceBackend:
                 np.ascontiguousarray(batch.labels, dt)]
         if self.model.n_dense:
             host.append(np.ascontiguousarray(batch.dense, dt))
+
         def work():
             dev = self.staging.upload(host, "plan", stream=st.upload)
             return dev, unique_keys(dev[0], self.xp)
