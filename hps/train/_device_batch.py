@@ -18,8 +18,9 @@ feature that reads a batch's keys on the host), per batch:
 **On the host** otherwise: ``sync.plan`` computes every mini-batch's unique keys and inverse (and with
 several ranks exchanges them with their owners), and the place stage uploads those plans
 (``Backend.stage``: indices and fields in the smallest dtype that holds them). On ``--device cuda``
-with one HBM-PS table the working set goes up once in the prepare stage (:class:`WorkingSet`; the
-residency lookup reuses that copy) and each mini-batch's keys go up as their positions in it.
+the working set goes up once in the prepare stage (:class:`WorkingSet`; the residency lookup reuses
+that copy, partitioned on the device with HBM-PS parts) and each mini-batch's keys go up as their
+positions in it.
 
 Which features read a batch's keys on the host (``Feature.needs_host_keys``): admission and expiry
 (``_admission``: every batch's keys are touched in the prepare stage, its known keys and their last
@@ -119,8 +120,8 @@ class BatchPlanner:
 
     def __init__(self, sync, backend, on_device: bool):
         self.sync, self.backend, self.on_device = sync, backend, bool(on_device)
-        # the host path on a device with one HBM-PS table: the working set goes up once (WorkingSet)
-        self.keeps_working_set = not self.on_device and getattr(backend, "dedups_on_device", False)
+        # the host path on a device: the working set goes up once (WorkingSet)
+        self.keeps_working_set = not self.on_device and getattr(backend, "keeps_working_set", False)
 
     def plan(self, w):
         """Prepare stage: the keys batch ``w`` needs resident on this rank (host uint64, or
