@@ -195,16 +195,10 @@ class DeviceBackend:
         return self.hbm
 
     # -- prepare and place stages ----------------------------------------------------------------------
-    @property
-    def dedups_on_device(self) -> bool:
-        """Whether a batch's keys can be deduplicated on the device (:meth:`upload`): one HBM-PS table
-        (:meth:`stage_uploaded` does not partition its mini-batches' keys for the parts of a
-        ``PartitionedHashTable``: with parts the plans go the host path, :meth:`stage`)."""
-        return isinstance(self.placed, OneTable)
-
-    #: Where keys are deduplicated on the host, the working set goes up once (:meth:`upload_working_set`)
-    #: and each mini-batch's keys as positions in it, with one table or parts (``_device_batch``).
-    keeps_working_set = True
+    #: A batch's keys can be deduplicated on the device (:meth:`upload`, :meth:`stage_uploaded`), with
+    #: one HBM-PS table or parts; where they are not (``_device_batch.dedups_on_device``), the working
+    #: set goes up once (:meth:`upload_working_set`) and each mini-batch's keys as positions in it.
+    dedups_on_device = True
 
     def upload(self, batch) -> DeviceBatch:
         """Prepare stage: the raw arrays of ``batch`` (a local ``hps.data.Batch``) up once, packed in one
@@ -229,7 +223,7 @@ class DeviceBackend:
         return DeviceBatch(*dev[:5], dev[5] if self.model.n_dense else None, host[3], DeviceKeys(working_set),
                            uploaded)
 
-    def stage_uploaded(self, raw: DeviceBatch, bounds) -> StagedBatch:
+    def stage_uploaded(self, raw: DeviceBatch, bounds, table=None) -> StagedBatch:
         """Place stage, keys deduplicated on the device: the :class:`DevicePlan` of every local
         mini-batch (examples ``bounds[j]:bounds[j + 1]``, (P + 1,) host) built on the device from slices
         of ``raw`` (:meth:`upload`): its distinct keys and inverse (``hps.gpu.unique_inverse``, the host
@@ -237,7 +231,8 @@ class DeviceBackend:
         ``place`` stream, after it waited (on the device) for ``raw.uploaded``; the batch's ``ready``
         is the event recorded after them, which :meth:`begin_batch` waits for. Asynchronous but for
         CuPy's reads of the distinct keys' counts (``unique_inverse``), which wait for the place stream
-        only."""
+        only, and with several HBM-PS parts the partition of every mini-batch's keys (:meth:`_split`,
+        under ``table``'s locks)."""
         st, out = self.streams, []
         with st.on(st.place):
             st.wait(raw.uploaded, st.place)
@@ -249,7 +244,7 @@ class DeviceBackend:
                                       offsets=raw.offsets[a:b + 1] - ka, labels=raw.labels[a:b],
                                       dense=None if raw.dense is None else raw.dense[a:b]))
                 self._backward_plan(out[-1], int(keys.shape[0]))
-        return StagedBatch(out, st.record(st.place))
+        return self._split(StagedBatch(out, st.record(st.place)), table)
 
     def upload_working_set(self, keys: np.ndarray) -> WorkingSet:
         """Prepare stage, host path: the batch's working set ``keys`` (u,) uint64
@@ -268,9 +263,8 @@ class DeviceBackend:
         the batch's ``ready`` is the event recorded after them (:meth:`begin_batch` waits for it). With
         ``working_set`` (:meth:`upload_working_set`) each mini-batch's keys go up as their positions in
         it and are gathered from its device copy (after its event), unless one is not there.
-        With several HBM-PS parts, each mini-batch's keys are then partitioned on the device (under
-        ``table``'s locks: the simulator runs one thread's kernels at a time), on the current stream
-        after a host wait for that event (the partition reads its counts on the host anyway)."""
+        With several HBM-PS parts, each mini-batch's keys are then partitioned on the device
+        (:meth:`_split`)."""
         dt, st, n_fields = self.model.dtype, self.streams, int(local.data.n_fields)
 
         def up(a, dtype):
@@ -301,14 +295,20 @@ class DeviceBackend:
                     uinv=index(p.uinv, keys.shape[0]) if owner else None,
                     hot=up(p.hot_slots, np.int64) if _n(p.hot_slots) else None))
                 self._backward_plan(out[-1], u)
-        out = StagedBatch(out, st.record(st.place))
         self.ledger.batch(raw_nbytes(local.data), on_device=False)
+        return self._split(StagedBatch(out, st.record(st.place)), table)
+
+    def _split(self, staged: StagedBatch, table) -> StagedBatch:
+        """``staged`` with, for several HBM-PS parts, every mini-batch's keys partitioned on the device
+        (``_device_rows.Parts.split``, its counts ``plan``) under ``table``'s locks (the simulator runs one
+        thread's kernels at a time), on the current stream after a host wait for ``staged.ready`` (the
+        partition reads its counts on the host anyway)."""
         if isinstance(self.placed, Parts):
-            st.host_wait(out.ready)
+            self.streams.host_wait(staged.ready)
             with table.device_view():
-                for d in out:
+                for d in staged:
                     d.keys = self.placed.split(d.keys, "plan")
-        return out
+        return staged
 
     def _backward_plan(self, d: DevicePlan, u: int) -> None:
         """The order of ``d``'s gradient sums over the ``u`` rows its ``inv`` indexes (keys, then hot

@@ -1,8 +1,8 @@
 """Where a batch's keys are deduplicated: on the device when nothing needs them on the host, else on
 the host (``_sync``). The prepare and place stages of ``Trainer`` go through :class:`BatchPlanner`.
 
-**On the device** (:func:`dedups_on_device`: ``--device cuda`` with one HBM-PS table, one rank and no
-feature that reads a batch's keys on the host), per batch:
+**On the device** (:func:`dedups_on_device`: ``--device cuda`` (one HBM-PS table or parts), one rank and
+no feature that reads a batch's keys on the host), per batch:
 
 - prepare: the local batch's raw arrays (keys, field, weights, offsets, labels, dense) go up once,
   packed through a pinned staging buffer reused across batches, on a non-blocking stream of their
@@ -121,7 +121,7 @@ class BatchPlanner:
     def __init__(self, sync, backend, on_device: bool):
         self.sync, self.backend, self.on_device = sync, backend, bool(on_device)
         # the host path on a device: the working set goes up once (WorkingSet)
-        self.keeps_working_set = not self.on_device and getattr(backend, "keeps_working_set", False)
+        self.keeps_working_set = not self.on_device and getattr(backend, "dedups_on_device", False)
 
     def plan(self, w):
         """Prepare stage: the keys batch ``w`` needs resident on this rank (host uint64, or
@@ -142,6 +142,7 @@ class BatchPlanner:
             return self.backend.stage(w.local, w.plans, table, working_set=w.uploaded)
         if not self.on_device:
             return self.backend.stage(w.local, w.plans, table)
-        staged, w.uploaded = self.backend.stage_uploaded(w.uploaded, w.local.bounds), None
-        w.plans = [Plan(d.keys, d.inv, ukeys=d.keys) for d in staged]
+        staged, w.uploaded = self.backend.stage_uploaded(w.uploaded, w.local.bounds, table), None
+        flat = self.backend.placed.flat  # a mini-batch's keys, also where they were partitioned for parts
+        w.plans = [Plan(flat(d.keys), d.inv, ukeys=flat(d.keys)) for d in staged]
         return staged
