@@ -202,6 +202,16 @@ def test_poll_yields_then_sleeps_at_most_the_cap(monkeypatch):
     assert sleeps[0] == W.POLL_FIRST_S and sleeps == sorted(sleeps) and max(sleeps) == W.POLL_MAX_S <= 2e-4
 
 
+def test_mpich_settings_are_asked_for_whole_or_not_at_all():
+    from hps.comm._mpi import MPICH_SETTINGS, ask_mpich_settings
+
+    env = {"PATH": "/bin"}
+    assert ask_mpich_settings(env) and env == {"PATH": "/bin", **MPICH_SETTINGS}
+    assert int(env["MPIR_CVAR_CH4_PACK_BUFFER_SIZE"]) >= int(env["MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE"])
+    mine = {"MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD": "8192"}  # the user's choice: none of ours joins it
+    assert not ask_mpich_settings(mine) and mine == {"MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD": "8192"}
+
+
 def test_comm_stats():
     s = C.CommStats()
     s.add("dense_allreduce", 100, 0.5, calls=1)
