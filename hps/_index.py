@@ -64,16 +64,15 @@ class KeyIndex:
         """Keys that can be written before the index rebuilds (a write reserves room for each)."""
         return self.capacity - self._size - self._impl.tombstones
 
-    def peak_bytes(self, n_more: int, per_write: int | None = None) -> int:
+    def peak_bytes(self, n_more: int) -> int:
         """The most DRAM this index holds at once while ``n_more`` more keys (new or not: a write
-        reserves room for each) are written in calls of at most ``per_write`` keys, with no erase
-        meanwhile: its arrays now, or, at each rebuild they cause, the old and the new arrays plus
-        what moves between them (the live slots, keys and values). The bound holds whatever the
-        calls' sizes (``per_write`` does not narrow it): calls of one key each rebuild at every
-        doubling, and peak highest; a larger call skips rebuilds, and its one rebuild peaks lower
-        (:func:`growth_peak`, exact for single-key calls)."""
+        reserves room for each) are written, with no erase meanwhile: its arrays now, or, at each
+        rebuild they cause, the old and the new arrays plus what moves between them (the live
+        slots, keys and values). The bound holds whatever the calls' sizes: calls of one key each
+        rebuild at every doubling, and peak highest; a larger call skips rebuilds, and its one
+        rebuild peaks lower (:func:`growth_peak`, exact for single-key calls)."""
         t = self._impl
-        return max(self.nbytes, growth_peak(self._size, t.tombstones, t.tkeys.shape[0], int(n_more), 1,
+        return max(self.nbytes, growth_peak(self._size, t.tombstones, t.tkeys.shape[0], int(n_more),
                                             self.width, self._mlf))
 
     def reserve(self, n: int) -> None:
@@ -179,27 +178,26 @@ def rebuilt_capacity(capacity: int, need: int) -> int:
     return max(2 * int(capacity), int(need)) if need > capacity // 2 else int(capacity)
 
 
-def growth_peak(size: int, tombstones: int, slots: int, n_more: int, per_write: int, width: int,
+def growth_peak(size: int, tombstones: int, slots: int, n_more: int, width: int,
                 max_load_factor: float = DEFAULT_MAX_LOAD_FACTOR) -> int:
     """The most bytes an index of ``width`` values, ``slots`` slots, ``size`` live keys and
-    ``tombstones`` holds at a rebuild while ``n_more`` new keys are written in calls of
-    ``per_write`` (old and new arrays and the live entries moved: :meth:`KeyIndex.reserve`); 0 when
-    none rebuilds. The path :meth:`KeyIndex.reserve` takes, a rebuild at a time."""
+    ``tombstones`` holds at a rebuild while ``n_more`` new keys are written one a call (old and new
+    arrays and the live entries moved: :meth:`KeyIndex.reserve`); 0 when none rebuilds. The path
+    :meth:`KeyIndex.reserve` takes, a rebuild at a time: a call fills the index to its capacity, and
+    the next key rebuilds it."""
     per_slot, moved = SLOT_BYTES + SLOT_VALUE_BYTES * int(width), MOVED_BYTES + SLOT_VALUE_BYTES * int(width)
-    step, left, peak = max(1, int(per_write)), int(n_more), 0
-    used = int(size) + int(tombstones)
+    left, peak = int(n_more), 0
+    used, size = int(size) + int(tombstones), int(size)
     cap = int(slots * max_load_factor)
     while left > 0:
-        calls = min(left // step, (cap - used) // step) if cap >= used else 0
-        used, size, left = used + calls * step, size + calls * step, left - calls * step
-        if left <= 0:
+        fill = max(0, min(left, cap - used))     # the keys that fit before a rebuild
+        used, size, left = used + fill, size + fill, left - fill
+        if left == 0:
             break
-        n = min(step, left)
-        if used + n > cap:   # this call rebuilds the index
-            new = slots_for(rebuilt_capacity(cap, size + n), max_load_factor)
-            peak = max(peak, per_slot * (slots + new) + moved * size)
-            slots, cap, used = new, int(new * max_load_factor), size
-        used, size, left = used + n, size + n, left - n
+        new = slots_for(rebuilt_capacity(cap, size + 1), max_load_factor)   # the next key rebuilds
+        peak = max(peak, per_slot * (slots + new) + moved * size)
+        slots, cap = new, int(new * max_load_factor)
+        used, size, left = size + 1, size + 1, left - 1
     return peak
 
 

@@ -156,7 +156,7 @@ def test_budget_bytes_count_the_store_index_as_it_grows(tmp_path):
             held.append(mem.cache.nbytes + crcs() + old + moved + index.nbytes)
 
         written = np.empty(0, np.uint64)
-        with mock.patch.object(KeyIndex, "_alloc", watched), pytest.raises(CacheBudgetError, match="key index"):
+        with mock.patch.object(KeyIndex, "_alloc", watched), pytest.raises(CacheBudgetError, match="key index .* has outgrown this budget"):
             for step in range(400):
                 keys = np.arange(step * 1000, (step + 1) * 1000, dtype=np.uint64)
                 keys = np.concatenate([keys, rng.choice(written, min(300, written.shape[0]), replace=False)])
@@ -170,6 +170,25 @@ def test_budget_bytes_count_the_store_index_as_it_grows(tmp_path):
         assert written.shape[0] > 10_000 and mem.stats()["dumped"] > 0
         rows = mem.read(written)
         assert (rows[:, :16] != init(written)[:, :16]).all()   # every row was updated, none lost
+
+
+def test_a_budget_below_an_empty_stores_index_says_so_and_by_how_much(tmp_path):
+    """The MEM-PS keeps room for its store's first index rebuild from its start: a budget below it
+    is refused at construction with what the index takes then (not "the table has outgrown this
+    budget": the table is empty) and by how much to raise it, and the budget raised by that much
+    is accepted."""
+    import re
+
+    ssd = pytest.importorskip("hps.ssd")
+    with ssd.SSDStore(tmp_path / "store", W, options=ssd.SSDOptions(background=False)) as store:
+        index = store.index_bytes(store.index_room() + 1)
+        with pytest.raises(InvalidInputError) as err:
+            MemPS(store, W, budget_bytes=index // 2, initializer=RowInitializer(EMB, W))
+        msg = str(err.value)
+        assert "first rebuild" in msg and "outgrown" not in msg and f"({index:,} B" in msg
+        more = int(re.search(r"raise the budget by at least ([0-9,]+) B", msg).group(1).replace(",", ""))
+        mem = MemPS(store, W, budget_bytes=index // 2 + more, initializer=RowInitializer(EMB, W))
+        assert mem.cache.capacity_rows >= 1
 
 
 def test_initializer_determinism():

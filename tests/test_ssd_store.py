@@ -194,6 +194,25 @@ def test_background_compaction_runs_by_itself(tmp_path):
         np.testing.assert_array_equal(s.load(k)[0], rows_for(k, 9))
 
 
+def test_close_during_a_background_compaction_is_not_a_failure(tmp_path, caplog):
+    """close() while a background round runs makes the round's next step raise "store is closed":
+    the thread ends quietly instead of logging a failed compaction."""
+    s = SSDStore(tmp_path / "s", DIM, rows_per_file=16, options=SSDOptions(compact_interval_s=0.01))
+    started = threading.Event()
+
+    def round_cut_by_close(force):
+        started.set()
+        while not s._cat.closed:   # a round in progress when close() comes
+            threading.Event().wait(0.001)
+        raise StoreError(f"store {str(s.path)!r} is closed")
+
+    s._compactor.run = round_cut_by_close
+    assert started.wait(10)
+    with caplog.at_level("WARNING", logger="hps.ssd"):
+        s.close()
+    assert not [r for r in caplog.records if "compaction" in r.getMessage()], caplog.text
+
+
 def test_h5_roundtrip(tmp_path):
     with SSDStore(tmp_path / "a", DIM, rows_per_file=8, options=NOBG) as a:
         k = np.arange(0, 100, 3, dtype=np.uint64)

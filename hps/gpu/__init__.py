@@ -27,6 +27,7 @@ _WHERE = {
                     "pool_forward_rows_async"),
 }
 _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
+__all__ = list(_MODULE_OF)  # the public names: those of _WHERE
 
 
 def __getattr__(name: str):
@@ -41,36 +42,3 @@ def __getattr__(name: str):
 def __dir__():
     return sorted(set(globals()) | set(__all__))
 
-
-__all__ = [
-    "PartitionedHashTable",
-    "Placement",
-    "visible_gpus",
-    "TransferLedger",
-    "PURPOSES",
-    "PinnedStaging",
-    "index_dtype",
-    "PlanStreams",
-    "stream_api",
-    "BatchScalars",
-    "BackwardPlan",
-    "backward_plan",
-    "pool_backward_sorted_async",
-    "find_slots_async",
-    "pool_forward_async",
-    "pool_forward_rows_async",
-    "pool_backward_async",
-    "gather_rows_async",
-    "sgd_update_async",
-    "adagrad_update_async",
-    "rowwise_adagrad_update_async",
-    "adam_update_async",
-    "sparse_update_async",
-    "bce_loss_grad_async",
-    "part_of_async",
-    "partition_keys",
-    "unique_inverse",
-    "unique_keys",
-    "missing_keys",
-    "transfer_metrics",
-]

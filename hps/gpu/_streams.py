@@ -11,7 +11,7 @@ consumes it (a wait enqueued before its event is recorded would not wait: the ho
 the pipeline's queue orders the record first):
 
 - prepare records ``uploaded`` on ``upload`` after a batch's raw arrays went up and its working set
-  was computed, then waits for it on the host (:meth:`host_wait`): the residency lookup that follows
+  was computed, then waits for it on the host (:meth:`uploaded`, :meth:`host_wait`): the residency lookup that follows
   runs on the legacy stream, which the train thread shares; a device wait enqueued there would hold
   the train kernels issued after it behind this upload, a host wait holds only the prepare thread,
   and only for the upload stream's own work. (The lookup itself, the misses' insert and the
@@ -68,6 +68,16 @@ class PlanStreams:
         if event is None:
             return
         (stream if stream is not None else self.api.get_current_stream()).wait_event(event)
+
+    def uploaded(self, work):
+        """The prepare stage's hand-over: ``work()`` run with ``upload`` current, then an event recorded
+        on ``upload`` after it and waited for on the host (the residency lookup that follows runs on the
+        legacy stream; see the module docstring) -> (what ``work`` returned, the event)."""
+        with self.on(self.upload):
+            out = work()
+        event = self.record(self.upload)
+        self.host_wait(event)
+        return out, event
 
     @staticmethod
     def host_wait(event) -> None:

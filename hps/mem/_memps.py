@@ -24,7 +24,7 @@ class MemPS:
     - ``store``: an object with the ``hps.ssd.SSDStore`` API — ``dump(keys, rows)`` (durable on
       return), ``load_into(keys, out, at) -> found`` (rows read straight into place), and
       ``delete(keys)`` for :meth:`delete` — holding rows of ``row_width`` values of ``dtype``;
-      optionally ``index_bytes(n_more, per_write)`` and ``index_room()`` (its in-memory index, see
+      optionally ``index_bytes(n_more)`` and ``index_room()`` (its in-memory index, see
       ``budget_bytes``).
     - ``budget_bytes`` or ``capacity_rows``: the DRAM budget (exactly one). ``budget_bytes`` is the
       DRAM of this tier as a whole: the cache's rows, per-row state, key map and ghost table
@@ -103,12 +103,11 @@ class MemPS:
 
     def _store_bytes(self, write: int, ahead: bool = True) -> int:
         """The store's in-memory index at its peak while ``write`` rows are written and, ``ahead``,
-        through its next rebuild whether they cause it or not, later writes being at most one chunk
-        (0 for a store that does not say: ``index_bytes``/``index_room``)."""
+        through its next rebuild whether they cause it or not (0 for a store that does not say:
+        ``index_bytes``/``index_room``)."""
         if getattr(self.store, "index_bytes", None) is None:
             return 0
-        step = max(self._chunk(), write)
-        return int(self.store.index_bytes(max(self._store_room() + 1, write) if ahead else max(1, write), step))
+        return int(self.store.index_bytes(max(self._store_room() + 1, write) if ahead else max(1, write)))
 
     def _rows_within(self, write: int, ahead: bool = True) -> int:
         """Cache rows that fit the budget beside the store's index (:meth:`_store_bytes`) and beside
@@ -161,11 +160,16 @@ class MemPS:
 
     def _too_small(self, need: int, write: int, ahead: bool = True) -> CacheBudgetError:
         one = RowCache.bytes_for(need, self.row_width, self.dtype, self._ghost_factor)
+        index = self._store_bytes(write, ahead)
+        flight = write * (2 * self._row_bytes + EVICTED_ROW_EXTRA)
+        held = len(self.store) if hasattr(self.store, "__len__") else None
+        why = ("at its first rebuild, which this tier keeps room for from its start" if held == 0 else
+               "at its next rebuild; it grows with the table, which has outgrown this budget")
         return CacheBudgetError(
             f"a MEM-PS budget of {self._budget:,} B cannot hold {need:,} cache rows ({one:,} B with their state, "
-            f"key map and ghost table) beside its store's key index ({self._store_bytes(write, ahead):,} B at its next "
-            f"rebuild; it grows with the table, which has outgrown this budget) and the rows on their way "
-            f"there: raise the budget")
+            f"key map and ghost table) beside its store's key index ({index:,} B {why}) and the "
+            f"{write:,} rows on their way there ({flight:,} B): raise the budget by at least "
+            f"{max(1, one + index + flight - self._budget):,} B")
 
     def set_budget(self, budget_bytes: int) -> None:
         """Make ``budget_bytes`` this tier's DRAM (see the class docstring): a lower one evicts and

@@ -254,16 +254,16 @@ class Catalog:
             return dict(files=len(self._files), disk_bytes=sum(f.size for f in self._files.values()),
                         live_rows=live, stale_rows=self._total_rows - live, **self._stats)
 
-    def index_bytes(self, n_more: int = 0, per_write: int | None = None, block_rows: int = 1) -> int:
+    def index_bytes(self, n_more: int = 0, block_rows: int = 1) -> int:
         """DRAM held by the key index and the block crc tables (grows with the table); with
-        ``n_more``, the most they hold at once while ``n_more`` more rows are written, at most
-        ``per_write`` at a time (4 B of crc per ``block_rows`` of them, the index as
-        :meth:`KeyIndex.peak_bytes` says)."""
+        ``n_more``, the most they hold at once while ``n_more`` more rows are written, in calls of
+        any size (4 B of crc per ``block_rows`` of them, the index as :meth:`KeyIndex.peak_bytes`
+        says)."""
         with self._mu:
             crcs = sum(f.crcs.nbytes for f in self._files.values() if f.crcs is not None)
             if not n_more:
                 return self._index.nbytes + crcs
-            return (self._index.peak_bytes(n_more, per_write) + crcs
+            return (self._index.peak_bytes(n_more) + crcs
                     + 4 * -(-int(n_more) // int(block_rows)))
 
     def index_room(self) -> int:

@@ -233,18 +233,16 @@ class SSDStore:
         """Merge every file more than ``stale_fraction`` stale now -> number of files removed."""
         return self._compactor.run(force=True)
 
-    def index_bytes(self, n_more: int = 0, per_write: int | None = None) -> int:
+    def index_bytes(self, n_more: int = 0) -> int:
         """DRAM of the key index and the block crc tables now; with ``n_more``, the most they hold at
-        once while ``n_more`` more rows are dumped, at most ``per_write`` rows a call (default:
-        one call), rebuilds of the index included (a dump reserves index room for every row it
-        writes, and a compaction merging meanwhile for its own batch of rows). What a caller that
-        shares a memory budget with this store counts for it. Thread-safe."""
+        once while ``n_more`` more rows are dumped, in calls of any size, rebuilds of the index
+        included (a dump reserves index room for every row it writes, and a compaction merging
+        meanwhile for its own batch of rows). What a caller that shares a memory budget with this
+        store counts for it. Thread-safe."""
         if not n_more:
             return self._cat.index_bytes()
         block_rows = max(1, self.options.block_bytes // self._io.row_bytes)
-        merge = self._compactor.rows_cap()
-        per = int(n_more) if per_write is None else int(per_write)
-        return self._cat.index_bytes(int(n_more) + merge, max(per, merge), block_rows)
+        return self._cat.index_bytes(int(n_more) + self._compactor.rows_cap(), block_rows)
 
     def index_room(self) -> int:
         """Rows that can be dumped before the key index rebuilds (into arrays twice the size: see
@@ -313,5 +311,7 @@ class SSDStore:
             try:
                 self._compactor.run(force=False)
             except Exception as e:  # keep serving; the next round retries
+                if self._cat.closed:   # close() stopped the round midway: nothing failed
+                    return
                 self._cat.count("compaction_errors")
                 log.warning("hps.ssd: background compaction of %s failed: %r", self.path, e)

@@ -75,7 +75,7 @@ from ._device_batch import DeviceBatch, DeviceKeys, WorkingSet, raw_nbytes
 from ._device_rows import OneTable, Parts
 from ._device_table import LedgerTable
 
-__all__ = ["DeviceBackend", "LedgerTable"]  # LedgerTable: ``_device_table``
+__all__ = ["DeviceBackend", "LedgerTable", "StagedBatch"]  # LedgerTable: ``_device_table``
 
 
 @dataclass
@@ -88,8 +88,8 @@ class DevicePlan:
     ``offsets`` (n + 1,) int64, ``labels`` (n,) float, ``dense`` (n, n_dense) float or None); ``hot``
     (k,) int64 the mini-batch's FAE hot slots (``Plan.hot_slots``; None when it has none); ``bwd`` the
     order of its gradient sums (``hps.gpu.BackwardPlan`` over the rows ``inv`` indexes: the mini-batch's
-    keys, then its hot rows); ``ready`` the event the place stage recorded after making them
-    (``hps.gpu.PlanStreams``; None without streams)."""
+    keys, then its hot rows). The event that says they are made is their batch's
+    (:class:`StagedBatch`)."""
 
     keys: object      # (u,) uint64, or with several parts their ``_device_rows.PartKeys``
     inv: object
@@ -101,18 +101,21 @@ class DevicePlan:
     uinv: object = None
     hot: object = None
     bwd: object = None
-    ready: object = None
+
+
+class StagedBatch(list):
+    """What the place stage made of a batch (:meth:`DeviceBackend.stage`, :meth:`~DeviceBackend.stage_uploaded`):
+    the :class:`DevicePlan` of every local mini-batch, in order (the list), and ``ready``, the one event
+    the place stage recorded after all of them (``hps.gpu.PlanStreams``; None without streams), which
+    :meth:`DeviceBackend.begin_batch` makes the train stage wait for."""
+
+    def __init__(self, plans, ready=None):
+        super().__init__(plans)
+        self.ready = ready
 
 
 def _n(a) -> int:
     return 0 if a is None else int(a.shape[0])
-
-
-def _ready(plans: list, event) -> list:
-    """``plans`` with ``ready`` set to ``event`` (the place stage's, after all of them)."""
-    for d in plans:
-        d.ready = event
-    return plans
 
 
 @dataclass
@@ -188,15 +191,14 @@ class DeviceBackend:
         self._n_total = 1
 
     def wrap(self, table) -> LedgerTable:
-        self.hbm = LedgerTable(table, self.ledger)
+        self.hbm = LedgerTable(table, self.ledger, self.placed)
         return self.hbm
 
     # -- prepare and place stages ----------------------------------------------------------------------
-    @property
-    def dedups_on_device(self) -> bool:
-        """Whether a batch's keys can be deduplicated on the device (:meth:`upload`): one HBM-PS table
-        (the parts of a ``PartitionedHashTable`` split host keys)."""
-        return isinstance(self.placed, OneTable)
+    #: A batch's keys can be deduplicated on the device (:meth:`upload`, :meth:`stage_uploaded`), with
+    #: one HBM-PS table or parts; where they are not (``_device_batch.dedups_on_device``), the working
+    #: set goes up once (:meth:`upload_working_set`) and each mini-batch's keys as positions in it.
+    dedups_on_device = True
 
     def upload(self, batch) -> DeviceBatch:
         """Prepare stage: the raw arrays of ``batch`` (a local ``hps.data.Batch``) up once, packed in one
@@ -211,24 +213,26 @@ class DeviceBackend:
                 np.ascontiguousarray(batch.labels, dt)]
         if self.model.n_dense:
             host.append(np.ascontiguousarray(batch.dense, dt))
-        with st.on(st.upload):
+
+        def work():
             dev = self.staging.upload(host, "plan", stream=st.upload)
-            working_set = unique_keys(dev[0], self.xp)
-        uploaded = st.record(st.upload)
-        st.host_wait(uploaded)
+            return dev, unique_keys(dev[0], self.xp)
+
+        (dev, working_set), uploaded = st.uploaded(work)
         self.ledger.batch(raw_nbytes(batch), on_device=True)
         return DeviceBatch(*dev[:5], dev[5] if self.model.n_dense else None, host[3], DeviceKeys(working_set),
                            uploaded)
 
-    def stage_uploaded(self, raw: DeviceBatch, bounds) -> list[DevicePlan]:
+    def stage_uploaded(self, raw: DeviceBatch, bounds, table=None) -> StagedBatch:
         """Place stage, keys deduplicated on the device: the :class:`DevicePlan` of every local
         mini-batch (examples ``bounds[j]:bounds[j + 1]``, (P + 1,) host) built on the device from slices
         of ``raw`` (:meth:`upload`): its distinct keys and inverse (``hps.gpu.unique_inverse``, the host
         plan's order), its offsets rebased, the order of its gradient sums; nothing goes up. On the
-        ``place`` stream, after it waited (on the device) for ``raw.uploaded``; every plan's ``ready``
+        ``place`` stream, after it waited (on the device) for ``raw.uploaded``; the batch's ``ready``
         is the event recorded after them, which :meth:`begin_batch` waits for. Asynchronous but for
         CuPy's reads of the distinct keys' counts (``unique_inverse``), which wait for the place stream
-        only."""
+        only, and with several HBM-PS parts the partition of every mini-batch's keys (:meth:`_split`,
+        under ``table``'s locks)."""
         st, out = self.streams, []
         with st.on(st.place):
             st.wait(raw.uploaded, st.place)
@@ -240,30 +244,27 @@ class DeviceBackend:
                                       offsets=raw.offsets[a:b + 1] - ka, labels=raw.labels[a:b],
                                       dense=None if raw.dense is None else raw.dense[a:b]))
                 self._backward_plan(out[-1], int(keys.shape[0]))
-        return _ready(out, st.record(st.place))
+        return self._split(StagedBatch(out, st.record(st.place)), table)
 
     def upload_working_set(self, keys: np.ndarray) -> WorkingSet:
-        """Prepare stage, host path with one HBM-PS table: the batch's working set ``keys`` (u,) uint64
+        """Prepare stage, host path: the batch's working set ``keys`` (u,) uint64
         (host, unique) up once (``plan``) on the ``upload`` stream, waited for on the host (the
         residency lookup follows on the legacy stream), and kept for the lookup of this very array
         (``LedgerTable.keep``: it uploads nothing); :meth:`stage` gathers the mini-batches' keys from it."""
         st = self.streams
-        with st.on(st.upload):
-            dev = self.ledger.to_device(np.ascontiguousarray(keys, np.uint64), "plan", stream=st.upload)
-        uploaded = st.record(st.upload)
-        st.host_wait(uploaded)
+        dev, uploaded = st.uploaded(lambda: self.ledger.to_device(np.ascontiguousarray(keys, np.uint64), "plan",
+                                                                  stream=st.upload))
         self.hbm.keep(keys, dev)
         return WorkingSet(keys, dev, uploaded)
 
-    def stage(self, local, plans, table, working_set: WorkingSet | None = None) -> list[DevicePlan]:
+    def stage(self, local, plans, table, working_set: WorkingSet | None = None) -> StagedBatch:
         """Upload the plans of a batch on the ``place`` stream, counted as ``plan``: indices and fields
         in the smallest unsigned dtype that holds them (``hps.gpu.index_dtype``), widened on the device;
-        every plan's ``ready`` is the event recorded after them (:meth:`begin_batch` waits for it). With
+        the batch's ``ready`` is the event recorded after them (:meth:`begin_batch` waits for it). With
         ``working_set`` (:meth:`upload_working_set`) each mini-batch's keys go up as their positions in
         it and are gathered from its device copy (after its event), unless one is not there.
-        With several HBM-PS parts, each mini-batch's keys are then partitioned on the device (under
-        ``table``'s locks: the simulator runs one thread's kernels at a time), on the current stream
-        after a host wait for that event (the partition reads its counts on the host anyway)."""
+        With several HBM-PS parts, each mini-batch's keys are then partitioned on the device
+        (:meth:`_split`)."""
         dt, st, n_fields = self.model.dtype, self.streams, int(local.data.n_fields)
 
         def up(a, dtype):
@@ -294,14 +295,20 @@ class DeviceBackend:
                     uinv=index(p.uinv, keys.shape[0]) if owner else None,
                     hot=up(p.hot_slots, np.int64) if _n(p.hot_slots) else None))
                 self._backward_plan(out[-1], u)
-        _ready(out, st.record(st.place))
         self.ledger.batch(raw_nbytes(local.data), on_device=False)
+        return self._split(StagedBatch(out, st.record(st.place)), table)
+
+    def _split(self, staged: StagedBatch, table) -> StagedBatch:
+        """``staged`` with, for several HBM-PS parts, every mini-batch's keys partitioned on the device
+        (``_device_rows.Parts.split``, its counts ``plan``) under ``table``'s locks (the simulator runs one
+        thread's kernels at a time), on the current stream after a host wait for ``staged.ready`` (the
+        partition reads its counts on the host anyway)."""
         if isinstance(self.placed, Parts):
-            st.host_wait(out[0].ready if out else None)
+            self.streams.host_wait(staged.ready)
             with table.device_view():
-                for d in out:
+                for d in staged:
                     d.keys = self.placed.split(d.keys, "plan")
-        return out
+        return staged
 
     def _backward_plan(self, d: DevicePlan, u: int) -> None:
         """The order of ``d``'s gradient sums over the ``u`` rows its ``inv`` indexes (keys, then hot
@@ -344,12 +351,12 @@ class DeviceBackend:
     def to_device(self, a, purpose: str = "mpi"):
         return self.ledger.to_device(a, purpose)
 
-    def begin_batch(self, table, staged=()) -> None:
+    def begin_batch(self, table, staged: StagedBatch | None = None) -> None:
         """Train stage, before a batch's first step: its current (the legacy) stream waits on the device
-        for the place stage's event of ``staged`` (the batch's :class:`DevicePlan` list), so its kernels
-        read the plans only once made; the batch's scalars zeroed. Does not block the host."""
-        for ev in {id(d.ready): d.ready for d in staged if d.ready is not None}.values():
-            self.streams.wait(ev)
+        for the place stage's event of ``staged`` (``StagedBatch.ready``), so its kernels read the plans
+        only once made; the batch's scalars zeroed. Does not block the host."""
+        if staged is not None:
+            self.streams.wait(staged.ready)
         with table.device_view():  # every launch under the table's lock (see the class docstring)
             self.scalars.zero()
         self._read = 0.0

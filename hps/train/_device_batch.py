@@ -1,8 +1,8 @@
 """Where a batch's keys are deduplicated: on the device when nothing needs them on the host, else on
 the host (``_sync``). The prepare and place stages of ``Trainer`` go through :class:`BatchPlanner`.
 
-**On the device** (:func:`dedups_on_device`: ``--device cuda`` with one HBM-PS table, one rank and no
-feature that reads a batch's keys on the host), per batch:
+**On the device** (:func:`dedups_on_device`: ``--device cuda`` (one HBM-PS table or parts), one rank and
+no feature that reads a batch's keys on the host), per batch:
 
 - prepare: the local batch's raw arrays (keys, field, weights, offsets, labels, dense) go up once,
   packed through a pinned staging buffer reused across batches, on a non-blocking stream of their
@@ -18,8 +18,9 @@ feature that reads a batch's keys on the host), per batch:
 **On the host** otherwise: ``sync.plan`` computes every mini-batch's unique keys and inverse (and with
 several ranks exchanges them with their owners), and the place stage uploads those plans
 (``Backend.stage``: indices and fields in the smallest dtype that holds them). On ``--device cuda``
-with one HBM-PS table the working set goes up once in the prepare stage (:class:`WorkingSet`; the
-residency lookup reuses that copy) and each mini-batch's keys go up as their positions in it.
+the working set goes up once in the prepare stage (:class:`WorkingSet`; the residency lookup reuses
+that copy, partitioned on the device with HBM-PS parts) and each mini-batch's keys go up as their
+positions in it.
 
 Which features read a batch's keys on the host (``Feature.needs_host_keys``): admission and expiry
 (``_admission``: every batch's keys are touched in the prepare stage, its known keys and their last
@@ -119,7 +120,7 @@ class BatchPlanner:
 
     def __init__(self, sync, backend, on_device: bool):
         self.sync, self.backend, self.on_device = sync, backend, bool(on_device)
-        # the host path on a device with one HBM-PS table: the working set goes up once (WorkingSet)
+        # the host path on a device: the working set goes up once (WorkingSet)
         self.keeps_working_set = not self.on_device and getattr(backend, "dedups_on_device", False)
 
     def plan(self, w):
@@ -141,6 +142,7 @@ class BatchPlanner:
             return self.backend.stage(w.local, w.plans, table, working_set=w.uploaded)
         if not self.on_device:
             return self.backend.stage(w.local, w.plans, table)
-        staged, w.uploaded = self.backend.stage_uploaded(w.uploaded, w.local.bounds), None
-        w.plans = [Plan(d.keys, d.inv, ukeys=d.keys) for d in staged]
+        staged, w.uploaded = self.backend.stage_uploaded(w.uploaded, w.local.bounds, table), None
+        flat = self.backend.placed.flat  # a mini-batch's keys, also where they were partitioned for parts
+        w.plans = [Plan(flat(d.keys), d.inv, ukeys=flat(d.keys)) for d in staged]
         return staged

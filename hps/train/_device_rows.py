@@ -6,6 +6,7 @@ Both give :class:`~hps.train._device_backend.DeviceBackend` the same calls, so t
 once::
 
     keys = rows.split(keys, purpose)          # a device batch of keys (partitioned on the device)
+    miss = rows.missing(table, keys, batch)   # the residency lookup: the misses, split as the keys were
     slots = rows.find(view, keys, scalars)    # their slots in the table / in every part
     rows.pool(view, slots, keys, plan, out)   # pooled embeddings on the main GPU
     rows.gather(view, slots, keys, idx, out)  # out[i] = parameters of keys[idx[i]] (owner serving)
@@ -13,8 +14,10 @@ once::
     rows.finish(scalars)                      # once per batch: the parts' counters onto the main GPU
 
 ``view`` is what ``LedgerTable.device_view()`` yields: one :class:`~hps.table.TableView`, or a list of
-one per part. Everything is asynchronous except :meth:`Parts.split`, which reads the n_parts counts
-(the only bytes partitioning brings to the host; the caller names their purpose).
+one per part; ``table`` the HBM-PS table itself (``HashTable`` or ``PartitionedHashTable``), whose lock(s)
+the caller holds. Everything is asynchronous except :meth:`Parts.split`, which reads the n_parts counts
+(the only bytes partitioning brings to the host; the caller names their purpose), and CuPy's reads of
+how many keys :meth:`~OneTable.missing` selects.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ..gpu import (
     TransferLedger,
     find_slots_async,
     gather_rows_async,
+    missing_keys,
     partition_keys,
     pool_forward_async,
     pool_forward_rows_async,
@@ -44,6 +48,16 @@ class OneTable:
         self.xp, self.width = xp, int(width)
 
     def split(self, keys, purpose: str):
+        return keys
+
+    def missing(self, table, keys, batch: int):
+        """The keys of ``keys`` (u,) uint64 on the device that ``table`` (an ``HashTable``) does not hold,
+        in input order, each one it holds counting a use in ``batch`` (``hps.gpu.missing_keys``)."""
+        return missing_keys(table, keys, batch, self.xp)[1]
+
+    @staticmethod
+    def flat(keys):
+        """The (u,) uint64 device array of keys as :meth:`split` gives them."""
         return keys
 
     def find(self, view, keys, scalars):
@@ -107,6 +121,30 @@ class Parts:
         order, offsets = partition_keys(keys, self.n, self.xp, self.ledger, purpose)
         index = [order[offsets[p]:offsets[p + 1]] for p in range(self.n)]
         return PartKeys(keys, index, [self._to(keys[i], p) for p, i in enumerate(index)])
+
+    def missing(self, table, keys: PartKeys, batch: int) -> PartKeys:
+        """The keys of ``keys`` that ``table`` (the ``PartitionedHashTable``) does not hold, in input order,
+        each one it holds counting a use in ``batch``: part p's keys are looked up in ``table.parts[p]``
+        on its GPU (``HashTable.lookup_async``, what ``PartitionedHashTable.missing`` does on host keys)
+        and their slots copied to the main GPU. The misses come partitioned as ``keys`` were (each part's
+        share of them filtered on its GPU, their positions among the misses on the main GPU), so a
+        lookup of them again, after they were inserted, partitions nothing and brings nothing to the host."""
+        xp = self.xp
+        slots, local = xp.empty(keys.shape[0], np.int64), []
+        for p in range(self.n):
+            with self.place.use(p):
+                s = xp.empty(keys.local[p].shape[0], np.int64)
+                table.parts[p].lookup_async(keys.local[p], batch, s)
+                local.append(keys.local[p][s < 0])
+            slots[keys.index[p]] = self._from(s, p)
+        miss = slots < 0
+        at = xp.cumsum(miss) - 1  # each key's position among the misses
+        return PartKeys(keys.keys[miss], [at[i][miss[i]] for i in keys.index], local)
+
+    @staticmethod
+    def flat(keys: PartKeys):
+        """The (u,) uint64 device array on the main GPU of keys as :meth:`split` gives them."""
+        return keys.keys
 
     def find(self, views, keys: PartKeys, scalars):
         slots = []

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..gpu import TransferLedger, missing_keys
+from ..gpu import TransferLedger
 from ._device_batch import DeviceKeys
+from ._device_rows import OneTable
 
 __all__ = ["LedgerTable"]
 
@@ -19,14 +20,23 @@ class LedgerTable:
 
     A :class:`~hps.gpu.PartitionedHashTable` gets the host arrays themselves: they are split on the
     host, where they are, and each part uploads its own share to its GPU (the ledger records those
-    copies); ``device_view`` then yields the list of the parts' views."""
+    copies); ``device_view`` then yields the list of the parts' views. Its residency lookup
+    (:meth:`missing`) runs on the device all the same: ``placed`` (``_device_rows.Parts``) partitions
+    the keys there and looks each part's share up on its GPU.
 
-    def __init__(self, table, ledger: TransferLedger):
+    ``placed``: where the rows are (``_device_rows.OneTable`` or ``Parts``; default one table)."""
+
+    def __init__(self, table, ledger: TransferLedger, placed=None):
         self.table = table
         self.ledger = ledger
         self.parted = hasattr(table, "device_views")
-        self._inserted = None  # (host keys, their device copy) of the last insert (missing reuses it)
-        self._kept = None      # (host keys, their device copy) of a working set kept for missing
+        self.placed = placed if placed is not None else OneTable(ledger.xp, table.dim)
+        # device copies of host keys, as ``placed.split`` gives them, for the next :meth:`missing` of the
+        # same host array (which then uploads nothing): the last insert's, a kept working set's, and the
+        # last misses' (the parts' insert of those keys reuses it: their share goes up with the rows)
+        self._inserted = None  # (host keys, device keys) of the last insert
+        self._kept = None      # (host keys, device copy not yet split) of a working set kept for missing
+        self._missed = None    # (host keys, device keys) of the last missing's result
 
     def insert(self, keys: np.ndarray, rows: np.ndarray) -> None:
         """keys (n,) uint64, rows (n, row_width) host arrays. Blocking. The keys' device copy is kept
@@ -35,6 +45,8 @@ class LedgerTable:
         if self.parted:
             self.ledger.record("h2d", "fetch", keys.nbytes + rows.nbytes)
             self.table.insert(keys, rows)
+            if self._missed is not None and self._missed[0] is keys:
+                self._inserted = self._missed
         else:
             dev = self.ledger.to_device(keys, "fetch")
             self.table.insert(dev, self.ledger.to_device(rows, "fetch"))
@@ -66,26 +78,30 @@ class LedgerTable:
         counting a use in ``batch``: the residency lookup and the miss list computed on the device
         (``hps.gpu.missing_keys``). ``keys``: a host array, which goes up (``plan``), or keys already on
         the device (:class:`~hps.train._device_batch.DeviceKeys`: a working set deduplicated there; the
-        array of the last :meth:`insert` or :meth:`keep`, whose device copy it kept), which do not. Only the misses
-        come down (``plan``, 8 B a key). Blocking."""
+        array of the last :meth:`insert` or :meth:`keep`, whose device copy it kept; with parts also the
+        array of the last misses this returned, once inserted), which do not. Only the misses come down
+        (``plan``, 8 B a key); with parts, partitioning the keys on the device brings n_parts counts down
+        too (``plan``, 8 B a part), unless they were partitioned already (the misses once inserted).
+        Blocking."""
         last, self._inserted = self._inserted, None
         kept, self._kept = self._kept, None
-        if self.parted:
-            miss = self.table.missing(keys, batch)
-            self.ledger.record("h2d", "plan", keys.nbytes)
-            self.ledger.record("d2h", "plan", miss.nbytes)
-            return miss
-        if isinstance(keys, DeviceKeys):
-            dev = keys.keys
-        elif last is not None and last[0] is keys:
-            dev = last[1]
-        elif kept is not None and kept[0] is keys:
-            dev = kept[1]
-        else:
-            dev = self.ledger.to_device(keys, "plan")
-        with self.table.device_view():  # the table's lock: the simulator runs one thread's kernels at a time
-            _, miss = missing_keys(self.table, dev, batch, self.ledger.xp)
-        return self.ledger.to_host(miss, "plan")
+        self._missed = None
+        # the table's lock(s): the simulator runs one thread's kernels at a time
+        with self.device_view():
+            if last is not None and last[0] is keys:
+                dev = last[1]
+            else:
+                if isinstance(keys, DeviceKeys):
+                    dev = keys.keys
+                elif kept is not None and kept[0] is keys:
+                    dev = kept[1]
+                else:
+                    dev = self.ledger.to_device(keys, "plan")
+                dev = self.placed.split(dev, "plan")
+            miss = self.placed.missing(self.table, dev, batch)
+        host = self.ledger.to_host(self.placed.flat(miss), "plan")
+        self._missed = (host, miss)
+        return host
 
     def evict(self, n: int, protect_from: int):
         """The table's ``evict`` (host keys and rows, ``writeback``). Blocking."""

@@ -108,10 +108,10 @@ def test_device_path_prepare_place_train_order_their_streams_with_events():
     assert api.log[1][2] is raw.uploaded is api.log[0][2]
     staged = be.stage_uploaded(raw, local.bounds)
     assert [e[:2] for e in api.log[2:]] == [("wait", "place"), ("record", "place")]
-    assert api.log[2][2] is raw.uploaded and all(d.ready is api.log[3][2] for d in staged)
+    assert api.log[2][2] is raw.uploaded and staged.ready is api.log[3][2]
     del api.log[:]
     be.begin_batch(SimpleNamespace(device_view=lambda: _null()), staged)
-    assert [e[:3] for e in api.log] == [("wait", "legacy", staged[0].ready)]  # once, no host wait
+    assert [e[:3] for e in api.log] == [("wait", "legacy", staged.ready)]  # once, no host wait
 
 
 def test_host_path_plans_are_ready_after_the_place_streams_event():
@@ -122,10 +122,10 @@ def test_host_path_plans_are_ready_after_the_place_streams_event():
     be = _backend(2)
     api = _faked(be)
     staged = be.stage(local, plans, None)
-    assert [e[:2] for e in api.log] == [("record", "place")] and all(d.ready is api.log[0][2] for d in staged)
+    assert [e[:2] for e in api.log] == [("record", "place")] and staged.ready is api.log[0][2]
     assert be.ledger.metrics()["batch_bytes"] == raw_nbytes(local.data)
     be.begin_batch(SimpleNamespace(device_view=lambda: _null()), staged)
-    assert api.log[-1][:3] == ("wait", "legacy", staged[0].ready)
+    assert api.log[-1][:3] == ("wait", "legacy", staged.ready)
 
 
 def _null():
@@ -233,7 +233,7 @@ def test_host_path_keys_go_up_as_positions_in_the_working_set_uploaded_once():
     assert [e[:2] for e in api.log] == [("record", "upload"), ("host_wait", None)]
     plans[1].keys = plans[1].ukeys = np.concatenate([plans[1].keys, [np.uint64(12345)]])  # not in it
     staged = be.stage(local, plans, None, working_set=ws)
-    assert [e[:3] for e in api.log[2:]] == [("wait", "place", ws.uploaded), ("record", "place", staged[0].ready)]
+    assert [e[:3] for e in api.log[2:]] == [("wait", "place", ws.uploaded), ("record", "place", staged.ready)]
     want = 8 * resident.shape[0]
     for j, (p, d) in enumerate(zip(plans, staged)):
         b = local.minibatch(j)
@@ -260,6 +260,39 @@ def test_a_kept_working_set_is_looked_up_without_an_upload():
     assert led.metrics()["h2d_bytes"]["plan"] == up and led.metrics()["d2h_bytes"]["plan"] == 3 * 8
     np.testing.assert_array_equal(t.missing(ws.copy(), 1), [4, 5, 6])
     assert led.metrics()["h2d_bytes"]["plan"] == up + ws.nbytes
+
+
+def test_parts_look_a_kept_working_set_up_on_the_device_and_its_misses_again_without_an_upload():
+    """With HBM-PS parts (over 2 simulated GPUs) ``LedgerTable.missing`` of a kept working set
+    partitions it on the device (its 3 counts come down) and looks each part's share up on the part's
+    GPU: the misses and every key's use equal ``PartitionedHashTable.missing`` on host keys. Once the
+    misses are inserted, their lookup (their first use) reuses their partition: nothing goes up, no
+    count comes down."""
+    from hps.gpu import PartitionedHashTable, Placement, TransferLedger
+    from hps.train._device_rows import Parts
+    from hps.train._device_table import LedgerTable
+
+    led = TransferLedger(np)
+    table, twin = (PartitionedHashTable(3, 64, 2, device="cuda", gpus=2) for _ in range(2))
+    t = LedgerTable(table, led, Parts(np, 2, Placement(3, 2), led))
+    old = np.arange(1, 13, dtype=np.uint64) * np.uint64(2**33 + 7)
+    for x in (table, twin):
+        x.insert(old, np.ones((12, 2), np.float32))
+    ws = np.random.default_rng(0).permutation(np.concatenate([old[::2], old[-1] + np.arange(1, 8, dtype=np.uint64)]))
+    t.keep(ws, ws.copy())
+    miss = t.missing(ws, 1)
+    np.testing.assert_array_equal(miss, twin.missing(ws, 1))
+    assert miss.shape == (7,) and led.metrics()["h2d_bytes"]["plan"] == 0
+    assert led.metrics()["d2h_bytes"]["plan"] == 8 * 7 + 8 * 3  # the misses and the parts' counts
+    rows = np.full((7, 2), 2, np.float32)
+    t.insert(miss, rows)
+    twin.insert(miss, rows)
+    assert t.missing(miss, 1).shape == (0,) and twin.missing(miss, 1).shape == (0,)
+    assert led.metrics()["h2d_bytes"]["plan"] == 0 and led.metrics()["d2h_bytes"]["plan"] == 8 * 7 + 8 * 3
+    for n in (3, 9):  # victims by (uses, last use, key): the same uses were counted
+        got, want = table.evict(n, 2), twin.evict(n, 2)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
 
 
 def test_the_pinned_buffer_is_repacked_only_after_the_copy_that_read_it(monkeypatch):

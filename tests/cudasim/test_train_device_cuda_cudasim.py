@@ -64,12 +64,14 @@ def assert_ledger(m, width, batches, ranks=1, fetched=None, written=None, n_part
     row once, as there are no checkpoints in these jobs: evictions and the end's export, keys and
     rows). Each batch's residency lookup brings only its misses down (``plan``, 8 B a key fetched); its
     working set's keys go up with the plans unless they were deduplicated on the device. With ``n_parts``
-    parts, partitioning a mini-batch's keys on the device brings its n_parts counts to the host."""
+    parts, partitioning a mini-batch's keys, and a batch's working set for its lookup, on the device
+    brings n_parts counts to the host each (the misses' lookup once inserted partitions nothing). On
+    one rank the host uploads nothing but rows beyond 1.25x the raw batch bytes."""
     h2d, d2h = m["h2d_bytes"], m["d2h_bytes"]
     assert h2d["minibatch"] == 0
     assert d2h["minibatch"] == 16 * batches * ranks <= 16 * m["minibatches"] * ranks
     assert h2d["plan"] > 0 and h2d["fetch"] > 0 and d2h["fetch"] == 0
-    lookups = d2h["plan"] - (8 * n_parts * m["minibatches"] * ranks if n_parts > 1 else 0)
+    lookups = d2h["plan"] - (8 * n_parts * (m["minibatches"] + batches) * ranks if n_parts > 1 else 0)
     assert lookups > 0 and lookups % 8 == 0 and h2d["plan"] > lookups  # + the mini-batches' plans
     k, rem = divmod(h2d["fetch"], 8 + 4 * width)              # key + row in
     assert rem == 0 and fetched in (None, k)
@@ -79,18 +81,21 @@ def assert_ledger(m, width, batches, ranks=1, fetched=None, written=None, n_part
     assert h2d["writeback"] == 0                               # nothing looked up or erased by key
     if ranks == 1:
         assert h2d["mpi"] == d2h["mpi"] == 0
+        assert sum(h2d.values()) - h2d["fetch"] <= 1.25 * m["batch_bytes"]
 
 
-def assert_device_dedup(m, batches):
+def assert_device_dedup(m, batches, n_parts=1):
     """Every one of ``batches`` had its keys deduplicated on the device (``hps/train/_device_batch.py``):
     its raw arrays went up once (``plan`` is their bytes, plus at most 7 bytes of alignment for each of
     its 6 arrays: no plan and no working set went up besides), the host uploaded nothing else but rows
-    (``fetch``), within 1.25x the raw bytes, and only misses came down (``plan``: 8 B a key fetched)."""
+    (``fetch``), within 1.25x the raw bytes, and only misses came down (``plan``: 8 B a key fetched;
+    with ``n_parts`` parts also n_parts counts for every mini-batch's and every working set's partition)."""
     h2d, d2h = m["h2d_bytes"], m["d2h_bytes"]
     assert m["device_dedup_batches"] == batches
     assert 0 <= h2d["plan"] - m["batch_bytes"] <= 7 * 6 * batches
     assert sum(h2d.values()) - h2d["fetch"] <= 1.25 * m["batch_bytes"]
-    assert d2h["plan"] == 8 * m["hbm_fetched_rows"]
+    counts = 8 * n_parts * (m["minibatches"] + batches) if n_parts > 1 else 0
+    assert d2h["plan"] == 8 * m["hbm_fetched_rows"] + counts
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -122,8 +127,28 @@ def test_parts_on_several_simulated_gpus_train_like_the_cpu(tmp_path, parts, gpu
     assert round(mg["auc"], 4) == round(mc["auc"], 4)
     assert np.allclose(mg["loss_per_batch"], mc["loss_per_batch"], rtol=1e-5)
     assert_ledger(mg, 3 + 7, batches=3, fetched=mg["table_rows"], n_parts=parts)  # ctr rows: 3 + Adam state 7
-    assert mg["device_dedup_batches"] == 0 and mg["batch_bytes"] > 0  # the parts split host keys: the host plans
+    assert_device_dedup(mg, batches=3, n_parts=parts)  # one rank: keys deduplicated and partitioned on the device
     assert (mg["peer_bytes"] > 0) == (gpus > 1)
+
+
+def test_parts_send_mini_batch_keys_as_positions_within_the_byte_target(tmp_path, no_warm_up):
+    """The worst case of the host's uploads besides rows: HBM-PS parts with keys deduplicated on the host
+    (expiry reads every batch's keys there; nothing expires in 2 batches) and mini-batches that share few keys (8 fields of 1,000 values, 25 examples a mini-batch), so most
+    keys are misses and the mini-batches' keys are about as many as the working set's. The working
+    set goes up once (8 B a key) and is looked up, partitioned, on the device, its misses looked up
+    again once inserted without another upload, and every mini-batch's keys go up as their positions in
+    it (2 B here): ``plan`` stays within 1.25x the raw bytes (1.29x when the parts looked host keys up
+    and the mini-batches' keys went up at 8 B), and the job still ends with the CPU's model."""
+    args = ["--rows", "100", "--fields", "8", "--vocab-per-field", "1000", "--batch-size", "50",
+            "--minibatch-size", "25", "--n-dense", "0", "--n-parts", "2", "--expire-after", "50"]
+    ec, mc = run(tmp_path, "cpu", args)
+    eg, mg = run(tmp_path, "cuda", args)
+    assert_same_model(ec, eg)
+    assert round(mg["auc"], 4) == round(mc["auc"], 4)
+    assert np.allclose(mg["loss_per_batch"], mc["loss_per_batch"], rtol=1e-5)
+    assert mg["device_dedup_batches"] == 0 and mg["minibatches"] == 4
+    assert mg["h2d_bytes"]["plan"] <= 1.25 * mg["batch_bytes"]
+    assert_ledger(mg, CASES["ctr-adagrad"][1], batches=2, fetched=mg["table_rows"], n_parts=2)
 
 
 def test_a_job_repeats_bit_for_bit_whatever_the_launch_geometry(tmp_path, monkeypatch, no_warm_up):

@@ -2,8 +2,8 @@
 rank and no feature that reads keys on the host, the prepare stage uploads each batch's raw arrays once
 (``plan``: their bytes, packed) and the place stage makes every mini-batch's plan on the device from
 them; only the misses come down (8 B a key). The plans equal the host's, so the job ends with the CPU's
-model; where the host path remains (admission, FAE, HBM-PS parts, several ranks), its plans go up with
-int32 indices. The same checks (``assert_device_dedup``) run on the jobs of
+model; where the host path remains (admission, FAE, several ranks), its plans go up with indices in
+the smallest dtype that holds them. The same checks (``assert_device_dedup``) run on the jobs of
 ``test_train_device_cuda_cudasim.py`` and ``test_train_hbm_cache_cudasim.py``: every model and row
 optimizer, a table that fits, evictions with SSD-PS spills, and a resumed job."""
 
@@ -41,8 +41,8 @@ def test_a_table_that_fits_trains_like_the_cpu_with_odd_sized_arrays(tmp_path, n
 
 def test_the_host_path_remains_where_keys_are_needed_on_the_host(tmp_path, no_warm_up):
     """Admission (keys touched on the host) keeps the host's plans: no batch is deduplicated on the
-    device, and the job still ends with the CPU's model. (HBM-PS parts, whose keys are split on the
-    host, too: ``test_parts_on_several_simulated_gpus_train_like_the_cpu``.)"""
+    device, and the job still ends with the CPU's model. (HBM-PS parts on the host path:
+    ``test_parts_send_mini_batch_keys_as_positions_within_the_byte_target``.)"""
     args = ["--admit-after", "2"]
     ec, _ = run(tmp_path, "cpu", args)
     eg, mg = run(tmp_path, "cuda", args)
