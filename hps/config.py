@@ -191,7 +191,7 @@ class TrainConfig:
     progress: bool = _warm(True, False)  # tqdm progress bar
     # -- Hierarchical Training (Huang et al., KDD 2021, §3.1; hps/train/_easgd.py, hps/comm/_compress.py) --
     dense_sync: str = "allreduce"       # MPI: allreduce (one dense copy, BSP) | easgd (groups + background EASGD)
-    groups: int = 1                     # easgd: contiguous rank groups, one dense copy each
+    groups: int = _warm(1, 1)           # easgd: contiguous rank groups, one dense copy each (the one-process warm-up: 1)
     easgd_alpha: float | None = None    # easgd: elastic moving rate (None = 0.9 / groups)
     easgd_every: int = 4                # easgd: mini-batches between EASGD rounds
     compress: str = "none"              # MPI traffic: none | bf16 | int8 (rows int8, gradients bf16)

@@ -177,6 +177,41 @@ def test_trainer_channels_in_one_process():
     assert coll.owned_mask(keys).all() and coll.bytes_sent()[C.SPARSE_ROWS] == 0
 
 
+def test_poll_yields_then_sleeps_at_most_the_cap(monkeypatch):
+    """``poll`` (yield mode): the first tests give the core away without sleeping, then sleeps grow to
+    the cap and never past it (a longer sleep leaves the peers' rendezvous waiting on this rank)."""
+    from hps.comm import _wait as W
+
+    class Request:
+        def __init__(self, after):
+            self.tests, self.after = 0, after
+
+        def Test(self):
+            self.tests += 1
+            return self.tests > self.after
+
+    yields, sleeps = [], []
+    monkeypatch.setattr(W.os, "sched_yield", lambda: yields.append(1))
+    monkeypatch.setattr(W.time, "sleep", sleeps.append)
+    quick = Request(3)
+    W.poll(quick)
+    assert (quick.tests, len(yields), sleeps) == (4, 3, [])
+    slow = Request(W.POLL_YIELDS + 12)
+    W.poll(slow)
+    assert slow.tests == W.POLL_YIELDS + 13 and len(sleeps) == 12
+    assert sleeps[0] == W.POLL_FIRST_S and sleeps == sorted(sleeps) and max(sleeps) == W.POLL_MAX_S <= 2e-4
+
+
+def test_mpich_settings_are_asked_for_whole_or_not_at_all():
+    from hps.comm._mpi import MPICH_SETTINGS, ask_mpich_settings
+
+    env = {"PATH": "/bin"}
+    assert ask_mpich_settings(env) and env == {"PATH": "/bin", **MPICH_SETTINGS}
+    assert int(env["MPIR_CVAR_CH4_PACK_BUFFER_SIZE"]) >= int(env["MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE"])
+    mine = {"MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD": "8192"}  # the user's choice: none of ours joins it
+    assert not ask_mpich_settings(mine) and mine == {"MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD": "8192"}
+
+
 def test_comm_stats():
     s = C.CommStats()
     s.add("dense_allreduce", 100, 0.5, calls=1)

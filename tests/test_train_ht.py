@@ -118,6 +118,24 @@ def test_one_process_refuses_groups_instead_of_training_one_copy(capsys):
     assert "--groups 2 needs 2 or more MPI ranks" in capsys.readouterr().err
 
 
+def test_one_dense_copy_is_never_a_silent_fallback_for_groups():
+    """The dense sync owns "--groups G needs G ranks": one process asking for groups is refused there,
+    not quietly given the allreduce job's one dense copy; the warm-up's one-process scratch job asks
+    for one group (its warm-up form), so it is never refused."""
+    from hps.config import Config, Scratch, scratch_config
+    from hps.errors import InvalidInputError
+    from hps.model._dense_optim import DenseAdam
+    from hps.train._backend import HostBackend
+    from hps.train._collectives import Collectives
+    from hps.train._easgd import make_dense_sync
+
+    params = {"w": np.zeros((3, 4), np.float32)}
+    with pytest.raises(InvalidInputError, match="--groups 2 needs 2 or more MPI ranks"):
+        make_dense_sync("easgd", Collectives(), params, DenseAdam(0.1), HostBackend(None), groups=2)
+    cfg = Config.from_flat({"dense_sync": "easgd", "groups": 2})
+    assert scratch_config(cfg, Scratch(32, 1 << 30, 1 << 20)).train.groups == 1
+
+
 def test_groups_must_divide_the_ranks(mpiexec):
     proc = mpirun(mpiexec, 2, [*SMALL, "--dense-sync", "easgd", "--groups", "3"], timeout=120)
     assert proc.returncode == 2 and "--groups 3 must divide the number of ranks (2)" in proc.stderr

@@ -5,8 +5,17 @@ MPICH and Open MPI busy-poll inside a blocking call: a rank blocked 3 s in a col
 of a core. That costs nothing while every rank has a core of its own, and everything when ranks
 (and their pipeline threads) outnumber the cores: the spinning rank takes the core from the rank it
 is waiting for. In ``"yield"`` mode a call is started non-blocking and its request is tested with
-sleeps in between (20 µs, doubling up to 1 ms), so a waiting rank gives its core away; each test
+the core given away in between, so a waiting rank leaves it to the ranks it waits for; each test
 also drives MPI's progress engine, which is all a non-blocking collective needs to advance.
+
+The schedule between two tests: first ``sched_yield`` (:data:`POLL_YIELDS` times: the core goes at once
+to a runnable rank, and comes straight back when none is, so a collective whose peers are all in it
+completes within microseconds), then sleeps of 20 µs doubling to :data:`POLL_MAX_S` = 200 µs. The cap
+matters more than it looks: MPICH advances a non-blocking collective only inside some call of each
+rank (a message over 8 KB between two ranks of a node is a rendezvous: sender, receiver, sender), so
+every stage of every collective waits out the sleep of whichever rank it needs next. With a 1 ms cap,
+4 ranks on 2 cores spent ~37 ms of each mini-batch's ~4 collectives asleep with the cores idle
+(docs/benchmarks.md, "Scaling"); 200 µs keeps a sleeping rank's polls under ~1 % of a core.
 """
 
 from __future__ import annotations
@@ -19,13 +28,20 @@ from ._mpi import MPI
 
 #: ``--mpi-wait`` values: ``auto`` picks ``yield`` when the ranks on a node outnumber its cores.
 WAIT_MODES = ("auto", "spin", "yield")
+#: Tests of a pending request with ``sched_yield`` in between before the first sleep.
+POLL_YIELDS = 20
 #: First and longest sleep between two tests of a pending request (seconds).
 POLL_FIRST_S = 2e-5
-POLL_MAX_S = 1e-3
+POLL_MAX_S = 2e-4
 
 
 def poll(request) -> None:
-    """Wait for an mpi4py ``Request`` by testing it with growing sleeps in between (yields the core)."""
+    """Wait for an mpi4py ``Request``: test it, giving the core away in between (``sched_yield``, then
+    growing sleeps; module docstring). Never busy-waits longer than :data:`POLL_YIELDS` tests."""
+    for _ in range(POLL_YIELDS):
+        if request.Test():
+            return
+        os.sched_yield()
     delay = POLL_FIRST_S
     while not request.Test():
         time.sleep(delay)

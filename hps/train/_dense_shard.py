@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InternalError
 
-def _blocks(vec: np.ndarray, p: int, m: int) -> np.ndarray:
-    """(p, m) float32: ``vec`` (n <= p m,) zero-padded, cut into p blocks of m."""
-    out = np.zeros(p * m, np.float32)
-    out[:vec.shape[0]] = vec
-    return out.reshape(p, m)
+
+def _flat_view(arrays: dict, name: str) -> np.ndarray:
+    """``arrays[name]`` flattened without a copy (a write through it lands in the array)."""
+    a = arrays[name]
+    if not a.flags.c_contiguous:
+        raise InternalError(f"dense array {name!r} is not C-contiguous: the dense shard reads and writes it in place")
+    return a.reshape(-1)
 
 
 class DenseShard:
@@ -45,10 +48,12 @@ class DenseShard:
         self.main = dense_opt
         self.opt = type(dense_opt)(**dense_opt._hyper())   # this block's optimizer and state
         offsets = np.cumsum([0, *self.sizes])
-        self.spans = list(zip(self.names, offsets[:-1].tolist(), offsets[1:].tolist()))  # name, flat [a, b)
-        # this rank's block [lo, hi) in pieces of the parameters: (name, from, to inside it, where in the block)
-        self.pieces = [(k, max(a, self.lo) - a, min(b, self.hi) - a, max(a, self.lo) - self.lo)
-                       for k, a, b in self.spans if a < self.hi and b > self.lo]
+        # the parameters cut at the blocks' edges: (name, from, to inside it, block, where in the block), in
+        # flat order; a mini-batch's message is written and its allgather read through them, no vector between
+        self.cuts = [(k, max(a, r * self.m) - a, min(b, (r + 1) * self.m) - a, r, max(a, r * self.m) - r * self.m)
+                     for k, a, b in zip(self.names, offsets[:-1].tolist(), offsets[1:].tolist())
+                     for r in range(a // self.m, -(-b // self.m)) if a < b]
+        self.pieces = [(k, a, b, at) for k, a, b, r, at in self.cuts if r == rank]  # this rank's block [lo, hi)
         # riders' block width -> the reused (p, m + mr) buffers of a mini-batch in flight: the message, what
         # the reduce-scatter receives, what the allgather receives; and this rank's block of the parameters
         self._bufs: dict = {}
@@ -80,20 +85,21 @@ class DenseShard:
             bufs = self._bufs[mr] = (np.zeros((p, m + mr), np.float32), np.empty((p, m + mr), np.float32),
                                      np.empty((p, m + mr), np.float32))
         msg = bufs[0]
-        if mr == 0:  # the flattened gradients are the buffer itself: one copy, from the model's arrays
-            flat = msg.reshape(-1)
-            for name, a, b in self.spans:
-                flat[a:b] = grads[name].reshape(-1)
-            return bufs
-        msg[:, :m] = _blocks(self._flat(grads), p, m)
-        msg[:, m:] = _blocks(riders, p, mr)
+        for name, a, b, r, at in self.cuts:  # one copy, from the model's arrays
+            msg[r, at:at + b - a] = grads[name].reshape(-1)[a:b]
+        if mr:  # the riders in rows of mr, the last one's tail zero (k changes at one mr)
+            q, rest = divmod(k, mr)
+            msg[:q, m:] = riders[:q * mr].reshape(q, mr)
+            if q < p:
+                msg[q, m:m + rest] = riders[q * mr:]
+                msg[q, m + rest:] = 0
+                msg[q + 1:, m:] = 0
         return bufs
 
     def finish(self, ch, params: dict, started) -> np.ndarray:
         """Wait for the reduce-scatter ``started`` (from :meth:`begin`), step this rank's block, allgather
         the stepped blocks into ``params`` (in place) -> the riders' sum (k,). Collective over ``ch``."""
         pending, k, every = started
-        m = self.m
         mine = ch.finish_reduce_scatter(pending)                   # (m + mr,) summed in rank order
         w = self.hi - self.lo
         for name, value in self.main._hyper().items():            # e.g. the learning-rate schedule's
@@ -105,10 +111,10 @@ class DenseShard:
             self.opt.step({"block": block}, {"block": mine[:w]})
             mine[:w] = block
         every = ch.allgather_chunks(mine, every)                   # (p, m + mr)
-        for name, value in self._split(np.ascontiguousarray(every[:, :m]).reshape(-1)):   # no copy without riders
-            params[name][...] = value
+        for name, a, b, r, at in self.cuts:
+            _flat_view(params, name)[a:b] = every[r, at:at + b - a]
         self.main.t = self.opt.t
-        return np.ascontiguousarray(every[:, m:]).reshape(-1)[:k]
+        return np.ascontiguousarray(every[:, self.m:]).reshape(-1)[:k]
 
     def gather(self, ch) -> None:
         """Put every rank's block of the optimizer state into the job's dense optimizer (whole tensors,

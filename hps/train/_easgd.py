@@ -62,15 +62,19 @@ class EasgdSync(DenseSync):
     ``dense_opt``, ``backend``, ``compress``: as :class:`~hps.train._dense_sync.DenseSync`; ``groups``
     G, ``alpha`` (None: :func:`default_alpha`), ``every`` T: the flags. Construction is collective over
     ``coll.main`` (it splits the group communicators). Raises InvalidInputError when G does not
-    divide the ranks."""
+    divide the ranks (one process included: it never falls back to one dense copy)."""
 
     def __init__(self, coll, params: dict, dense_opt, backend, compress: Compression | None = None, *,
                  groups: int, alpha=None, every: int = 1):
-        super().__init__(coll, params, dense_opt, backend, compress, mode="easgd")
         size, rank = coll.size, coll.rank
+        if size == 1:
+            raise InvalidInputError(f"--groups {groups} needs {groups} or more MPI ranks (a dense copy per group); "
+                                    "one process trains one dense copy, and --data-shards does not form groups: "
+                                    f"run under mpiexec -n N with N a multiple of {groups}, or drop --groups")
         if groups > size or size % groups:
             raise InvalidInputError(f"--groups {groups} must divide the number of ranks ({size}) into groups of "
                                     "equal size")
+        super().__init__(coll, params, dense_opt, backend, compress, mode="easgd")
         self.G, self.every = int(groups), int(every)
         self.alpha = float(alpha) if alpha is not None else default_alpha(self.G)
         per = size // self.G
@@ -258,6 +262,6 @@ def make_dense_sync(mode: str, coll, params: dict, dense_opt, backend, *, compre
     """The dense sync strategy of ``--dense-sync mode`` (``--groups``, ``--easgd-alpha``,
     ``--easgd-every``, ``--compress``). Collective over ``coll.main``."""
     codec = Compression(compress)
-    if mode == "allreduce" or groups == 1 or coll.size == 1:  # one dense copy: the allreduce job exactly
+    if mode == "allreduce" or groups == 1:  # one dense copy: the allreduce job exactly
         return DenseSync(coll, params, dense_opt, backend, codec, mode=mode)
     return EasgdSync(coll, params, dense_opt, backend, codec, groups=groups, alpha=alpha, every=every)

@@ -49,8 +49,9 @@ def main(argv=None) -> int:
     try:
         cfg = parse_config(argv)
         if _mpi_launched():
-            from ..comm._mpi import load_mpi
+            from ..comm._mpi import ask_mpich_settings, load_mpi
 
+            ask_mpich_settings()  # before MPI_Init
             comm = load_mpi().COMM_WORLD
         from ._run import run
 

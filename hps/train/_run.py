@@ -51,10 +51,6 @@ def run(cfg, comm=None, log=print, on_fatal=None) -> dict:
     """Train per ``cfg``; under MPI pass the job's communicator. Returns the metrics dict (rank 0).
     ``on_fatal``: see :class:`Trainer`."""
     coll = Collectives(comm, cfg.train.mpi_wait)
-    if cfg.train.groups > 1 and coll.size == 1:   # the scratch warm-up job alone keeps --groups on one process
-        raise InvalidInputError(f"--groups {cfg.train.groups} needs {cfg.train.groups} or more MPI ranks (a dense copy per "
-                                "group); one process trains one dense copy, and --data-shards does not form groups: "
-                                f"run under mpiexec -n N with N a multiple of {cfg.train.groups}, or drop --groups")
     check_same_options(coll.main, cfg)
     check_same_inputs(coll.main, cfg)  # the same files on every rank, or byte-range shards go wrong
     say = log if coll.rank == 0 else (lambda *a, **k: None)

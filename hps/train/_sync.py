@@ -109,11 +109,11 @@ class _Sync(Feature):
         return {"consistency": self.consistency, "sparse_sync": self.mode}
 
     def _hot_only(self, be, p: Plan, d, n_total: int):
-        """A mini-batch all-hot on every rank: only the hot rows' step (no exchange)."""
+        """A mini-batch all-hot on every rank: only the hot rows' step (no exchange; the dense sum starts
+        in the dense sync's step, next)."""
         P = self.row_params
         g, g_dense = be.forward_backward(self.hot.with_params(be.xp.empty((0, P), np.float32), d.hot), d, n_total)
         self.hot.step(p.hot_slots, d.hot, g, self.coll.train)
-        self._dense_ready(g_dense)
         return g_dense
 
     def _dense_ready(self, g_dense) -> None:
