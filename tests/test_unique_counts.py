@@ -110,3 +110,42 @@ def test_segments_refuse_bad_bounds():
 def test_segments_match_numpy(keys, data):
     cuts = sorted(data.draw(st.lists(st.integers(0, len(keys)), max_size=5)))
     check_segments(keys, [0, *cuts, len(keys)])
+
+
+@pytest.mark.parametrize("fn", ["unique_counts", "unique_keys", "unique_segments"])
+def test_refuse_bad_keys(fn):
+    """Keys not 1-D uint64 are refused with typed errors (no AttributeError, no other kernel version);
+    a list and int64 keys (read bitwise) are keys."""
+    import hps.mem as mem
+    from hps.errors import InvalidInputError, InvalidTypeError
+    f = getattr(mem, fn)
+
+    def call(keys):
+        return f(keys, [0, np.asarray(keys).reshape(-1).shape[0]]) if fn == "unique_segments" else f(keys)
+    with pytest.raises(InvalidInputError, match="1-D"):
+        call(np.zeros((2, 3), dtype=np.uint64))
+    for dtype in (np.float64, np.int32, np.uint32):
+        with pytest.raises(InvalidTypeError, match="uint64"):
+            call(np.arange(4, dtype=dtype))
+    got = call([5, 3, 5]) if fn == "unique_keys" else call([5, 3, 5])[0]  # a list of ints: int64 keys
+    np.testing.assert_array_equal(got, np.array([5, 3], dtype=np.uint64))
+    signed = np.array([-1, 3, -1], dtype=np.int64)
+    got = call(signed) if fn == "unique_keys" else call(signed)[0]
+    np.testing.assert_array_equal(got, np.array([2 ** 64 - 1, 3], dtype=np.uint64))
+
+
+def test_segments_refuse_bad_bounds_shape_and_type():
+    """bounds must be (P + 1,) integer, P >= 0; the message gives lengths, never the array."""
+    from hps.errors import InvalidInputError, InvalidTypeError
+    from hps.mem import unique_segments
+    keys = np.arange(10, dtype=np.uint64)
+    with pytest.raises(InvalidInputError, match="P >= 0"):
+        unique_segments(keys, np.empty(0, dtype=np.int64))
+    with pytest.raises(InvalidInputError, match="1-D|P >= 0"):
+        unique_segments(keys, np.zeros((2, 2), dtype=np.int64))
+    with pytest.raises(InvalidTypeError, match="integer"):
+        unique_segments(keys, np.array([0.0, 4.0]))
+    bounds = np.r_[np.arange(0, 9), 123_456_789]
+    with pytest.raises(InvalidInputError) as err:
+        unique_segments(keys, bounds)
+    assert "123456789" not in str(err.value) and "10 bounds" in str(err.value)

@@ -29,6 +29,7 @@ from . import _map_kernels as M
 from . import _policy_kernels as P
 from ._records import CacheCounters, CacheStats, Evicted
 from ._slots import INITIAL_SLOTS, CacheSlots, rows_for_bytes, slots_bytes
+from ._unique import unique_counts
 
 #: Default share of the capacity given to the LRU part (the rest is the LFU part). Measured with
 #: ``bench/bench_cache.py`` (Zipf, 200 k keys, fraction of Belady; ghost_factor 4):
@@ -166,7 +167,7 @@ class RowCache:
         n = k.shape[0]
         inverse = None
         if counts is None:
-            k, c, inverse = M.unique_counts(k)
+            k, c, inverse = unique_counts(k)
         else:
             c = np.ascontiguousarray(counts, dtype=np.int64)
             if c.shape != (n,):
@@ -350,7 +351,7 @@ class RowCache:
                 return 0
             if (self.pin_counts(k) > 0).any():
                 raise InvalidInputError("discard: pinned keys cannot be removed (unpin them first)")
-            uk = M.unique_counts(k)[0]
+            uk = unique_counts(k)[0]
             return self._s.discard(uk)
 
     def unpin(self, keys) -> None:

@@ -1,6 +1,6 @@
 """Kernels of the MEM-PS row cache's keys (``hps.mem.RowCache``): the key -> slot map and the ghost
 table's cells, the kernels that only find rows through the map (they change no policy state), and
-``unique_counts``, ``unique_keys`` and ``unique_segments`` (host functions over their kernels).
+the kernels of ``unique_counts``, ``unique_keys`` and ``unique_segments`` (hosts in ``_unique``).
 Kernels and device functions only; the policy's state and the operations that change it are in
 ``_policy_kernels`` and ``_cache_kernels``.
 
@@ -24,7 +24,6 @@ from numba import njit
 
 from .._hashing import mix64
 from .._prefetch import prefetch
-from ..errors import InvalidInputError
 
 # ---------------------------------------------------------------- key -> int32 map (linear probing)
 
@@ -207,36 +206,6 @@ def _unique_counts(keys, tab, uniq, counts, inverse):
     return u
 
 
-def _table(n: int, longest: int) -> np.ndarray:
-    """A free probing table (-1 filled) for ``longest`` keys at a time, its cells able to index
-    ``n`` keys."""
-    m = 16
-    while m < 2 * longest:
-        m *= 2
-    return np.full(m, -1, dtype=np.int32 if n < 2 ** 31 else np.int64)
-
-
-def unique_counts(keys):
-    """Distinct keys in first-occurrence order with their counts and the inverse map.
-    keys (n,) uint64 host, C-contiguous -> uniq (u,) uint64, counts (u,) int64, inverse (n,) int64
-    (``uniq[inverse] == keys``). Blocking; thread-safe (its arrays are its own); any uint64 is a key."""
-    n = keys.shape[0]
-    uniq = np.empty(n, dtype=np.uint64)
-    counts = np.zeros(n, dtype=np.int64)
-    inverse = np.empty(n, dtype=np.int64)
-    u = _unique_counts(keys, _table(n, n), uniq, counts, inverse)
-    return uniq[:u], counts[:u], inverse
-
-
-def unique_keys(keys):
-    """``unique_counts(keys)[0]`` (distinct keys in first-occurrence order) without the counts and the
-    inverse it would write and drop. keys (n,) uint64 host -> (u,) uint64. Blocking; thread-safe."""
-    n = keys.shape[0]
-    uniq = np.empty(n, dtype=np.uint64)
-    none = np.empty(0, dtype=np.int64)
-    return uniq[:_unique_counts(keys, _table(n, n), uniq, none, none)]
-
-
 @njit(nogil=True, cache=True, _nrt=False)
 def _unique_segments(keys, bounds, tab, cells, uniq, ubounds, inverse):
     """The kernel of :func:`unique_segments`: :func:`_find_or_add` per segment over one table ``tab``
@@ -264,29 +233,3 @@ def _unique_segments(keys, bounds, tab, cells, uniq, ubounds, inverse):
             tab[cells[c]] = -1
         ubounds[s + 1] = u
     return u
-
-
-def unique_segments(keys, bounds):
-    """:func:`unique_counts`'s distinct keys and inverse of every segment of ``keys`` at once (a batch's
-    mini-batches), in one pass and a few arrays (not a table and three arrays per segment).
-    keys (n,) uint64 host, C-contiguous; bounds (P + 1,) int64 non-decreasing offsets into ``keys``,
-    segment j being ``keys[bounds[j]:bounds[j + 1]]`` -> uniq (U,) uint64, ubounds (P + 1,) int64,
-    inverse (bounds[P] - bounds[0],) int64: segment j's distinct keys in first-occurrence order are
-    ``uniq[ubounds[j]:ubounds[j + 1]]`` and ``inverse[bounds[j] - bounds[0]:bounds[j + 1] - bounds[0]]``
-    indexes them. Blocking; thread-safe (its arrays are its own); any uint64 is a key."""
-    bounds = np.ascontiguousarray(bounds, dtype=np.int64)
-    if bounds.ndim != 1 or (bounds.shape[0] and (bounds[0] < 0 or bounds[-1] > keys.shape[0]
-                                                 or (np.diff(bounds) < 0).any())):
-        raise InvalidInputError(f"unique_segments needs bounds (P + 1,) non-decreasing within the "
-                                f"{keys.shape[0]} keys, got {bounds}")
-    n = int(bounds[-1] - bounds[0]) if bounds.shape[0] else 0
-    longest = int(np.diff(bounds).max()) if bounds.shape[0] > 1 else 0
-    tab = _table(n, longest)
-    cells = np.empty(longest, dtype=np.uint64)
-    uniq = np.empty(n, dtype=np.uint64)
-    ubounds = np.zeros(max(bounds.shape[0], 1), dtype=np.int64)
-    inverse = np.empty(n, dtype=np.int64)
-    if bounds.shape[0] > 1:
-        u = _unique_segments(keys, bounds, tab, cells, uniq, ubounds, inverse)
-        uniq = uniq[:u]
-    return uniq, ubounds, inverse

@@ -8,8 +8,8 @@ import numpy as np
 
 from .._keys import as_keys, check_rows, rows_at
 from ..errors import CacheBudgetError, InternalError, InvalidInputError
-from . import _map_kernels as K
 from ._cache import DEFAULT_GHOST_FACTOR, DEFAULT_LRU_FRACTION, FLUSH_CHUNK_BYTES, Evicted, RowCache
+from ._unique import unique_counts
 
 
 #: Bytes of an evicted row on its way to the store besides twice its row: its key, dirty flag and
@@ -241,7 +241,7 @@ class MemPS:
         initializer. Raises CacheBudgetError (nothing pinned by this call) when the pinned rows
         would exceed the budget."""
         k = as_keys(keys)
-        uniq, counts, inverse = K.unique_counts(k)
+        uniq, counts, inverse = unique_counts(k)
         with self._lock:
             rows, hit = self.cache.lookup(uniq, pin=True, counts=counts)
             miss = np.flatnonzero(~hit)
@@ -301,7 +301,7 @@ class MemPS:
             found = self.cache.update(k, r)
             if not found.all():
                 nk, nr = (k, r) if not found.any() else (k[~found], r[~found])  # no copy in the usual case
-                uniq, _, inverse = K.unique_counts(nk)
+                uniq, _, inverse = unique_counts(nk)
                 if uniq.shape[0] < nk.shape[0]:  # duplicates: later ones win
                     last = np.empty(uniq.shape[0], dtype=np.int64)
                     last[inverse] = np.arange(nk.shape[0])

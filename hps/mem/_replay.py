@@ -6,8 +6,8 @@ import numpy as np
 
 from .._keys import as_keys
 from ..errors import InvalidInputError
-from . import _map_kernels as K
 from ._cache import DEFAULT_GHOST_FACTOR, DEFAULT_LRU_FRACTION, RowCache
+from ._unique import unique_counts
 
 #: Policy name -> (lru_fraction, ghost_factor) of the RowCache that plays it.
 POLICIES = {
@@ -35,7 +35,7 @@ def replay(batches, capacity: int, policy: str = "lru+lfu", *, lru_fraction: flo
                      lru_fraction=lf if lru_fraction is None else lru_fraction,
                      ghost_factor=gf if ghost_factor is None else ghost_factor)
     for batch in batches:
-        uniq, counts, _ = K.unique_counts(as_keys(batch))
+        uniq, counts, _ = unique_counts(as_keys(batch))
         cache.visit_batch(uniq, counts)
     st = cache.stats()
     hits = st.per_batch_hits
