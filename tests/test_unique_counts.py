@@ -51,13 +51,29 @@ def test_large_batches(n, vocab):
 
 
 def test_colliding_keys():
-    """Keys of one home cell (the low hash bits alike) chain through long probe runs."""
-    from hps._hashing import mix64
+    """Keys of one home cell (the low 16 hash bits alike: one home in any table up to 65,536 cells)
+    chain through one probe run as long as they are many."""
+    from hps.mem._unique import _cells
     rng = np.random.default_rng(1)
-    keys = rng.integers(0, 2 ** 63, size=200_000, dtype=np.uint64)
-    h = np.array([mix64(k) for k in keys[:20_000]], dtype=np.uint64)
-    same = keys[:20_000][(h & np.uint64(0xFF)) == h[0] & np.uint64(0xFF)]
-    check(np.concatenate([same, same[::-1], keys[:500]]))
+    keys = rng.integers(0, 2 ** 63, size=4_000_000, dtype=np.uint64)
+    h = mix64_all(keys)
+    same = keys[(h & np.uint64(0xFFFF)) == (h[0] & np.uint64(0xFFFF))]
+    assert same.shape[0] >= 40
+    batch = np.concatenate([same, same[::-1], keys[:500]])
+    m = _cells(batch.shape[0])
+    assert m <= 1 << 16
+    homes = mix64_all(batch) & np.uint64(m - 1)
+    assert np.bincount(homes.astype(np.int64), minlength=m).max() >= same.shape[0]  # one home: one run
+    check(batch)
+
+
+def mix64_all(keys):
+    """SplitMix64's finaliser (``hps._hashing.mix64``) over an array, in NumPy."""
+    z = keys.copy()
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
 
 
 @settings(max_examples=200, deadline=None)
