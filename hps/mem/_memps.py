@@ -18,6 +18,12 @@ from ._unique import unique_counts
 EVICTED_ROW_EXTRA = 8 + 1 + 8 + 8
 
 
+def _flight_bytes(rows: int, row_bytes: int) -> int:
+    """Bytes of ``rows`` evicted rows of ``row_bytes`` each on their way to the store: twice the row
+    and ``EVICTED_ROW_EXTRA``."""
+    return int(rows) * (2 * int(row_bytes) + EVICTED_ROW_EXTRA)
+
+
 class MemPS:
     """The MEM-PS of one node's shard: a DRAM ``RowCache`` in front of ``store``.
 
@@ -90,7 +96,7 @@ class MemPS:
     def chunk_rows(budget_bytes: int, row_bytes: int) -> int:
         """Rows a MemPS of ``budget_bytes`` writes to its store at a time: 1/16 of the budget on
         their way there (their rows copied out of the cache, with key, flag and frequency)."""
-        return max(1, min(FLUSH_CHUNK_BYTES, int(budget_bytes) // 16) // (2 * int(row_bytes) + EVICTED_ROW_EXTRA))
+        return max(1, min(FLUSH_CHUNK_BYTES, int(budget_bytes) // 16) // _flight_bytes(1, row_bytes))
 
     def _chunk(self) -> int:
         """Rows written to the store at a time with a byte budget (:meth:`chunk_rows`)."""
@@ -112,7 +118,7 @@ class MemPS:
     def _rows_within(self, write: int, ahead: bool = True) -> int:
         """Cache rows that fit the budget beside the store's index (:meth:`_store_bytes`) and beside
         the ``write`` rows on their way to the store (``Evicted`` copies)."""
-        room = self._budget - self._store_bytes(write, ahead) - write * (2 * self._row_bytes + EVICTED_ROW_EXTRA)
+        room = self._budget - self._store_bytes(write, ahead) - _flight_bytes(write, self._row_bytes)
         return RowCache.rows_for_bytes(room, self.row_width, self.dtype, self._ghost_factor)
 
     def _fit(self, write: int | None = None, pinning: int = 0) -> None:
@@ -161,7 +167,7 @@ class MemPS:
     def _too_small(self, need: int, write: int, ahead: bool = True) -> CacheBudgetError:
         one = RowCache.bytes_for(need, self.row_width, self.dtype, self._ghost_factor)
         index = self._store_bytes(write, ahead)
-        flight = write * (2 * self._row_bytes + EVICTED_ROW_EXTRA)
+        flight = _flight_bytes(write, self._row_bytes)
         held = len(self.store) if hasattr(self.store, "__len__") else None
         why = ("at its first rebuild, which this tier keeps room for from its start" if held == 0 else
                "at its next rebuild; it grows with the table, which has outgrown this budget")
