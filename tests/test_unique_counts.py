@@ -165,3 +165,25 @@ def test_segments_refuse_bad_bounds_shape_and_type():
     with pytest.raises(InvalidInputError) as err:
         unique_segments(keys, bounds)
     assert "123456789" not in str(err.value) and "10 bounds" in str(err.value)
+
+
+def test_unique_bytes_is_what_a_call_holds():
+    """``unique_bytes`` (which ``hps.train._budget.pipeline_bytes`` counts) is the peak a call
+    allocates (tracemalloc sees NumPy's arrays), by each function's own sizing rule."""
+    import tracemalloc
+
+    from hps.mem import unique_segments
+    from hps.mem._unique import unique_bytes
+    from hps.train._budget import pipeline_bytes
+    keys = np.random.default_rng(5).integers(0, 1 << 40, size=300_000, dtype=np.uint64)
+    bounds = np.arange(0, keys.shape[0] + 1, 30_000)
+    unique_counts(keys[:20]), unique_segments(keys[:20], [0, 10, 20])  # compiled before measuring
+    for call, est in ((lambda: unique_counts(keys), unique_bytes(keys.shape[0])),
+                      (lambda: unique_segments(keys, bounds), unique_bytes(keys.shape[0], 30_000))):
+        tracemalloc.start()
+        call()
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert est <= peak <= est + 4096
+    assert (pipeline_bytes(0, 1, 0, 0, 4, 1, 0, batch_keys=keys.shape[0]) - pipeline_bytes(0, 1, 0, 0, 4, 1, 0)
+            == unique_bytes(keys.shape[0]))

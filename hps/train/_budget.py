@@ -41,6 +41,7 @@ import numpy as np
 from ..data._parallel import WINDOW_PER_READER
 from ..errors import InvalidInputError
 from ..mem import MemPS, RowCache
+from ..mem._unique import unique_bytes
 from ..ssd._catalog import INDEX_START_KEYS
 from .._index import KeyIndex
 from .._options import DEFAULT_BUDGET_FRACTION, DEFAULT_ROWS_PER_FILE, format_bytes
@@ -249,11 +250,12 @@ def pipeline_bytes(batch_bytes: int, queue_depth: int, reader_bytes: int, owned_
                    window: int, minibatch_keys: int, batch_keys: int = 0) -> int:
     """Bytes of the batches in flight: the parsed batches held, each with its plan and the arrays its
     stages derive from it (``PER_BATCH`` x its own bytes), the hash table and outputs of one
-    batch's ``unique_counts`` (``batch_keys`` key occurrences), the readers' buffers
+    ``unique_counts`` over a batch's ``batch_keys`` key occurrences (``hps.mem._unique.unique_bytes``:
+    the largest dedup of a batch, e.g. admission's; the plans' ``unique_segments`` holds less), the readers' buffers
     (``reader_bytes``), the rows fetched for ``window`` batches prepared ahead and one batch's rows
     written back, and one mini-batch's rows, gradients and updated rows in the train step."""
     n = int(batch_keys)
-    unique = 16 * slots_for(n, DEFAULT_MAX_LOAD_FACTOR) + 24 * n if n else 0
+    unique = unique_bytes(n) if n else 0
     return (PER_BATCH * batches_held(queue_depth) * int(batch_bytes) + unique + int(reader_bytes)
             + (window + 1) * int(owned_working_set) * row_bytes + 3 * int(minibatch_keys) * row_bytes)
 
