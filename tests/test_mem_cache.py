@@ -359,3 +359,21 @@ def test_high_frequencies_compare_by_power_of_two_classes():
         r = np.zeros((len(keys), 1))
         _same_evicted(c.put(_u(keys), r, freq=np.array(freq)),
                       ref.put(keys, r, [False] * len(keys), False, freq))
+
+
+def test_take_refuses_bad_out_and_at_before_anything_moves():
+    """``take``'s kernels check no bounds: a row of ``at`` outside ``out``, or an ``out`` of another
+    dtype or width, is refused first, and the cached rows stay."""
+    cache = RowCache(8, W)
+    cache.put(_u([1, 2]), np.ones((2, W), cache.dtype))
+    out = np.zeros((4, W), cache.dtype)
+    with pytest.raises(InvalidInputError, match="at must be"):
+        cache.take(_u([1, 2]), out, np.array([0, 4]))
+    with pytest.raises(InvalidTypeError):
+        cache.take(_u([1, 2]), np.zeros((4, W), np.float64), np.array([0, 1]))
+    with pytest.raises(InvalidInputError, match="out must be"):
+        cache.take(_u([1, 2]), np.zeros((4, W + 1), cache.dtype), np.array([0, 1]))
+    assert cache.contains(_u([1, 2])).all()
+    assert not hasattr(cache, "take_checked")
+    _, hit = cache.take(_u([1, 2]), out, np.array([3, 0]))
+    assert hit.all() and (out[[3, 0]] == 1).all() and not cache.contains(_u([1, 2])).any()

@@ -376,11 +376,12 @@ class RowCache:
         Nothing is inserted, so nothing is evicted."""
         k = as_keys(keys)
         out, at = rows_at(out, at, k.shape[0], self.row_width, self.dtype)
-        return self.take_checked(k, out, at)
+        return self._take_unchecked(k, out, at)
 
-    def take_checked(self, k, out, at):
-        """:meth:`take` of arguments already validated (``k`` from ``as_keys``, ``(out, at)`` from
-        ``rows_at``): for a tier that validated them at its own public boundary (``MemPS.take``)."""
+    def _take_unchecked(self, k, out, at):
+        """:meth:`take` with no validation, before kernels that check no bounds: only :meth:`take` and
+        ``MemPS.take`` call it, each with ``k`` from ``as_keys`` and ``(out, at)`` from ``rows_at`` (a
+        row of ``at`` outside ``out`` would write out of bounds). Thread-safe (takes the lock)."""
         n = k.shape[0]
         hit = np.zeros(n, dtype=np.bool_)
         with self.lock:

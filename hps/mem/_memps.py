@@ -292,7 +292,7 @@ class MemPS:
             miss = np.flatnonzero(~self.cache.contains(k))
             if miss.shape[0]:  # first, so that a failing read leaves the cache as it was
                 self._count_loads(self._fill_misses(k[miss], rows, at[miss]))
-            self.cache.take_checked(k, rows, at)  # validated above
+            self.cache._take_unchecked(k, rows, at)  # validated above (rows_at)
         return rows
 
     def push(self, keys, rows, unpin: bool = True) -> None:
