@@ -34,3 +34,21 @@ def test_prefetch_rejects_what_it_cannot_address():
 
     with pytest.raises(TypingError):
         bad(np.zeros((2, 2, 2)))
+
+
+def test_prefetch_home_compiles_for_every_table_and_changes_nothing():
+    """``prefetch_home`` (the kernels' one home-cell prefetch, ``prefetch_ahead()`` keys ahead) takes
+    the tables' cell dtypes and leaves them as they were."""
+    from hps._prefetch import prefetch_ahead, prefetch_home
+
+    @njit
+    def touch(tab, keys):
+        for i in range(keys.shape[0]):
+            prefetch_home(tab, keys[i])
+        return prefetch_ahead()
+
+    keys = np.array([0, 1, 2 ** 64 - 1, 12345], dtype=np.uint64)
+    for tab in (np.full(16, -1, np.int32), np.arange(64, dtype=np.uint64), np.zeros(8, np.int64)):
+        before = tab.copy()
+        assert touch(tab, keys) == 16
+        np.testing.assert_array_equal(tab, before)

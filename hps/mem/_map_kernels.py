@@ -23,7 +23,7 @@ import numpy as np
 from numba import njit
 
 from .._hashing import mix64
-from .._prefetch import prefetch
+from .._prefetch import prefetch_ahead, prefetch_home
 
 # ---------------------------------------------------------------- key -> int32 map (linear probing)
 
@@ -94,11 +94,9 @@ def _ghost_cell(ghost, key):
 @njit(nogil=True, cache=True, inline="always")
 def _prefetch_map(mkeys, mvals, keys):
     """Prefetch the home map cell (key and value) of every key (see ``hps/_prefetch.py``)."""
-    mask = np.uint64(mkeys.shape[0] - 1)
     for i in range(keys.shape[0]):
-        h = mix64(keys[i]) & mask
-        prefetch(mkeys, h)
-        prefetch(mvals, h)
+        prefetch_home(mkeys, keys[i])
+        prefetch_home(mvals, keys[i])
 
 
 # ---------------------------------------------------------------- kernels that only read through the map
@@ -155,14 +153,6 @@ def mark_clean(dirty, mkeys, mvals, keys):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _prefetch_homes(tab, keys, a, b):
-    """Prefetch the home cells in ``tab`` of ``keys[a:b]`` (the first keys a probe loop reaches)."""
-    mask = np.uint64(tab.shape[0] - 1)
-    for i in range(a, b):
-        prefetch(tab, mix64(keys[i]) & mask)
-
-
-@njit(nogil=True, cache=True, inline="always")
 def _find_or_add(tab, uniq, u, key):
     """Linear probing of ``tab`` (m,) int32/int64, -1 = free, m a power of two, each cell an index
     into ``uniq``: every key, all ones included, is a key (no sentinel). -> (index of ``key`` in
@@ -185,18 +175,18 @@ def _unique_counts(keys, tab, uniq, counts, inverse):
     """The kernel of :func:`unique_counts` (and, with ``counts``/``inverse`` of length 0, of
     :func:`unique_keys`): :func:`_find_or_add` over ``tab`` (m,) -1 filled, m a power of two >= 2 n.
     A cell is 4 bytes, not a (key, value) pair: the table of a batch's union (~0.7 M keys: 8 MiB) and
-    ``uniq`` stay in the last-level cache together, and the cells of the keys 16 ahead are
-    prefetched, so the probes' misses overlap. ``counts`` (n,) zeroed. -> the number of distinct keys
+    ``uniq`` stay in the last-level cache together, and the cells of the keys ``prefetch_ahead()``
+    ahead are prefetched, so the probes' misses overlap. ``counts`` (n,) zeroed. -> the number of distinct keys
     u (``uniq[:u]``, ``counts[:u]`` written; ``inverse`` (n,))."""
     n = keys.shape[0]
-    mask = np.uint64(tab.shape[0] - 1)
-    ahead = 16  # keys between a prefetch of a home cell and its probe (hps/_prefetch.py)
+    ahead = prefetch_ahead()
     full = inverse.shape[0] == n
-    _prefetch_homes(tab, keys, 0, min(ahead, n))
+    for i in range(min(ahead, n)):
+        prefetch_home(tab, keys[i])
     u = 0
     for i in range(n):
         if i + ahead < n:
-            prefetch(tab, mix64(keys[i + ahead]) & mask)
+            prefetch_home(tab, keys[i + ahead])
         v, _ = _find_or_add(tab, uniq, u, keys[i])
         if v == u:
             u += 1
@@ -212,18 +202,18 @@ def _unique_segments(keys, bounds, tab, cells, uniq, ubounds, inverse):
     (m,) (-1 filled, m a power of two >= 2 x the longest segment); after each segment only the cells
     it filled (``cells``, scratch of the longest segment's length) go back to -1, so the table stays
     in cache and is never cleared whole."""
-    mask = np.uint64(tab.shape[0] - 1)
-    ahead = 16  # keys between a prefetch of a home cell and its probe (hps/_prefetch.py)
+    ahead = prefetch_ahead()
     base = bounds[0]
     u = 0
     ubounds[0] = 0
     for s in range(bounds.shape[0] - 1):
         a, b = bounds[s], bounds[s + 1]
         first = u
-        _prefetch_homes(tab, keys, a, min(a + ahead, b))
+        for i in range(a, min(a + ahead, b)):
+            prefetch_home(tab, keys[i])
         for i in range(a, b):
             if i + ahead < b:
-                prefetch(tab, mix64(keys[i + ahead]) & mask)
+                prefetch_home(tab, keys[i + ahead])
             v, h = _find_or_add(tab, uniq, u, keys[i])
             if v == u:
                 cells[u - first] = h

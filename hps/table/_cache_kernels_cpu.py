@@ -9,9 +9,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .._hashing import mix64
-from .._prefetch import prefetch
-from ._cpu_kernels import _prefetch_home, _probe
+from .._prefetch import prefetch, prefetch_ahead, prefetch_home
+from ._cpu_kernels import _probe
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -35,14 +34,16 @@ def lookup(tkeys, tstate, tscore, keys, batch, slots):
     use (``_use``) in batch ``batch``."""
     mask = np.uint64(tkeys.shape[0] - 1)
     b = np.uint64(batch)
-    n, ahead = keys.shape[0], 16  # _cpu_kernels' prefetch distance
+    n, ahead = keys.shape[0], prefetch_ahead()
     for i in range(min(ahead, n)):
-        _prefetch_home(tkeys, tstate, mask, keys[i])
-        prefetch(tscore, mix64(keys[i]) & mask)
+        prefetch_home(tkeys, keys[i])
+        prefetch_home(tstate, keys[i])
+        prefetch_home(tscore, keys[i])
     for i in range(n):
-        if i + ahead < n:
-            _prefetch_home(tkeys, tstate, mask, keys[i + ahead])
-            prefetch(tscore, mix64(keys[i + ahead]) & mask)  # a hint: never faults
+        if i + ahead < n:  # hints: never fault
+            prefetch_home(tkeys, keys[i + ahead])
+            prefetch_home(tstate, keys[i + ahead])
+            prefetch_home(tscore, keys[i + ahead])
         s = _probe(tkeys, mask, keys[i])
         if s >= 0 and tstate[s] == 0:
             slots[i] = s
@@ -55,7 +56,7 @@ def lookup(tkeys, tstate, tscore, keys, batch, slots):
 def use_slots(tscore, slots, batch):
     """The score of each of the distinct ``slots`` (n,) int64 counts one use in batch ``batch``."""
     b = np.uint64(batch)
-    n, ahead = slots.shape[0], 16  # _cpu_kernels' prefetch distance
+    n, ahead = slots.shape[0], prefetch_ahead()
     for i in range(min(ahead, n)):
         prefetch(tscore, slots[i])
     for i in range(n):
