@@ -174,8 +174,9 @@ class OwnerSync(_Sync):
         block = np.repeat(np.tile(np.arange(P, dtype=np.int32), size), asked_counts.ravel())
         by_mb, mb_offsets = group_by_owner(block, P)
         asked = asked[by_mb]
+        uniq, ub, inv = unique_segments(asked, mb_offsets)  # every mini-batch's dedup in one pass
         for j, p in enumerate(plans):
-            p.ukeys, p.uinv = unique_inverse(asked[mb_offsets[j]:mb_offsets[j + 1]])
+            p.ukeys, p.uinv = uniq[ub[j]:ub[j + 1]], inv[mb_offsets[j]:mb_offsets[j + 1]]  # mb_offsets[0] == 0
             p.recv = asked_counts[:, j].copy()
         return unique_keys(asked), plans
 
