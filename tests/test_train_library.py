@@ -112,3 +112,16 @@ def test_a_feature_from_outside_plugs_in_through_the_hooks():
     assert [c for c in rec.calls if c[0] == "minibatch"] == [("minibatch", i, j) for i in range(3) for j in range(2)]
     assert rec.calls[0] == ("start", None) and rec.calls[-1] == ("finish",)
     assert m["recorded"] == [len(rec.calls)] and m["examples"] == 600
+
+
+def test_every_backend_begins_a_batch_with_nothing_staged_alike():
+    """``begin_batch``'s ``staged`` defaults to None in the protocol and in both backends (the device
+    one reads ``staged.ready`` of anything else, so a ``()`` default would raise there)."""
+    import inspect
+
+    from hps.train._backend import Backend
+    from hps.train._device_backend import DeviceBackend
+
+    defaults = {c.__name__: inspect.signature(c.begin_batch).parameters["staged"].default
+                for c in (Backend, HostBackend, DeviceBackend)}
+    assert defaults == {"Backend": None, "HostBackend": None, "DeviceBackend": None}
