@@ -205,11 +205,50 @@ def test_poll_yields_then_sleeps_at_most_the_cap(monkeypatch):
 def test_mpich_settings_are_asked_for_whole_or_not_at_all():
     from hps.comm._mpi import MPICH_SETTINGS, ask_mpich_settings
 
-    env = {"PATH": "/bin"}
-    assert ask_mpich_settings(env) and env == {"PATH": "/bin", **MPICH_SETTINGS}
+    env = {"PATH": "/bin", "MPI_LOCALNRANKS": "4"}
+    assert ask_mpich_settings(env, cores=2) and env == {"PATH": "/bin", "MPI_LOCALNRANKS": "4", **MPICH_SETTINGS}
     assert int(env["MPIR_CVAR_CH4_PACK_BUFFER_SIZE"]) >= int(env["MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE"])
-    mine = {"MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD": "8192"}  # the user's choice: none of ours joins it
-    assert not ask_mpich_settings(mine) and mine == {"MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD": "8192"}
+    # the user's choice, under any spelling MPICH reads: none of ours joins it
+    for spelling in ("MPIR_CVAR_", "MPICH_", "MPIR_PARAM_"):
+        mine = {"OMPI_COMM_WORLD_LOCAL_SIZE": "4", spelling + "CH4_IPC_CMA_P2P_THRESHOLD": "8192"}
+        before = dict(mine)
+        assert not ask_mpich_settings(mine, cores=2) and mine == before, spelling
+
+
+def test_mpich_settings_are_asked_for_only_when_ranks_outnumber_cores():
+    from hps.comm._mpi import ask_mpich_settings, node_cores
+
+    for env in ({}, {"MPI_LOCALNRANKS": "2"}, {"OMPI_COMM_WORLD_LOCAL_SIZE": "1"}, {"MPI_LOCALNRANKS": "x"}):
+        before = dict(env)
+        assert not ask_mpich_settings(env, cores=2) and env == before, before
+    assert ask_mpich_settings({"MPI_LOCALNRANKS": "3"}, cores=2)
+    assert not ask_mpich_settings({"MPI_LOCALNRANKS": str(node_cores())})  # default: this process's cores
+    assert ask_mpich_settings({"MPI_LOCALNRANKS": str(node_cores() + 1)})
+
+
+def test_train_main_asks_for_mpich_settings_before_loading_mpi(monkeypatch):
+    import hps.train._main as M
+    from hps.comm._mpi import MPICH_SETTINGS, node_cores
+
+    for k in MPICH_SETTINGS:  # set, then removed: undone at the end even if main() puts them
+        monkeypatch.setenv(k, "")
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("MPI_LOCALNRANKS", str(node_cores() + 1))
+    seen = []
+
+    class Loaded(Exception):
+        pass
+
+    def load_mpi():
+        seen.append({k: os.environ.get(k) for k in MPICH_SETTINGS})
+        raise Loaded()
+
+    monkeypatch.setattr(M, "_mpi_launched", lambda: True)
+    monkeypatch.setattr(M, "load_mpi", load_mpi)
+    monkeypatch.setattr(M, "parse_config", lambda argv: None)
+    with pytest.raises(Loaded):
+        M.main([])
+    assert seen == [MPICH_SETTINGS]
 
 
 def test_comm_stats():

@@ -112,3 +112,35 @@ def test_a_feature_from_outside_plugs_in_through_the_hooks():
     assert [c for c in rec.calls if c[0] == "minibatch"] == [("minibatch", i, j) for i in range(3) for j in range(2)]
     assert rec.calls[0] == ("start", None) and rec.calls[-1] == ("finish",)
     assert m["recorded"] == [len(rec.calls)] and m["examples"] == 600
+
+
+def test_every_backend_begins_a_batch_with_nothing_staged_alike():
+    """``begin_batch``'s ``staged`` defaults to None in the protocol and in both backends (the device
+    one reads ``staged.ready`` of anything else, so a ``()`` default would raise there)."""
+    import inspect
+
+    from hps.train._backend import Backend
+    from hps.train._device_backend import DeviceBackend
+
+    defaults = {c.__name__: inspect.signature(c.begin_batch).parameters["staged"].default
+                for c in (Backend, HostBackend, DeviceBackend)}
+    assert defaults == {"Backend": None, "HostBackend": None, "DeviceBackend": None}
+
+
+def test_the_dense_shard_refuses_arrays_it_cannot_write_in_place():
+    """The dense shard writes the stepped blocks through flat views of the parameters: an array that is
+    not C-contiguous (whose ``reshape(-1)`` is a copy, so the write would be lost on this rank alone) is
+    refused where the arrays are taken, at construction and after a load, never in a mini-batch's
+    collective."""
+    from hps.errors import InternalError
+    from hps.model._dense_optim import DenseSGD
+    from hps.train._dense_shard import DenseShard
+
+    params = {"w": np.zeros((3, 4), np.float32), "b": np.zeros(4, np.float32)}
+    shard = DenseShard(params, DenseSGD(0.1), 2, 0)
+    shard.scatter(params)  # C-contiguous: taken
+    params["w"] = np.zeros((4, 3), np.float32).T  # a load that gave a transposed array
+    with pytest.raises(InternalError, match="'w' is not C-contiguous"):
+        shard.scatter(params)
+    with pytest.raises(InternalError, match="'w' is not C-contiguous"):
+        DenseShard(params, DenseSGD(0.1), 2, 1)

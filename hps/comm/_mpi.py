@@ -18,22 +18,61 @@ from ..errors import CommError
 
 
 #: MPICH settings a job asks for (``ask_mpich_settings``): messages up to 64 KiB between two ranks of a node
-#: go eagerly through 68 KiB shared-memory cells (64 cells a rank: 4.25 MiB) instead of the single-copy
-#: (CMA) rendezvous from 8 KiB up, whose three steps each wait for the other rank's next MPI call; a
-#: mini-batch's row and gradient messages (tens of KiB per peer) then cost the receiver one call. Measured
-#: with 4 and 8 ranks on 2 cores (docs/training.md, "Threads and MPI"). MPICH checks that the pack buffer
-#: holds a cell, so the three go together. Other MPIs ignore them.
+#: go eagerly through 68 KiB shared-memory cells (64 cells a rank: 4.25 MiB of ``/dev/shm``) instead of the
+#: single-copy (CMA) rendezvous from 8 KiB up, whose three steps each wait for the other rank's next MPI
+#: call; a mini-batch's row and gradient messages (tens of KiB per peer) then cost the receiver one call.
+#: Measured with 4 and 8 ranks on 2 cores (docs/benchmarks.md, section "Scaling"). MPICH checks that the pack
+#: buffer holds a cell, so the three go together. MPICH reads them; other MPIs (Open MPI among them) have
+#: no ``MPIR_CVAR_`` settings; whether MPICH derivatives (Intel MPI, Cray MPICH, MVAPICH) honour them is
+#: untested.
 MPICH_SETTINGS = {"MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE": "69632",
                   "MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD": "65536",
                   "MPIR_CVAR_CH4_PACK_BUFFER_SIZE": "69632"}
+#: The spellings under which MPICH reads a setting ``MPIR_CVAR_<NAME>`` (the ``MPIR_CVAR_`` one wins).
+MPICH_SETTING_PREFIXES = ("MPIR_CVAR_", "MPICH_", "MPIR_PARAM_")
+#: Where launchers put the number of ranks on this node before ``MPI_Init`` (MPICH's hydra, Open MPI).
+LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
 
 
-def ask_mpich_settings(environ=os.environ) -> bool:
-    """Put :data:`MPICH_SETTINGS` into ``environ`` unless it sets any of them (the user's choice wins,
-    whole: MPICH aborts on a cell larger than its pack buffer) -> whether they were put. Takes effect
-    only before MPI is initialised (the first use of :data:`MPI`): for the process that runs a job
+def node_cores() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def launched_ranks_on_node(environ=os.environ) -> int | None:
+    """Ranks on this node as the launcher says (:data:`LOCAL_SIZE_VARS`, readable before ``MPI_Init``);
+    None when no launcher said."""
+    for v in LOCAL_SIZE_VARS:
+        try:
+            return int(environ[v])
+        except (KeyError, ValueError):
+            continue
+    return None
+
+
+def _spellings(name: str) -> tuple[str, ...]:
+    base = name.removeprefix("MPIR_CVAR_")
+    return tuple(p + base for p in MPICH_SETTING_PREFIXES)
+
+
+def ask_mpich_settings(environ=os.environ, cores: int | None = None) -> bool:
+    """Put :data:`MPICH_SETTINGS` into ``environ`` when the ranks on this node (the launcher's count,
+    :func:`launched_ranks_on_node`) outnumber its ``cores`` (default :func:`node_cores`), the case they
+    were measured in, and ``environ`` sets none of them under any spelling MPICH reads
+    (:data:`MPICH_SETTING_PREFIXES`; the user's choice wins, whole: MPICH aborts on a cell larger than its
+    pack buffer) -> whether they were put. Not asked otherwise: each rank's cells take 4.25 MiB of
+    ``/dev/shm``, which a small one (Docker's 64 MiB default) cannot give many ranks.
+
+    The settings stay in the process's environment: child processes inherit them. Takes effect only
+    before MPI is initialised (the first use of :data:`MPI`): for the process that runs a job
     (``python -m hps.train``), not for a library caller who initialised MPI."""
-    if any(k in environ for k in MPICH_SETTINGS):
+    local = launched_ranks_on_node(environ)
+    if local is None or local <= (node_cores() if cores is None else cores):
+        return False
+    if any(s in environ for k in MPICH_SETTINGS for s in _spellings(k)):
         return False
     environ.update(MPICH_SETTINGS)
     return True

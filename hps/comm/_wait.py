@@ -15,7 +15,7 @@ matters more than it looks: MPICH advances a non-blocking collective only inside
 rank (a message over 8 KB between two ranks of a node is a rendezvous: sender, receiver, sender), so
 every stage of every collective waits out the sleep of whichever rank it needs next. With a 1 ms cap,
 4 ranks on 2 cores spent ~37 ms of each mini-batch's ~4 collectives asleep with the cores idle
-(docs/benchmarks.md, "Scaling"); 200 µs keeps a sleeping rank's polls under ~1 % of a core.
+(docs/benchmarks.md, section "Scaling"); 200 µs keeps a sleeping rank's polls under ~1 % of a core.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import os
 import time
 
 from ..errors import CommError, InvalidInputError
-from ._mpi import MPI
+from ._mpi import MPI, node_cores
 
 #: ``--mpi-wait`` values: ``auto`` picks ``yield`` when the ranks on a node outnumber its cores.
 WAIT_MODES = ("auto", "spin", "yield")
@@ -46,14 +46,6 @@ def poll(request) -> None:
     while not request.Test():
         time.sleep(delay)
         delay = min(2 * delay, POLL_MAX_S)
-
-
-def node_cores() -> int:
-    """Cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def node_share(comm) -> tuple[int, int]:

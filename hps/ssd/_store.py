@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._keys import as_keys, check_rows
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, StoreError
 from . import _format as F
 from ._commit import space_error, switch_manifest
 from ._compaction import Compactor
@@ -311,7 +311,7 @@ class SSDStore:
             try:
                 self._compactor.run(force=False)
             except Exception as e:  # keep serving; the next round retries
-                if self._cat.closed:   # close() stopped the round midway: nothing failed
+                if isinstance(e, StoreError) and self._cat.closed:  # close() stopped the round midway
                     return
                 self._cat.count("compaction_errors")
                 log.warning("hps.ssd: background compaction of %s failed: %r", self.path, e)

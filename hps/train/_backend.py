@@ -91,8 +91,8 @@ class Backend(Protocol):
     def to_device(self, a, purpose: str = "mpi"):
         """Device copy of the host array ``a`` (the CPU: ``a`` itself), counted as ``purpose``."""
 
-    def begin_batch(self, table, staged=()) -> None:
-        """Train stage, before a batch's first step; ``staged``: its :meth:`stage` output (the device
+    def begin_batch(self, table, staged=None) -> None:
+        """Train stage, before a batch's first step; ``staged``: its :meth:`stage` output or None (the device
         orders its train stream after the place stage's work on them)."""
 
     def end_minibatch(self) -> None: ...
@@ -207,7 +207,7 @@ class HostBackend:
     def to_device(self, a, purpose: str = "mpi"):
         return a
 
-    def begin_batch(self, table, staged=()) -> None:
+    def begin_batch(self, table, staged=None) -> None:
         self._loss = 0.0
 
     def end_minibatch(self) -> None:

@@ -26,20 +26,24 @@ import numpy as np
 from ..errors import InternalError
 
 
-def _flat_view(arrays: dict, name: str) -> np.ndarray:
-    """``arrays[name]`` flattened without a copy (a write through it lands in the array)."""
-    a = arrays[name]
-    if not a.flags.c_contiguous:
-        raise InternalError(f"dense array {name!r} is not C-contiguous: the dense shard reads and writes it in place")
-    return a.reshape(-1)
+def _require_in_place(params: dict, names) -> None:
+    """Raise InternalError unless every ``params[name]`` is C-contiguous: the shard reads and writes the
+    arrays through flat views (``reshape(-1)``), which would be copies otherwise. Checked where the
+    arrays are taken (construction, :meth:`DenseShard.scatter` after a load), never inside a collective."""
+    for name in names:
+        if not params[name].flags.c_contiguous:
+            raise InternalError(f"dense array {name!r} is not C-contiguous: the dense shard reads and writes it "
+                                "in place")
 
 
 class DenseShard:
     """Rank ``rank`` of ``size``'s block of the flattened ``params`` (name -> host array, in the model's
-    order) and of ``dense_opt``'s state. Collective methods run over ``ch`` (the train channel)."""
+    order) and of ``dense_opt``'s state. Collective methods run over ``ch`` (the train channel). The
+    arrays of ``params`` must be C-contiguous (InternalError otherwise): they are written in place."""
 
     def __init__(self, params: dict, dense_opt, size: int, rank: int):
         self.names = list(params)
+        _require_in_place(params, self.names)
         self.shapes = [params[k].shape for k in self.names]
         self.sizes = [int(params[k].size) for k in self.names]
         self.n, self.p = int(sum(self.sizes)), int(size)
@@ -112,7 +116,7 @@ class DenseShard:
             mine[:w] = block
         every = ch.allgather_chunks(mine, every)                   # (p, m + mr)
         for name, a, b, r, at in self.cuts:
-            _flat_view(params, name)[a:b] = every[r, at:at + b - a]
+            params[name].reshape(-1)[a:b] = every[r, at:at + b - a]  # a view: C-contiguous (_require_in_place)
         self.main.t = self.opt.t
         return np.ascontiguousarray(every[:, self.m:]).reshape(-1)[:k]
 
@@ -129,8 +133,10 @@ class DenseShard:
             self.main._state[slot] = {name: a.copy() for name, a in self._split(every)}
         self.main.t = self.opt.t
 
-    def scatter(self) -> None:
-        """Take this rank's block of the job's dense optimizer state (after a checkpoint was loaded)."""
+    def scatter(self, params: dict) -> None:
+        """Take this rank's block of the job's dense optimizer state (after a checkpoint was loaded, which
+        may have replaced the arrays of ``params``: they are checked again, InternalError)."""
+        _require_in_place(params, self.names)
         self.opt.t = self.main.t
         for name, value in self.main._hyper().items():
             setattr(self.opt, name, value)

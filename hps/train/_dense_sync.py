@@ -147,7 +147,7 @@ class DenseSync(Feature):
     def restore(self, meta: dict) -> None:
         """After a checkpoint was loaded: this rank takes its block of the dense optimizer's state."""
         if self.shard is not None:
-            self.shard.scatter()
+            self.shard.scatter(self.params)
 
     def _allreduce(self, flat: np.ndarray, n_local: int, n_total: int):
         """The summed gradient (host) this rank's copy steps with, or None for no step."""

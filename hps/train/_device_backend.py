@@ -223,7 +223,7 @@ class DeviceBackend:
         return DeviceBatch(*dev[:5], dev[5] if self.model.n_dense else None, host[3], DeviceKeys(working_set),
                            uploaded)
 
-    def stage_uploaded(self, raw: DeviceBatch, bounds, table=None) -> StagedBatch:
+    def stage_uploaded(self, raw: DeviceBatch, bounds, table) -> StagedBatch:
         """Place stage, keys deduplicated on the device: the :class:`DevicePlan` of every local
         mini-batch (examples ``bounds[j]:bounds[j + 1]``, (P + 1,) host) built on the device from slices
         of ``raw`` (:meth:`upload`): its distinct keys and inverse (``hps.gpu.unique_inverse``, the host
@@ -232,7 +232,7 @@ class DeviceBackend:
         is the event recorded after them, which :meth:`begin_batch` waits for. Asynchronous but for
         CuPy's reads of the distinct keys' counts (``unique_inverse``), which wait for the place stream
         only, and with several HBM-PS parts the partition of every mini-batch's keys (:meth:`_split`,
-        under ``table``'s locks)."""
+        under the locks of ``table``, the wrapped HBM-PS; unused with one table)."""
         st, out = self.streams, []
         with st.on(st.place):
             st.wait(raw.uploaded, st.place)

@@ -144,5 +144,5 @@ class BatchPlanner:
             return self.backend.stage(w.local, w.plans, table)
         staged, w.uploaded = self.backend.stage_uploaded(w.uploaded, w.local.bounds, table), None
         flat = self.backend.placed.flat  # a mini-batch's keys, also where they were partitioned for parts
-        w.plans = [Plan(flat(d.keys), d.inv, ukeys=flat(d.keys)) for d in staged]
+        w.plans = [Plan(keys, d.inv, ukeys=keys) for d in staged for keys in (flat(d.keys),)]
         return staged

@@ -125,7 +125,7 @@ class Parts:
     def missing(self, table, keys: PartKeys, batch: int) -> PartKeys:
         """The keys of ``keys`` that ``table`` (the ``PartitionedHashTable``) does not hold, in input order,
         each one it holds counting a use in ``batch``: part p's keys are looked up in ``table.parts[p]``
-        on its GPU (``HashTable.lookup_async``, what ``PartitionedHashTable.missing`` does on host keys)
+        on its GPU (``hps.gpu.missing_keys``, what ``PartitionedHashTable.missing`` does on host keys)
         and their slots copied to the main GPU. The misses come partitioned as ``keys`` were (each part's
         share of them filtered on its GPU, their positions among the misses on the main GPU), so a
         lookup of them again, after they were inserted, partitions nothing and brings nothing to the host."""
@@ -133,9 +133,8 @@ class Parts:
         slots, local = xp.empty(keys.shape[0], np.int64), []
         for p in range(self.n):
             with self.place.use(p):
-                s = xp.empty(keys.local[p].shape[0], np.int64)
-                table.parts[p].lookup_async(keys.local[p], batch, s)
-                local.append(keys.local[p][s < 0])
+                s, m = missing_keys(table.parts[p], keys.local[p], batch, xp)
+                local.append(m)
             slots[keys.index[p]] = self._from(s, p)
         miss = slots < 0
         at = xp.cumsum(miss) - 1  # each key's position among the misses

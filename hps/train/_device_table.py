@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InvalidTypeError
 from ..gpu import TransferLedger
 from ._device_batch import DeviceKeys
-from ._device_rows import OneTable
+from ._device_rows import Parts
 
 __all__ = ["LedgerTable"]
 
@@ -24,13 +25,17 @@ class LedgerTable:
     (:meth:`missing`) runs on the device all the same: ``placed`` (``_device_rows.Parts``) partitions
     the keys there and looks each part's share up on its GPU.
 
-    ``placed``: where the rows are (``_device_rows.OneTable`` or ``Parts``; default one table)."""
+    ``placed``: where the rows are, ``_device_rows.Parts`` for a partitioned ``table``, else
+    ``_device_rows.OneTable``; raises InvalidTypeError when the two disagree."""
 
-    def __init__(self, table, ledger: TransferLedger, placed=None):
+    def __init__(self, table, ledger: TransferLedger, placed):
         self.table = table
         self.ledger = ledger
         self.parted = hasattr(table, "device_views")
-        self.placed = placed if placed is not None else OneTable(ledger.xp, table.dim)
+        if isinstance(placed, Parts) != self.parted:
+            raise InvalidTypeError(f"LedgerTable: {type(placed).__name__} rows for a {type(table).__name__}; "
+                                   "a PartitionedHashTable needs _device_rows.Parts, a HashTable OneTable")
+        self.placed = placed
         # device copies of host keys, as ``placed.split`` gives them, for the next :meth:`missing` of the
         # same host array (which then uploads nothing): the last insert's, a kept working set's, and the
         # last misses' (the parts' insert of those keys reuses it: their share goes up with the rows)

@@ -12,6 +12,7 @@ import threading
 import time
 
 from ..cli import EXIT_BAD_INPUT, EXIT_FAILED, fail, is_bad_input, parse_config
+from ..comm._mpi import ask_mpich_settings, load_mpi
 from ..errors import HpsError
 from ..formats import last_checkpoint
 
@@ -49,8 +50,6 @@ def main(argv=None) -> int:
     try:
         cfg = parse_config(argv)
         if _mpi_launched():
-            from ..comm._mpi import ask_mpich_settings, load_mpi
-
             ask_mpich_settings()  # before MPI_Init
             comm = load_mpi().COMM_WORLD
         from ._run import run

@@ -106,7 +106,7 @@ def test_device_path_prepare_place_train_order_their_streams_with_events():
     assert seen == [(be.streams.upload, be.streams.upload)]
     assert [e[:2] for e in api.log] == [("record", "upload"), ("host_wait", None)]
     assert api.log[1][2] is raw.uploaded is api.log[0][2]
-    staged = be.stage_uploaded(raw, local.bounds)
+    staged = be.stage_uploaded(raw, local.bounds, None)  # one table: no locks to take
     assert [e[:2] for e in api.log[2:]] == [("wait", "place"), ("record", "place")]
     assert api.log[2][2] is raw.uploaded and staged.ready is api.log[3][2]
     del api.log[:]
@@ -248,10 +248,11 @@ def test_a_kept_working_set_is_looked_up_without_an_upload():
     misses come down); any other array still goes up."""
     from hps import HashTable
     from hps.gpu import TransferLedger
+    from hps.train._device_rows import OneTable
     from hps.train._device_table import LedgerTable
 
     led = TransferLedger(np)
-    t = LedgerTable(HashTable(16, 2, device="cuda"), led)
+    t = LedgerTable(HashTable(16, 2, device="cuda"), led, OneTable(np, 2))
     t.insert(np.arange(1, 4, dtype=np.uint64), np.ones((3, 2), np.float32))
     up = led.metrics()["h2d_bytes"]["plan"]
     ws = np.arange(2, 7, dtype=np.uint64)
@@ -339,3 +340,19 @@ def test_the_pinned_buffer_is_repacked_only_after_the_copy_that_read_it(monkeypa
     np.testing.assert_array_equal(st.upload([b], "plan", stream=stream)[0], b)
     assert [e[0] for e in log] == ["copy", "record", "sync", "copy", "record"]
     assert log[2][1] == 1 and log[2][2] == a[:1].tobytes() and log[3][2] == b[:1].tobytes()
+
+
+def test_a_ledger_table_refuses_rows_placed_unlike_its_table():
+    """Whether the HBM-PS has parts is the table's: ``placed`` saying otherwise is refused at once (it
+    used to build, and fail at the first residency lookup)."""
+    from hps import HashTable
+    from hps.errors import InvalidTypeError
+    from hps.gpu import PartitionedHashTable, Placement, TransferLedger
+    from hps.train._device_rows import OneTable, Parts
+    from hps.train._device_table import LedgerTable
+
+    led = TransferLedger(np)
+    with pytest.raises(InvalidTypeError, match="Parts"):
+        LedgerTable(PartitionedHashTable(3, 64, 2, device="cuda", gpus=2), led, OneTable(np, 2))
+    with pytest.raises(InvalidTypeError, match="OneTable"):
+        LedgerTable(HashTable(16, 2, device="cuda"), led, Parts(np, 2, Placement(3, 2), led))
