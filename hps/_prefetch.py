@@ -45,8 +45,9 @@ def prefetch(typingctx, arr, idx):
 @njit(nogil=True, cache=True, inline="always")
 def prefetch_ahead():
     """Keys between the prefetch of a key's cell and its probe in the batch kernels (16; a function, not
-    a module global, which Numba would freeze into cached kernels). Measured on an HBM-PS twin of 8 M
-    slots, 1 M live: ``hps.table`` ``claim`` 44 -> 25 ns a key, ``lookup`` 36 -> 21."""
+    a module global, which Numba would freeze into cached kernels). On an HBM-PS twin of 8 M slots,
+    1 M live, it took ``hps.table``'s ``claim`` from 44 to 25 ns a key and ``lookup`` from 36 to 21
+    (timed around the kernels on the shared 2-core VM, 2026-11-26: indicative, not a benchmark)."""
     return 16
 
 
