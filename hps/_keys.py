@@ -10,11 +10,12 @@ from .errors import InvalidInputError, InvalidTypeError
 EMPTY_KEY = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
-def as_keys(keys, name: str = "keys") -> np.ndarray:
-    """Return ``keys`` as a 1-D C-contiguous uint64 host array, reinterpreting int64 bitwise.
+def key_array(keys, name: str = "keys") -> np.ndarray:
+    """Return ``keys`` as a 1-D C-contiguous uint64 host array, reinterpreting int64 bitwise; every
+    uint64 is a key (:func:`as_keys` also refuses the table's sentinel).
 
     Raises InvalidTypeError for other dtypes (an empty array of any dtype is accepted), InvalidInputError
-    for a wrong shape or the sentinel.
+    for a wrong shape.
     """
     arr = np.asarray(keys)
     if arr.ndim != 1:
@@ -25,7 +26,12 @@ def as_keys(keys, name: str = "keys") -> np.ndarray:
         if arr.size == 0:
             return np.empty(0, dtype=np.uint64)
         raise InvalidTypeError(f"{name} must be uint64 (or int64, reinterpreted bitwise), got {arr.dtype}")
-    arr = np.ascontiguousarray(arr)
+    return np.ascontiguousarray(arr)
+
+
+def as_keys(keys, name: str = "keys") -> np.ndarray:
+    """:func:`key_array`, refusing the sentinel key (InvalidInputError): the keys of a hash table."""
+    arr = key_array(keys, name)
     if arr.size and (arr == EMPTY_KEY).any():
         raise InvalidInputError(
             f"{name} contains the reserved sentinel key 2**64-1 (-1 as int64), which marks empty slots; "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidInputError, InvalidTypeError
+from .._keys import key_array
 from ._map_kernels import _unique_counts, _unique_segments
 
 
@@ -45,27 +46,12 @@ def unique_bytes(n: int, longest: int | None = None) -> int:
     return _cells(longest) * np.dtype(_cell_dtype(n)).itemsize + 8 * longest + 16 * n
 
 
-def _as_keys(keys, name: str) -> np.ndarray:
-    """``keys`` as a 1-D C-contiguous uint64 host array (int64 viewed bitwise; an empty array of any
-    dtype is no keys). Raises InvalidInputError (not 1-D), InvalidTypeError (another dtype)."""
-    arr = np.asarray(keys)
-    if arr.ndim != 1:
-        raise InvalidInputError(f"{name}: keys must be 1-D (n,), got shape {arr.shape}")
-    if arr.dtype == np.int64:
-        arr = arr.view(np.uint64)
-    elif arr.dtype != np.uint64:
-        if arr.size == 0:
-            return np.empty(0, dtype=np.uint64)
-        raise InvalidTypeError(f"{name}: keys must be uint64 (or int64, read bitwise), got {arr.dtype}")
-    return np.ascontiguousarray(arr)
-
-
 def unique_counts(keys):
     """Distinct keys in first-occurrence order with their counts and the inverse map.
     keys (n,) uint64 (or int64, read bitwise) host -> uniq (u,) uint64, counts (u,) int64, inverse (n,)
     int64 (``uniq[inverse] == keys``). Blocking; thread-safe (its arrays are its own); any uint64 is a
     key. Raises InvalidInputError / InvalidTypeError for keys not 1-D uint64."""
-    keys = _as_keys(keys, "unique_counts")
+    keys = key_array(keys, "unique_counts keys")
     n = keys.shape[0]
     uniq = np.empty(n, dtype=np.uint64)
     counts = np.zeros(n, dtype=np.int64)
@@ -78,7 +64,7 @@ def unique_keys(keys):
     """``unique_counts(keys)[0]`` (distinct keys in first-occurrence order) without the counts and the
     inverse it would write and drop. keys (n,) uint64 (or int64) host -> (u,) uint64. Blocking;
     thread-safe; raises as ``unique_counts``."""
-    keys = _as_keys(keys, "unique_keys")
+    keys = key_array(keys, "unique_keys keys")
     n = keys.shape[0]
     uniq = np.empty(n, dtype=np.uint64)
     none = np.empty(0, dtype=np.int64)
@@ -95,7 +81,7 @@ def unique_segments(keys, bounds):
     bounds[0]]`` indexes them. Blocking; thread-safe (its arrays are its own); any uint64 is a key.
     Raises InvalidInputError / InvalidTypeError for keys as ``unique_counts``, bounds not 1-D integer,
     empty, out of the keys or decreasing."""
-    keys = _as_keys(keys, "unique_segments")
+    keys = key_array(keys, "unique_segments keys")
     bounds = np.asarray(bounds)
     if bounds.ndim != 1 or bounds.shape[0] == 0:
         raise InvalidInputError(f"unique_segments needs bounds (P + 1,) with P >= 0, got shape {bounds.shape}")
