@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InvalidInputError, InvalidTypeError
 from .._keys import key_array
+from ..errors import InvalidInputError, InvalidTypeError
 from ._map_kernels import _unique_counts, _unique_segments
 
 

@@ -26,7 +26,7 @@ changes). ``plan_memory`` divides it into shares, printed at start:
 
 A budget whose tier cannot cache one batch's working set on this rank is refused at start with
 the sizes of the shares and the budget that would do. Device memory (``MemoryPlan.device``) is
-planned apart: on ``cuda`` the HBM-PS cache of ``--hbm-budget`` (by default :data:`HBM_FREE_SHARE`
+planned apart: on ``cuda`` the HBM-PS cache of ``--hbm-budget`` (by default ``_hbm_budget.HBM_FREE_SHARE``
 of the GPU's free memory at start; under the CUDA simulator, whose memory is unbounded, the CPU's
 default).
 What ``--hbm-budget`` allows, on both devices alike: ``_hbm_budget``.
@@ -45,8 +45,8 @@ from ..mem._unique import unique_bytes
 from ..ssd._catalog import INDEX_START_KEYS
 from .._index import KeyIndex
 from .._options import DEFAULT_BUDGET_FRACTION, DEFAULT_ROWS_PER_FILE, format_bytes
-from ..table import DEFAULT_MAX_LOAD_FACTOR, SLOT_OVERHEAD_BYTES, slots_for
-from ._hbm_budget import HBM_FREE_SHARE, default_hbm_budget, device_free_bytes, hbm_bytes, hbm_row_bytes, hbm_rows_for
+from ..table import DEFAULT_MAX_LOAD_FACTOR, slots_for
+from ._hbm_budget import default_hbm_budget, device_free_bytes, hbm_bytes, hbm_row_bytes, hbm_rows_for
 from ._machine import memory_available, memory_limit
 
 

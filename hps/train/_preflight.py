@@ -21,8 +21,8 @@ from .._options import format_bytes
 from ..cli import check_writable
 from ..comm import SPARSE_KEYS
 from ..errors import InvalidInputError
+from ..mem import unique_keys
 from ..table import DEFAULT_MAX_LOAD_FACTOR, slots_for
-from ._sync import unique_inverse
 
 #: Dense optimizer -> float32 state tensors per parameter.
 _DENSE_SLOTS = {"adam": 2, "adagrad": 1, "sgd": 0}
@@ -91,11 +91,11 @@ def first_working_set(feed, coll, replicated: bool):
     batches = feed.epoch()
     first = next(batches, None)
     batches.close()  # a suspended reader would hold its file open
-    local = unique_inverse(first.data.keys)[0] if first is not None else np.empty(0, np.uint64)
+    local = unique_keys(first.data.keys) if first is not None else np.empty(0, np.uint64)
     first = first.data if first is not None else None
     if replicated:
-        everyone = unique_inverse(coll.main.allgatherv(local, SPARSE_KEYS))[0]
+        everyone = unique_keys(coll.main.allgatherv(local, SPARSE_KEYS))
         return first, everyone.shape[0], int(coll.owned_mask(everyone).sum())
     asked = coll.main.exchange_by_owner(local, SPARSE_KEYS)[0]
-    owned = unique_inverse(asked)[0].shape[0]
+    owned = unique_keys(asked).shape[0]
     return first, owned, owned
