@@ -197,7 +197,8 @@ class DeviceBackend:
     # -- prepare and place stages ----------------------------------------------------------------------
     #: A batch's keys can be deduplicated on the device (:meth:`upload`, :meth:`stage_uploaded`), with
     #: one HBM-PS table or parts; where they are not (``_device_batch.dedups_on_device``), the working
-    #: set goes up once (:meth:`upload_working_set`) and each mini-batch's keys as positions in it.
+    #: set goes up once (:meth:`upload_working_set`, which ``BatchPlanner`` looks for) and each
+    #: mini-batch's keys as positions in it.
     dedups_on_device = True
 
     def upload(self, batch) -> DeviceBatch:

@@ -121,7 +121,7 @@ class BatchPlanner:
     def __init__(self, sync, backend, on_device: bool):
         self.sync, self.backend, self.on_device = sync, backend, bool(on_device)
         # the host path on a device: the working set goes up once (WorkingSet)
-        self.keeps_working_set = not self.on_device and getattr(backend, "dedups_on_device", False)
+        self.keeps_working_set = not self.on_device and hasattr(backend, "upload_working_set")
 
     def plan(self, w):
         """Prepare stage: the keys batch ``w`` needs resident on this rank (host uint64, or
