@@ -31,18 +31,20 @@ _UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
 def smallest_budget(run, margin: int = 4096) -> tuple[int, int]:
     """The smallest --mem-budget every rank of a job accepts, plus ``margin`` bytes, and the MEM-PS
-    tier it leaves (the cache of one batch's working set): ``run(budget)`` starts the job (one
-    process or under mpiexec) and returns its CompletedProcess; a budget too small is refused by
-    each rank with the budget it needs ("... (N KiB with their maps and ghost table); raise
-    --mem-budget to at least N B")."""
+    tier it leaves (the cache of one batch's working set beside the SSD-PS index of their table):
+    ``run(budget)`` starts the job (one process or under mpiexec) and returns its CompletedProcess; a
+    budget too small is refused by each rank with the budget it needs ("... (N KiB with their maps
+    and ghost table) beside the SSD-PS key index of their table (N KiB); raise --mem-budget to at
+    least N B")."""
     budget = 1 << 20
+    size = r"\(([0-9.]+) (B|KiB|MiB|GiB)"
     for _ in range(8):   # a budget below the model's share is refused before the plan: try larger
         proc = run(budget)
-        needs = re.findall(r"\(([0-9.]+) (B|KiB|MiB|GiB) with their maps and ghost table\)[^;]*; "
-                           r"raise --mem-budget to at least (\d+) B", proc.stderr)
+        needs = re.findall(size + r" with their maps and ghost table\) beside the SSD-PS key index of their "
+                           r"table " + size + r"\); raise --mem-budget to at least (\d+) B", proc.stderr)
         if needs:
-            tier, _, need = max(needs, key=lambda n: int(n[2]))
-            return int(need) + margin, int(float(tier) * _UNITS[_]) + margin
+            cache, cu, index, iu, need = max(needs, key=lambda n: int(n[4]))
+            return int(need) + margin, int(float(cache) * _UNITS[cu] + float(index) * _UNITS[iu]) + margin
         assert proc.returncode != 0 and "its memory budget is" in proc.stderr, proc.stderr[-3000:]
         budget *= 4
     raise AssertionError(proc.stderr[-3000:])
