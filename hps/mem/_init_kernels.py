@@ -41,3 +41,28 @@ def init_rows(keys, at, seed, emb_dim, scale, state_value, out):
             out[r, j] = v
         for j in range(emb_dim, out.shape[1]):
             out[r, j] = state_value
+
+
+@njit(nogil=True, cache=True)
+def in_row_order(keys, at, shift, counts, skeys, sat):
+    """A stable counting sort of (``keys``, ``at``) (n,) by ``at >> shift`` (at int64 >= 0): skeys, sat
+    (n,) out get them in that order; counts ((max(at) >> shift) + 2,) int64 zeroed, scratch.
+    Returns False, leaving skeys and sat unwritten, when ``at`` is in that order already (one pass)."""
+    n = at.shape[0]
+    ordered = True
+    for i in range(n):
+        b = at[i] >> shift
+        counts[b + 1] += 1
+        if i and b < at[i - 1] >> shift:
+            ordered = False
+    if ordered:
+        return False
+    for b in range(1, counts.shape[0]):
+        counts[b] += counts[b - 1]
+    for i in range(n):
+        b = at[i] >> shift
+        j = counts[b]
+        skeys[j] = keys[i]
+        sat[j] = at[i]
+        counts[b] = j + 1
+    return True
