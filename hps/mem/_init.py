@@ -82,3 +82,11 @@ def _in_row_order(keys, at, m: int):
     if not in_row_order(keys, at, shift, np.zeros((m >> shift) + 2, np.int64), skeys, sat):
         return keys, at
     return skeys, sat
+
+
+def warm_up() -> None:
+    """Compile (or load from Numba's cache) ``in_row_order``, which a training job's scratch warm-up
+    (``hps/train/_warmup.py``) on tiny batches does not reach (its arrays are below
+    ``ORDER_MIN_ROWS``) and the real job's CPU twin does: the types of :meth:`RowInitializer.fill`'s
+    call, on two rows already in order (nothing is written)."""
+    _in_row_order(np.zeros(2, np.uint64), np.array([0, 1], np.int64), ORDER_MIN_ROWS)
