@@ -1,8 +1,10 @@
 """``prefetch(arr, i)``: a Numba intrinsic that asks the CPU to bring ``arr[i]`` into cache;
 ``prefetch_home(tab, key)``, the home cell of a key in a hash table; ``prefetch_ahead()``, how many keys
-ahead of its probe a batch kernel prefetches a key's cell.
+ahead of its probe a batch kernel prefetches a key's cell; ``prefetch_row_write(out, r)``, every cache
+line of row ``r`` of a 2-d array, for writing (a kernel that writes whole rows at scattered rows).
 
-A hint only (LLVM's ``llvm.prefetch``: read, high locality); it never faults and changes no result.
+A hint only (LLVM's ``llvm.prefetch``: read or write, high locality); it never faults and changes no
+result.
 Kernels whose per-key bodies are long chains of dependent loads (the MEM-PS cache: hash probe ->
 slot -> its fields) use a pre-pass of prefetches over the batch, so the misses of many keys overlap
 instead of stalling one key at a time (measured in ``hps/mem/_cache_kernels.py``).
@@ -19,6 +21,20 @@ from numba.extending import intrinsic
 from ._hashing import mix64
 
 
+def _emit_prefetch(context, builder, aryty, ary, idx, offset, rw):
+    """``llvm.prefetch`` of the byte ``offset`` past the start of ``ary[idx]`` (rw 0 read, 1 write;
+    locality 3 = keep in all cache levels, cache type 1 = data)."""
+    ary = context.make_array(aryty)(context, builder, ary)
+    index = [idx] + [context.get_constant(types.intp, 0)] * (aryty.ndim - 1)
+    ptr = cgutils.get_item_pointer(context, builder, aryty, ary, index, wraparound=False)
+    i8p = ir.IntType(8).as_pointer()
+    i32 = ir.IntType(32)
+    ptr = builder.gep(builder.bitcast(ptr, i8p), [offset])
+    fn = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0")
+    builder.call(fn, [ptr, i32(rw), i32(3), i32(1)])
+
+
 @intrinsic
 def prefetch(typingctx, arr, idx):
     """Prefetch ``arr[idx]`` (for a 2-d array, the start of row ``idx``). No bounds check."""
@@ -27,19 +43,38 @@ def prefetch(typingctx, arr, idx):
     sig = types.void(arr, idx)
 
     def codegen(context, builder, signature, args):
-        aryty = signature.args[0]
-        ary = context.make_array(aryty)(context, builder, args[0])
-        index = [args[1]] + [context.get_constant(types.intp, 0)] * (aryty.ndim - 1)
-        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, index, wraparound=False)
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0")
-        # rw 0 = read, locality 3 = keep in all cache levels, cache type 1 = data
-        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
+        _emit_prefetch(context, builder, signature.args[0], args[0], args[1],
+                       context.get_constant(types.intp, 0), 0)
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@intrinsic
+def _prefetch_write_at(typingctx, arr, idx, offset):
+    """Prefetch for writing the byte ``offset`` (intp) past the start of row ``idx`` of a 2-d array."""
+    if (not isinstance(arr, types.Array) or arr.ndim != 2 or not isinstance(idx, types.Integer)
+            or not isinstance(offset, types.Integer)):
+        return None
+    sig = types.void(arr, idx, types.intp)
+
+    def codegen(context, builder, signature, args):
+        _emit_prefetch(context, builder, signature.args[0], args[0], args[1], args[2], 1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(nogil=True, cache=True, inline="always")
+def prefetch_row_write(out, r):
+    """Prefetch for writing every 64-byte cache line of row ``r`` of ``out`` (2-d, rows contiguous), so
+    that the read-for-ownership misses of a kernel writing whole rows at scattered rows overlap
+    (``prefetch_ahead()`` rows ahead) instead of stalling row by row. No bounds check; a hint only."""
+    nbytes = out.shape[1] * out.itemsize
+    for b in range(0, nbytes, 64):
+        _prefetch_write_at(out, r, b)
+    if nbytes:  # a row that does not start on a line boundary ends in one more line
+        _prefetch_write_at(out, r, nbytes - 1)
 
 
 @njit(nogil=True, cache=True, inline="always")

@@ -5,7 +5,7 @@ import pytest
 from numba import njit
 from numba.core.errors import TypingError
 
-from hps._prefetch import prefetch
+from hps._prefetch import prefetch, prefetch_ahead, prefetch_row_write
 
 
 @njit
@@ -52,3 +52,27 @@ def test_prefetch_home_compiles_for_every_table_and_changes_nothing():
         before = tab.copy()
         assert touch(tab, keys) == 16
         np.testing.assert_array_equal(tab, before)
+
+
+@njit
+def _copy_rows_prefetched(src, out, at):
+    for i in range(at.shape[0]):
+        if i + prefetch_ahead() < at.shape[0]:
+            prefetch_row_write(out, at[i + prefetch_ahead()])
+        prefetch_row_write(out, at[i])
+        for j in range(src.shape[1]):
+            out[at[i], j] = src[i, j]
+
+
+@pytest.mark.parametrize("width, dtype", [(64, np.float32), (3, np.float32), (17, np.float64), (0, np.float32)])
+def test_prefetch_row_write_is_a_hint_only(width, dtype):
+    """``prefetch_row_write`` (every line of a row, for writing) compiles for the rows the kernels
+    write (widths under, over and not a multiple of a cache line, and none) and changes no value."""
+    rng = np.random.default_rng(1)
+    out = rng.standard_normal((500, width)).astype(dtype)
+    src = rng.standard_normal((100, width)).astype(dtype)
+    at = rng.permutation(500)[:100]
+    expect = out.copy()
+    expect[at] = src
+    _copy_rows_prefetched(src, out, at)
+    np.testing.assert_array_equal(out, expect)

@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from .._index import warm_up as index_warm_up
+from ..mem._init import warm_up as init_warm_up
 from ..config import Scratch, scratch_config
 from ._hbm_budget import hbm_budget_for
 from ._collectives import Collectives
@@ -76,6 +77,7 @@ def _scratch_run(trainer, first) -> None:
         scratch.fit(warm_up=False)
         scratch.hier.sync_to_store()   # a consistent cut, as checkpoints take: the table's export
         index_warm_up()                # the SSD-PS index's growth, which the scratch table never reaches
+        init_warm_up()                 # the ordering of a large array's new rows (the CPU twin's)
         scratch.evaluate(parts[:1])
         trainer.coll.warm_up(parts[0].keys, trainer.row_params)  # all-reduces carry row gradients
     finally:
