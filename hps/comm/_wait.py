@@ -16,6 +16,10 @@ rank (a message over 8 KB between two ranks of a node is a rendezvous: sender, r
 every stage of every collective waits out the sleep of whichever rank it needs next. With a 1 ms cap,
 4 ranks on 2 cores spent ~37 ms of each mini-batch's ~4 collectives asleep with the cores idle
 (docs/benchmarks.md, section "Scaling"); 200 µs keeps a sleeping rank's polls under ~1 % of a core.
+
+:class:`Waiter` is the one place that chooses between the two for a call: the hand-written schedules
+(``_schedule`` through the codecs of ``_sparse`` and ``_dense``), the owner exchange (``_exchange``) and
+the trainer's channels (``hps.train._collectives``) make every MPI call through one.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ import numpy as np
 from ..errors import CommError, InvalidInputError
 from ._mpi import MPI, node_cores
 
-#: ``--mpi-wait`` values: ``auto`` picks ``yield`` when the ranks on a node outnumber its cores.
+#: ``--mpi-wait`` values: ``auto`` picks ``yield`` when the ranks on a node outnumber its cores (the
+#: others are what it resolves to: a :class:`Waiter`'s modes).
 WAIT_MODES = ("auto", "spin", "yield")
 #: The wait mode of a job and of a :class:`~hps.comm.Topology` when none is named.
 DEFAULT_WAIT = "auto"
@@ -108,7 +113,7 @@ class Waiter:
     __slots__ = ("mode", "spin")
 
     def __init__(self, mode: str = "spin"):
-        if mode not in ("spin", "yield"):
+        if mode not in WAIT_MODES[1:]:
             raise InvalidInputError(f"a Waiter spins or yields (resolve 'auto' with resolve_wait_mode); got {mode!r}")
         self.mode = mode
         self.spin = mode == "spin"
