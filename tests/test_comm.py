@@ -202,6 +202,79 @@ def test_poll_yields_then_sleeps_at_most_the_cap(monkeypatch):
     assert sleeps[0] == W.POLL_FIRST_S and sleeps == sorted(sleeps) and max(sleeps) == W.POLL_MAX_S <= 2e-4
 
 
+class _FakeRequest:
+    """Completes on its second test; waiting on it (MPI's blocking wait) is a failure."""
+
+    def __init__(self, log, done=None):
+        self.log, self.done, self.tests = log, done, 0
+
+    def Test(self):
+        self.tests += 1
+        if self.tests == 2 and self.done is not None:
+            self.done()
+        return self.tests >= 2
+
+    def Wait(self):
+        raise AssertionError("a yielding waiter waited inside MPI")
+
+
+class _FakeComm:
+    """One rank; records the name of every MPI method called. Non-blocking calls return _FakeRequests
+    that deliver their data when they complete."""
+
+    def __init__(self):
+        self.log = []
+
+    def Get_size(self):
+        return 1
+
+    def __getattr__(self, name):
+        def call(*args, **kwargs):
+            self.log.append(name)
+            if name == "Iprobe":
+                return self.log.count("Iprobe") >= 3        # a message is there at the third probe
+            if name == "Iallgather":
+                return _FakeRequest(self.log, lambda: args[1].__setitem__(slice(None), args[0]))
+            if name == "Iallgatherv":
+                return _FakeRequest(self.log, lambda: args[1][0].__setitem__(slice(None), args[0]))
+            if name.startswith("I"):
+                return _FakeRequest(self.log)
+            return "blocking"
+        return call
+
+
+def test_waiter_yielding_makes_only_nonblocking_calls(monkeypatch):
+    """Every method of a yielding Waiter starts MPI's non-blocking call and tests its request (never
+    waits on it); a spinning one makes MPI's blocking call."""
+    from hps.comm import _wait as W
+
+    monkeypatch.setattr(W.os, "sched_yield", lambda: None)
+    buf, status = np.zeros(3), object()
+    calls = {"send": (buf, 1, 5), "recv": (buf, 1, 5), "sendrecv": (buf, buf, 1, 5), "probe": (1, 5, status),
+             "bcast": (buf,)}
+    want = {"send": ["Isend"], "recv": ["Irecv"], "sendrecv": ["Irecv", "Isend"], "probe": ["Iprobe"] * 3,
+            "bcast": ["Ibcast"]}
+    for method, args in calls.items():
+        comm = _FakeComm()
+        assert getattr(C.Waiter("yield"), method)(comm, *args) is None
+        assert comm.log == want[method], (method, comm.log)
+    comm = _FakeComm()
+    assert C.Waiter("yield").allgather_obj(comm, {"a": [1, 2]}) == [{"a": [1, 2]}]
+    assert comm.log == ["Iallgather", "Iallgatherv"]
+    comm = _FakeComm()
+    assert C.Waiter("yield").run(lambda: comm.Alltoall(), lambda: comm.Ialltoall()) is None
+    assert comm.log == ["Ialltoall"]
+    spin = {"send": ["Send"], "recv": ["Recv"], "sendrecv": ["Sendrecv"], "probe": ["Probe"], "bcast": ["Bcast"]}
+    for method, args in calls.items():
+        comm = _FakeComm()
+        getattr(C.Waiter("spin"), method)(comm, *args)
+        assert comm.log == spin[method], (method, comm.log)
+    assert C.Waiter("spin").run(lambda: comm.Alltoall(), lambda: comm.Ialltoall()) == "blocking"
+    with pytest.raises(InvalidInputError):
+        C.Waiter("auto")                                     # resolved against a communicator first
+    assert C.Waiter.resolve(None, "yield").mode == "spin"     # no communicator: nobody to wait for
+
+
 def test_mpich_settings_are_asked_for_whole_or_not_at_all():
     from hps.comm._mpi import MPICH_SETTINGS, ask_mpich_settings
 
@@ -357,6 +430,17 @@ def test_trainer_channels_under_mpiexec(mpiexec, n):
     proc, _ = _run(mpiexec, n, "check_channels.py", timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"check_channels: OK on {n} ranks" in proc.stdout
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_schedules_and_channels_wait_alike_spinning_or_yielding(mpiexec, n):
+    """Every hps.comm schedule and trainer channel gives the same bits spinning and yielding, and
+    yielding never makes a blocking MPI call (tests/mpi/check_waiter.py)."""
+    K.merge_sum(np.zeros(1, np.uint64), np.zeros((1, 1)), np.zeros(1, np.uint64), np.zeros((1, 1)))
+    proc, _ = _run(mpiexec, n, "check_waiter.py", timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"check_waiter: OK on {n} ranks" in proc.stdout
 
 
 @pytest.mark.mpi

@@ -2,10 +2,12 @@
 
 Every function takes its communicator (an mpi4py ``Comm``) or a :class:`Topology` built from one;
 nothing reaches for ``MPI.COMM_WORLD``. All collectives are blocking and must be called by every rank
-of the communicator in the same order. Run the rank's work under :func:`run_guarded` (or
+of the communicator in the same order; how a rank waits in them (MPI's spinning calls, or polled
+non-blocking ones that leave the core to the other ranks) is a :class:`Waiter`'s choice: the
+Topology's (``wait=``), or the ``waiter=`` of the functions on a bare communicator (default: spin). Run the rank's work under :func:`run_guarded` (or
 :func:`abort_on_error`) so a failure anywhere ends the whole job quickly.
 
-    topo = Topology(comm, ranks_per_node=2)           # 4 ranks -> 2 "nodes" x 2 "GPUs"
+    topo = Topology(comm, ranks_per_node=2)           # 4 ranks -> 2 "nodes" x 2 "GPUs"; wait="auto"|"spin"|"yield"
     keys, sums = sparse_allreduce(topo, keys, grads)  # union of keys, summed rows, same bits everywhere
     dense = dense_allreduce(topo, dense_grads)
     ordered_allreduce(comm, vec)                      # in place, every element summed in rank order
@@ -25,7 +27,7 @@ from ._stats import (DENSE_ALLREDUCE, DENSE_EASGD, KINDS, OWNER_WRITEBACK, SPARS
                      SPARSE_PULL, SPARSE_ROWS, CommStats)
 from ._stats import HET_CLOCKS, HET_CONTROL, HET_PUSH
 from ._topology import Topology
-from ._wait import WAIT_MODES, node_cores, node_share, poll, require_thread_multiple, resolve_wait_mode
+from ._wait import DEFAULT_WAIT, WAIT_MODES, Waiter, node_cores, node_share, poll, require_thread_multiple, resolve_wait_mode
 
 __all__ = [
     "Topology",
@@ -59,6 +61,8 @@ __all__ = [
     "HET_CONTROL",
     "HET_PUSH",
     "WAIT_MODES",
+    "DEFAULT_WAIT",
+    "Waiter",
     "poll",
     "resolve_wait_mode",
     "node_share",

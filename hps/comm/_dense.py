@@ -16,25 +16,27 @@ class _DenseCodec:
     """Payload = the result buffer ``buf``; messages land in ``tmp``; combine adds into ``buf``.
 
     ``xp`` is NumPy, or CuPy on the CUDA-aware device path (then the device is synchronised after
-    every add, before the next MPI call touches the buffer).
+    every add, before the next MPI call touches the buffer). Every MPI call waits as ``waiter`` says
+    (``_wait.Waiter``: spin or yield).
     """
 
-    def __init__(self, buf, xp, sync):
+    def __init__(self, buf, xp, sync, waiter):
         self.buf = buf
         self.tmp = xp.empty_like(buf)
         self.xp = xp
         self.sync = sync
+        self.w = waiter
 
     def send(self, comm, dest, p, meter):
-        comm.Send(p, dest, _TAG)
+        self.w.send(comm, p, dest, _TAG)
         meter.sent(p.nbytes)
 
     def recv(self, comm, src, meter):
-        comm.Recv(self.tmp, src, _TAG)
+        self.w.recv(comm, self.tmp, src, _TAG)
         return self.tmp
 
     def sendrecv(self, comm, partner, p, meter):
-        comm.Sendrecv(p, partner, _TAG, self.tmp, partner, _TAG)
+        self.w.sendrecv(comm, p, self.tmp, partner, _TAG)
         meter.sent(p.nbytes)
         return self.tmp
 
@@ -49,7 +51,7 @@ class _DenseCodec:
             self.buf[...] = p
             self.sync()
         if size > 1:
-            comm.Bcast(self.buf, root=0)
+            self.w.bcast(comm, self.buf)
             if comm.Get_rank() == 0:
                 meter.sent(self.buf.nbytes * (size - 1))
         return self.buf
@@ -78,8 +80,8 @@ def dense_allreduce(topo, array, out=None, stats=None):
     Schedule: binomial-tree reduce to the node leader, recursive doubling among node leaders,
     broadcast inside the node. Every rank gets identical bits (each pairwise add has a fixed place
     in the schedule). Device arrays go to MPI directly when ``topo.cuda_aware`` (CuPy needed for the
-    adds), else they are staged through pinned host memory. Bytes go to ``stats`` under
-    ``"dense_allreduce"``.
+    adds), else they are staged through pinned host memory. Every MPI call waits as ``topo.waiter``
+    says (spin or yield: ``Topology(wait=...)``). Bytes go to ``stats`` under ``"dense_allreduce"``.
     """
     device = is_device_array(array)
     if device and out is not None and not is_device_array(out):
@@ -93,14 +95,14 @@ def dense_allreduce(topo, array, out=None, stats=None):
             if out is not None and buf.data.ptr != a.data.ptr:
                 buf[...] = a
             cupy.cuda.Device().synchronize()
-            codec = _DenseCodec(buf, cupy, cupy.cuda.Device().synchronize)
+            codec = _DenseCodec(buf, cupy, cupy.cuda.Device().synchronize, topo.waiter)
             hierarchical_allreduce(topo, buf, codec, meter)
             return out if out is not None else buf
         a = to_host(array) if device else np.asarray(array)
         if a.dtype.kind not in "fiu":
             raise InvalidTypeError(f"array must be numeric, got {a.dtype}")
         buf = _host_result(a, None if device else out)
-        codec = _DenseCodec(buf, np, lambda: None)
+        codec = _DenseCodec(buf, np, lambda: None, topo.waiter)
         hierarchical_allreduce(topo, buf, codec, meter)
     if device:
         if out is None:

@@ -9,13 +9,14 @@ from ..errors import InvalidInputError
 from ._cuda import is_device_array, to_host
 from ._mpi import mpi_type
 from ._stats import KINDS, OWNER_WRITEBACK, SPARSE_PULL, metered
+from ._wait import SPIN
 
 
-def _alltoallv(comm, data, counts, meter):
+def _alltoallv(comm, data, counts, meter, waiter):
     """Send ``data[displ[j]:displ[j]+counts[j]]`` to rank j; returns (received data, recv counts).
 
     data (n, *row) C-contiguous host array grouped by destination; counts (size,) rows per destination.
-    REQUIRES the same row shape and dtype on every rank. Collective.
+    REQUIRES the same row shape and dtype on every rank. Collective; waits as ``waiter`` says.
     """
     size, rank = comm.Get_size(), comm.Get_rank()
     counts = np.ascontiguousarray(counts, dtype=np.int64)
@@ -26,25 +27,27 @@ def _alltoallv(comm, data, counts, meter):
     row_shape = data.shape[1:]
     per_row = int(np.prod(row_shape, dtype=np.int64))
     recv_counts = np.empty(size, dtype=np.int64)
-    comm.Alltoall(counts, recv_counts)
+    waiter.run(lambda: comm.Alltoall(counts, recv_counts), lambda: comm.Ialltoall(counts, recv_counts))
     out = np.empty((int(recv_counts.sum()),) + row_shape, dtype=data.dtype)
     if size == 1:
         out[...] = data
     else:
         mtype = mpi_type(data.dtype)
-        comm.Alltoallv([data, (counts * per_row, None), mtype], [out, (recv_counts * per_row, None), mtype])
+        s, r = [data, (counts * per_row, None), mtype], [out, (recv_counts * per_row, None), mtype]
+        waiter.run(lambda: comm.Alltoallv(s, r), lambda: comm.Ialltoallv(s, r))
     meter.sent((int(counts.sum()) - int(counts[rank])) * per_row * data.dtype.itemsize)
     return out, recv_counts
 
 
-def exchange(comm, send, stats=None, kind: str = SPARSE_PULL):
+def exchange(comm, send, stats=None, kind: str = SPARSE_PULL, waiter=SPIN):
     """Alltoallv of variable-size blocks of keys (n,) uint64 or rows (n, d) over ``comm``. Collective.
 
     send is either a *list* of ``comm.size`` host arrays (block j goes to rank j), giving a list of the
     blocks received from each rank, or a *tuple* ``(data, counts)`` (data grouped by destination,
     counts (size,) int rows per destination), giving ``(received data, received counts)`` grouped by
     source rank. REQUIRES the same dtype and trailing shape on every rank (also for empty blocks:
-    pass ``np.empty((0, d))``). Bytes sent to other ranks go to ``stats`` under ``kind``.
+    pass ``np.empty((0, d))``). Bytes sent to other ranks go to ``stats`` under ``kind``. MPI calls wait as
+    ``waiter`` says (``_wait.Waiter``, here and in :func:`pull_remote`, :func:`push_to_owners`; default: spin).
     """
     if kind not in KINDS:
         raise InvalidInputError(f"unknown traffic kind {kind!r}; expected one of {KINDS}")
@@ -61,7 +64,7 @@ def exchange(comm, send, stats=None, kind: str = SPARSE_PULL):
     else:
         raise InvalidInputError("send must be a list of comm.size arrays or a tuple (data, counts)")
     with metered(stats, kind) as meter:
-        out, recv_counts = _alltoallv(comm, data, counts, meter)
+        out, recv_counts = _alltoallv(comm, data, counts, meter, waiter)
     if as_list:
         return np.split(out, np.cumsum(recv_counts)[:-1])
     return out, recv_counts
@@ -88,7 +91,7 @@ def _as_rows(rows, n, what):
     return np.ascontiguousarray(rows)
 
 
-def pull_remote(comm, keys, owner, serve_fn, stats=None):
+def pull_remote(comm, keys, owner, serve_fn, stats=None, waiter=SPIN):
     """Fetch the rows of ``keys`` from their owners. Collective over ``comm``; blocking.
 
     keys (n,) uint64; owner (n,) int — rank of ``comm`` owning each key (may be this rank).
@@ -101,9 +104,9 @@ def pull_remote(comm, keys, owner, serve_fn, stats=None):
     keys = as_keys(keys)
     order, counts = _group_by_owner(comm, keys, owner)
     with metered(stats, SPARSE_PULL) as meter:
-        asked, asked_counts = _alltoallv(comm, keys[order], counts, meter)
+        asked, asked_counts = _alltoallv(comm, keys[order], counts, meter, waiter)
         served = _as_rows(serve_fn(asked), asked.shape[0], "serve_fn's result")
-        got, got_counts = _alltoallv(comm, served, asked_counts, meter)
+        got, got_counts = _alltoallv(comm, served, asked_counts, meter, waiter)
     if not np.array_equal(got_counts, counts):  # cannot happen with a conforming MPI
         raise InvalidInputError(f"owners replied {got_counts} rows for {counts} keys asked")
     out = np.empty_like(got)
@@ -111,7 +114,7 @@ def pull_remote(comm, keys, owner, serve_fn, stats=None):
     return out
 
 
-def push_to_owners(comm, keys, rows, owner, apply_fn, stats=None):
+def push_to_owners(comm, keys, rows, owner, apply_fn, stats=None, waiter=SPIN):
     """Send each (key, row) to the key's owner, which calls ``apply_fn(keys, rows)``. Collective.
 
     keys (n,) uint64; rows (n, d) host or device; owner (n,) int ranks of ``comm``. apply_fn is called
@@ -123,6 +126,6 @@ def push_to_owners(comm, keys, rows, owner, apply_fn, stats=None):
     rows = _as_rows(rows, keys.shape[0], "rows")
     order, counts = _group_by_owner(comm, keys, owner)
     with metered(stats, OWNER_WRITEBACK) as meter:
-        in_keys, _ = _alltoallv(comm, keys[order], counts, meter)
-        in_rows, _ = _alltoallv(comm, rows[order], counts, meter)
+        in_keys, _ = _alltoallv(comm, keys[order], counts, meter, waiter)
+        in_rows, _ = _alltoallv(comm, rows[order], counts, meter, waiter)
     return apply_fn(in_keys, in_rows)

@@ -11,6 +11,7 @@ from ._cuda import is_device_array, to_device_like, to_host
 from ._mpi import MPI
 from ._schedule import hierarchical_allreduce
 from ._stats import SPARSE_ALLREDUCE, metered
+from ._wait import SPIN
 
 _TAG_KEYS = 7311  # point-to-point tags on the Topology's private communicators
 _TAG_ROWS = 7312
@@ -46,26 +47,28 @@ def compile_kernels(width: int, dtype=np.float32) -> None:
 
 
 class _SparseCodec:
-    """Payload = (keys (m,) uint64 strictly ascending, values (m, d)); combine = merge-by-key sum."""
+    """Payload = (keys (m,) uint64 strictly ascending, values (m, d)); combine = merge-by-key sum.
+    Every MPI call waits as ``waiter`` says (``_wait.Waiter``: spin or yield)."""
 
-    def __init__(self, d, dtype):
+    def __init__(self, d, dtype, waiter):
         self.d = d
         self.dtype = np.dtype(dtype)
+        self.w = waiter
 
     def _recv_into(self, comm, src):
         status = MPI.Status()
-        comm.Probe(src, _TAG_KEYS, status)
+        self.w.probe(comm, src, _TAG_KEYS, status)
         m = status.Get_count(MPI.UINT64_T)
         keys = np.empty(m, dtype=np.uint64)
-        comm.Recv([keys, MPI.UINT64_T], src, _TAG_KEYS)
+        self.w.recv(comm, [keys, MPI.UINT64_T], src, _TAG_KEYS)
         values = np.empty((m, self.d), dtype=self.dtype)
-        comm.Recv(values, src, _TAG_ROWS)
+        self.w.recv(comm, values, src, _TAG_ROWS)
         return keys, values
 
     def send(self, comm, dest, p, meter):
         keys, values = p
-        comm.Send([keys, MPI.UINT64_T], dest, _TAG_KEYS)
-        comm.Send(values, dest, _TAG_ROWS)
+        self.w.send(comm, [keys, MPI.UINT64_T], dest, _TAG_KEYS)
+        self.w.send(comm, values, dest, _TAG_ROWS)
         meter.sent(keys.nbytes + values.nbytes)
 
     def recv(self, comm, src, meter):
@@ -75,7 +78,7 @@ class _SparseCodec:
         keys, values = p
         reqs = [comm.Isend([keys, MPI.UINT64_T], partner, _TAG_KEYS), comm.Isend(values, partner, _TAG_ROWS)]
         other = self._recv_into(comm, partner)
-        MPI.Request.Waitall(reqs)
+        self.w.wait_all(reqs)
         meter.sent(keys.nbytes + values.nbytes)
         return other
 
@@ -88,15 +91,15 @@ class _SparseCodec:
             return p
         root = comm.Get_rank() == 0
         m = np.array([p[0].shape[0] if root else 0], dtype=np.int64)
-        comm.Bcast(m, root=0)
+        self.w.bcast(comm, m)
         if root:
             keys, values = p
             meter.sent((keys.nbytes + values.nbytes) * (size - 1))
         else:
             keys = np.empty(int(m[0]), dtype=np.uint64)
             values = np.empty((int(m[0]), self.d), dtype=self.dtype)
-        comm.Bcast([keys, MPI.UINT64_T], root=0)
-        comm.Bcast(values, root=0)
+        self.w.bcast(comm, [keys, MPI.UINT64_T])
+        self.w.bcast(comm, values)
         return keys, values
 
 
@@ -113,24 +116,27 @@ def sparse_allreduce(topo, keys, values, stats=None):
     the schedule (IEEE addition of two operands is commutative). Device inputs are staged: the merge
     runs on the host and the result comes back as a device array of the input's kind.
 
-    Bytes sent are added to ``stats`` (a CommStats) under ``"sparse_allreduce"``.
+    Every MPI call waits as ``topo.waiter`` says (spin or yield: ``Topology(wait=...)``). Bytes sent
+    are added to ``stats`` (a CommStats) under ``"sparse_allreduce"``.
     """
     keys, values, like = _check_sparse(keys, values)
     with metered(stats, SPARSE_ALLREDUCE) as meter:
         p = local_reduce(keys, values)
-        codec = _SparseCodec(values.shape[1], values.dtype)
+        codec = _SparseCodec(values.shape[1], values.dtype, topo.waiter)
         out_k, out_v = hierarchical_allreduce(topo, p, codec, meter)
     if like is not None:
         return out_k, to_device_like(out_v, like)
     return out_k, out_v
 
 
-def sparse_allreduce_allgather(comm, keys, values, stats=None):
+def sparse_allreduce_allgather(comm, keys, values, stats=None, waiter=SPIN):
     """Baseline sparse all-reduce: every rank allgathers every rank's (locally reduced) rows and merges.
 
     Same contract as :func:`sparse_allreduce` and the same sums up to rounding (identical bits on every
     rank: all ranks reduce the same gathered arrays in rank order, but not necessarily the bits of the
-    hierarchical schedule), on a plain communicator, and each rank sends its rows to size - 1 ranks. For benchmarks. Bytes go to ``stats`` under ``"sparse_allreduce"``.
+    hierarchical schedule), on a plain communicator, and each rank sends its rows to size - 1 ranks. For
+    benchmarks. MPI calls wait as ``waiter`` says (``_wait.Waiter``; default: spin). Bytes go to ``stats``
+    under ``"sparse_allreduce"``.
     """
     keys, values, like = _check_sparse(keys, values)
     size = comm.Get_size()
@@ -140,12 +146,15 @@ def sparse_allreduce_allgather(comm, keys, values, stats=None):
         if size == 1:
             out_k, out_v = lk, lv
         else:
-            counts = np.array(comm.allgather(lk.shape[0]), dtype=np.int64)
+            n, counts = np.array([lk.shape[0]], np.int64), np.empty(size, np.int64)
+            waiter.run(lambda: comm.Allgather(n, counts), lambda: comm.Iallgather(n, counts))
             total = int(counts.sum())
             all_k = np.empty(total, dtype=np.uint64)
             all_v = np.empty((total, d), dtype=dtype)
-            comm.Allgatherv([lk, MPI.UINT64_T], [all_k, (counts, None), MPI.UINT64_T])
-            comm.Allgatherv(lv, [all_v, (counts * d, None)])
+            sk, rk = [lk, MPI.UINT64_T], [all_k, (counts, None), MPI.UINT64_T]
+            rv = [all_v, (counts * d, None)]
+            waiter.run(lambda: comm.Allgatherv(sk, rk), lambda: comm.Iallgatherv(sk, rk))
+            waiter.run(lambda: comm.Allgatherv(lv, rv), lambda: comm.Iallgatherv(lv, rv))
             meter.sent((lk.nbytes + lv.nbytes) * (size - 1))
             order = np.argsort(all_k, kind="stable")
             out_k, out_v = K.reduce_sorted(all_k[order], all_v[order])

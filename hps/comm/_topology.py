@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..errors import InvalidInputError
 from ._mpi import MPI
+from ._wait import DEFAULT_WAIT, WAIT_MODES, Waiter
 
 
 class Topology:
@@ -28,14 +29,16 @@ class Topology:
     ``cross_comm`` (ranks with my local rank on every node that has one; its rank = my node id among
     them), ``leader_comm`` (``cross_comm`` of the node leaders; ``None`` on non-leaders), ``node_id``,
     ``n_nodes``, ``node_sizes`` (tuple, ranks per node), ``uniform`` (all nodes the same size),
-    ``cuda_aware`` (every rank's MPI takes device buffers; see :func:`hps.comm.cuda_aware`).
+    ``cuda_aware`` (every rank's MPI takes device buffers; see :func:`hps.comm.cuda_aware`), ``waiter``
+    (how the collectives on this Topology wait in MPI, a ``_wait.Waiter``: ``wait`` is one of
+    ``WAIT_MODES``, ``auto`` yields when the ranks on a node outnumber its cores; the same on every rank).
 
     The all-reduce schedule (node reduce -> leaders' recursive doubling -> node broadcast) works for
     uneven nodes too; the paper's variant (every local index exchanges across nodes in parallel, then
     an intra-node all-reduce) needs even nodes and is what ``cross_comm`` is for.
     """
 
-    def __init__(self, comm, ranks_per_node: int | None = None, node_ids=None):
+    def __init__(self, comm, ranks_per_node: int | None = None, node_ids=None, wait: str = DEFAULT_WAIT):
         if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
             raise InvalidInputError(f"comm must be an mpi4py communicator, got {comm!r}")
         if comm.Is_inter():
@@ -43,9 +46,11 @@ class Topology:
         size = comm.Get_size()
         rank = comm.Get_rank()
         # Every rank checks the same arguments, so a bad argument raises on every rank (no hang).
-        args = comm.allgather((ranks_per_node, None if node_ids is None else tuple(int(x) for x in node_ids)))
+        args = comm.allgather((ranks_per_node, None if node_ids is None else tuple(int(x) for x in node_ids), wait))
         if any(a != args[0] for a in args):
             raise InvalidInputError(f"Topology arguments differ between ranks: {args}")
+        if wait not in WAIT_MODES:
+            raise InvalidInputError(f"wait must be one of {', '.join(WAIT_MODES)}; got {wait!r}")
         if node_ids is not None:
             node_ids = args[0][1]
             if len(node_ids) != size:
@@ -88,6 +93,7 @@ class Topology:
         from ._cuda import cuda_aware
 
         self.cuda_aware = cuda_aware(self.comm)  # collective: decided here, once, the same on every rank
+        self.waiter = Waiter.resolve(self.comm, wait)  # collective too
 
     @property
     def is_leader(self) -> bool:

@@ -16,18 +16,28 @@ rank (a message over 8 KB between two ranks of a node is a rendezvous: sender, r
 every stage of every collective waits out the sleep of whichever rank it needs next. With a 1 ms cap,
 4 ranks on 2 cores spent ~37 ms of each mini-batch's ~4 collectives asleep with the cores idle
 (docs/benchmarks.md, section "Scaling"); 200 µs keeps a sleeping rank's polls under ~1 % of a core.
+
+:class:`Waiter` is the one place that chooses between the two for a call: the hand-written schedules
+(``_schedule`` through the codecs of ``_sparse`` and ``_dense``), the owner exchange (``_exchange``) and
+the trainer's channels (``hps.train._collectives``) make every MPI call through one.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 import time
+
+import numpy as np
 
 from ..errors import CommError, InvalidInputError
 from ._mpi import MPI, node_cores
 
-#: ``--mpi-wait`` values: ``auto`` picks ``yield`` when the ranks on a node outnumber its cores.
+#: ``--mpi-wait`` values: ``auto`` picks ``yield`` when the ranks on a node outnumber its cores (the
+#: others are what it resolves to: a :class:`Waiter`'s modes).
 WAIT_MODES = ("auto", "spin", "yield")
+#: The wait mode of a job and of a :class:`~hps.comm.Topology` when none is named.
+DEFAULT_WAIT = "auto"
 #: Tests of a pending request with ``sched_yield`` in between before the first sleep.
 POLL_YIELDS = 20
 #: First and longest sleep between two tests of a pending request (seconds).
@@ -35,17 +45,22 @@ POLL_FIRST_S = 2e-5
 POLL_MAX_S = 2e-4
 
 
-def poll(request) -> None:
-    """Wait for an mpi4py ``Request``: test it, giving the core away in between (``sched_yield``, then
-    growing sleeps; module docstring). Never busy-waits longer than :data:`POLL_YIELDS` tests."""
+def wait_until(test) -> None:
+    """Call ``test()`` until it is true, giving the core away in between (``sched_yield``, then growing
+    sleeps; module docstring). Never busy-waits longer than :data:`POLL_YIELDS` tests."""
     for _ in range(POLL_YIELDS):
-        if request.Test():
+        if test():
             return
         os.sched_yield()
     delay = POLL_FIRST_S
-    while not request.Test():
+    while not test():
         time.sleep(delay)
         delay = min(2 * delay, POLL_MAX_S)
+
+
+def poll(request) -> None:
+    """Wait for an mpi4py ``Request``: test it, giving the core away in between (:func:`wait_until`)."""
+    wait_until(request.Test)
 
 
 def node_share(comm) -> tuple[int, int]:
@@ -82,3 +97,87 @@ def require_thread_multiple() -> None:
         raise CommError(f"MPI provides {names.get(level, level)}, but hps's pipeline threads call MPI "
                         "concurrently and need MPI_THREAD_MULTIPLE: use an MPI built with thread support "
                         "(MPICH, Open MPI) and leave mpi4py.rc.thread_level at 'multiple'")
+
+
+class Waiter:
+    """How a rank waits inside MPI: the one place that picks MPI's blocking call (``"spin"``) or its
+    non-blocking twin with the request polled (``"yield"``, :func:`poll`) for every call of hps's
+    schedules (``_schedule``, ``_sparse``, ``_dense``, ``_exchange``) and of the trainer's channels.
+
+    Every method is a call of ``comm`` with MPI's meaning and blocks until the call has completed
+    (the buffers are free again or filled): :meth:`run` any call given in both forms, and the
+    point-to-point calls of the hand-written schedules. In yield mode nothing waits inside MPI: a
+    probe is an ``Iprobe`` loop, a send or receive an ``Isend``/``Irecv`` tested until done. Stateless
+    beyond its mode: one Waiter may serve any number of threads and communicators."""
+
+    __slots__ = ("mode", "spin")
+
+    def __init__(self, mode: str = "spin"):
+        if mode not in WAIT_MODES[1:]:
+            raise InvalidInputError(f"a Waiter spins or yields (resolve 'auto' with resolve_wait_mode); got {mode!r}")
+        self.mode = mode
+        self.spin = mode == "spin"
+
+    @classmethod
+    def resolve(cls, comm, mode: str) -> "Waiter":
+        """The Waiter of ``mode`` (one of :data:`WAIT_MODES`) over ``comm`` (:func:`resolve_wait_mode`;
+        collective over ``comm``; ``None``: spin)."""
+        return cls(resolve_wait_mode(comm, mode)) if comm is not None else cls("spin")
+
+    def run(self, blocking, nonblocking=None):
+        """One MPI call: ``blocking()`` when spinning (or when the call has no non-blocking form) -> what
+        it returned; else ``nonblocking()`` -> a Request, polled to completion -> None."""
+        if self.spin or nonblocking is None:
+            return blocking()
+        poll(nonblocking())
+        return None
+
+    def wait_all(self, requests) -> None:
+        """Complete every request of ``requests`` (a list of mpi4py Requests)."""
+        if self.spin:
+            MPI.Request.Waitall(requests)
+            return
+        for r in requests:
+            poll(r)
+
+    def send(self, comm, buf, dest: int, tag: int) -> None:
+        self.run(lambda: comm.Send(buf, dest, tag), lambda: comm.Isend(buf, dest, tag))
+
+    def recv(self, comm, buf, src: int, tag: int) -> None:
+        self.run(lambda: comm.Recv(buf, src, tag), lambda: comm.Irecv(buf, src, tag))
+
+    def sendrecv(self, comm, sendbuf, recvbuf, partner: int, tag: int) -> None:
+        """Send ``sendbuf`` to ``partner`` and receive its message of ``tag`` into ``recvbuf``."""
+        if self.spin:
+            comm.Sendrecv(sendbuf, partner, tag, recvbuf, partner, tag)
+            return
+        self.wait_all([comm.Irecv(recvbuf, partner, tag), comm.Isend(sendbuf, partner, tag)])
+
+    def probe(self, comm, src: int, tag: int, status) -> None:
+        """Wait until a message of ``tag`` from ``src`` can be received; its envelope goes to ``status``
+        (an ``MPI.Status``). REQUIRES one thread at a time receiving on ``comm`` with ``tag``."""
+        if self.spin:
+            comm.Probe(src, tag, status)
+            return
+        wait_until(lambda: comm.Iprobe(src, tag, status))
+
+    def bcast(self, comm, buf, root: int = 0) -> None:
+        self.run(lambda: comm.Bcast(buf, root=root), lambda: comm.Ibcast(buf, root=root))
+
+    def allgather_obj(self, comm, obj) -> list:
+        """Every rank's small picklable ``obj``, in rank order (``comm.allgather``; yielding: the pickles'
+        sizes and bytes through ``Iallgather``/``Iallgatherv``)."""
+        if self.spin:
+            return comm.allgather(obj)
+        mine = np.frombuffer(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL), np.uint8)
+        sizes = np.empty(comm.Get_size(), np.int64)
+        n = np.array([mine.shape[0]], np.int64)
+        self.run(None, lambda: comm.Iallgather(n, sizes))
+        every = np.empty(int(sizes.sum()), np.uint8)
+        self.run(None, lambda: comm.Iallgatherv(mine, [every, (sizes, None)]))
+        ends = np.cumsum(sizes)
+        return [pickle.loads(every[e - k:e].tobytes()) for k, e in zip(sizes.tolist(), ends.tolist())]
+
+
+#: The waiter of MPI's own blocking calls (the library's default for a bare communicator).
+SPIN = Waiter("spin")

@@ -8,9 +8,9 @@ every rank calls it, from the same stage, in the same order. A channel of a one-
 (``comm=None``) answers every call locally, so the trainer has one code path.
 
 Waiting: in ``spin`` mode a channel makes MPI's blocking calls; in ``yield`` mode it starts the
-non-blocking call and polls it with sleeps (``hps.comm.poll``). Either way the wall and thread-CPU
-seconds spent inside MPI are added to the channel (``mpi_seconds``, ``mpi_cpu_seconds``), so a
-stage's own CPU time is its thread time minus its channel's MPI CPU time.
+non-blocking call and polls it with sleeps (the channel's ``hps.comm.Waiter`` picks, for every call).
+Either way the wall and thread-CPU seconds spent inside MPI are added to the channel (``mpi_seconds``,
+``mpi_cpu_seconds``), so a stage's own CPU time is its thread time minus its channel's MPI CPU time.
 
 Thread safety: a channel is used by one thread at a time; the shared ``stats`` (CommStats) is
 thread-safe.
@@ -24,8 +24,9 @@ import numpy as np
 
 from .._hashing import group_by_owner, owner_of
 from ..comm import (SPARSE_PULL, CommStats, allgather_chunks, node_cores, ordered_allreduce, ordered_reduce_scatter,
-                    ordered_sparse_allreduce, poll, start_reduce_scatter)
+                    ordered_sparse_allreduce, start_reduce_scatter)
 from ..comm._mpi import MPI, mpi_type
+from ..comm._wait import Waiter
 
 #: The channels, by the thread that uses each.
 CHANNELS = ("read", "prepare", "train", "main")
@@ -42,7 +43,7 @@ class Channel:
         self.rank = comm.Get_rank() if comm is not None else 0
         self.size = comm.Get_size() if comm is not None else 1
         self.stats = stats
-        self.spin = spin
+        self.waiter = Waiter("spin" if spin else "yield")
         self.mpi_seconds = 0.0
         self.mpi_cpu_seconds = 0.0
         self.in_call = False             # inside an MPI call now (set by this channel's thread, read by any)
@@ -54,9 +55,7 @@ class Channel:
         c0, t0 = time.thread_time(), time.perf_counter()
         self.in_call = True
         try:
-            if self.spin or nonblocking is None:
-                return blocking()
-            poll(nonblocking())
+            return self.waiter.run(blocking, nonblocking)
         finally:
             self.in_call = False
             self.mpi_cpu_seconds += time.thread_time() - c0
@@ -99,15 +98,17 @@ class Channel:
             return arr
         arr = np.ascontiguousarray(arr)
         row = int(np.prod(arr.shape[1:], dtype=np.int64))
-        counts = np.array(self.comm.allgather(arr.shape[0]), np.int64)
+        n, counts = np.array([arr.shape[0]], np.int64), np.empty(self.size, np.int64)
+        self._call(lambda: self.comm.Allgather(n, counts), lambda: self.comm.Iallgather(n, counts))
         out = np.empty((int(counts.sum()),) + arr.shape[1:], arr.dtype) if self.rank == 0 else None
         recv = [out, (counts * row, None), mpi_type(arr.dtype)] if self.rank == 0 else None
-        self._call(lambda: self.comm.Gatherv([arr, mpi_type(arr.dtype)], recv, root=0))
+        send = [arr, mpi_type(arr.dtype)]
+        self._call(lambda: self.comm.Gatherv(send, recv, root=0), lambda: self.comm.Igatherv(send, recv, root=0))
         return out
 
     def allgather(self, obj) -> list:
         """Every rank's small picklable ``obj``, in rank order, on every rank."""
-        return [obj] if self.comm is None else self.comm.allgather(obj)
+        return [obj] if self.comm is None else self._call(lambda: self.waiter.allgather_obj(self.comm, obj))
 
     # -- sparse traffic ----------------------------------------------------------------------------
     def alltoall_counts(self, counts: np.ndarray) -> np.ndarray:
