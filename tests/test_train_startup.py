@@ -31,3 +31,21 @@ def test_hps_gpu_still_exports_every_name():
             "print('OK')\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_the_job_keeps_the_collector_off_what_lives_as_long_as_the_process():
+    """``python -m hps.train`` freezes the modules and, after ``main``, what is left (``gc.freeze``), so
+    neither the job's full collections nor interpreter shutdown trace them; the job's own garbage is
+    still collected."""
+    code = ("import atexit, gc, runpy, sys\n"
+            "atexit.register(lambda: print('FROZEN', gc.get_freeze_count(), 'COLLECTED', sum(\n"
+            "    s['collected'] for s in gc.get_stats())))\n"
+            "sys.argv = ['hps.train', '--rows', '2000', '--batch-size', '512', '--minibatch-size', '256',\n"
+            "            '--embedding-dim', '4', '--hidden', '8', '--no-progress']\n"
+            "runpy.run_module('hps.train', run_name='__main__', alter_sys=True)\n")
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = proc.stdout.split("FROZEN")[-1].split()
+    frozen, collected = int(line[0]), int(line[2])
+    assert frozen > 50_000, proc.stdout[-2000:]  # the imports alone leave more container objects
+    assert collected > 0
