@@ -38,7 +38,7 @@ def smallest_budget(run, margin: int = 4096) -> tuple[int, int]:
     budget = 1 << 20
     for _ in range(8):   # a budget below the model's share is refused before the plan: try larger
         proc = run(budget)
-        needs = re.findall(r"\(([0-9.]+) (B|KiB|MiB|GiB) with their maps and ghost table\); "
+        needs = re.findall(r"\(([0-9.]+) (B|KiB|MiB|GiB) with their maps and ghost table\)[^;]*; "
                            r"raise --mem-budget to at least (\d+) B", proc.stderr)
         if needs:
             tier, _, need = max(needs, key=lambda n: int(n[2]))

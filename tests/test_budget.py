@@ -65,12 +65,16 @@ def test_budget_for_cache_rows_is_the_smallest_that_caches_them(rows, width):
     def plan(budget):
         return plan_memory(budget, width, rows, rows, window=3, device="cpu", model=MODEL, pipeline=1 << 20)
 
-    def fits(q):   # the tier holds the rows, the SSD-PS index of the table and 1/16 for rows on their way to it
+    def fits(budget):   # the tier holds the rows, the SSD-PS index of the table and 1/16 for rows on their way to it
+        try:
+            q = plan(budget)
+        except InvalidInputError:   # not even the working set's table
+            return False
         return q.tier_bytes * 15 // 16 >= RowCache.bytes_for(rows, width) + q.index_bytes(10 * rows)
 
     b = plan(1 << 40).budget_for_cache_rows(rows, 10 * rows)
-    assert fits(plan(b)) and plan(b).max_table_keys >= 10 * rows
-    assert not fits(plan(b - 4096))
+    assert fits(b) and plan(b).max_table_keys >= 10 * rows
+    assert not fits(b - 4096)
     assert budget_for_rows(rows, width) < b   # the MEM-PS tier alone
 
 
@@ -98,7 +102,24 @@ def test_plan_refuses_a_budget_below_the_working_set_and_names_the_shares_and_on
     assert "model 3.0 MiB" in msg and "HBM-PS twin" in msg and "batches in flight 1.0 MiB" in msg
     enough = int(re.search(r"at least (\d+) B", msg).group(1))
     p = plan_memory(enough, 32, 10_000, 10_000, window=3, device="cpu", model=MODEL, pipeline=1 << 20)
-    assert p.cache_rows >= 10_000
+    assert p.cache_rows >= 10_000 and p.max_table_keys >= 10_000
+
+
+def test_the_budget_a_refusal_names_trains_its_job(tmp_path):
+    """The budget the refusal names is one the job runs with: the MEM-PS caches the batch's rows beside
+    the SSD-PS index of their table, which it keeps room for from its start (the refusal named the
+    cache alone: a job given that budget stopped at its start, "raise the budget by at least 24,931 B",
+    and the printed plan said "a table of up to 0 keys"). One batch: the whole table is its working set."""
+    job = ["--rows", "500", "--fields", "4", "--vocab-per-field", "1000", "--batch-size", "500",
+           "--minibatch-size", "100", "--hidden", "4", "--embedding-dim", "8", "--no-progress"]
+    bad, _ = hps_train(tmp_path, *job, "--mem-budget", "3MB")
+    one_line_error(bad, "cannot hold one batch's working set", "SSD-PS key index", "raise --mem-budget to at least")
+    enough = int(re.search(r"at least (\d+) B", bad.stderr).group(1))
+    ok, _ = hps_train(tmp_path, *job, "--mem-budget", enough)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert "a table of up to 0 keys" not in ok.stdout
+    short, _ = hps_train(tmp_path, *job, "--mem-budget", enough - 1024)
+    one_line_error(short, "cannot hold one batch's working set")
 
 
 # --- the budget without --mem-budget, and checks against the machine -------------------------------

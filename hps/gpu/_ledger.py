@@ -9,7 +9,8 @@ Purposes (``PURPOSES``; metrics keys, so never renamed):
                  (keys, field, weights, offsets, labels, dense) in the prepare stage and the misses
                  coming down (8 B a key); otherwise its plans in the place stage (unique keys, inverse,
                  offsets, labels, dense) and the working set's residency lookup (keys up, misses down);
-- ``fetch``      rows entering the HBM-PS (from the MEM-PS / SSD-PS / other ranks), with their keys;
+- ``fetch``      rows entering the HBM-PS (from the MEM-PS / SSD-PS / other ranks), with their keys
+                 unless the residency lookup left them on the device (one table inserting its misses);
 - ``writeback``  rows leaving the HBM-PS (evictions, checkpoints, eval lookups), with the keys that
                  look them up or erase them and the found flags;
 - ``mpi``        host staging for MPI when it is not CUDA-aware (0 with CUDA-aware MPI);

@@ -335,15 +335,18 @@ def plan_memory(budget: int, row_width: int, owned_working_set: int, working_set
                       hbm_keys, owned_working_set, int(hbm_budget), hbm_rows, hbm_source,
                       (Share(HBM_CACHE, int(hbm_budget)),) if device == "cuda" else ())
     need_rows = max(1, owned_working_set)
-    if tier < RowCache.bytes_for(need_rows, row_width):
-        need = plan.budget_for_cache_rows(need_rows)
+    # the MEM-PS caches a batch's rows beside the SSD-PS index of a table that holds them (MemPS keeps
+    # room for the index's first rebuild from its start): a plan short of that stops at the first batch
+    if tier < RowCache.bytes_for(need_rows, row_width) or plan.max_table_keys < need_rows:
+        need = plan.budget_for_cache_rows(need_rows, need_rows)
         parts = ", ".join(f"{s.what} {format_bytes(s.nbytes)}" for s in shares)
         raise InvalidInputError(
             f"a memory budget of {format_bytes(budget)} ({source}) cannot hold one batch's working set: {parts} "
             f"leave {format_bytes(max(0, tier))} for the MEM-PS, which must cache the {owned_working_set:,} rows of "
             f"{row_bytes} B this rank owns in a batch ({format_bytes(RowCache.bytes_for(need_rows, row_width))} "
-            f"with their maps and ghost table); raise --mem-budget to at least {need} B ({format_bytes(need)}) "
-            f"or lower --batch-size")
+            f"with their maps and ghost table) beside the SSD-PS key index of their table "
+            f"({format_bytes(plan.index_bytes(need_rows))}); raise --mem-budget to at least {need} B "
+            f"({format_bytes(need)}) or lower --batch-size")
     return plan
 
 

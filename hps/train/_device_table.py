@@ -44,16 +44,18 @@ class LedgerTable:
         self._missed = None    # (host keys, device keys) of the last missing's result
 
     def insert(self, keys: np.ndarray, rows: np.ndarray) -> None:
-        """keys (n,) uint64, rows (n, row_width) host arrays. Blocking. The keys' device copy is kept
-        for a :meth:`missing` of the same array that follows (the hierarchy counts the inserted keys'
-        first use so), which then uploads nothing."""
+        """keys (n,) uint64, rows (n, row_width) host arrays. Blocking. When ``keys`` is the array the
+        last :meth:`missing` returned, one table inserts the device copy of the misses it found, and
+        only the rows go up; a partitioned table's parts upload their share of keys and rows. The keys'
+        device copy is kept for a :meth:`missing` of the same array that follows (the hierarchy counts
+        the inserted keys' first use so), which then uploads nothing."""
+        missed = self._missed if self._missed is not None and self._missed[0] is keys else None
         if self.parted:
             self.ledger.record("h2d", "fetch", keys.nbytes + rows.nbytes)
             self.table.insert(keys, rows)
-            if self._missed is not None and self._missed[0] is keys:
-                self._inserted = self._missed
-        else:
-            dev = self.ledger.to_device(keys, "fetch")
+            self._inserted = missed
+        else:  # the misses the last lookup found are on the device already: only their rows go up
+            dev = self.ledger.to_device(keys, "fetch") if missed is None else missed[1]
             self.table.insert(dev, self.ledger.to_device(rows, "fetch"))
             self._inserted = (keys, dev)
 

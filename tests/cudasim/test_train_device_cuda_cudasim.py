@@ -60,7 +60,7 @@ def assert_same_model(cpu_export, gpu_export):
 
 def assert_ledger(m, width, batches, ranks=1, fetched=None, written=None, n_parts=1):
     """No row, key or gradient crosses inside the mini-batch loop; rows cross only entering the HBM-PS
-    (``fetched`` of them, over all ranks, if given) and leaving it (``written``: default every fetched
+    (with their keys only with parts: one table inserts the misses its lookup found on the device; ``fetched`` of them, over all ranks, if given) and leaving it (``written``: default every fetched
     row once, as there are no checkpoints in these jobs: evictions and the end's export, keys and
     rows). Each batch's residency lookup brings only its misses down (``plan``, 8 B a key fetched); its
     working set's keys go up with the plans unless they were deduplicated on the device. With ``n_parts``
@@ -73,7 +73,9 @@ def assert_ledger(m, width, batches, ranks=1, fetched=None, written=None, n_part
     assert h2d["plan"] > 0 and h2d["fetch"] > 0 and d2h["fetch"] == 0
     lookups = d2h["plan"] - (8 * n_parts * (m["minibatches"] + batches) * ranks if n_parts > 1 else 0)
     assert lookups > 0 and lookups % 8 == 0 and h2d["plan"] > lookups  # + the mini-batches' plans
-    k, rem = divmod(h2d["fetch"], 8 + 4 * width)              # key + row in
+    # rows in; a partitioned table's parts upload their keys too, one table inserts the misses the
+    # lookup left on the device
+    k, rem = divmod(h2d["fetch"], 4 * width + (8 if n_parts > 1 else 0))
     assert rem == 0 and fetched in (None, k)
     assert lookups == 8 * k                                    # only the misses came down
     written = k if written is None else written
