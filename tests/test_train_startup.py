@@ -49,3 +49,20 @@ def test_the_job_keeps_the_collector_off_what_lives_as_long_as_the_process():
     frozen, collected = int(line[0]), int(line[2])
     assert frozen > 50_000, proc.stdout[-2000:]  # the imports alone leave more container objects
     assert collected > 0
+
+
+def test_the_packages_import_nothing_heavy():
+    """``import hps`` and ``import hps.train`` load neither NumPy nor Numba (their names resolve on first
+    use): ``python -m hps.train``'s ``__main__`` runs once its packages are imported and imports the job's
+    modules itself, with the garbage collector off."""
+    code = ("import sys\n"
+            "import hps, hps.train\n"
+            "heavy = sorted(m for m in ('numpy', 'numba', 'hps.table', 'hps.train._trainer') if m in sys.modules)\n"
+            "assert not heavy, heavy\n"
+            "from hps import HashTable\n"
+            "from hps.train import Trainer, main, run, load_export, OwnerSync\n"
+            "assert set(hps.train.__all__) <= set(dir(hps.train))\n"
+            "assert all(getattr(hps.train, n) is not None for n in hps.train.__all__)\n"
+            "print('OK')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
