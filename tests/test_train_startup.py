@@ -22,6 +22,12 @@ def test_a_cpu_job_never_imports_the_gpu_kernels(tmp_path):
     assert "LOADED []" in proc.stdout, proc.stdout[-2000:]
 
 
+def _child_says_ok(code: str) -> None:
+    """Run ``code`` in a fresh interpreter; it must exit 0 and print OK."""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
+
+
 def test_hps_gpu_still_exports_every_name():
     """Every name of ``hps.gpu.__all__`` resolves (the lazy table names each one's module)."""
     code = ("import hps.gpu as g\n"
@@ -29,8 +35,7 @@ def test_hps_gpu_still_exports_every_name():
             "assert not missing, missing\n"
             "assert sorted(dir(g)) == sorted(set(dir(g))) and set(g.__all__) <= set(dir(g))\n"
             "print('OK')\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
+    _child_says_ok(code)
 
 
 def test_the_job_keeps_the_collector_off_what_lives_as_long_as_the_process():
@@ -64,5 +69,4 @@ def test_the_packages_import_nothing_heavy():
             "assert set(hps.train.__all__) <= set(dir(hps.train))\n"
             "assert all(getattr(hps.train, n) is not None for n in hps.train.__all__)\n"
             "print('OK')\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
+    _child_says_ok(code)
