@@ -3,7 +3,10 @@
 Public API (everything a user needs is importable from here)::
 
     from hps import HashTable, HashTableFullError, HpsError     # the table and the errors
-    from hps import PartitionedHashTable, SSDStore, MemPS      # tiers (imported on first use)
+    from hps import PartitionedHashTable, SSDStore, MemPS      # tiers
+
+Everything but the errors is imported on first use: ``import hps`` (and so ``python -m hps.train``, whose
+``__main__`` runs once its package is imported) loads neither NumPy nor Numba.
     from hps import load_export                                # read a trained model back
     from hps import Predictor                                  # score raw data with an export
 
@@ -29,11 +32,11 @@ from .errors import (
     StoreFormatError,
     StoreLockedError,
 )
-from .table import HashTable
 
 __version__ = "0.1.0"
 
 _LAZY = {
+    "HashTable": ("hps.table", "HashTable"),
     "PartitionedHashTable": ("hps.gpu", "PartitionedHashTable"),
     "SSDStore": ("hps.ssd", "SSDStore"),
     "MemPS": ("hps.mem", "MemPS"),
@@ -43,7 +46,7 @@ _LAZY = {
 
 
 def __getattr__(name):
-    """Import the tiers and the trainer only when asked for: ``import hps`` stays light."""
+    """Import the table, the tiers and the trainer only when asked for: ``import hps`` stays light."""
     if name in _LAZY:
         import importlib
 

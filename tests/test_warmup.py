@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 from hps.config import Config
@@ -119,3 +120,35 @@ def test_the_scratch_job_is_the_jobs_own_warm_up_form(tmp_path):
         for f in fields(getattr(job, name)):
             if WARMUP not in f.metadata:
                 assert getattr(getattr(scratch, name), f.name) == getattr(getattr(job, name), f.name), f.name
+
+
+
+def _first_batch_alive(warm_up: bool) -> list[bool]:
+    """Whether the arrays owning the first batch's keys, labels and dense values are still alive once the
+    trainer has dropped the batch (as ``fit`` does), with the collector off as between two full collections."""
+    import gc
+    import weakref
+
+    t = Trainer(Config.from_flat(dict(SMALL, rows=4096, batch_size=1024, minibatch_size=256)))
+    owners = []
+    for a in (t.first_batch.keys, t.first_batch.labels, t.first_batch.dense):
+        while isinstance(a.base, np.ndarray):
+            a = a.base
+        owners.append(weakref.ref(a))
+    gc.disable()
+    try:
+        if warm_up:
+            _warmup.warm_up(t, lambda line: None)
+        t.first_batch = None
+        return [r() is not None for r in owners]
+    finally:
+        gc.enable()
+        t.close()
+
+
+def test_the_warm_up_keeps_nothing_of_the_first_batch_alive():
+    """The scratch job's objects hold reference cycles that only a full collection frees: it trains on
+    copies of the first batch's examples, not views, so the batch's memory goes when ``fit`` drops it."""
+    without = _first_batch_alive(warm_up=False)
+    assert without[0] is False  # the keys are the batch's own (the synthetic reader's dense may be shared)
+    assert _first_batch_alive(warm_up=True) == without

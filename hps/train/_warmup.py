@@ -14,6 +14,7 @@ afterwards.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
@@ -63,7 +64,7 @@ def warm_up(trainer, log) -> float:
 def _scratch_run(trainer, first) -> None:
     """Train a scratch job of the same configuration on tiny slices of ``first`` (a Batch)."""
     n = min(len(first), WARMUP_EXAMPLES * WARMUP_BATCHES)
-    parts = [first.slice(a, min(a + WARMUP_EXAMPLES, n)) for a in range(0, n, WARMUP_EXAMPLES)]
+    parts = [_own(first.slice(a, min(a + WARMUP_EXAMPLES, n))) for a in range(0, n, WARMUP_EXAMPLES)]
     working_set = max(int(np.unique(p.keys).shape[0]) for p in parts)
     # the job's own configuration in its warm-up form (each option declares it: hps.config.WARMUP) with
     # the job's budget (its plan holds the scratch job's smaller shares), an HBM-PS cache of two
@@ -82,3 +83,13 @@ def _scratch_run(trainer, first) -> None:
         trainer.coll.warm_up(parts[0].keys, trainer.row_params)  # all-reduces carry row gradients
     finally:
         scratch.close()
+
+
+def _own(part):
+    """``part`` (a Batch of views into the first batch) with copies of its arrays. The scratch job's
+    objects hold reference cycles (a trainer and its pipeline's bound methods), freed only by the next
+    full collection of the garbage collector: with views they would keep the whole first batch (tens
+    of MB) alive for as long, after ``fit`` has dropped it. The copies have the views' dtypes and
+    layout (C-contiguous), so the kernels see the same types."""
+    return dataclasses.replace(part, **{f.name: getattr(part, f.name).copy() for f in dataclasses.fields(part)
+                                        if isinstance(getattr(part, f.name), np.ndarray)})
