@@ -4,15 +4,16 @@ Public API (everything a user needs is importable from here)::
 
     from hps import HashTable, HashTableFullError, HpsError     # the table and the errors
     from hps import PartitionedHashTable, SSDStore, MemPS      # tiers
-
-Everything but the errors is imported on first use: ``import hps`` (and so ``python -m hps.train``, whose
-``__main__`` runs once its package is imported) loads neither NumPy nor Numba.
     from hps import load_export                                # read a trained model back
     from hps import Predictor                                  # score raw data with an export
 
 Subpackages: ``hps.gpu`` (HBM-PS), ``hps.mem`` (MEM-PS), ``hps.ssd`` (SSD-PS), ``hps.comm`` (MPI),
 ``hps.data`` (readers), ``hps.model`` (models: ctr, wdl, deepfm, dcn, dlrm; optimizers), ``hps.train``
 (the job), ``hps.predict`` (scoring).
+
+Everything but the errors is imported on first use (``hps.HashTable``, ``hps.mem``, ...): ``import hps``
+(and so ``python -m hps.train``, whose ``__main__`` runs once its package is imported) loads neither
+NumPy nor Numba.
 """
 
 from .errors import (
@@ -45,14 +46,25 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
-    """Import the table, the tiers and the trainer only when asked for: ``import hps`` stays light."""
-    if name in _LAZY:
-        import importlib
+#: Subpackages ``hps.<name>`` resolves on first use, as they resolved when ``import hps`` loaded them.
+_SUBPACKAGES = ("cli", "comm", "convert", "data", "formats", "gpu", "mem", "model", "predict", "profile", "ssd",
+                "table", "train")
 
+
+def __getattr__(name):
+    """Import the table, the tiers and the subpackages only when asked for: ``import hps`` stays light."""
+    import importlib
+
+    if name in _LAZY:
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(module), attr)
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'hps' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBPACKAGES))
 
 __all__ = [
     "HashTable",

@@ -68,5 +68,7 @@ def test_the_packages_import_nothing_heavy():
             "from hps.train import Trainer, main, run, load_export, OwnerSync\n"
             "assert set(hps.train.__all__) <= set(dir(hps.train))\n"
             "assert all(getattr(hps.train, n) is not None for n in hps.train.__all__)\n"
+            "assert hps.mem.MemPS is hps.MemPS and hps.ssd.SSDStore is hps.SSDStore\n"   # subpackages resolve too
+            "assert {'mem', 'gpu', 'HashTable'} <= set(dir(hps))\n"
             "print('OK')\n")
     _child_says_ok(code)
