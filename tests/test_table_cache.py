@@ -34,6 +34,34 @@ def test_closed_form_victims_least_used_then_least_recent_then_smaller_key():
     assert t.evict(3, protect_from=4)[0].tolist() == [9, 10] and len(t) == 0
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_victims_are_the_smallest_score_then_key_selected_without_sorting_the_table(seed):
+    """``victim_slots`` (a selection: the n-th smallest score, then the smallest keys among that score's
+    slots) picks exactly the eligible slots a full (score, key) sort would put first, with many ties of
+    score (few counts and batches), none, a protected batch, n at and past the eligible count."""
+    from hps.table._cache_kernels_cpu import victim_slots
+
+    rng = np.random.default_rng(seed)
+    S = 1 << 12
+    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
+    tkeys = np.full(S, empty, np.uint64)
+    live = rng.choice(S, 3000, replace=False)
+    tkeys[live] = rng.choice(np.uint64(1) << np.uint64(62), 3000, replace=False).astype(np.uint64)
+    tstate = np.zeros(S, np.int32)
+    tstate[live[:100]] = 1                                      # tombstones are never victims
+    spread = (2, 3) if seed % 2 else (1000, 1 << 20)            # heavy ties of score, or almost none
+    count = rng.integers(1, spread[0], S).astype(np.uint64)
+    last = rng.integers(0, min(spread[1], 9), S).astype(np.uint64)
+    tscore = (count << np.uint64(32)) | last
+    protect = 7
+    ok = (tkeys != empty) & (tstate == 0) & ((tscore & np.uint64(0xFFFFFFFF)) < protect)
+    elig = np.flatnonzero(ok)
+    ranked = elig[np.lexsort((tkeys[elig], tscore[elig]))]     # the full sort: score, then key
+    for n in (0, 1, 17, elig.shape[0] // 2, elig.shape[0] - 1, elig.shape[0], elig.shape[0] + 5):
+        got = victim_slots(tkeys, tstate, tscore, protect, n)
+        assert sorted(got.tolist()) == sorted(ranked[:n].tolist()), n
+
+
 def test_scores_survive_growth_and_purge_and_reset_when_a_key_leaves():
     t = HashTable(4, 1)
     t.insert(np.array([1, 2, 3], np.uint64), np.ones((3, 1)))

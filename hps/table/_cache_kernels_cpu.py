@@ -68,7 +68,10 @@ def use_slots(tscore, slots, batch):
 @njit(nogil=True, cache=True)
 def victim_slots(tkeys, tstate, tscore, protect, n):
     """Slots (k,) int64 of the k = min(n, eligible) live slots last used before batch ``protect``
-    with the smallest ``(score, key)``, in that order."""
+    with the smallest ``(score, key)`` (keys are distinct: the set is exact), in no particular order.
+    Selection, not a sort: the n-th smallest score by ``np.partition``, then among the slots of that
+    very score the smallest keys the same way; O(eligible) (two sorts of every eligible slot made a
+    table of 2 M live rows cost 0.85 s per eviction)."""
     empty = np.uint64(0xFFFFFFFFFFFFFFFF)
     p = np.uint64(protect)
     low = np.uint64(0xFFFFFFFF)
@@ -82,9 +85,33 @@ def victim_slots(tkeys, tstate, tscore, protect, n):
         if tkeys[s] != empty and tstate[s] == 0 and (tscore[s] & low) < p:
             cand[m] = s
             m += 1
-    by_key = cand[np.argsort(tkeys[cand], kind="mergesort")]
-    ordered = by_key[np.argsort(tscore[by_key], kind="mergesort")]  # stable: key order within a score
-    return ordered[:min(n, m)].copy()
+    if n <= 0:
+        return cand[:0].copy()
+    if m <= n:
+        return cand
+    score = tscore[cand]
+    t = np.partition(score.copy(), n - 1)[n - 1]   # the n-th smallest score
+    below, tied = 0, 0
+    for i in range(m):
+        if score[i] < t:
+            below += 1
+        elif score[i] == t:
+            tied += 1
+    need = n - below                               # 1 <= need <= tied
+    tkey = np.empty(tied, np.uint64)
+    j = 0
+    for i in range(m):
+        if score[i] == t:
+            tkey[j] = tkeys[cand[i]]
+            j += 1
+    kmax = np.partition(tkey, need - 1)[need - 1]  # the largest key of the tied ones taken
+    out = np.empty(n, np.int64)
+    j = 0
+    for i in range(m):
+        if score[i] < t or (score[i] == t and tkeys[cand[i]] <= kmax):
+            out[j] = cand[i]
+            j += 1
+    return out
 
 
 @njit(nogil=True, cache=True)
