@@ -21,7 +21,7 @@ updates, Li et al., "PyTorch Distributed", VLDB 2020, §3.2.3) and folds on :met
 the fold is the same, so are the bits.
 
 Every function takes the communicator (mpi4py ``Comm``) and ``run(blocking, nonblocking)``: how a call
-waits (the trainer's channels spin or poll, ``_wait``); the bytes sent to other ranks, the seconds and the
+waits (a ``_wait.Waiter``'s ``run``; default ``SPIN.run``, MPI's blocking call: the trainer's channels spin or poll); the bytes sent to other ranks, the seconds and the
 call go to ``stats`` (a ``CommStats``, optional) under ``dense_allreduce`` / ``sparse_allreduce``.
 Collective, blocking; host arrays. Thread safety: none needed (no state).
 """
@@ -38,11 +38,7 @@ from ._compress_kernels import sum_rows_f32
 from ._kernels import segment_sum
 from ._mpi import mpi_type
 from ._stats import DENSE_ALLREDUCE, SPARSE_ALLREDUCE, metered
-
-
-def run_blocking(blocking, nonblocking=None) -> None:
-    """The default ``run``: MPI's blocking call."""
-    blocking()
+from ._wait import SPIN
 
 
 def fold(parts, xp=np):
@@ -55,7 +51,7 @@ def fold(parts, xp=np):
     return acc
 
 
-def ordered_allreduce(comm, vec: np.ndarray, run=run_blocking, stats=None) -> np.ndarray:
+def ordered_allreduce(comm, vec: np.ndarray, run=SPIN.run, stats=None) -> np.ndarray:
     """Sum of ``vec`` (n,) float32, C-contiguous host, over the ranks of ``comm``, in place, each element
     added in rank order from 0 (module docstring). REQUIRES the same n on every rank. Returns ``vec``."""
     if vec.dtype != np.float32 or vec.ndim != 1 or not vec.flags.c_contiguous:
@@ -112,7 +108,7 @@ class PendingReduceScatter:
         self.request = comm.Ialltoall(blocks, self.parts)
         self.result = None
 
-    def wait(self, run=run_blocking) -> np.ndarray:
+    def wait(self, run=SPIN.run) -> np.ndarray:
         """(m,) float32: block ``rank`` summed over the ranks in rank order (as
         :func:`ordered_reduce_scatter`). ``run(blocking, nonblocking)`` waits for the request (a channel's
         spin or poll). Idempotent."""
@@ -154,7 +150,7 @@ def _allgather(comm, chunk, out, run, meter) -> None:
     meter.sent((comm.Get_size() - 1) * chunk.shape[0] * 4)
 
 
-def ordered_reduce_scatter(comm, blocks: np.ndarray, run=run_blocking, stats=None) -> np.ndarray:
+def ordered_reduce_scatter(comm, blocks: np.ndarray, run=SPIN.run, stats=None) -> np.ndarray:
     """The first half of :func:`ordered_allreduce` with the caller's layout: ``blocks`` (p, m) float32,
     C-contiguous host, row r for rank r -> (m,) float32 ``0 + blocks_0[rank] + blocks_1[rank] + …``,
     rank order (``blocks_s``: rank s's). Collective; bytes under ``dense_allreduce``."""
@@ -163,7 +159,7 @@ def ordered_reduce_scatter(comm, blocks: np.ndarray, run=run_blocking, stats=Non
         return _reduce_scatter(comm, np.ascontiguousarray(blocks), run, meter)
 
 
-def allgather_chunks(comm, chunk: np.ndarray, run=run_blocking, stats=None,
+def allgather_chunks(comm, chunk: np.ndarray, run=SPIN.run, stats=None,
                      out: np.ndarray | None = None) -> np.ndarray:
     """(p, m) float32: every rank's ``chunk`` (m,) float32 host, row r from rank r (into ``out``, a
     C-contiguous (p, m) float32 buffer, when given). Collective; bytes under ``dense_allreduce``."""
@@ -191,7 +187,7 @@ def _unpack(rec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             np.ascontiguousarray(rec[:, :d]).view(np.float32))
 
 
-def ordered_sparse_allreduce(comm, keys: np.ndarray, values: np.ndarray, run=run_blocking, stats=None):
+def ordered_sparse_allreduce(comm, keys: np.ndarray, values: np.ndarray, run=SPIN.run, stats=None):
     """(keys (m,) uint64, sums (m, d) float32): the union of every rank's ``keys`` (n,) uint64 —
     REQUIRES distinct on each rank — with each key's rows ``values`` (n, d) float32 summed over the
     ranks holding it, in rank order from 0. The same keys, in the same order (owner rank, then the
