@@ -90,7 +90,7 @@ def victim_slots(tkeys, tstate, tscore, protect, n):
     if m <= n:
         return cand
     score = tscore[cand]
-    t = np.partition(score.copy(), n - 1)[n - 1]   # the n-th smallest score
+    t = np.partition(score, n - 1)[n - 1]   # the n-th smallest score
     below, tied = 0, 0
     for i in range(m):
         if score[i] < t:
