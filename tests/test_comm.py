@@ -85,6 +85,10 @@ def test_topology_rejects_bad_args():
         C.Topology(MPI.COMM_SELF, node_ids=[0, 1])
     with pytest.raises(InvalidInputError):
         C.Topology("not a comm")
+    with pytest.raises(InvalidInputError, match="wait must be one of auto, spin, yield"):
+        C.Topology(MPI.COMM_SELF, wait="sleep")
+    with C.Topology(MPI.COMM_SELF, wait="yield") as t:
+        assert t.waiter.mode == "yield"
 
 
 @settings(max_examples=40, deadline=None)
