@@ -10,7 +10,8 @@ independent policies, so the GPU part of a key does not correlate with its node 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from ._jit import njit
 
 #: Salt of the key -> node (MPI rank) policy. Changing it changes which rank owns which key.
 NODE_SALT = np.uint64(0x5BD1E9955BD1E995)

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ._hashing import mix64
+from ._jit import njit
 
 
 def _emit_prefetch(context, builder, aryty, ary, idx, offset, rw):

@@ -6,7 +6,8 @@ Kernels only: no I/O, no globals; every array is an argument. All are ``nogil``.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from .._jit import njit
 
 
 @njit(nogil=True, cache=True)

@@ -8,7 +8,8 @@ input order), so the same inputs give the same bits on every rank.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from .._jit import njit
 
 
 @njit(nogil=True, cache=True)

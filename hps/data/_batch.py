@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from .._hashing import mix64
+from .._jit import njit
 from ..errors import InvalidInputError
 
 #: Bits of a key below the field id: key = field << FIELD_SHIFT | (mix64(value) >> (64 - FIELD_SHIFT)).

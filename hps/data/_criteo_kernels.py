@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
 from .._hashing import mix64
+from .._jit import njit
 from ._parse_kernels import blank_line, record_bad
 
 

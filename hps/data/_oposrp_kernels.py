@@ -4,7 +4,8 @@ and the batched per-example hash. Kernels only; every value they need is an argu
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from .._jit import njit
 
 
 @njit(nogil=True, cache=True, inline="always")

@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
 from .._hashing import mix64
+from .._jit import njit
 
 _TAB = 9
 _NL = 10

@@ -17,8 +17,8 @@ the host serialises calls on one state.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from .._jit import njit
 from .._prefetch import prefetch
 from ._map_kernels import _ghost_cell, _map_del, _map_get, _map_put, _prefetch_map
 from ._policy_kernels import (ST_CALL, ST_FREE_TOP, ST_N_PINNED, W_FREE, _detach, _evict_one, _place_lru,

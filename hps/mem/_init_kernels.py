@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from .._hashing import mix64
+from .._jit import njit
 from .._prefetch import prefetch_ahead, prefetch_row_write
 
 

@@ -20,9 +20,9 @@ calls on one state.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from .._hashing import mix64
+from .._jit import njit
 from .._prefetch import prefetch_ahead, prefetch_home
 
 # ---------------------------------------------------------------- key -> int32 map (linear probing)

@@ -31,8 +31,8 @@ frequency grows while it sits in the LFU part (a key repeated within one ``put``
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from .._jit import njit
 from ._map_kernels import _ghost_cell, _map_del
 
 # Indices into ``st``.

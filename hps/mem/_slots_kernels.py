@@ -9,8 +9,8 @@ cell of its own.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from .._jit import njit
 from ._map_kernels import _ghost_cell, _map_put
 from ._policy_kernels import ST_FREE_TOP, W_FREE, W_LFU, W_LRU
 

@@ -15,7 +15,8 @@ Notation: ``n`` examples, ``nnz`` key occurrences, ``u`` unique keys, ``F`` fiel
 
 from __future__ import annotations
 
-from numba import njit
+from .._jit import njit
+
 
 
 @njit(nogil=True, cache=True)

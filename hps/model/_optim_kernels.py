@@ -23,8 +23,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 from numba.extending import overload
+
+from .._jit import njit
 
 
 def _both_targets(fn):

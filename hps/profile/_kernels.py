@@ -11,7 +11,8 @@ Array contracts (host NumPy, blocking, no allocation beyond the returned array):
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from .._jit import njit
 
 
 @njit(nogil=True, cache=True)

@@ -7,7 +7,8 @@ between files, so blocks of two files are never adjacent.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from .._jit import njit
 
 
 @njit(nogil=True, cache=True)

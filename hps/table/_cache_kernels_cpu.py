@@ -7,8 +7,8 @@ Kernels only, ``@njit(nogil=True, cache=True)``; every input is an argument.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from .._jit import njit
 from .._prefetch import prefetch, prefetch_ahead, prefetch_home
 from ._cpu_kernels import _probe
 

@@ -15,9 +15,9 @@ Linear probing from ``mix64(key) & (S - 1)``; ``S`` is a power of two. Kernels o
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from .._hashing import mix64
+from .._jit import njit
 from .._prefetch import prefetch_ahead, prefetch_home
 
 

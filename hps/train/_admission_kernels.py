@@ -6,9 +6,9 @@ Pure ``@njit`` functions: everything they need is an argument (no module state).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from .._hashing import mix64
+from .._jit import njit
 
 
 @njit(nogil=True, cache=True)

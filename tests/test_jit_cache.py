@@ -1,0 +1,94 @@
+"""``hps._jit.njit``: kernels cached on disk as by ``numba.njit(cache=True)``, whose cache is made on
+first use and whose loads from the cache skip the compiler's set-up (Numba's target refresh)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+KERNEL = textwrap.dedent("""\
+    import numpy as np
+    from hps._jit import njit
+
+
+    @njit(nogil=True, cache=True, inline="always")
+    def _twice(x):
+        return 2 * x
+
+
+    @njit(nogil=True, cache=True)
+    def total(a):
+        s = 0.0
+        for i in range(a.shape[0]):
+            s += _twice(a[i])
+        return s, np.sort(a)
+    """)
+
+ROOT = str(Path(__file__).resolve().parents[1])
+
+#: Modules only Numba's target refresh (its compiler's set-up) imports. (Not numba.np.linalg: a cached
+#: kernel's environment may import numba.np.arraymath, which imports it.)
+REFRESH_ONLY = ("numba.typed.typedlist", "numba.np.random.generator_core", "numba.np.polynomial.polynomial_core",
+                "numba.cpython.printimpl")
+
+RUN = textwrap.dedent(f"""\
+    import sys
+    import numpy as np
+    import cachedkernel as k
+    made = k.total._cache._cache is not None
+    s, srt = k.total(np.array([3.0, 1.0, 2.0]))
+    assert s == 12.0 and srt.tolist() == [1.0, 2.0, 3.0], (s, srt)
+    st = k.total.stats
+    print("MADE", made, "HITS", sum(st.cache_hits.values()), "MISSES", sum(st.cache_misses.values()),
+          "REFRESH", sorted(m for m in {REFRESH_ONLY!r} if m in sys.modules))
+    """)
+
+
+def _run(tmp_path) -> str:
+    proc = subprocess.run([sys.executable, "-c", RUN], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), ROOT])})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_a_kernel_compiles_once_then_loads_from_the_cache_without_the_compilers_set_up(tmp_path):
+    (tmp_path / "cachedkernel.py").write_text(KERNEL)
+    first = _run(tmp_path)
+    assert "MADE False HITS 0 MISSES 1" in first, first  # the cache is made at the first call, not at import
+    second = _run(tmp_path)
+    assert "MADE False HITS 1 MISSES 0 REFRESH []" in second, second
+    assert any(p.suffix == ".nbi" for p in (tmp_path / "__pycache__").iterdir())  # Numba's own cache files
+
+
+def test_numba_disable_jit_leaves_kernels_plain_functions():
+    code = ("from hps._jit import njit\n"
+            "f = njit(nogil=True, cache=True)(lambda x: x + 1)\n"
+            "assert f(1) == 2 and not hasattr(f, 'py_func')\nprint('OK')\n")
+    env = {**os.environ, "NUMBA_DISABLE_JIT": "1", "PYTHONPATH": ROOT}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_every_cpu_kernel_of_hps_is_made_by_hps_jit():
+    """A kernel made by ``numba.njit`` directly would bring back the set-up at its first load."""
+    package = Path(ROOT) / "hps"
+    direct = [str(p.relative_to(package)) for p in package.rglob("*.py") if p.name != "_jit.py"
+              and any(s in p.read_text() for s in ("from numba import njit", "numba.njit(", "@numba.njit",
+                                                    "from numba import jit", "numba.jit("))]
+    assert not direct, direct
+
+
+def test_a_job_loads_its_cached_kernels_without_the_compilers_set_up(tmp_path):
+    """The second of two identical jobs finds every kernel in Numba's cache (the first compiled what was
+    missing) and never runs the set-up of Numba's compiler: ~0.1 CPU s of every rank process."""
+    code = ("import atexit, runpy, sys\n"
+            f"atexit.register(lambda: print('REFRESH', sorted(m for m in {REFRESH_ONLY!r} if m in sys.modules)))\n"
+            "sys.argv = ['hps.train', '--rows', '2000', '--batch-size', '512', '--minibatch-size', '256',\n"
+            "            '--embedding-dim', '4', '--hidden', '8', '--no-progress']\n"
+            "runpy.run_module('hps.train', run_name='__main__', alter_sys=True)\n")
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-W", "ignore", "-c", code], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "REFRESH []" in proc.stdout, proc.stdout[-2000:]
