@@ -14,6 +14,11 @@ is paid once per process, so N ranks pay it N times. Two parts of it are Numba's
   ``rtsys.initialize`` installs) and Numba's C helpers (installed when the CPU target is made); the
   one symbol table a registry import fills is the hash secret (``numba.cpython.hashing``), imported
   here. Compiling (a cache miss) still refreshes everything: Numba's compiler does so itself.
+- **The kernel's IR, parsed at every load.** Numba's cache holds a kernel's machine code and its LLVM
+  IR (bitcode), which a later compile links in if it calls the kernel; at every load Numba parses that
+  IR and scans it for the symbols it defines, about 1.2 ms a kernel, for the one symbol a load looks up
+  (the kernel's Python wrapper). Here the IR is parsed when a compile first links it
+  (:class:`_CachedLibrary`) and the wrapper is found among the machine code's symbol names.
 
 The compiled code, the cache files and their keys are Numba's own: a kernel behaves exactly as under
 ``numba.njit``, and a cache written by one is read by the other. Under ``NUMBA_DISABLE_JIT`` kernels
@@ -22,10 +27,17 @@ stay plain Python functions, as ``numba.njit`` leaves them.
 
 from __future__ import annotations
 
+import llvmlite.binding as ll
 import numba
 from numba.core.caching import FunctionCache
+from numba.core.codegen import JITCodeLibrary
+from numba.core.compiler_lock import global_compiler_lock
 from numba.core.dispatcher import Dispatcher
 from numba.core.runtime import rtsys
+
+#: How the names of Numba's Python wrappers of compiled functions begin (``FunctionDescriptor.
+#: llvm_cpython_wrapper_name``, Itanium-mangled in the ``cpython`` namespace): a library's own symbols.
+WRAPPER_PREFIX = "_ZN7cpython"
 
 
 def njit(*, cache: bool = False, **options):
@@ -61,10 +73,61 @@ class _KernelCache:
         rtsys.initialize(target_context)  # the runtime the compiled code calls (idempotent)
         from numba.cpython import hashing  # noqa: F401  (installs the hash secret's symbols)
 
-        with cache._guard_against_spurious_io_errors():
-            return cache._load_overload(sig, target_context)
+        codegen = target_context.codegen()
+        with global_compiler_lock, cache._guard_against_spurious_io_errors():
+            codegen._library_class = _CachedLibrary  # the loaded library's class (shadows the codegen's)
+            try:
+                return cache._load_overload(sig, target_context)
+            finally:
+                del codegen._library_class
 
     def __getattr__(self, name):  # save_overload, flush, cache_path, ...: Numba's own
         if name.startswith("__") or name in ("_py_func", "_cache"):  # not made yet (copy, pickle)
             raise AttributeError(name)
         return getattr(self._made(), name)
+
+
+class _CachedLibrary(JITCodeLibrary):
+    """A kernel's code loaded from Numba's cache whose IR is parsed when first needed (see the module
+    docstring); otherwise Numba's ``JITCodeLibrary``. Used under Numba's compiler lock."""
+
+    def __init__(self, codegen, name):
+        self._bitcode = None   # the IR not parsed yet
+        self._machine = None   # the machine code's bytes, until the wrapper is looked up
+        super().__init__(codegen, name)
+
+    @property
+    def _shared_module(self):
+        """The IR for linking (Numba's attribute), parsed on first use with Numba's symbol scan."""
+        if self._shared is None and self._bitcode is not None:
+            self._shared = ll.parse_bitcode(self._bitcode)
+            self._bitcode = None
+            self._codegen._engine._load_defined_symbols(self._shared)
+        return self._shared
+
+    @_shared_module.setter
+    def _shared_module(self, module):
+        self._shared = module
+
+    @classmethod
+    def _unserialize(cls, codegen, state):
+        name, kind, data = state
+        if kind != "object":  # Numba's way (its libraries are made by codegen, as this class now)
+            return super()._unserialize(codegen, state)
+        machine, bitcode = data
+        self = cls(codegen, name)
+        self.enable_object_caching()
+        self._set_compiled_object(machine)
+        self._bitcode, self._machine = bitcode, machine
+        self._finalize_final_module()
+        return self
+
+    def get_pointer_to_function(self, name):
+        engine = self._codegen._engine
+        if self._bitcode is not None and not engine.is_symbol_defined(name):
+            if name.startswith(WRAPPER_PREFIX) and self._machine is not None and name.encode() in self._machine:
+                engine._defined_symbols.add(name)  # what Numba's scan of the IR would have found
+                self._machine = None
+            else:
+                self._shared_module  # noqa: B018  (parse and scan the IR, as Numba does at load)
+        return super().get_pointer_to_function(name)

@@ -1,5 +1,6 @@
 """``hps._jit.njit``: kernels cached on disk as by ``numba.njit(cache=True)``, whose cache is made on
-first use and whose loads from the cache skip the compiler's set-up (Numba's target refresh)."""
+first use and whose loads from the cache skip the compiler's set-up (Numba's target refresh) and parse
+the kernel's IR only when a later compile links it."""
 
 import os
 import subprocess
@@ -23,6 +24,16 @@ KERNEL = textwrap.dedent("""\
         for i in range(a.shape[0]):
             s += _twice(a[i])
         return s, np.sort(a)
+
+
+    @njit(nogil=True, cache=True)
+    def helper(a):
+        return a.sum()
+
+
+    @njit(nogil=True)
+    def fresh(a):  # not cached: compiled in every process, linking helper's code (loaded from the cache)
+        return helper(a) + 1.0
     """)
 
 ROOT = str(Path(__file__).resolve().parents[1])
@@ -39,9 +50,11 @@ RUN = textwrap.dedent(f"""\
     made = k.total._cache._cache is not None
     s, srt = k.total(np.array([3.0, 1.0, 2.0]))
     assert s == 12.0 and srt.tolist() == [1.0, 2.0, 3.0], (s, srt)
+    assert k.helper(np.arange(4.0)) == 6.0
     st = k.total.stats
     print("MADE", made, "HITS", sum(st.cache_hits.values()), "MISSES", sum(st.cache_misses.values()),
           "REFRESH", sorted(m for m in {REFRESH_ONLY!r} if m in sys.modules))
+    print("FRESH", k.fresh(np.arange(4.0)))
     """)
 
 
@@ -58,6 +71,7 @@ def test_a_kernel_compiles_once_then_loads_from_the_cache_without_the_compilers_
     assert "MADE False HITS 0 MISSES 1" in first, first  # the cache is made at the first call, not at import
     second = _run(tmp_path)
     assert "MADE False HITS 1 MISSES 0 REFRESH []" in second, second
+    assert "FRESH 7.0" in first and "FRESH 7.0" in second  # a compile links a kernel loaded from the cache
     assert any(p.suffix == ".nbi" for p in (tmp_path / "__pycache__").iterdir())  # Numba's own cache files
 
 
