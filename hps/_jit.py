@@ -1,7 +1,7 @@
 """``njit``: Numba's ``njit`` for hps's CPU kernels, with a start-up cost that fits a rank process.
 
 Every process of a job (each MPI rank) loads its kernels from Numba's on-disk cache; what that costs
-is paid once per process, so N ranks pay it N times. Two parts of it are Numba's and not the kernels':
+is paid once per process, so N ranks pay it N times. Three parts of it are Numba's, not the kernels':
 
 - **A cache per kernel, made at import.** ``numba.njit(cache=True)`` finds the kernel's cache directory
   at decoration, checks it is writable by creating a file there, and stamps the source file: about
