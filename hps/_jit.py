@@ -56,7 +56,8 @@ def njit(*, cache: bool = False, **options):
 
 class _KernelCache:
     """A kernel's on-disk cache: Numba's ``FunctionCache``, made on first use, whose loads skip the
-    target refresh (see the module docstring). Used by the dispatcher under Numba's compiler lock."""
+    target refresh (see the module docstring). The dispatcher calls it (``load_overload``,
+    ``save_overload``, ``flush``, ``cache_path``) under Numba's compiler lock."""
 
     def __init__(self, py_func):
         self._py_func = py_func
@@ -81,10 +82,16 @@ class _KernelCache:
             finally:
                 del codegen._library_class
 
-    def __getattr__(self, name):  # save_overload, flush, cache_path, ...: Numba's own
-        if name.startswith("__") or name in ("_py_func", "_cache"):  # not made yet (copy, pickle)
-            raise AttributeError(name)
-        return getattr(self._made(), name)
+    # the rest of what the dispatcher asks of its cache: Numba's own
+    def save_overload(self, sig, data):
+        self._made().save_overload(sig, data)
+
+    def flush(self):
+        self._made().flush()
+
+    @property
+    def cache_path(self) -> str:
+        return self._made().cache_path
 
 
 class _CachedLibrary(JITCodeLibrary):
