@@ -27,22 +27,48 @@ stay plain Python functions, as ``numba.njit`` leaves them.
 
 from __future__ import annotations
 
+import os
+
 import llvmlite.binding as ll
 import numba
-from numba.core.caching import FunctionCache
-from numba.core.codegen import JITCodeLibrary
-from numba.core.compiler_lock import global_compiler_lock
-from numba.core.dispatcher import Dispatcher
-from numba.core.runtime import rtsys
+
+try:  # Numba's internals this module relies on (checked on Numba 0.68)
+    from numba.core.caching import FunctionCache
+    from numba.core.codegen import JITCodeLibrary, JitEngine
+    from numba.core.compiler_lock import global_compiler_lock
+    from numba.core.dispatcher import Dispatcher
+    from numba.core.runtime import rtsys
+except ImportError:  # pragma: no cover - another Numba: plain numba.njit (see fits_numba)
+    FunctionCache = JITCodeLibrary = JitEngine = Dispatcher = object
 
 #: How the names of Numba's Python wrappers of compiled functions begin (``FunctionDescriptor.
 #: llvm_cpython_wrapper_name``, Itanium-mangled in the ``cpython`` namespace): a library's own symbols.
 WRAPPER_PREFIX = "_ZN7cpython"
 
 
+#: ``HPS_PLAIN_NJIT=1``: every kernel made by ``numba.njit`` itself (what this module changes, turned off)
+PLAIN_ENV = "HPS_PLAIN_NJIT"
+
+
+def fits_numba() -> bool:
+    """Whether the installed Numba has every internal this module uses; otherwise (or with
+    ``HPS_PLAIN_NJIT=1``) :func:`njit` is plain ``numba.njit``: slower to start, the same kernels."""
+    return (os.environ.get(PLAIN_ENV, "") in ("", "0")
+            and all(hasattr(FunctionCache, a) for a in ("_load_overload", "_guard_against_spurious_io_errors"))
+            and all(hasattr(JITCodeLibrary, a) for a in ("_set_compiled_object", "_finalize_final_module",
+                                                         "enable_object_caching", "_unserialize"))
+            and all(hasattr(JitEngine, a) for a in ("_load_defined_symbols", "is_symbol_defined")))
+
+
+_FITS = fits_numba()
+
+
 def njit(*, cache: bool = False, **options):
     """``numba.njit(**options)`` as a decorator (hps's kernels write ``@njit(nogil=True, cache=True)``);
-    with ``cache=True`` the kernel is cached on disk as by Numba, through :class:`_KernelCache`."""
+    with ``cache=True`` the kernel is cached on disk as by Numba, through :class:`_KernelCache` (or by
+    Numba itself where :func:`fits_numba` is false)."""
+    if not _FITS:
+        return numba.njit(cache=cache, **options)
     jit = numba.njit(**options)
 
     def decorate(func):

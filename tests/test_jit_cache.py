@@ -106,3 +106,17 @@ def test_a_job_loads_its_cached_kernels_without_the_compilers_set_up(tmp_path):
                               text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
     assert "REFRESH []" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_hps_plain_njit_makes_every_kernel_numbas_own(tmp_path):
+    """``HPS_PLAIN_NJIT=1`` (or a Numba without the internals ``hps._jit`` uses) gives Numba's own
+    ``njit``: its cache made at decoration, the same results."""
+    (tmp_path / "cachedkernel.py").write_text(KERNEL)
+    code = ("import numpy as np\nfrom numba.core.caching import FunctionCache\nfrom hps import _jit\n"
+            "import cachedkernel as k\n"
+            "assert not _jit.fits_numba() and isinstance(k.total._cache, FunctionCache), type(k.total._cache)\n"
+            "assert k.total(np.array([3.0, 1.0, 2.0]))[0] == 12.0\nprint('OK')\n")
+    env = {**os.environ, "HPS_PLAIN_NJIT": "1", "PYTHONPATH": os.pathsep.join([str(tmp_path), ROOT])}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
