@@ -265,3 +265,34 @@ def test_dense_steps_in_work_buffers_give_the_plain_expressions_bits(dtype):
                     w -= (t(lr / (1 - b1 ** step)) * m[k]
                           / (np.sqrt(v2[k]) / t(math.sqrt(1 - b2 ** step)) + t(eps)))
                 np.testing.assert_array_equal(p[k], w, err_msg=f"{opt.name} {k} step {step}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dense_kernel_steps_equal_the_numpy_steps_bit_for_bit(dtype):
+    """Adam and Adagrad step host tensors in one kernel pass (``_dense_kernels``): hundreds of steps give
+    the bits of the NumPy work-buffer steps, parameters and state, with zero gradients, gradients over
+    six decades and a zero eps (0 / 0 is NaN in both); a tensor that is not C-contiguous takes the
+    NumPy steps."""
+    for make in (lambda: DenseAdam(0.01, (0.8, 0.99), 1e-6), lambda: DenseAdam(0.01, eps=0.0),
+                 lambda: DenseAdagrad(0.05, 0.1, 1e-10)):
+        rng = np.random.default_rng(3)
+        fused, plain = make(), make()
+        plain._fused = lambda *a: False                  # the NumPy steps only
+        start = {"W": rng.normal(size=(40, 7)).astype(dtype), "b": rng.normal(size=7).astype(dtype)}
+        pf, pp = ({k: v.copy() for k, v in start.items()} for _ in range(2))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            for _ in range(300):
+                g = {k: (rng.normal(size=v.shape) * 10.0 ** rng.uniform(-4, 2) * (rng.random(v.shape) < 0.7))
+                     .astype(dtype) for k, v in start.items()}
+                fused.step(pf, g)
+                plain.step(pp, g)
+        for k in start:
+            np.testing.assert_array_equal(pf[k], pp[k], err_msg=f"{fused.name} {k}")
+            for s in fused._slots:
+                np.testing.assert_array_equal(fused._state[s][k], plain._state[s][k], err_msg=f"{fused.name} {s}")
+    strided = {"W": np.asfortranarray(rng.normal(size=(6, 5)).astype(dtype))}
+    want = {"W": np.ascontiguousarray(strided["W"])}
+    g = {"W": rng.normal(size=(6, 5)).astype(dtype)}
+    DenseAdam(0.01).step(strided, g)
+    DenseAdam(0.01).step(want, g)
+    np.testing.assert_array_equal(strided["W"], want["W"])

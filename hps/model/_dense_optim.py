@@ -3,9 +3,11 @@ tensor, same shape) for checkpoints via ``state_dict()``. Formulas follow ``torc
 lr_decay = weight_decay = 0, Adam without amsgrad and weight decay) so a PyTorch peer started from the
 same values takes the same steps. Arrays may be NumPy or CuPy. Not thread-safe.
 
-A step makes no temporary array: each elementwise operation writes into one of two work buffers per
-tensor (kept between steps, not checkpointed) or into the state, in the order of the formulas written
-out in the docstrings (so the bits are those of the plain expressions).
+A step makes no temporary array. On the host, Adam and Adagrad step a C-contiguous tensor in one pass
+of a kernel (``_dense_kernels``); elsewhere (CuPy, SGD) each elementwise operation writes into one of two
+work buffers per tensor (kept between steps, not checkpointed) or into the state. Either way every
+element is computed in the order of the formulas written out in the docstrings, one rounding per
+operation, so the bits are those of the plain expressions.
 """
 
 from __future__ import annotations
@@ -15,9 +17,15 @@ import math
 import numpy as np
 
 from ..errors import InvalidInputError
+from . import _dense_kernels as K
 from ._row_optim import _check_lr, _xp_of
 
 __all__ = ["DenseSGD", "DenseAdagrad", "DenseAdam"]
+
+
+def _flat(*arrays) -> bool:
+    """Whether the host arrays can be stepped through flat views (C-contiguous, of one float dtype)."""
+    return all(a.flags.c_contiguous and a.dtype == arrays[0].dtype for a in arrays) and arrays[0].dtype.kind == "f"
 
 
 class _DenseOptimizer:
@@ -50,7 +58,10 @@ class _DenseOptimizer:
                 elif _xp_of(a) is not xp or a.dtype != p.dtype:  # loaded from a host checkpoint
                     a = xp.asarray(a, dtype=p.dtype)
                 self._state[s][k] = st[s] = a
-            self._update(p, g.astype(p.dtype, copy=False), st, xp, self._buffers(k, p, xp))
+            g = g.astype(p.dtype, copy=False)
+            if xp is np and _flat(p, g, *st.values()) and self._fused(p.reshape(-1), g.reshape(-1), st):
+                continue
+            self._update(p, g, st, xp, self._buffers(k, p, xp))
 
     def _buffers(self, name: str, p, xp):
         w = self._work.get(name)
@@ -61,6 +72,11 @@ class _DenseOptimizer:
     def _update(self, p, g, st, xp, work):
         """One step of tensor ``p`` in place; ``work``: two arrays like ``p`` to compute in."""
         raise NotImplementedError
+
+    def _fused(self, p, g, st) -> bool:
+        """The step of :meth:`_update` on flat C-contiguous host arrays in one kernel pass
+        (``_dense_kernels``: the same bits) -> True, or False where there is none."""
+        return False
 
     def _hyper(self) -> dict:
         return {}
@@ -129,6 +145,10 @@ class DenseAdagrad(_DenseOptimizer):
         step /= den
         p -= step
 
+    def _fused(self, p, g, st) -> bool:
+        K.adagrad_flat(p, g, st["acc"].reshape(-1), self.lr, self.eps)
+        return True
+
 
 class DenseAdam(_DenseOptimizer):
     """Adam as ``torch.optim.Adam`` (no amsgrad, no weight decay); step count ``t`` starts at 1::
@@ -169,3 +189,9 @@ class DenseAdam(_DenseOptimizer):
         step = xp.multiply(m, t(step_size), out=a)        # step_size m
         step /= den
         p -= step
+
+    def _fused(self, p, g, st) -> bool:
+        b1, b2 = self.betas
+        K.adam_flat(p, g, st["m"].reshape(-1), st["v"].reshape(-1), b1, 1 - b1, b2, 1 - b2,
+                    self.lr / (1 - b1 ** self.t), math.sqrt(1 - b2 ** self.t), self.eps)
+        return True

@@ -29,7 +29,8 @@ from ..errors import InternalError
 def _require_in_place(params: dict, names) -> None:
     """Raise InternalError unless every ``params[name]`` is C-contiguous: the shard reads and writes the
     arrays through flat views (``reshape(-1)``), which would be copies otherwise. Checked where the
-    arrays are taken (construction, :meth:`DenseShard.scatter` after a load), never inside a collective."""
+    arrays are taken (construction, :meth:`DenseShard.scatter` after a load), never inside a collective
+    (a step that finds arrays it was not handed there checks them before it waits)."""
     for name in names:
         if not params[name].flags.c_contiguous:
             raise InternalError(f"dense array {name!r} is not C-contiguous: the dense shard reads and writes it "
@@ -60,8 +61,27 @@ class DenseShard:
         self.pieces = [(k, a, b, at) for k, a, b, r, at in self.cuts if r == rank]  # this rank's block [lo, hi)
         # riders' block width -> the reused (p, m + mr) buffers of a mini-batch in flight: the message, what
         # the reduce-scatter receives, what the allgather receives; and this rank's block of the parameters
+        # (each with its views: per cut, the message's and the allgather's piece of it)
         self._bufs: dict = {}
         self._block = np.empty(self.hi - self.lo, np.float32)
+        # the parameter arrays the views below were taken from (:meth:`_views`): per cut, its flat piece of the
+        # parameter; per piece of this rank's block, (the parameter's piece, the block's)
+        self._arrays: tuple = ()
+        self._param_views: list = []
+        self._block_views: list = []
+        self._views(params)
+
+    def _views(self, params: dict) -> list:
+        """Per cut, the flat view of its piece of ``params`` (taken again when an array was replaced, e.g. by a
+        checkpoint's load: the step writes the arrays it was handed, never stale ones)."""
+        arrays = tuple(params[k] for k in self.names)
+        if len(arrays) != len(self._arrays) or any(a is not b for a, b in zip(arrays, self._arrays)):
+            _require_in_place(params, self.names)
+            flat = {k: params[k].reshape(-1) for k in self.names}  # views: C-contiguous
+            self._param_views = [flat[k][a:b] for k, a, b, _, _ in self.cuts]
+            self._block_views = [(flat[k][a:b], self._block[at:at + b - a]) for k, a, b, at in self.pieces]
+            self._arrays = arrays
+        return self._param_views
 
     def _flat(self, arrays: dict) -> np.ndarray:
         return np.concatenate([np.asarray(arrays[k], np.float32).ravel() for k in self.names])
@@ -76,21 +96,25 @@ class DenseShard:
         """Write this rank's message and start its reduce-scatter (not waiting) -> the handle
         :meth:`finish` takes. Collective over ``ch``. The message buffer is reused: one mini-batch in
         flight at a time."""
-        msg, parts, every = self._message(grads, riders)
-        return ch.start_reduce_scatter(msg, parts), riders.shape[0], every
+        msg, parts, every, _, pieces = self._message(grads, riders)
+        return ch.start_reduce_scatter(msg, parts), riders.shape[0], (every, pieces)
 
     def _message(self, grads: dict, riders: np.ndarray) -> tuple:
-        """(message, reduce-scatter buffer, allgather buffer), each (p, m + mr) float32, the message written:
-        row r = ``[dense block r | riders' block r]``, both zero-padded."""
+        """(message, reduce-scatter buffer, allgather buffer, the message's and the allgather's piece of every
+        cut), the buffers (p, m + mr) float32, the message written: row r = ``[dense block r | riders' block
+        r]``, both zero-padded."""
         p, m, k = self.p, self.m, riders.shape[0]
         mr = -(-k // p)
         bufs = self._bufs.get(mr)
         if bufs is None:  # the message's padding stays zero
-            bufs = self._bufs[mr] = (np.zeros((p, m + mr), np.float32), np.empty((p, m + mr), np.float32),
-                                     np.empty((p, m + mr), np.float32))
+            msg, every = np.zeros((p, m + mr), np.float32), np.empty((p, m + mr), np.float32)
+            bufs = self._bufs[mr] = (msg, np.empty((p, m + mr), np.float32), every,
+                                     [msg[r, at:at + b - a] for _, a, b, r, at in self.cuts],
+                                     [every[r, at:at + b - a] for _, a, b, r, at in self.cuts])
         msg = bufs[0]
-        for name, a, b, r, at in self.cuts:  # one copy, from the model's arrays
-            msg[r, at:at + b - a] = grads[name].reshape(-1)[a:b]
+        flat = {name: grads[name].reshape(-1) for name in self.names}
+        for dst, (name, a, b, _, _) in zip(bufs[3], self.cuts):  # one copy, from the model's arrays
+            dst[...] = flat[name][a:b]
         if mr:  # the riders in rows of mr, the last one's tail zero (k changes at one mr)
             q, rest = divmod(k, mr)
             msg[:q, m:] = riders[:q * mr].reshape(q, mr)
@@ -103,22 +127,23 @@ class DenseShard:
     def finish(self, ch, params: dict, started) -> np.ndarray:
         """Wait for the reduce-scatter ``started`` (from :meth:`begin`), step this rank's block, allgather
         the stepped blocks into ``params`` (in place) -> the riders' sum (k,). Collective over ``ch``."""
-        pending, k, every = started
+        pending, k, (every, pieces) = started
+        targets = self._views(params)                              # before any collective: may raise
         mine = ch.finish_reduce_scatter(pending)                   # (m + mr,) summed in rank order
         w = self.hi - self.lo
         for name, value in self.main._hyper().items():            # e.g. the learning-rate schedule's
             setattr(self.opt, name, value)
         if w > 0:
             block = self._block
-            for name, a, b, at in self.pieces:
-                block[at:at + b - a] = params[name].reshape(-1)[a:b]
+            for src, dst in self._block_views:
+                dst[...] = src
             self.opt.step({"block": block}, {"block": mine[:w]})
             mine[:w] = block
         every = ch.allgather_chunks(mine, every)                   # (p, m + mr)
-        for name, a, b, r, at in self.cuts:
-            params[name].reshape(-1)[a:b] = every[r, at:at + b - a]  # a view: C-contiguous (_require_in_place)
+        for dst, src in zip(targets, pieces):                      # into the parameters, in place
+            dst[...] = src
         self.main.t = self.opt.t
-        return np.ascontiguousarray(every[:, self.m:]).reshape(-1)[:k]
+        return np.ascontiguousarray(every[:, self.m:]).reshape(-1)[:k] if k else every[0, :0]
 
     def gather(self, ch) -> None:
         """Put every rank's block of the optimizer state into the job's dense optimizer (whole tensors,
@@ -136,7 +161,7 @@ class DenseShard:
     def scatter(self, params: dict) -> None:
         """Take this rank's block of the job's dense optimizer state (after a checkpoint was loaded, which
         may have replaced the arrays of ``params``: they are checked again, InternalError)."""
-        _require_in_place(params, self.names)
+        self._views(params)  # checks them
         self.opt.t = self.main.t
         for name, value in self.main._hyper().items():
             setattr(self.opt, name, value)
