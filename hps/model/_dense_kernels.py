@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import math
 
-from numba import njit
-
+from .._jit import njit
 from ._optim_kernels import cast_like
 
 
