@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field, fields
 
 from .comm._compress import COMPRESS_MODES as COMM_COMPRESS_MODES
-from .comm._wait import WAIT_MODES
+from .comm._wait import DEFAULT_WAIT, WAIT_MODES
 from .errors import InvalidInputError, InvalidTypeError
 from .ssd._fileio import PAGE_CACHE_MODES as STORE_PAGE_CACHE_MODES
 
@@ -30,6 +30,7 @@ HET_POLICIES = ("lfu", "lru")
 #: ``--staleness inf``: a clock bound no gap reaches (int64 clock arithmetic stays exact).
 STALENESS_UNBOUNDED = 1 << 60
 MPI_WAITS = WAIT_MODES                              # --mpi-wait (hps.comm)
+DEFAULT_MPI_WAIT = DEFAULT_WAIT                     # --mpi-wait's default (hps.comm.Waiter)
 PAGE_CACHE_MODES = STORE_PAGE_CACHE_MODES           # --ssd-page-cache (hps.ssd.SSDOptions.page_cache)
 LR_DECAYS = ("none", "cosine", "step")              # --lr-decay (hps/train/_schedule.py)
 #: FAE profiler (``hps.profile``, seeds/003 §4.1.2): the paper's sample, n = 35 chunks of m = 1024 logger

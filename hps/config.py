@@ -26,7 +26,7 @@ from ._feature_checks import FEATURE_CHECKS
 # The options' vocabulary (``hps._options``), also named here for the job's users (``hps.config.MODELS`` …).
 from ._options import (COMPRESS_MODES, CONSISTENCIES, DEFAULT_BATCH_SIZE, DEFAULT_BOTTOM_HIDDEN,  # noqa: F401
                        DEFAULT_CROSS_LAYERS, DEFAULT_ROWS_PER_FILE, DENSE_OPTIMIZERS, DENSE_SYNCS, HET_POLICIES,
-                       LR_DECAYS, MAX_SEED, MODELS, MPI_WAITS, PAGE_CACHE_MODES, PROFILE_SAMPLE_RATE, SPARSE_OPTIMIZERS, SPARSE_SYNCS,
+                       LR_DECAYS, MAX_SEED, MODELS, DEFAULT_MPI_WAIT, MPI_WAITS, PAGE_CACHE_MODES, PROFILE_SAMPLE_RATE, SPARSE_OPTIMIZERS, SPARSE_SYNCS,
                        STALENESS_UNBOUNDED, WARMUP, Scratch, _check_types, _one_of, _positive, _scratch_batch,
                        _scratch_budget, _scratch_hbm_budget, _scratch_minibatch, _warm, parse_bytes)
 from ._xp import DEVICES
@@ -187,7 +187,7 @@ class TrainConfig:
     plots: str | None = _warm(None, None)  # directory for PNG figures (needs matplotlib)
     ranks_per_node: int | None = None   # MPI: override node grouping (tests: 4 ranks = 2 x 2)
     sparse_sync: str = "owner"          # MPI: owner (rows live at their owner) | allreduce (App. C.3)
-    mpi_wait: str = "auto"              # MPI: spin | yield (poll with sleeps) | auto (yield if oversubscribed)
+    mpi_wait: str = DEFAULT_MPI_WAIT    # MPI: spin | yield (poll with sleeps) | auto (yield if oversubscribed)
     progress: bool = _warm(True, False)  # tqdm progress bar
     # -- Hierarchical Training (Huang et al., KDD 2021, §3.1; hps/train/_easgd.py, hps/comm/_compress.py) --
     dense_sync: str = "allreduce"       # MPI: allreduce (one dense copy, BSP) | easgd (groups + background EASGD)

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import InvalidInputError, InvalidTypeError
 
-__all__ = ["unique_inverse", "unique_keys", "missing_keys"]
+__all__ = ["unique_inverse", "unique_keys", "lookup_slots", "missing_keys"]
 
 
 def unique_inverse(keys, xp):
@@ -68,12 +68,20 @@ def _check(keys) -> None:
         raise InvalidTypeError(f"keys must be uint64, got {keys.dtype}")
 
 
-def missing_keys(table, ukeys, batch: int, xp, stream=0):
-    """(slots (u,) int64, misses (f,) uint64) of a batch's distinct keys ``ukeys`` against ``table``
-    (an :class:`hps.HashTable` on the keys' device): each key's slot (-1 when not resident), counting
-    a use of every resident key in ``batch`` (``HashTable.lookup``), and the keys to fetch, in the
-    order of ``ukeys``. Device arrays of ``xp``; the caller copies ``misses`` to the host."""
+def lookup_slots(table, ukeys, batch: int, xp, stream=0):
+    """(u,) int64 device array of ``xp``: the slot of each of a batch's distinct keys ``ukeys`` in
+    ``table`` (an :class:`hps.HashTable` on the keys' device), -1 when not resident, counting a use of
+    every resident key in ``batch`` (``HashTable.lookup_async`` on ``stream``). Asynchronous; the
+    caller holds the table's lock (``device_view``) as for any launch on its slots."""
     slots = xp.empty(ukeys.shape[0], np.int64)
     if ukeys.shape[0]:
         table.lookup_async(ukeys, batch, slots, stream)
+    return slots
+
+
+def missing_keys(table, ukeys, batch: int, xp, stream=0):
+    """(slots (u,) int64, misses (f,) uint64): :func:`lookup_slots` and the keys to fetch, in the order
+    of ``ukeys``. Device arrays of ``xp``; the caller copies ``misses`` to the host. Blocks (counting
+    the misses)."""
+    slots = lookup_slots(table, ukeys, batch, xp, stream)
     return slots, ukeys[slots < 0]

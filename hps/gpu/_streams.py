@@ -17,7 +17,8 @@ the pipeline's queue orders the record first):
   and only for the upload stream's own work. (The lookup itself, the misses' insert and the
   evictions stay on the legacy stream, ordered after the train kernels issued before them: the table
   they change is the one those kernels read. So the upload and dedup overlap the training, the
-  residency lookup does not.)
+  residency lookup does not; but the prepare thread waits for its misses with the table's lock
+  released, so the train thread goes on launching meanwhile: ``LedgerTable.missing``.)
 - place makes ``place`` wait for ``uploaded`` (:meth:`wait`, on the device) before reading the raw
   arrays, and records ``staged`` after the batch's mini-batch inputs are made;
 - train makes its (the current) stream wait for ``staged`` (on the device, no host block) before the

@@ -6,7 +6,8 @@ Both give :class:`~hps.train._device_backend.DeviceBackend` the same calls, so t
 once::
 
     keys = rows.split(keys, purpose)          # a device batch of keys (partitioned on the device)
-    miss = rows.missing(table, keys, batch)   # the residency lookup: the misses, split as the keys were
+    looked = rows.look(table, keys, batch)    # the residency lookup, launched under the table's lock
+    miss = rows.misses(looked)                # ... and its misses, split as the keys were, after the lock
     slots = rows.find(view, keys, scalars)    # their slots in the table / in every part
     rows.pool(view, slots, keys, plan, out)   # pooled embeddings on the main GPU
     rows.gather(view, slots, keys, idx, out)  # out[i] = parameters of keys[idx[i]] (owner serving)
@@ -15,9 +16,11 @@ once::
 
 ``view`` is what ``LedgerTable.device_view()`` yields: one :class:`~hps.table.TableView`, or a list of
 one per part; ``table`` the HBM-PS table itself (``HashTable`` or ``PartitionedHashTable``), whose lock(s)
-the caller holds. Everything is asynchronous except :meth:`Parts.split`, which reads the n_parts counts
-(the only bytes partitioning brings to the host; the caller names their purpose), and CuPy's reads of
-how many keys :meth:`~OneTable.missing` selects.
+the caller holds (for :meth:`~OneTable.misses`, no lock is needed). Everything is asynchronous except
+:meth:`Parts.split`, which reads the n_parts counts (the only bytes partitioning brings to the host; the
+caller names their purpose), :meth:`Parts.look`, and CuPy's read of how many keys :meth:`~OneTable.misses`
+selects: that read waits for the lookup, queued on the legacy stream behind the train stage's kernels, so
+the caller makes it with the table's lock released and the train stage goes on launching meanwhile.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from ..gpu import (
     TransferLedger,
     find_slots_async,
     gather_rows_async,
+    lookup_slots,
     missing_keys,
     partition_keys,
     pool_forward_async,
@@ -50,10 +54,18 @@ class OneTable:
     def split(self, keys, purpose: str):
         return keys
 
-    def missing(self, table, keys, batch: int):
-        """The keys of ``keys`` (u,) uint64 on the device that ``table`` (an ``HashTable``) does not hold,
-        in input order, each one it holds counting a use in ``batch`` (``hps.gpu.missing_keys``)."""
-        return missing_keys(table, keys, batch, self.xp)[1]
+    def look(self, table, keys, batch: int):
+        """Launch the residency lookup of ``keys`` (u,) uint64 on the device in ``table`` (an ``HashTable``),
+        each key it holds counting a use in ``batch`` (``hps.gpu.lookup_slots``); asynchronous. What
+        :meth:`misses` takes."""
+        return keys, lookup_slots(table, keys, batch, self.xp)
+
+    @staticmethod
+    def misses(looked):
+        """The keys of a :meth:`look` that ``table`` does not hold, in input order. Blocks (CuPy counts
+        them); needs no lock."""
+        keys, slots = looked
+        return keys[slots < 0]
 
     @staticmethod
     def flat(keys):
@@ -122,7 +134,7 @@ class Parts:
         index = [order[offsets[p]:offsets[p + 1]] for p in range(self.n)]
         return PartKeys(keys, index, [self._to(keys[i], p) for p, i in enumerate(index)])
 
-    def missing(self, table, keys: PartKeys, batch: int) -> PartKeys:
+    def look(self, table, keys: PartKeys, batch: int) -> PartKeys:
         """The keys of ``keys`` that ``table`` (the ``PartitionedHashTable``) does not hold, in input order,
         each one it holds counting a use in ``batch``: part p's keys are looked up in ``table.parts[p]``
         on its GPU (``hps.gpu.missing_keys``, what ``PartitionedHashTable.missing`` does on host keys)
@@ -139,6 +151,11 @@ class Parts:
         miss = slots < 0
         at = xp.cumsum(miss) - 1  # each key's position among the misses
         return PartKeys(keys.keys[miss], [at[i][miss[i]] for i in keys.index], local)
+
+    @staticmethod
+    def misses(looked: PartKeys) -> PartKeys:
+        """:meth:`look` found them already (partitioning reads counts on the host anyway)."""
+        return looked
 
     @staticmethod
     def flat(keys: PartKeys):

@@ -105,7 +105,10 @@ class LedgerTable:
                 else:
                     dev = self.ledger.to_device(keys, "plan")
                 dev = self.placed.split(dev, "plan")
-            miss = self.placed.missing(self.table, dev, batch)
+            looked = self.placed.look(self.table, dev, batch)
+        # selecting the misses waits for the lookup, queued behind the train stage's kernels: without
+        # the lock, so the train thread goes on launching meanwhile
+        miss = self.placed.misses(looked)
         host = self.ledger.to_host(self.placed.flat(miss), "plan")
         self._missed = (host, miss)
         return host

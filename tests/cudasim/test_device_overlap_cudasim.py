@@ -263,6 +263,37 @@ def test_a_kept_working_set_is_looked_up_without_an_upload():
     assert led.metrics()["h2d_bytes"]["plan"] == up + ws.nbytes
 
 
+def test_the_residency_lookup_selects_its_misses_with_the_table_unlocked():
+    """``LedgerTable.missing`` launches the lookup under the table's lock and selects the misses (CuPy's
+    count of them waits for the lookup, queued behind the train stage's kernels) after releasing it:
+    meanwhile another thread (the train stage) takes the table's view and goes on launching."""
+    from hps import HashTable
+    from hps.gpu import TransferLedger
+    from hps.train._device_rows import OneTable
+    from hps.train._device_table import LedgerTable
+
+    other_got_the_view = []
+
+    class Watched(OneTable):
+        def misses(self, looked):
+            got = threading.Event()
+
+            def train_stage():
+                with t.device_view():
+                    got.set()
+
+            th = threading.Thread(target=train_stage)
+            th.start()
+            other_got_the_view.append(got.wait(10))
+            th.join(10)
+            return super().misses(looked)
+
+    t = LedgerTable(HashTable(16, 2, device="cuda"), TransferLedger(np), Watched(np, 2))
+    t.insert(np.arange(1, 4, dtype=np.uint64), np.ones((3, 2), np.float32))
+    np.testing.assert_array_equal(t.missing(np.arange(2, 7, dtype=np.uint64), 1), [4, 5, 6])
+    assert other_got_the_view == [True]
+
+
 def test_parts_look_a_kept_working_set_up_on_the_device_and_its_misses_again_without_an_upload():
     """With HBM-PS parts (over 2 simulated GPUs) ``LedgerTable.missing`` of a kept working set
     partitions it on the device (its 3 counts come down) and looks each part's share up on the part's
