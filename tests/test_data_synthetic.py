@@ -98,3 +98,22 @@ def test_bad_arguments():
         SyntheticData(zipf=-1)
     with pytest.raises(InvalidInputError):
         SyntheticData(batch_size=0)
+
+
+def test_fixed_batches_share_their_constant_columns():
+    """``FixedBatch.batch`` hands out views of one kept field/weights pair per field count: every
+    batch, larger, smaller or of another field count, gets exactly the columns NumPy would make, and
+    a later batch leaves an earlier one's as they were."""
+    from hps.data._batch import FixedBatch
+
+    def fixed(n, f):
+        keys = np.arange(n * f, dtype=np.uint64).reshape(n, f)
+        return FixedBatch(np.zeros(n, np.float32), np.zeros((n, 2), np.float32), keys).batch()
+
+    made = [(n, f, fixed(n, f)) for n, f in [(5, 3), (40, 3), (7, 3), (0, 3), (9, 26), (100, 3), (2, 26)]]
+    for n, f, b in made:
+        assert b.field.dtype == np.int32 and b.weights.dtype == np.float32
+        np.testing.assert_array_equal(b.field, np.tile(np.arange(f, dtype=np.int32), n))
+        np.testing.assert_array_equal(b.weights, np.ones(n * f, np.float32))
+        np.testing.assert_array_equal(b.keys, np.arange(n * f, dtype=np.uint64))
+        np.testing.assert_array_equal(b.offsets, np.arange(n + 1) * f)

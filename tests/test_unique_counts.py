@@ -187,3 +187,27 @@ def test_unique_bytes_is_what_a_call_holds():
         assert est <= peak <= est + 4096
     assert (pipeline_bytes(0, 1, 0, 0, 4, 1, 0, batch_keys=keys.shape[0]) - pipeline_bytes(0, 1, 0, 0, 4, 1, 0)
             == unique_bytes(keys.shape[0]))
+
+
+def test_scratch_gives_the_results_of_fresh_tables():
+    """A DedupScratch kept across calls of growing and shrinking sizes, both dedups interleaved (a
+    prepare stage's batches): every result equals the NumPy reference, and the table is free (-1
+    filled) after every call."""
+    from hps.mem import DedupScratch, unique_segments
+    scratch = DedupScratch()
+    rng = np.random.default_rng(5)
+    for n, vocab, parts in [(50_000, 8_000, 4), (3, 2, 1), (200_000, 10 ** 12, 16), (1_000, 30, 3), (0, 1, 1),
+                            (120_000, 50_000, 7)]:
+        keys = rng.integers(0, vocab, size=n, dtype=np.uint64)
+        bounds = np.linspace(0, n, parts + 1).astype(np.int64)
+        uniq, ub, inv = unique_segments(keys, bounds, scratch)
+        fresh = unique_segments(keys, bounds)
+        for got, want in zip((uniq, ub, inv), fresh):
+            np.testing.assert_array_equal(got, want)
+        for j in range(parts):
+            ru, _, rinv = reference(keys[bounds[j]:bounds[j + 1]])
+            np.testing.assert_array_equal(uniq[ub[j]:ub[j + 1]], ru)
+            np.testing.assert_array_equal(inv[bounds[j]:bounds[j + 1]], rinv)
+        np.testing.assert_array_equal(unique_keys(uniq, scratch), reference(keys)[0])
+        for tab in scratch._tab.values():
+            assert (tab == -1).all()

@@ -21,7 +21,7 @@ Public API::
 
 from .._hashing import NODE_SALT, owner_of
 from ._cache import DEFAULT_GHOST_FACTOR, DEFAULT_LRU_FRACTION, CacheStats, Evicted, RowCache
-from ._unique import unique_counts, unique_keys, unique_segments
+from ._unique import DedupScratch, unique_counts, unique_keys, unique_segments
 from ._config import MemConfig
 from ._init import RowInitializer
 from ._memps import MemPS
@@ -43,4 +43,5 @@ __all__ = [
     "unique_counts",
     "unique_keys",
     "unique_segments",
+    "DedupScratch",
 ]

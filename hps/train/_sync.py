@@ -38,7 +38,7 @@ import numpy as np
 from .._hashing import group_by_owner
 from ..comm import SPARSE_GRADS, SPARSE_KEYS, SPARSE_ROWS, Compression
 from ..comm._kernels import segment_sum
-from ..mem import unique_counts, unique_keys, unique_segments
+from ..mem import DedupScratch, unique_counts, unique_keys, unique_segments
 from ._features import Feature
 
 
@@ -74,16 +74,20 @@ class Plan:
     hot_only: bool = False
 
 
-def _plans(local, hot, hot_flags) -> list[Plan]:
-    """One Plan per local mini-batch of ``local``: its unique keys (the cold ones: ``hot.divide``),
-    every mini-batch deduplicated in one pass (``unique_segments``: views of a few batch-wide arrays)."""
+def _plans(local, hot, hot_flags, scratch) -> tuple[list[Plan], np.ndarray]:
+    """(one Plan per local mini-batch of ``local``: its unique keys (the cold ones: ``hot.divide``),
+    every plan's keys one after the other (u,) uint64): every mini-batch deduplicated in one pass
+    (``unique_segments``: views of a few batch-wide arrays, the probing table ``scratch``'s; without
+    hot rows the plans' keys are those arrays' views in order, so the second is not a copy)."""
     kb = local.data.offsets[local.bounds]  # key offsets of the mini-batches
-    uniq, ub, inv = unique_segments(local.data.keys, kb)
+    uniq, ub, inv = unique_segments(local.data.keys, kb, scratch)
     plans = []
     for j in range(len(local.bounds) - 1):
         keys, inv_j, slots = hot.divide(uniq[ub[j]:ub[j + 1]], inv[kb[j] - kb[0]:kb[j + 1] - kb[0]])
         plans.append(Plan(keys, inv_j, hot_slots=slots, hot_only=hot_flags is not None and bool(hot_flags[j])))
-    return plans
+    if hot.size:
+        uniq = np.concatenate([p.keys for p in plans]) if plans else np.empty(0, np.uint64)
+    return plans, uniq
 
 
 class _Sync(Feature):
@@ -104,6 +108,7 @@ class _Sync(Feature):
         self.opt = opt
         self.row_params = int(row_params)
         self.hot = hot
+        self.dedup = DedupScratch()  # the plans' probing tables, kept from batch to batch (prepare thread)
 
     def metrics(self, per_rank: list) -> dict:
         return {"consistency": self.consistency, "sparse_sync": self.mode}
@@ -150,12 +155,11 @@ class OwnerSync(_Sync):
         LocalBatch ``local`` (``hot_flags`` (P,) bool: FAE's all-hot mini-batches); hot rows are left
         out. Collective over the prepare channel (one alltoall, one alltoallv)."""
         P, size = len(local.bounds) - 1, self.coll.size
-        plans = _plans(local, self.hot, hot_flags)
+        plans, allk = _plans(local, self.hot, hot_flags, self.dedup)
         if size == 1:
             for p in plans:
                 p.ukeys = p.keys
-            allk = np.concatenate([p.keys for p in plans]) if plans else np.empty(0, np.uint64)
-            return unique_keys(allk), plans
+            return unique_keys(allk, self.dedup), plans
         ranks = np.arange(size, dtype=np.int32)
         for p in plans:  # keys grouped by owner, inv pointing at the regrouped keys
             order, offsets = group_by_owner(self.coll.owner(p.keys), size)
@@ -174,11 +178,11 @@ class OwnerSync(_Sync):
         block = np.repeat(np.tile(np.arange(P, dtype=np.int32), size), asked_counts.ravel())
         by_mb, mb_offsets = group_by_owner(block, P)
         asked = asked[by_mb]
-        uniq, ub, inv = unique_segments(asked, mb_offsets)  # every mini-batch's dedup in one pass
+        uniq, ub, inv = unique_segments(asked, mb_offsets, self.dedup)  # every mini-batch's dedup in one pass
         for j, p in enumerate(plans):
             p.ukeys, p.uinv = uniq[ub[j]:ub[j + 1]], inv[mb_offsets[j]:mb_offsets[j + 1]]  # mb_offsets[0] == 0
             p.recv = asked_counts[:, j].copy()
-        return unique_keys(asked), plans
+        return unique_keys(asked, self.dedup), plans
 
     def step(self, be, table, p: Plan, d, n_total: int):
         """One mini-batch: serve the asked rows, forward/backward on this rank's share (``d``: its
@@ -212,11 +216,9 @@ class ReplicaSync(_Sync):
     def plan(self, local, hot_flags=None) -> tuple[np.ndarray, list[Plan]]:
         """(the global batch's working set, one Plan per local mini-batch; hot rows left out).
         Collective over the prepare channel (one allgatherv of every rank's unique keys)."""
-        plans = _plans(local, self.hot, hot_flags)
-        mine = unique_keys(local.data.keys)
-        if self.hot.size:
-            mine = mine[~self.hot.mask(mine)]
-        return unique_keys(self.coll.prepare.allgatherv(mine, SPARSE_KEYS)), plans
+        plans, allk = _plans(local, self.hot, hot_flags, self.dedup)
+        mine = unique_keys(allk, self.dedup)  # the batch's cold keys, first occurrence first
+        return unique_keys(self.coll.prepare.allgatherv(mine, SPARSE_KEYS), self.dedup), plans
 
     def step(self, be, table, p: Plan, d, n_total: int):
         """As :meth:`OwnerSync.step`, the gradients summed by the sparse all-reduce and every update
