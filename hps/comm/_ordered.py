@@ -74,7 +74,7 @@ def _reduce_scatter_allgather(comm, vec, run, meter) -> None:
     if padded is not vec:
         padded[:n] = vec
     folded = _reduce_scatter(comm, padded.reshape(p, m), run, meter)
-    _allgather(comm, folded, padded.reshape(p, m), run, meter)
+    meter.sent(_allgather(comm, folded, padded.reshape(p, m), run))
     if padded is not vec:
         vec[...] = padded[:n]
 
@@ -145,9 +145,10 @@ def _check_out(out, shape, name: str) -> None:
                                 f"{out.shape}")
 
 
-def _allgather(comm, chunk, out, run, meter) -> None:
+def _allgather(comm, chunk, out, run) -> int:
+    """Allgather float32 ``chunk`` (m,) into ``out`` (p, m) -> the bytes this rank sent to the others."""
     run(lambda: comm.Allgather(chunk, out), lambda: comm.Iallgather(chunk, out))
-    meter.sent((comm.Get_size() - 1) * chunk.shape[0] * 4)
+    return (comm.Get_size() - 1) * chunk.shape[0] * 4
 
 
 def ordered_reduce_scatter(comm, blocks: np.ndarray, run=SPIN.run, stats=None) -> np.ndarray:
@@ -165,14 +166,13 @@ def allgather_chunks(comm, chunk: np.ndarray, run=SPIN.run, stats=None,
     C-contiguous (p, m) float32 buffer, when given). Collective; bytes under ``dense_allreduce``."""
     if chunk.dtype != np.float32 or not chunk.flags.c_contiguous:
         chunk = np.ascontiguousarray(chunk, dtype=np.float32)
-    p = comm.Get_size()
-    shape = (p, chunk.shape[0])
+    shape = (comm.Get_size(), chunk.shape[0])
     _check_out(out, shape, "out")
     out = np.empty(shape, np.float32) if out is None else out
     t0 = time.perf_counter()  # once per mini-batch (the dense shard): no context manager around the call
-    run(lambda: comm.Allgather(chunk, out), lambda: comm.Iallgather(chunk, out))
+    nbytes = _allgather(comm, chunk, out, run)
     if stats is not None:
-        stats.add(DENSE_ALLREDUCE, (p - 1) * chunk.shape[0] * 4, time.perf_counter() - t0, calls=1)
+        stats.add(DENSE_ALLREDUCE, nbytes, time.perf_counter() - t0, calls=1)
     return out
 
 
