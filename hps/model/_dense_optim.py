@@ -171,6 +171,11 @@ class DenseAdam(_DenseOptimizer):
     def _hyper(self):
         return {"lr": self.lr, "betas": self.betas, "eps": self.eps}
 
+    def _corrections(self) -> tuple[float, float]:
+        """(lr / (1 - b1^t), sqrt(1 - b2^t)) of step ``t``: what both step paths divide by."""
+        b1, b2 = self.betas
+        return self.lr / (1 - b1 ** self.t), math.sqrt(1 - b2 ** self.t)
+
     def _update(self, p, g, st, xp, work):
         b1, b2 = self.betas
         t = p.dtype.type
@@ -181,8 +186,7 @@ class DenseAdam(_DenseOptimizer):
         sq = xp.multiply(g, g, out=a)
         sq *= t(1 - b2)                                   # (1 - b2) (g g)
         v += sq
-        step_size = self.lr / (1 - b1 ** self.t)
-        bc2_sqrt = math.sqrt(1 - b2 ** self.t)
+        step_size, bc2_sqrt = self._corrections()
         den = xp.sqrt(v, out=b)
         den /= t(bc2_sqrt)
         den += t(self.eps)
@@ -193,5 +197,5 @@ class DenseAdam(_DenseOptimizer):
     def _fused(self, p, g, st) -> bool:
         b1, b2 = self.betas
         K.adam_flat(p, g, st["m"].reshape(-1), st["v"].reshape(-1), b1, 1 - b1, b2, 1 - b2,
-                    self.lr / (1 - b1 ** self.t), math.sqrt(1 - b2 ** self.t), self.eps)
+                    *self._corrections(), self.eps)
         return True
