@@ -34,32 +34,79 @@ def test_closed_form_victims_least_used_then_least_recent_then_smaller_key():
     assert t.evict(3, protect_from=4)[0].tolist() == [9, 10] and len(t) == 0
 
 
+def _victims_by_full_sort(tkeys, tstate, tscore, protect, n):
+    """The NumPy reference of ``victim_slots``: the n first eligible slots in ascending (score, key)."""
+    ok = (tkeys != np.uint64(0xFFFFFFFFFFFFFFFF)) & (tstate == 0) & ((tscore & np.uint64(0xFFFFFFFF)) < protect)
+    elig = np.flatnonzero(ok)
+    return elig[np.lexsort((tkeys[elig], tscore[elig]))][:n]
+
+
+def _table(rng, S, n_live, keys, count, last):
+    """(tkeys, tstate, tscore) of S slots, ``n_live`` of them holding ``keys`` (a tenth of those
+    tombstones), scores ``(count << 32) | last`` on every slot (the kernel must look at liveness)."""
+    tkeys = np.full(S, 0xFFFFFFFFFFFFFFFF, np.uint64)
+    live = rng.choice(S, n_live, replace=False)
+    tkeys[live] = keys
+    tstate = np.zeros(S, np.int32)
+    tstate[live[:n_live // 10]] = 1
+    tscore = (np.asarray(count, np.uint64) << np.uint64(32)) | np.asarray(last, np.uint64)
+    return tkeys, tstate, np.broadcast_to(tscore, (S,)).copy()
+
+
+def _adversarial(seed):
+    """(name, tkeys, tstate, tscore, protect): tables that defeat a selection's shortcuts."""
+    rng = np.random.default_rng(seed)
+    S, n = 4099, 3000                                   # not a multiple of 4: the histogram's tail
+    spread = rng.choice(np.uint64(1) << np.uint64(62), n, replace=False).astype(np.uint64)
+    close = np.uint64(0xFFFFFFFFFFFF0000) - rng.choice(1 << 16, n, replace=False).astype(np.uint64)
+    top = np.uint64(2**32 - 1)
+    return [
+        ("all scores equal, keys spread", *_table(rng, S, n, spread, 3, 5), 7),
+        ("all scores equal, keys alike but for the low bits", *_table(rng, S, n, close, 1, 0), 1),
+        ("counts at and past the first digit's 255", *_table(rng, S, n, spread, rng.integers(250, 1 << 20, S),
+                                                                rng.integers(0, 9, S)), 9),
+        ("saturated counts, last batches far before protect",
+         *_table(rng, S, n, close, rng.choice([top, top - np.uint64(1)], S), rng.integers(0, 10**6, S)), 10**6),
+        ("protect at the batch limit, any score", *_table(rng, S, n, spread, rng.integers(0, 2**32, S),
+                                                         rng.integers(0, 2**32 - 1, S)), 2**32 - 1),
+        ("unused keys (score 0) beside used ones", *_table(rng, S, n, spread, rng.integers(0, 2, S), 0), 1),
+        ("every key protected", *_table(rng, S, n, spread, 2, 7), 7),
+    ]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_victims_equal_a_full_sort_on_adversarial_tables(seed):
+    """``victim_slots`` (a radix select over the scores, then the keys of the threshold score) picks
+    exactly the slots the full (score, key) sort puts first: equal scores, keys that differ only in
+    their low bits, scores past what one histogram pass separates, tombstones and protected keys, and
+    n = 0, 1, m - 1, m (every eligible slot) and past m."""
+    from hps.table._cache_kernels_cpu import victim_slots
+
+    for name, tkeys, tstate, tscore, protect in _adversarial(seed):
+        m = _victims_by_full_sort(tkeys, tstate, tscore, protect, tkeys.shape[0]).shape[0]
+        for n in sorted({0, 1, 2, 17, m // 3, max(m - 1, 0), m, m + 5}):
+            want = _victims_by_full_sort(tkeys, tstate, tscore, protect, n)
+            got = victim_slots(tkeys, tstate, tscore, protect, n)
+            assert got.dtype == np.int64 and np.sort(got).tolist() == np.sort(want).tolist(), (name, n)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_victims_are_the_smallest_score_then_key_selected_without_sorting_the_table(seed):
-    """``victim_slots`` (a selection: the n-th smallest score, then the smallest keys among that score's
-    slots) picks exactly the eligible slots a full (score, key) sort would put first, with many ties of
-    score (few counts and batches), none, a protected batch, n at and past the eligible count."""
+    """``victim_slots`` picks exactly the eligible slots a full (score, key) sort would put first, with
+    many ties of score (few counts and batches), none, a protected batch, n at and past the eligible
+    count."""
     from hps.table._cache_kernels_cpu import victim_slots
 
     rng = np.random.default_rng(seed)
     S = 1 << 12
-    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
-    tkeys = np.full(S, empty, np.uint64)
-    live = rng.choice(S, 3000, replace=False)
-    tkeys[live] = rng.choice(np.uint64(1) << np.uint64(62), 3000, replace=False).astype(np.uint64)
-    tstate = np.zeros(S, np.int32)
-    tstate[live[:100]] = 1                                      # tombstones are never victims
     spread = (2, 3) if seed % 2 else (1000, 1 << 20)            # heavy ties of score, or almost none
-    count = rng.integers(1, spread[0], S).astype(np.uint64)
-    last = rng.integers(0, min(spread[1], 9), S).astype(np.uint64)
-    tscore = (count << np.uint64(32)) | last
+    tkeys, tstate, tscore = _table(rng, S, 3000, rng.choice(np.uint64(1) << np.uint64(62), 3000, replace=False),
+                                   rng.integers(1, spread[0], S), rng.integers(0, min(spread[1], 9), S))
     protect = 7
-    ok = (tkeys != empty) & (tstate == 0) & ((tscore & np.uint64(0xFFFFFFFF)) < protect)
-    elig = np.flatnonzero(ok)
-    ranked = elig[np.lexsort((tkeys[elig], tscore[elig]))]     # the full sort: score, then key
-    for n in (0, 1, 17, elig.shape[0] // 2, elig.shape[0] - 1, elig.shape[0], elig.shape[0] + 5):
+    m = _victims_by_full_sort(tkeys, tstate, tscore, protect, S).shape[0]
+    for n in (0, 1, 17, m // 2, m - 1, m, m + 5):
         got = victim_slots(tkeys, tstate, tscore, protect, n)
-        assert sorted(got.tolist()) == sorted(ranked[:n].tolist()), n
+        assert sorted(got.tolist()) == sorted(_victims_by_full_sort(tkeys, tstate, tscore, protect, n).tolist()), n
 
 
 def test_scores_survive_growth_and_purge_and_reset_when_a_key_leaves():

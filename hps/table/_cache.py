@@ -17,6 +17,9 @@ Policy, the same on both backends (``_cache_kernels_cpu.py`` / ``_cache_kernels_
   call (one copy of each array on the GPU), and are erased. Dirtiness is not tracked: every victim's
   row comes back.
 
+On the CPU a radix select too: one streaming pass histograms the eligible slots by a first digit of
+the score (its count and last batch, 16 bits), a second takes the slots below the digit that holds the
+``n``-th smallest and gathers that digit's, which narrower passes split by score, then key; no sort.
 On the GPU the choice is made on the device: the eligible slots are compacted, a radix select over the
 128-bit ``(score, key)`` finds the ``n``-th smallest in 16 passes of 8-bit digits (a histogram per
 pass, reduced on one thread; nothing crosses to the host but the number of eligible slots), and the
@@ -120,6 +123,13 @@ class CacheOps:
             self._size -= keys.shape[0]
             self._tombstones += keys.shape[0]
             return keys, rows
+
+
+def in_key_order(keys, rows):
+    """(keys, rows) host arrays, keys (k,) uint64 distinct, rows (k, dim): both in ascending key order
+    (distinct keys have one order, whatever the sort; the rows are gathered whole, ``np.take``)."""
+    o = np.argsort(keys)
+    return keys[o], np.take(rows, o, axis=0)
 
 
 def victim_slots(impl, n: int, protect: int, n_live: int, s):

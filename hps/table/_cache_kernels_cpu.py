@@ -65,53 +65,129 @@ def use_slots(tscore, slots, batch):
         _use(tscore, slots[i], b)
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _first_digit(score, base):
+    """The first digit (0..65535) of a ``score``: ``min(count, 255) * 256 + clip(last - base, 0, 255)``,
+    65535 from a count of 255 up: monotone in the score (a smaller score never has a larger digit), and
+    one score per digit when the counts are below 255 and the last batches among the 256 before the
+    protected one (``base`` (int64) = protect - 256), so one pass over the table mostly settles the
+    threshold score (a job's counts are its few batches of use; its evictions look at recent ones)."""
+    cnt = np.int64(min(score >> np.uint64(32), np.uint64(255)))
+    last = min(max(np.int64(score & np.uint64(0xFFFFFFFF)) - base, 0), 255)
+    return cnt * 256 + last if cnt < 255 else 65535
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _eligible(tkeys, tstate, tscore, s, p):
+    """Slot ``s`` holds a live key last used before batch ``p`` (uint64)."""
+    return ((tkeys[s] != np.uint64(0xFFFFFFFFFFFFFFFF)) & (tstate[s] == 0)
+            & ((tscore[s] & np.uint64(0xFFFFFFFF)) < p))
+
+
+@njit(nogil=True, cache=True)
+def _first_hist(tkeys, tstate, tscore, p, base):
+    """(65537,) int64: the eligible slots by ``_first_digit``, the others in bin 65536. Four histograms
+    side by side, slot ``s`` in the ``s % 4``-th, so runs of equal digits do not wait on one counter, and
+    no branch: one streaming pass over the slot arrays."""
+    hist = np.zeros((4, 65537), np.int64)
+    S = tkeys.shape[0]
+    for s0 in range(0, S - S % 4, 4):
+        for j in range(4):
+            s = s0 + j
+            d = _first_digit(tscore[s], base)
+            hist[j, d if _eligible(tkeys, tstate, tscore, s, p) else 65536] += 1
+    for s in range(S - S % 4, S):
+        d = _first_digit(tscore[s], base)
+        hist[0, d if _eligible(tkeys, tstate, tscore, s, p) else 65536] += 1
+    return hist[0] + hist[1] + hist[2] + hist[3]
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _pick(hist, k):
+    """(b, rank): the bin ``b`` holding the ``k``-th (1-based) smallest of a histogram, and its rank
+    among that bin's items."""
+    seen = 0
+    for b in range(hist.shape[0]):
+        if seen + hist[b] >= k:
+            return b, k - seen
+        seen += hist[b]
+    return hist.shape[0] - 1, k - seen
+
+
+@njit(nogil=True, cache=True)
+def _smallest(tkeys, tscore, cand, k, out, j):
+    """Append to ``out`` from ``j`` the ``k`` (1 <= k <= len) candidate slots ``cand`` (r,) int64 of
+    smallest ``(score, key)``, -> the new ``j``. A radix select: 16-bit digits of ``value - min`` from the
+    highest bit the candidates differ in, over the scores until the candidates share one, then over the
+    keys; each pass appends the candidates below the chosen digit and keeps (in place) those in it."""
+    r = cand.shape[0]
+    val = tscore[cand]
+    hist = np.zeros(65536, np.int64)
+    on_keys = False
+    while k < r:
+        lo, hi = val[0], val[0]
+        for i in range(r):
+            lo, hi = min(lo, val[i]), max(hi, val[i])
+        if lo == hi:
+            if on_keys:  # keys are distinct: not reached while they are
+                break
+            on_keys = True
+            for i in range(r):
+                val[i] = tkeys[cand[i]]
+            continue
+        shift = np.uint64(0)
+        while (hi - lo) >> shift >= np.uint64(65536):
+            shift += np.uint64(1)
+        hist[:] = 0
+        for i in range(r):
+            hist[np.int64((val[i] - lo) >> shift)] += 1
+        b, k = _pick(hist, k)
+        bb = np.uint64(b)
+        w = 0
+        for i in range(r):
+            d = (val[i] - lo) >> shift
+            if d < bb:
+                out[j] = cand[i]
+                j += 1
+            elif d == bb:
+                cand[w], val[w] = cand[i], val[i]
+                w += 1
+        r = w
+    for i in range(k):
+        out[j] = cand[i]
+        j += 1
+    return j
+
+
 @njit(nogil=True, cache=True)
 def victim_slots(tkeys, tstate, tscore, protect, n):
     """Slots (k,) int64 of the k = min(n, eligible) live slots last used before batch ``protect``
     with the smallest ``(score, key)`` (keys are distinct: the set is exact), in no particular order.
-    Selection, not a sort: the n-th smallest score by ``np.partition``, then among the slots of that
-    very score the smallest keys the same way; O(eligible) (two sorts of every eligible slot made a
-    table of 2 M live rows cost 0.85 s per eviction)."""
-    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
+    A radix select, not a sort: one pass histograms the eligible slots by ``_first_digit`` of their
+    score, a second appends those of the digits below the one holding the n-th smallest and gathers that
+    digit's slots, which ``_smallest`` narrows by score then key. Two streaming passes over the slots and
+    work in the size of one digit (a partition of every eligible score and two more passes made a table
+    of 8 M slots cost ~120 ms per eviction)."""
     p = np.uint64(protect)
-    low = np.uint64(0xFFFFFFFF)
-    m = 0
+    base = np.int64(protect) - 256
+    hist = _first_hist(tkeys, tstate, tscore, p, base)
+    m = hist[:65536].sum()
+    take = min(max(n, 0), m)
+    if take == 0:
+        return np.empty(0, np.int64)
+    b, k = (65535, hist[65535]) if take == m else _pick(hist[:65536], take)
+    out = np.empty(take + 1, np.int64)   # + 1: every slot is written, the count moves when it is one
+    cand = np.empty(hist[b] + 1, np.int64)
+    j, r = 0, 0
     for s in range(tkeys.shape[0]):
-        if tkeys[s] != empty and tstate[s] == 0 and (tscore[s] & low) < p:
-            m += 1
-    cand = np.empty(m, np.int64)
-    m = 0
-    for s in range(tkeys.shape[0]):
-        if tkeys[s] != empty and tstate[s] == 0 and (tscore[s] & low) < p:
-            cand[m] = s
-            m += 1
-    if n <= 0:
-        return cand[:0].copy()
-    if m <= n:
-        return cand
-    score = tscore[cand]
-    t = np.partition(score, n - 1)[n - 1]   # the n-th smallest score
-    below, tied = 0, 0
-    for i in range(m):
-        if score[i] < t:
-            below += 1
-        elif score[i] == t:
-            tied += 1
-    need = n - below                               # 1 <= need <= tied
-    tkey = np.empty(tied, np.uint64)
-    j = 0
-    for i in range(m):
-        if score[i] == t:
-            tkey[j] = tkeys[cand[i]]
-            j += 1
-    kmax = np.partition(tkey, need - 1)[need - 1]  # the largest key of the tied ones taken
-    out = np.empty(n, np.int64)
-    j = 0
-    for i in range(m):
-        if score[i] < t or (score[i] == t and tkeys[cand[i]] <= kmax):
-            out[j] = cand[i]
-            j += 1
-    return out
+        d = _first_digit(tscore[s], base)
+        ok = _eligible(tkeys, tstate, tscore, s, p)
+        out[j] = s
+        j += ok & (d < b)
+        cand[r] = s
+        r += ok & (d == b)
+    j = _smallest(tkeys, tscore, cand[:r], k, out, j)
+    return out[:j]
 
 
 @njit(nogil=True, cache=True)

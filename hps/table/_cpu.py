@@ -143,11 +143,13 @@ class CpuTableImpl:
     def evict(self, n: int, protect: int, n_live: int, stream=None):
         """(keys (k,) uint64, rows (k, dim)) of the k <= n victims (``_cache.py``), erased; key order."""
         slots = C.victim_slots(self.tkeys, self.tstate, self.tscore, protect, n)
-        keys, rows = self.tkeys[slots], self.tvals[slots]
+        keys = self.tkeys[slots]
+        o = np.argsort(keys)   # distinct keys: one order, whatever the sort
+        slots, keys = slots[o], keys[o]
+        rows = np.take(self.tvals, slots, axis=0)   # rows gathered once, in key order (take: whole rows)
         C.erase_slots(self.tstate, self.tvals, self.tscore, slots)
         self.tombstones += slots.shape[0]
-        o = np.argsort(keys, kind="stable")
-        return keys[o], rows[o]
+        return keys, rows
 
     def settle(self) -> np.ndarray:
         """(4,) int64 counts of the ``*_async`` calls since the last settle: new, revived, failed, erased."""

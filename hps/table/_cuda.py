@@ -264,7 +264,7 @@ class CudaTableImpl:
     def evict(self, n: int, protect: int, n_live: int, stream=0):
         """(keys (k,) uint64, rows (k, dim)) host arrays of the k <= n victims (``_cache.py``), in key
         order, erased from the table. Blocking."""
-        from ._cache import victim_slots  # the radix select's host side
+        from ._cache import in_key_order, victim_slots  # the radix select's host side
 
         s = self.enter(stream)
         slots = victim_slots(self, n, protect, n_live, s)
@@ -277,8 +277,7 @@ class CudaTableImpl:
             L.launch(C.erase_slots, L.grid_rows(k, self.dim), s, self.tstate, self.tvals, self.tscore, slots)
         hk, hr = keys.copy_to_host(stream=s), rows.copy_to_host(stream=s)  # the one batched transfer
         self.sync(s)
-        o = np.argsort(hk, kind="stable")
-        return hk[o], hr[o]
+        return in_key_order(hk, hr)
 
     def settle(self) -> np.ndarray:
         """(4,) int64 host counts of the asynchronous calls since the last settle (``PENDING`` order),

@@ -30,6 +30,7 @@ import numpy as np
 from .._hashing import PART_SALT, group_by_owner, owner_of
 from .._keys import as_keys, check_rows
 from ..errors import HashTableFullError, InvalidInputError
+from ._cache import in_key_order
 from ._hashtable import DEFAULT_MAX_LOAD_FACTOR, HashTable
 from ._placement import Placement
 
@@ -262,10 +263,8 @@ class PartitionedHashTable:
                     k, r = self.parts[p].evict(want, protect_from)
                 got.append((k, r))
                 left -= k.shape[0] if rnd else 0
-        keys = np.concatenate([k for k, _ in got])
-        rows = np.concatenate([r for _, r in got]).reshape(-1, self.dim)
-        order = np.argsort(keys, kind="stable")
-        return keys[order], rows[order]
+        return in_key_order(np.concatenate([k for k, _ in got]),   # a key lives in one part
+                            np.concatenate([r for _, r in got]).reshape(-1, self.dim))
 
     def reserve(self, capacity: int, part_capacity: int | None = None) -> None:
         """Grow to ``capacity`` live keys, each part to ``part_capacity`` (default: the constructor's
