@@ -26,8 +26,9 @@ SMALL = ["--rows", "12000", "--fields", "4", "--vocab-per-field", "3000", "--bat
 
 def criteo_file(path, n=12000, seed=0):
     """A Criteo TSV file with a planted signal in fields 0-3 and uneven lines: the first half has
-    its counts and most categoricals missing (short lines), the second half is full (long lines), so
-    equal byte ranges hold very different numbers of examples."""
+    its counts and most categoricals missing (short lines), the second half is full (long lines): equal
+    byte ranges would hold very different numbers of examples; the shards' ranges follow the lines
+    (``hps.data._shards``)."""
     rng = np.random.default_rng(seed)
     vals = np.minimum(rng.zipf(1.3, size=(n, 4)) - 1, 2999)
     weight = np.random.default_rng(seed + 1).standard_normal((4, 3000))

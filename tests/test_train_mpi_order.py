@@ -46,7 +46,7 @@ def test_ranks_equal_one_process_bit_for_bit_over_hundreds_of_steps(mpiexec, lon
     proc = mpirun(mpiexec, n, [*argv, "--export", str(ranks / "model"), "--metrics-out", str(ranks / "m.json")])
     assert proc.returncode == 0, proc.stderr[-3000:]
     mn = json.loads((ranks / "m.json").read_text())
-    # batches of 16 mini-batches (uneven lines: a shard's batches outlast the other's)
+    # batches of 16 mini-batches
     assert len(m1["loss_per_batch"]) * 16 >= 235 and m1["examples"] == mn["examples"] == 60000
     if ranks_only:
         assert min(mn["ssd_bytes_read_per_rank"]) > 0  # every rank spilled to SSD and read back
