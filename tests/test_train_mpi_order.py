@@ -26,7 +26,8 @@ SPILL = ["--mem-budget", BUDGET_PLACEHOLDER, "--rows-per-file", "128", "--hbm-bu
 
 @pytest.fixture(scope="module")
 def long_file(tmp_path_factory):
-    return criteo_file(tmp_path_factory.mktemp("long") / "train.txt", n=60000)
+    # every shard holds short and long lines: each rank's MEM-PS under SPILL holds less than its rows
+    return criteo_file(tmp_path_factory.mktemp("long") / "train.txt", n=60000, interleaved=True)
 
 
 @pytest.mark.parametrize("n, both, ranks_only", [
