@@ -130,7 +130,6 @@ class Trainer:
         self.start_index = 0
         self.history = {"loss": []}
         self.examples = 0
-        self.local_examples = 0
         self.last_trained: int | None = None  # the last batch trained so far (the export's record)
         # where checkpoints go: --checkpoint-dir, or the export's private one for --early-stop's best
         self.checkpoint_dir = best_dir(cfg.train)
@@ -314,7 +313,7 @@ class Trainer:
                                  waiting_on_peers=lambda stage: self.coll.in_call(STAGE_CHANNELS[stage]))
         t0, c0 = time.perf_counter(), time.process_time()
         examples = 0
-        self.local_examples = 0  # this rank's share of them (its shards' examples)
+        self.local_examples = 0  # this rank's share of them (its shards' examples; rank_metrics)
 
         last_bar = [0.0]
 
