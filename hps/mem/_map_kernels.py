@@ -23,7 +23,7 @@ import numpy as np
 
 from .._hashing import mix64
 from .._jit import njit
-from .._prefetch import prefetch, prefetch_home
+from .._prefetch import home_ahead, prefetch, prefetch_home
 
 # ---------------------------------------------------------------- key -> int32 map (linear probing)
 
@@ -170,36 +170,25 @@ def _find_or_add(tab, uniq, u, key, h):
         h = (h + np.uint64(1)) & mask
 
 
-@njit(nogil=True, cache=True, inline="always")
-def _home_ahead(tab, keys, i, ring):
-    """Home cell of ``keys[i]`` in ``tab``, kept in ``ring`` (R,) uint64 (R = ``prefetch_ahead()``, a
-    power of two) at ``i & (R - 1)`` and prefetched: the probe R keys later reads it back instead of
-    hashing the key again (one ``mix64`` a key, not two: ~25 % of ``_unique_segments``' time on a
-    65,536 x 26 batch, 14 -> 10 ms thread time on the shared 2-core VM)."""
-    h = mix64(keys[i]) & np.uint64(tab.shape[0] - 1)
-    ring[i & (ring.shape[0] - 1)] = h
-    prefetch(tab, h)
-
-
 @njit(nogil=True, cache=True, _nrt=False)
 def _unique_counts(keys, tab, uniq, counts, inverse, ring):
     """The kernel of :func:`unique_counts` (and, with ``counts``/``inverse`` of length 0, of
     :func:`unique_keys`): :func:`_find_or_add` over ``tab`` (m,) -1 filled, m a power of two >= 2 n.
     A cell is 4 bytes, not a (key, value) pair: the table of a batch's union (~0.7 M keys: 8 MiB) and
     ``uniq`` stay in the last-level cache together, and the home cells of the keys R ahead are
-    computed and prefetched (``_home_ahead``; ``ring`` (R,) uint64 scratch, R = ``prefetch_ahead()``),
+    computed and prefetched (``hps._prefetch.home_ahead``; ``ring`` (R,) uint64 scratch, R = ``prefetch_ahead()``),
     so the probes' misses overlap. ``counts`` (n,) zeroed. -> the number of distinct keys u
     (``uniq[:u]``, ``counts[:u]`` written; ``inverse`` (n,))."""
     n = keys.shape[0]
     ahead = ring.shape[0]
     full = inverse.shape[0] == n
     for i in range(min(ahead, n)):
-        _home_ahead(tab, keys, i, ring)
+        home_ahead(tab, keys, i, ring)
     u = 0
     for i in range(n):
         h = ring[i & (ahead - 1)]
         if i + ahead < n:
-            _home_ahead(tab, keys, i + ahead, ring)
+            home_ahead(tab, keys, i + ahead, ring)
         v, _ = _find_or_add(tab, uniq, u, keys[i], h)
         if v == u:
             u += 1
@@ -224,11 +213,11 @@ def _unique_segments(keys, bounds, tab, cells, uniq, ubounds, inverse, ring):
         a, b = bounds[s], bounds[s + 1]
         first = u
         for i in range(a, min(a + ahead, b)):
-            _home_ahead(tab, keys, i, ring)
+            home_ahead(tab, keys, i, ring)
         for i in range(a, b):
             h = ring[i & (ahead - 1)]
             if i + ahead < b:
-                _home_ahead(tab, keys, i + ahead, ring)
+                home_ahead(tab, keys, i + ahead, ring)
             v, h = _find_or_add(tab, uniq, u, keys[i], h)
             if v == u:
                 cells[u - first] = h
