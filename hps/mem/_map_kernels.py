@@ -23,15 +23,20 @@ import numpy as np
 
 from .._hashing import mix64
 from .._jit import njit
-from .._prefetch import home_ahead, prefetch, prefetch_home
+from .._prefetch import home_ahead, prefetch_home, ring_next, ring_start
 
 # ---------------------------------------------------------------- key -> int32 map (linear probing)
 
 @njit(nogil=True, cache=True, inline="always")
 def _map_get(mkeys, mvals, key):
+    return _map_get_from(mkeys, mvals, key, mix64(key) & np.uint64(mkeys.shape[0] - 1))
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _map_get_from(mkeys, mvals, key, i):
+    """:func:`_map_get` from ``key``'s home cell ``i`` (``mix64(key) & (M - 1)``, computed by the caller)."""
     empty = np.uint64(0xFFFFFFFFFFFFFFFF)
     mask = np.uint64(mkeys.shape[0] - 1)
-    i = mix64(key) & mask
     while True:
         k = mkeys[i]
         if k == key:
@@ -102,11 +107,15 @@ def _prefetch_map(mkeys, mvals, keys):
 # ---------------------------------------------------------------- kernels that only read through the map
 
 @njit(nogil=True, cache=True, _nrt=False)
-def contains(mkeys, mvals, keys, found):
-    """found[i] = keys[i] is cached. keys (n,) uint64, found (n,) bool (written)."""
-    _prefetch_map(mkeys, mvals, keys)
+def find(mkeys, mvals, keys, ring, slots):
+    """slots[i] = the cache slot of ``keys[i]``, -1 where it is not cached; no access is counted.
+    keys (n,) uint64, slots (n,) int64 (written), ``ring`` (R,) uint64 scratch (R = ``prefetch_ahead()``):
+    each key's home map cell is hashed once and prefetched, with its value, R keys ahead
+    (``hps._prefetch.home_ahead``), not in a pass over the whole batch first (whose first cells a
+    large batch evicts again before their probes)."""
+    ring_start(mkeys, mvals, keys, ring)
     for i in range(keys.shape[0]):
-        found[i] = _map_get(mkeys, mvals, keys[i]) >= 0
+        slots[i] = _map_get_from(mkeys, mvals, keys[i], ring_next(mkeys, mvals, keys, i, ring))
 
 
 @njit(nogil=True, cache=True, _nrt=False)

@@ -11,6 +11,7 @@ import numpy as np
 from . import _cache_kernels_cpu as C
 from . import _cpu_kernels as K
 from .._keys import EMPTY_KEY, as_keys, check_rows
+from .._prefetch import ahead_ring
 from ..errors import InvalidInputError, InvalidTypeError
 
 
@@ -84,7 +85,7 @@ class CpuTableImpl:
     def claim(self, keys, stream=None):
         slots = np.empty(keys.shape[0], dtype=np.int64)
         is_new = np.empty(keys.shape[0], dtype=np.int8)
-        n_new, n_revived, n_failed = K.claim(self.tkeys, self.tstate, keys, slots, is_new)
+        n_new, n_revived, n_failed = K.claim(self.tkeys, self.tstate, keys, slots, is_new, ahead_ring())
         self.tombstones -= int(n_revived)
         return slots, is_new, int(n_new), int(n_revived), int(n_failed)
 
