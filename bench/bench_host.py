@@ -11,7 +11,7 @@ Prints examples/s over the pipeline (``Trainer.fit``'s timed part), each stage's
 bottleneck; the target (``--device cpu``, 2 cores) is >= 1 M examples/s once the reader keeps up. The
 train stage's busy time is the null step's (near 0): the rate is the host's. A ``--mem-budget`` above the
 machine's memory is refused; on the 2-core VM the 2 M-row job peaks at ~8 GB with 10GB. Its 5.7 M keys
-outgrow the CPU twin's default ``--hbm-budget`` (2 x (window + 1) first working sets: 4.2 M rows), so
+outgrow the CPU twin's default ``--hbm-budget`` (2 x (window + 1) working sets of the largest batch: 4.2 M rows), so
 12 of its 31 batches evict, which a GPU holding the whole table would not. Extra arguments go to
 ``hps.train`` as they are (later ones win)."""
 

@@ -65,3 +65,46 @@ def test_prepare_grows_the_table_only_when_the_rows_may_not_fit():
     assert table.capacity == 8 and len(table) == 6  # doubled: growth is amortised
     got, found = table.get(np.concatenate([keys, more]))
     assert found.all() and (got[:, 0] == np.concatenate([keys, more])).all()
+
+
+def _widening_criteo(path, n=2000):
+    """A Criteo TSV file whose first half sets one categorical field of ten values and whose second
+    half sets all 26 with values seen once: later batches touch ~26 x more keys than the first."""
+    rng = np.random.default_rng(0)
+    lines = []
+    for i in range(n):   # writing a test file, not a hot path
+        cats = [f"{rng.integers(10):08x}"] + [""] * 25 if i < n // 2 else [f"{i * 26 + f:08x}" for f in range(26)]
+        lines.append("\t".join([str(int(rng.random() < 0.3)), *[""] * 13, *cats]))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_the_default_cpu_budget_follows_a_working_set_bigger_than_the_first(tmp_path):
+    data = _widening_criteo(tmp_path / "train.txt")
+    job = ["--format", "criteo", "--data", str(data), "--batch-size", "250", "--minibatch-size", "125",
+           "--embedding-dim", "4", "--hidden", "8", "--no-progress"]
+    runs = {}
+    for name, extra in {"default": [], "big": ["--hbm-budget", "64MiB"]}.items():
+        out, metrics = tmp_path / name, tmp_path / f"{name}.json"
+        assert main([*job, *extra, "--export", str(out), "--metrics-out", str(metrics)]) == 0
+        runs[name] = load_export(out), json.loads(metrics.read_text())
+    (kd, vd, dd), md = runs["default"]
+    (kb, vb, db), mb = runs["big"]
+    # the first batch planned ~1 k rows; the second half's batches hold 250 x 26 keys each
+    assert md["hbm_budget_rows"][0] >= 2 * 4 * 250 * 26
+    od, ob = np.argsort(kd), np.argsort(kb)
+    np.testing.assert_array_equal(kd[od], kb[ob])
+    np.testing.assert_array_equal(vd[od], vb[ob])
+    for name in dd:
+        np.testing.assert_array_equal(dd[name], db[name])
+
+
+def test_a_budget_that_follows_the_working_sets_only_rises():
+    table = HashTable(4, 2)
+    hier = ParameterHierarchy(table, _Rows(), window=3, owned_mask=lambda k: np.ones(k.shape[0], bool),
+                              budget_rows=6, budget_for=lambda n: 2 * n)
+    hier.prepare(0, np.arange(1, 9, dtype=np.uint64))   # 8 keys: over 6, the budget follows
+    assert hier.budget_rows == 16 and len(table) == 8
+    hier.mark_trained(0)
+    hier.prepare(1, np.arange(20, 23, dtype=np.uint64))
+    assert hier.budget_rows == 16 and hier.evicted == 0

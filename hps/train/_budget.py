@@ -46,7 +46,8 @@ from ..ssd._catalog import INDEX_START_KEYS
 from .._index import KeyIndex
 from .._options import DEFAULT_BUDGET_FRACTION, DEFAULT_ROWS_PER_FILE, format_bytes
 from ..table import DEFAULT_MAX_LOAD_FACTOR, slots_for
-from ._hbm_budget import default_hbm_budget, device_free_bytes, hbm_bytes, hbm_row_bytes, hbm_rows_for
+from ._hbm_budget import (default_hbm_budget, device_free_bytes, hbm_bytes, hbm_row_bytes, hbm_rows_for,
+                          working_set_rows)
 from ._machine import memory_available, memory_limit
 
 
@@ -315,7 +316,7 @@ def plan_memory(budget: int, row_width: int, owned_working_set: int, working_set
     itemsize = 4
     row_bytes = row_width * itemsize
     read_buf, compact, ssd = _ssd_buffers(budget, rows_per_file)
-    planned = max(1024, 2 * (window + 1) * working_set)
+    planned = working_set_rows(working_set, window)
     hbm_source = "--hbm-budget"
     if hbm_budget is None:
         hbm_budget, hbm_source = default_hbm_budget(device, row_width, itemsize, planned, free_bytes)

@@ -54,7 +54,24 @@ def default_hbm_budget(device: str, row_width: int, itemsize: int, keys: int, fr
     CUDA simulator, whose free memory is unbounded) the bytes of a table of ``keys`` rows."""
     if device == "cuda" and free_bytes is not None and np.isfinite(free_bytes):
         return int(HBM_FREE_SHARE * free_bytes), f"default: {HBM_FREE_SHARE:g} of the GPU's free {format_bytes(free_bytes)}"
-    return hbm_budget_for(keys, row_width, itemsize), "default: 2 x (window + 1) first working sets"
+    return hbm_budget_for(keys, row_width, itemsize), TRACKS_WORKING_SETS
+
+
+#: Where the default ``--hbm-budget`` of the CPU twin (and of the CUDA simulator) comes from: it holds
+#: ``2 x (window + 1)`` working sets of the largest batch so far (:func:`working_set_rows`), so it
+#: grows when a later batch touches more keys than the first (``ParameterHierarchy.prepare``).
+TRACKS_WORKING_SETS = "default: 2 x (window + 1) working sets of the largest batch so far"
+
+
+def working_set_rows(working_set: int, window: int) -> int:
+    """Keys the default budget plans for a batch of ``working_set`` keys on this rank: ``2 x (window + 1)``
+    of them (the batches in flight and as many again of recent rows), at least 1,024."""
+    return max(1024, 2 * (int(window) + 1) * int(working_set))
+
+
+def working_set_budget_rows(working_set: int, window: int, row_width: int, itemsize: int = 4) -> int:
+    """Rows the default budget allows for a batch of ``working_set`` keys (:func:`working_set_rows`)."""
+    return hbm_rows_for(hbm_budget_for(working_set_rows(working_set, window), row_width, itemsize), row_width, itemsize)
 
 
 def hbm_budget_for(rows: int, row_width: int, itemsize: int = 4) -> int:

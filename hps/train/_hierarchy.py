@@ -12,7 +12,8 @@ it there and costs the host nothing but the residency lookup. Only when a batch'
 the table past ``budget_rows`` (``--hbm-budget``) do resident rows leave, the coldest by the table's
 score (LRU+LFU, evaluated on the table's device) among the keys no batch in flight uses, in one
 batched call whose rows the owner writes back to its MEM-PS (``evict``). A batch's working set larger
-than the budget is a :class:`~hps.errors.CacheBudgetError` naming both sizes.
+than a budget the user gave is a :class:`~hps.errors.CacheBudgetError` naming both sizes; the default
+budget of the CPU twin follows the largest working set so far (``budget_for``).
 
 The tiers are exclusive: a fetch is a ``MemPS.take`` (the MEM-PS drops its copy and gets the row back,
 dirty, when the key leaves the HBM-PS), so DRAM never holds a row twice on ``--device cpu``.
@@ -70,12 +71,14 @@ class ParameterHierarchy:
     owns; ``owned_mask(keys) -> (n,) bool``: which keys this rank owns; ``pull(keys, serve) -> rows``:
     rows of resident-to-be keys that may belong to other ranks, each owner serving its own with
     ``serve`` (collective; None when every key a rank holds is its own); ``budget_rows``: the rows the
-    HBM-PS may hold (``--hbm-budget``; None: unbounded); ``grow(capacity, reserve)``: grows the HBM-PS
-    by calling ``reserve(capacity)``, charging it to a memory budget first (``_budget.TwinBudget``;
-    None: ``hbm.reserve`` alone)."""
+    HBM-PS may hold (``--hbm-budget``; None: unbounded); ``budget_for(n) -> rows``: the budget a
+    batch of ``n`` keys calls for when the budget follows the working sets (the default on the CPU:
+    ``_hbm_budget.TRACKS_WORKING_SETS``; it only rises), None when it is fixed;
+    ``grow(capacity, reserve)``: grows the HBM-PS by calling ``reserve(capacity)``, charging it to a
+    memory budget first (``_budget.TwinBudget``; None: ``hbm.reserve`` alone)."""
 
     def __init__(self, hbm, memps, window: int, owned_mask, pull=None, budget_rows: int | None = None,
-                 grow=None):
+                 grow=None, budget_for=None):
         self.hbm = hbm
         self.memps = memps
         self.grow = grow or (lambda capacity, reserve: reserve(capacity))
@@ -83,6 +86,7 @@ class ParameterHierarchy:
         self.pull = pull
         self.window = int(window)
         self.budget_rows = budget_rows
+        self.budget_for = budget_for
         self.evicted = 0       # rows that left the HBM-PS for the budget
         self.fetched = 0       # rows that entered it
         self._lock = threading.RLock()
@@ -120,6 +124,8 @@ class ParameterHierarchy:
         them up (a use of each resident one), evict for the misses if the budget needs it, fetch and
         insert the misses. REQUIRES: ``wait_ready(index)`` returned (the prepare stage's gate)."""
         n, row_bytes = working_set.shape[0], self.memps.row_width * self.memps.dtype.itemsize
+        if self.budget_for is not None and self.budget_rows is not None:  # a bigger batch than any before
+            self.budget_rows = max(self.budget_rows, self.budget_for(n))
         if self.budget_rows is not None and n > self.budget_rows:
             raise CacheBudgetError(
                 f"batch {index} has a working set of {n:,} rows on this rank ({n * row_bytes:,} bytes of rows), "

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import math
 import time
+from functools import partial
+
 import numpy as np
 
 from .._xp import array_module
@@ -47,6 +49,7 @@ from ._control import best_dir
 from ._device_batch import BatchPlanner, dedups_on_device
 from ._features import Checkpoint
 from ._feed import Feed, empty_batch
+from ._hbm_budget import TRACKS_WORKING_SETS, working_set_budget_rows
 from ._hierarchy import WINDOW, ParameterHierarchy, _host, make_hbm
 from ._job_metrics import job_figures, rank_figures
 from ._preflight import check_memory, first_working_set
@@ -170,7 +173,11 @@ class Trainer:
         pull = self.coll.prepare.pull_rows if self.sync.replicated else None
         grow = (TwinBudget(self.plan, self.memps, t.n_parts)   # the twin's growth is in the budget
                 if t.device == "cpu" and self.memps.budget_bytes is not None else None)
-        self.hier = ParameterHierarchy(hbm, self.memps, WINDOW, self.coll.owned_mask, pull, self.hbm_rows, grow)
+        budget_for = None
+        if self.plan.hbm_source == TRACKS_WORKING_SETS:  # the same rule as the plan's, batch by batch
+            budget_for = partial(working_set_budget_rows, window=WINDOW, row_width=self.row_width)
+        self.hier = ParameterHierarchy(hbm, self.memps, WINDOW, self.coll.owned_mask, pull, self.hbm_rows, grow,
+                                       budget_for)
         self.hier.mark_trained(self.start_index - 1)  # resumed: the batches before were trained
 
     def _gate(self, w: Work) -> None:
@@ -383,7 +390,7 @@ class Trainer:
         return rank_figures(self.coll, self.pipeline, self.feed, self.store, self.memps, self.peak_resident,
                             self.backend.transfers(), self.features.rank_metrics(),
                             {"fetched": getattr(self.hier, "fetched", 0), "evicted": getattr(self.hier, "evicted", 0),
-                             "budget_rows": self.hbm_rows})
+                             "budget_rows": getattr(self.hier, "budget_rows", self.hbm_rows)})
 
     def metrics(self) -> dict:
         """Job metrics: the features', the training's and every rank's (``_job_metrics.job_figures``).
