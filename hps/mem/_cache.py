@@ -23,13 +23,13 @@ import threading
 import numpy as np
 
 from .._keys import as_keys, check_rows, rows_at
+from .._prefetch import ahead_ring
 from ..errors import CacheBudgetError, InvalidInputError
 from . import _cache_kernels as K
 from . import _map_kernels as M
 from . import _policy_kernels as P
 from ._records import CacheCounters, CacheStats, Evicted
 from ._slots import INITIAL_SLOTS, CacheSlots, rows_for_bytes, slots_bytes
-from .._prefetch import ahead_ring
 from ._unique import unique_counts
 
 #: Default share of the capacity given to the LRU part (the rest is the LFU part). Measured with

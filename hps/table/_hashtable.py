@@ -22,6 +22,8 @@ Contract
 - :meth:`HashTable.reserve` grows the table to a larger ``capacity`` between calls, keeping every
   entry; a table never shrinks.
 - Empty batches are no-ops.
+- A training step reads and writes back the rows of resident keys with :meth:`HashTable.find_rows` and
+  :meth:`HashTable.write_rows` (``_rows.py``): one probe a key, keys validated where they entered.
 - ``device="cuda"``: inputs may be NumPy arrays or ``__cuda_array_interface__`` arrays (CuPy, Numba);
   results are device arrays when the keys were on the device (zero-copy), host arrays otherwise.
 
