@@ -5,7 +5,7 @@ import pytest
 
 from hps.data import Batch, CriteoReader, CsvReader, DataFileNotFoundError, LibsvmReader, SyntheticData, open_dataset
 from hps.data._shards import Segment, plan_segments, share_bounds
-from tests.test_data_criteo import _assert_same, _random_lines
+from tests.test_data_criteo import _assert_same, _line, _random_lines
 
 
 def _shards(make, k):
@@ -60,9 +60,30 @@ def test_every_line_in_exactly_one_shard(tmp_path, k, chunk):
     size = p.stat().st_size
     assert sum(r.stats.bytes for r in readers) == full.stats.bytes
     longest = max(len(x) for x in lines) + 3
-    for s, r in enumerate(readers):
-        lo, hi = s * size // k, (s + 1) * size // k
-        assert r.stats.bytes <= hi - lo + longest
+    spans = [sum(seg.stop - seg.start for seg in r.segments()) for r in readers]
+    assert sum(spans) == size
+    for span, r in zip(spans, readers):
+        assert r.stats.bytes <= span + longest
+
+
+@pytest.mark.parametrize("k", [2, 4, 5])
+def test_byte_ranges_hold_about_as_many_lines(tmp_path, k):
+    """A file whose first half has short lines (empty fields) and second half long ones: byte ranges of
+    equal length would give shard 0 several times the lines (the examples, so the work) of the others;
+    the cuts follow the lines instead. A file of 2 MiB, so the line counts are sampled, not counted."""
+    rng = np.random.default_rng(7)
+    short = [_line(1, [None] * 13, [f"{v:08x}" for v in rng.integers(0, 99, 4)] + [None] * 22)
+             for _ in range(12_000)]
+    long_ = _random_lines(rng, 6_000)
+    p = tmp_path / "uneven.txt"
+    p.write_text("\n".join(short + long_) + "\n")
+    assert p.stat().st_size > 64 * (1 << 14)
+    shards, readers = _shards(lambda sh: CriteoReader(p, batch_size=512, shard=sh, max_malformed=1.0), k)
+    counts = [r.stats.lines for r in readers]
+    assert sum(counts) == 18_000
+    assert max(counts) <= 1.1 * 18_000 / k and min(counts) >= 0.9 * 18_000 / k, counts  # byte ranges: 2-3x
+    whole = _concat(list(CriteoReader(p, batch_size=512, max_malformed=1.0).batches()))
+    _assert_same(_concat([b for s in shards for b in s]), whole)
 
 
 def test_malformed_lines_of_a_later_shard_name_their_byte_offset(tmp_path):
@@ -155,10 +176,11 @@ def test_an_empty_shard_is_no_error_but_a_shard_of_garbage_is(tmp_path):
     empty.write_text("")
     with pytest.raises(Exception, match="no valid example"):  # but the whole data may not be empty
         list(CriteoReader(empty, batch_size=4).batches())
-    half = tmp_path / "half.txt"  # good lines, then as many bytes of garbage lines
-    good = "\n".join(_random_lines(np.random.default_rng(5), 200)) + "\n"
-    half.write_bytes(good.encode() + b"garbage\tline\n" * (len(good) // 13))
-    assert len(list(CriteoReader(half, batch_size=64, shard=(0, 2)).batches())) == 4
+    good = tmp_path / "good.txt"  # good lines, then a file of garbage lines: a shard each
+    good.write_text("\n".join(_random_lines(np.random.default_rng(5), 200)) + "\n")
+    bad = tmp_path / "garbage.txt"
+    bad.write_bytes(b"garbage\tline\n" * 2000)
+    assert len(list(CriteoReader([good, bad], batch_size=64, shard=(0, 2)).batches())) == 4
     for call in (lambda r: r.probe(), lambda r: list(r.batches())):
-        with pytest.raises(Exception, match=r"no valid example in .*half.txt \(shard 1 of 2\)"):
-            call(CriteoReader(half, batch_size=64, shard=(1, 2)))
+        with pytest.raises(Exception, match=r"no valid example in .*garbage.txt \(shard 1 of 2\)"):
+            call(CriteoReader([good, bad], batch_size=64, shard=(1, 2)))

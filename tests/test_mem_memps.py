@@ -342,3 +342,25 @@ def test_take_writes_each_row_at_its_place_in_a_given_array():
     np.testing.assert_array_equal(out[at], want)
     assert (np.delete(out, at, axis=0) == -1).all()
     assert mems[0].stats() == mems[1].stats()                           # the same moves, counted alike
+
+
+def test_take_of_a_large_batch_probes_once_and_moves_every_row():
+    """``take`` of thousands of keys (far more than the R keys its probes hash and prefetch ahead:
+    ``find``'s ring, then ``take`` at the slots found) against what the tiers held before: every row is
+    the one ``read`` gave, unpinned cached keys left the cache, pinned ones stayed, misses came from the
+    store or were born; and ``contains`` of the batch is exact set membership."""
+    rng = np.random.default_rng(7)
+    store = DictStore(W)
+    keys = rng.choice(1 << 40, 6000, replace=False).astype(np.uint64)
+    store.dump(keys[4000:5000], rng.standard_normal((1000, W)).astype(np.float32))   # in the store only
+    mem = _mem(store, capacity_rows=4096)
+    mem.push(keys[:3000], rng.standard_normal((3000, W)).astype(np.float32))        # cached, dirty
+    mem.pull(keys[:500])                                                             # cached and pinned
+    order = rng.permutation(6000)
+    batch = keys[order]
+    cached = set(keys[:3000].tolist())
+    np.testing.assert_array_equal(mem.cache.contains(batch), [int(k) in cached for k in batch])
+    want = mem.read(batch)
+    np.testing.assert_array_equal(mem.take(batch), want)
+    left = mem.cache.contains(keys)
+    assert left[:500].all() and not left[500:].any()

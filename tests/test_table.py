@@ -28,7 +28,7 @@ def keys_of(idx):
 ops = st.lists(
     st.tuples(
         st.sampled_from(["insert", "accumulate", "get", "contains", "erase", "export", "clear", "reserve",
-                         "purge"]),
+                         "purge", "find_write", "write_stale"]),
         st.lists(st.integers(0, len(UNIVERSE) - 1), max_size=24),
         st.integers(0, 2**31),
     ),
@@ -52,11 +52,32 @@ def assert_same_state(table, model):
 def test_random_sequences_match_dict(kind, dtype, seq, capacity):
     dim = 3
     table, model = FACTORIES[kind](capacity, dim, dtype), DictTable(capacity, dim, dtype)
+    found_before = None  # (keys, slots) of the last find_write: hints that later ops may make stale
     for op, idx, seed in seq:
         keys = keys_of(idx)
         # integer-valued rows keep float sums exact, so order of additions cannot matter
         rows = np.random.default_rng(seed).integers(-8, 8, (len(keys), dim)).astype(dtype)
-        if op in ("insert", "accumulate"):
+        if op == "write_stale" and found_before is not None:  # slots of an earlier find: as insert
+            keys, slots = found_before
+            rows = rows[:0] if not len(keys) else np.resize(rows, (len(keys), dim)) if len(rows) else \
+                np.full((len(keys), dim), seed % 7, dtype)
+            try:
+                model.insert(keys, rows)
+            except HashTableFullError:
+                with pytest.raises(HashTableFullError):
+                    table.write_rows(keys, slots, rows)
+            else:
+                table.write_rows(keys, slots, rows)
+        elif op == "find_write":  # the train step's find, then the write-back at the slots found
+            got, slots = table.find_rows(keys)
+            mv, mf = model.get(keys)
+            np.testing.assert_array_equal(slots >= 0, mf)
+            np.testing.assert_array_equal(got, mv)
+            found_before = (keys, slots)
+            if mf.all():
+                table.write_rows(keys, slots, rows)
+                model.insert(keys, rows)
+        elif op in ("insert", "accumulate"):
             try:
                 getattr(model, op)(keys, rows)
             except HashTableFullError:
@@ -147,6 +168,52 @@ def test_int64_keys_are_reinterpreted():
     table = HashTable(10, 2)
     table.insert(np.array([-2, 5], dtype=np.int64), np.ones((2, 2)))
     assert table.contains(np.array([2**64 - 2, 5], dtype=np.uint64)).all()
+
+
+@pytest.mark.parametrize("kind", sorted(FACTORIES))
+def test_find_rows_sentinel_absent_write_rows_refuses(kind):
+    """The train step's find_rows / write_rows skip the sentinel scan (their keys were validated where
+    they entered) yet stay safe: the sentinel is never live (parts: find_rows is their ``get``, which
+    refuses it), and writing it is refused (typed) with the table unchanged, whatever slot comes with it."""
+    table = FACTORIES[kind](10, 2, np.float32)
+    table.insert(np.array([1, 2], np.uint64), np.ones((2, 2), np.float32))
+    keys = np.array([1, SENTINEL, 2], np.uint64)
+    if kind == "partitioned":
+        with pytest.raises(InvalidInputError, match="sentinel"):
+            table.find_rows(keys)
+        slots = np.array([0, -1, 0], np.int64)
+    else:
+        rows, slots = table.find_rows(keys)
+        assert slots[1] == -1 and (slots[[0, 2]] >= 0).all()
+        np.testing.assert_array_equal(rows, [[1, 1], [0, 0], [1, 1]])
+    before = table.export()
+    for bad_slots in (slots, np.zeros(3, np.int64), np.full(3, 1 << 40, np.int64)):
+        with pytest.raises(InvalidInputError, match="sentinel"):
+            table.write_rows(keys, bad_slots, np.full((3, 2), 5, np.float32))
+        after = table.export()
+        np.testing.assert_array_equal(np.sort(before[0]), np.sort(after[0]))
+        np.testing.assert_array_equal(before[1][np.argsort(before[0])], after[1][np.argsort(after[0])])
+    with pytest.raises(InvalidInputError, match="slots"):
+        table.write_rows(keys[:2], slots, np.ones((2, 2), np.float32))
+
+
+def test_write_rows_wrong_slots_write_by_key():
+    """Slots that do not hold their keys (out of the table, another key's, a re-laid table's) make
+    write_rows an insert: the rows land at their keys, no other row changes."""
+    table = HashTable(100, 3)
+    keys = np.arange(50, dtype=np.uint64)
+    table.insert(keys, np.zeros((50, 3), np.float32))
+    _, slots = table.find_rows(keys[:10])
+    table.erase(keys[40:])
+    table.purge()  # re-lays the live keys: the slots found before are stale
+    new = np.arange(30, dtype=np.float32).reshape(10, 3)
+    for hint in (slots, slots[::-1].copy(), np.full(10, -1, np.int64), np.full(10, 1 << 40, np.int64)):
+        table.write_rows(keys[:10], hint, new)
+        got, found = table.get(keys[:40])
+        assert found.all() and len(table) == 40
+        np.testing.assert_array_equal(got[:10], new)
+        assert (got[10:] == 0).all()
+        new = new + 1
 
 
 @pytest.mark.parametrize("bad", [np.array([SENTINEL], np.uint64), np.array([-1], np.int64)])

@@ -26,8 +26,9 @@ def test_two_ranks_with_fae_end_with_the_model_of_one_process(mpiexec, tmp_path,
     # criteo spills: a MEM-PS of about one batch's working set per rank beside its SSD-PS index (whose
     # room the cache has while the table is small: rows of 32 floats + state leave it fewer than a
     # rank's cold rows) and an HBM-PS cache of 2,048 rows (a batch's ~1,050 and more), and a second
-    # epoch reads back what the first spilled
-    args = SMALL if data == "synthetic" else [*criteo_args(criteo_file(tmp_path / "train.txt", n=60000)),
+    # epoch reads back what the first spilled (short and long lines interleaved: every rank's shard has both)
+    args = SMALL if data == "synthetic" else [*criteo_args(criteo_file(tmp_path / "train.txt", n=60000,
+                                                                       interleaved=True)),
                                               "--embedding-dim", "32", "--epochs", "2"]
     assert main([*args, *FAE, "--data-shards", "2", "--export", str(tmp_path / "one"),
                  "--metrics-out", str(tmp_path / "one.json")]) == 0

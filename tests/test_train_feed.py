@@ -11,12 +11,17 @@ from tests.test_data_criteo import _assert_same, _random_lines
 
 
 def _uneven_file(path, n=700):
-    """Short lines first, long ones after: equal byte ranges hold very different line counts."""
+    """Shards of very different line counts: a folder of four files (a whole file per shard of 4) of
+    n/2, n/4, n/8 and n/8 lines, short lines first (byte ranges of one file hold about as many lines
+    each, ``hps.data._shards``)."""
     lines = _random_lines(np.random.default_rng(8), n)
     for i in range(n // 2):
         cols = lines[i].split("\t")
         lines[i] = "\t".join(cols[:1] + [""] * 13 + cols[14:18] + [""] * 22)
-    path.write_text("\n".join(lines) + "\n")
+    path.mkdir()
+    ends = [0, n // 2, n // 2 + n // 4, n - n // 8, n]
+    for f, (a, b) in enumerate(zip(ends, ends[1:])):
+        (path / f"part{f}.txt").write_text("\n".join(lines[a:b]) + "\n")
     return path
 
 
@@ -33,7 +38,7 @@ def test_one_process_with_k_shards_composes_what_k_ranks_read(tmp_path, data):
     if data == "synthetic":
         flat.update(rows=1500, fields=3, vocab_per_field=50)
     else:
-        flat.update(format="criteo", data=str(_uneven_file(tmp_path / "d.txt")))
+        flat.update(format="criteo", data=str(_uneven_file(tmp_path / "d")))
     cfg = Config.from_flat(flat)
     one = list(Feed(cfg, 0, 1).epoch())
     ranks = [list(Feed(cfg, r, 4).epoch()) for r in range(4)]

@@ -35,7 +35,7 @@ from ._batch import Batch, FixedBatch
 from ._dense import SAMPLE_ROWS, check_transform, sample_stats
 from ._dense import apply as dense_apply
 from ._parallel import check_readers, ordered_map
-from ._shards import Segment, check_shard, plan_segments, seek_segment, share_bounds
+from ._shards import Segment, check_shard, plan_segments, region_lines, seek_segment, share_bounds
 from ._sources import compression, expand_paths, open_source
 
 #: Default size of one read (bytes). 16 MiB keeps parsed arrays of one chunk around 30 MB.
@@ -263,8 +263,11 @@ class TextReader:
             own = [self.paths[i] for i in range(*share_bounds(len(self.paths), self.shard, self.n_shards))]
             return [self._whole(p) for p in own]
         starts = [self._data_start(p)[0] for p in self.paths]
-        return plan_segments(self.paths, starts, [p.stat().st_size for p in self.paths], self.shard,
-                             self.n_shards, splittable=[compression(p) is None for p in self.paths])
+        sizes = [p.stat().st_size for p in self.paths]
+        cut = [compression(p) is None for p in self.paths]
+        # cut where the lines are (a file's lines may differ in length along it), plain files only
+        lines = [region_lines(p, ds, sz) for p, ds, sz in zip(self.paths, starts, sizes)] if all(cut) else None
+        return plan_segments(self.paths, starts, sizes, self.shard, self.n_shards, splittable=cut, lines=lines)
 
     def _whole(self, p: Path) -> Segment:
         ds = self._data_start(p)[0]

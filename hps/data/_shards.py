@@ -9,22 +9,38 @@ give its lines in order.
 - At least ``K`` files: shard ``s`` reads whole files, the contiguous run
   ``files[share_bounds(F, s, K)]`` (in the order given).
 - Fewer files than shards: the files' data regions (after a CSV header) are laid end to end and cut
-  into ``K`` byte ranges of equal length; a range may span the end of one file and the start of the
-  next (two segments). A file that cannot be cut (a compressed one, ``splittable`` False) is read
-  whole by the shard whose byte range holds its first byte (its length is its compressed size).
+  into ``K`` byte ranges holding about as many lines each (:func:`region_lines` samples where the
+  lines are; equal byte lengths when the plan is given no sample); a range may span the end of one
+  file and the start of the next (two segments). A file that cannot be cut (a compressed one,
+  ``splittable`` False) is read whole by the shard whose byte range holds its first byte (its length
+  is its compressed size; with such a file the ranges are of equal byte lengths).
+
+Why lines, not bytes: a shard's examples are what its rank trains on, and a file whose lines differ in
+length along it (empty fields early on, longer records later) cut into equal byte ranges gives one rank
+several times the examples of another, and so several times the work, while the others wait in every
+collective and run empty mini-batches after their shards end.
 
 Rows (synthetic data) are cut with :func:`share_bounds` as well.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from ..errors import InvalidInputError
 
 #: Bytes read per step while looking for the newline that ends a partial line.
 SCAN_BYTES = 1 << 16
+#: Where the lines of a file are (:func:`region_lines`): its data region is cut into this many equal
+#: regions, and the newlines of the first :data:`DENSITY_WINDOW` bytes of each are counted (1 MiB read per
+#: file; a smaller file is counted whole).
+DENSITY_REGIONS = 64
+DENSITY_WINDOW = 1 << 14
 
 
 def share_bounds(n: int, s: int, k: int) -> tuple[int, int]:
@@ -57,10 +73,55 @@ class Segment:
     data_start: int = 0
 
 
-def plan_segments(paths, data_starts, sizes, shard: int, n_shards: int, splittable=None) -> list[Segment]:
+def region_lines(path, data_start: int, size: int) -> np.ndarray:
+    """(DENSITY_REGIONS,) float64: the lines estimated to start in each of the equal regions of the
+    data region ``[data_start, size)`` of the plain file ``path`` (newlines counted in a window at the start
+    of each region, scaled to its length; exact when the windows cover the regions). The same answer on
+    every rank for the same file; remembered per (path, size, mtime). Reads at most DENSITY_REGIONS x
+    DENSITY_WINDOW bytes."""
+    st = os.stat(path)
+    return _region_lines(str(path), int(data_start), int(size), st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _region_lines(path: str, data_start: int, size: int, mtime_ns: int) -> np.ndarray:
+    length = max(0, size - data_start)
+    edges = [data_start + i * length // DENSITY_REGIONS for i in range(DENSITY_REGIONS + 1)]
+    out = np.zeros(DENSITY_REGIONS, np.float64)
+    with open(path, "rb") as f:
+        for i, (a, b) in enumerate(zip(edges, edges[1:])):
+            if b <= a:
+                continue
+            f.seek(a)
+            window = f.read(min(DENSITY_WINDOW, b - a))
+            if window:
+                out[i] = window.count(b"\n") * (b - a) / len(window)
+    return out
+
+
+def _balanced_bounds(lengths, lines, shard: int, n_shards: int, total: int) -> tuple[int, int]:
+    """[lo, hi) bytes of shard ``shard`` in the data regions laid end to end (``lengths``), the cuts where
+    the estimated lines (``lines``: per file, its regions' :func:`region_lines`) reach s / K of them;
+    equal byte lengths when ``lines`` is None or estimates no line."""
+    if lines is not None:
+        widths = np.concatenate([np.diff([i * n // len(est) for i in range(len(est) + 1)])
+                                 for n, est in zip(lengths, lines)]).astype(np.float64)
+        est = np.concatenate([np.asarray(e, np.float64) for e in lines])
+        if est.shape == widths.shape and est.sum() > 0:
+            cum_lines, cum_bytes = np.concatenate([[0.0], np.cumsum(est)]), np.concatenate([[0.0], np.cumsum(widths)])
+            targets = np.array([shard, shard + 1], np.float64) * cum_lines[-1] / n_shards
+            # bytes where the cumulative estimate reaches each target (linear inside a region)
+            lo, hi = (int(round(x)) for x in np.interp(targets, cum_lines, cum_bytes))
+            return (0 if shard == 0 else lo), (total if shard == n_shards - 1 else hi)
+    return shard * total // n_shards, (shard + 1) * total // n_shards
+
+
+def plan_segments(paths, data_starts, sizes, shard: int, n_shards: int, splittable=None,
+                  lines=None) -> list[Segment]:
     """Segments of shard ``shard`` of ``n_shards`` over ``paths`` (file sizes ``sizes`` in bytes, data
     beginning at ``data_starts``; ``splittable`` (one bool per file, default all True): whether a
-    file may be cut into byte ranges); see the module docstring. Pure: reads nothing."""
+    file may be cut into byte ranges; ``lines``: per file, :func:`region_lines` of it, to cut where the
+    lines are, or None to cut equal byte lengths); see the module docstring. Pure: reads nothing."""
     paths, n = list(paths), len(paths)
     cut = list(splittable) if splittable is not None else [True] * n
     if n >= n_shards:
@@ -69,7 +130,7 @@ def plan_segments(paths, data_starts, sizes, shard: int, n_shards: int, splittab
                 for i in range(a, b)]
     lengths = [max(0, sz - ds) for sz, ds in zip(sizes, data_starts)]
     total = sum(lengths)
-    lo, hi = shard * total // n_shards, (shard + 1) * total // n_shards
+    lo, hi = _balanced_bounds(lengths, lines if all(cut) else None, shard, n_shards, total)
     out, base = [], 0
     for p, ds, length, c in zip(paths, data_starts, lengths, cut):
         if not c:

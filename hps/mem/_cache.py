@@ -23,6 +23,7 @@ import threading
 import numpy as np
 
 from .._keys import as_keys, check_rows, rows_at
+from .._prefetch import ahead_ring
 from ..errors import CacheBudgetError, InvalidInputError
 from . import _cache_kernels as K
 from . import _map_kernels as M
@@ -123,12 +124,16 @@ class RowCache:
 
     def contains(self, keys) -> np.ndarray:
         """(n,) bool: which keys are cached. No access is counted."""
-        k = as_keys(keys)
-        found = np.empty(k.shape[0], dtype=np.bool_)
+        return self._find_unchecked(as_keys(keys)) >= 0
+
+    def _find_unchecked(self, k) -> np.ndarray:
+        """(n,) int64 slot of each of the validated keys ``k`` that is cached, -1 elsewhere (no access
+        is counted): what :meth:`_take_unchecked` takes, so its keys are probed once. Thread-safe."""
+        slots = np.empty(k.shape[0], dtype=np.int64)
         with self.lock:
             if k.shape[0]:
-                M.contains(self._s.mkeys, self._s.mvals, k, found)
-        return found
+                M.find(self._s.mkeys, self._s.mvals, k, ahead_ring(), slots)
+        return slots
 
     def peek(self, keys):
         """(rows (n, W), found (n,) bool) of cached keys without counting an access; zeros where absent."""
@@ -378,16 +383,18 @@ class RowCache:
         out, at = rows_at(out, at, k.shape[0], self.row_width, self.dtype)
         return self._take_unchecked(k, out, at)
 
-    def _take_unchecked(self, k, out, at):
+    def _take_unchecked(self, k, out, at, slots=None):
         """:meth:`take` with no validation, before kernels that check no bounds: only :meth:`take` and
         ``MemPS.take`` call it, each with ``k`` from ``as_keys`` and ``(out, at)`` from ``rows_at`` (a
-        row of ``at`` outside ``out`` would write out of bounds). Thread-safe (takes the lock)."""
+        row of ``at`` outside ``out`` would write out of bounds). ``slots``: :meth:`_find_unchecked`
+        of ``k``, the cache unchanged since (the caller holds a lock over both calls), else found here.
+        Thread-safe (takes the lock)."""
         n = k.shape[0]
         hit = np.zeros(n, dtype=np.bool_)
         with self.lock:
             n_hit = 0
             if n:
-                n_hit = self._s.take(k, out, at, hit)
+                n_hit = self._s.take(k, self._find_unchecked(k) if slots is None else slots, out, at, hit)
             self._n.batch(n_hit, n - n_hit)
         return out, hit
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import njit
-from .._prefetch import prefetch
+from .._prefetch import prefetch, prefetch_ahead
 from ._map_kernels import _ghost_cell, _map_del, _map_get, _map_put, _prefetch_map
 from ._policy_kernels import (ST_CALL, ST_FREE_TOP, ST_N_PINNED, W_FREE, _detach, _evict_one, _place_lru,
                               _release, _resift, _visit)
@@ -201,20 +201,39 @@ def unpin(st, pins, freq, where, stamp, prev, nxt, bkt, bhead, btail, mkeys, mva
 
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _prefetch_taken(rows, pins, ghost, keys, slots, i):
+    """Prefetch what :func:`take` reads of ``keys[i]``: its row and pin count when cached (``slots[i]``),
+    else its ghost cell."""
+    s = slots[i]
+    if s >= 0:
+        prefetch(rows, s)
+        prefetch(pins, s)
+    elif ghost.shape[0] > 0:
+        prefetch(ghost, _ghost_cell(ghost, keys[i]))
+
+
 @njit(nogil=True, cache=True, _nrt=False)
 def take(st, skey, rows, dirty, pins, freq, where, prev, nxt, bkt, bhead, btail, free, mkeys, mvals, ghost,
-         keys, out_rows, at, hit):
+         keys, slots, out_rows, at, hit):
     """Move rows out to another tier: for each of the distinct ``keys`` (n,) uint64 that is cached,
     copy its row into ``out_rows[at[i]]`` ((m, W); ``at`` (n,) int64) and set ``hit[i]``; an unpinned one then leaves the
     cache (its slot freed, its frequency + 1 remembered in the ghost table, as on an eviction), a
     pinned one stays (frequency += 1). A key not cached gets 1 added to its ghost frequency (a
     ghost cell holding another key is taken over), so the access counts when the key comes back
-    with ``put``. Returns the number of hits."""
+    with ``put``. ``slots`` (n,) int64: each key's slot, -1 when not cached (``_map_kernels.find``,
+    with nothing changed in between: taking a key frees only its own slot, so the others' stay
+    valid); the rows, pin counts and ghost cells are prefetched ``prefetch_ahead()`` keys ahead.
+    Returns the number of hits."""
     n_hit = 0
-    _prefetch_map(mkeys, mvals, keys)
-    for i in range(keys.shape[0]):
+    n, ahead = keys.shape[0], prefetch_ahead()
+    for i in range(min(ahead, n)):
+        _prefetch_taken(rows, pins, ghost, keys, slots, i)
+    for i in range(n):
+        if i + ahead < n:
+            _prefetch_taken(rows, pins, ghost, keys, slots, i + ahead)
         key = keys[i]
-        s = _map_get(mkeys, mvals, key)
+        s = slots[i]
         if s < 0:
             hit[i] = False
             if ghost.shape[0] > 0:
@@ -236,10 +255,6 @@ def take(st, skey, rows, dirty, pins, freq, where, prev, nxt, bkt, bhead, btail,
         _detach(st, where, prev, nxt, bkt, bhead, btail, s)
         _release(st, dirty, freq, free, mkeys, mvals, ghost, s, key)
     return n_hit
-
-
-
-
 
 
 @njit(nogil=True, cache=True)

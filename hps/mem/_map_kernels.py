@@ -23,15 +23,20 @@ import numpy as np
 
 from .._hashing import mix64
 from .._jit import njit
-from .._prefetch import prefetch, prefetch_home
+from .._prefetch import home_ahead, prefetch_home, ring_next, ring_start
 
 # ---------------------------------------------------------------- key -> int32 map (linear probing)
 
 @njit(nogil=True, cache=True, inline="always")
 def _map_get(mkeys, mvals, key):
+    return _map_get_from(mkeys, mvals, key, mix64(key) & np.uint64(mkeys.shape[0] - 1))
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _map_get_from(mkeys, mvals, key, i):
+    """:func:`_map_get` from ``key``'s home cell ``i`` (``mix64(key) & (M - 1)``, computed by the caller)."""
     empty = np.uint64(0xFFFFFFFFFFFFFFFF)
     mask = np.uint64(mkeys.shape[0] - 1)
-    i = mix64(key) & mask
     while True:
         k = mkeys[i]
         if k == key:
@@ -102,11 +107,15 @@ def _prefetch_map(mkeys, mvals, keys):
 # ---------------------------------------------------------------- kernels that only read through the map
 
 @njit(nogil=True, cache=True, _nrt=False)
-def contains(mkeys, mvals, keys, found):
-    """found[i] = keys[i] is cached. keys (n,) uint64, found (n,) bool (written)."""
-    _prefetch_map(mkeys, mvals, keys)
+def find(mkeys, mvals, keys, ring, slots):
+    """slots[i] = the cache slot of ``keys[i]``, -1 where it is not cached; no access is counted.
+    keys (n,) uint64, slots (n,) int64 (written), ``ring`` (R,) uint64 scratch (R = ``prefetch_ahead()``):
+    each key's home map cell is hashed once and prefetched, with its value, R keys ahead
+    (``hps._prefetch.home_ahead``), not in a pass over the whole batch first (whose first cells a
+    large batch evicts again before their probes)."""
+    ring_start(mkeys, mvals, keys, ring)
     for i in range(keys.shape[0]):
-        found[i] = _map_get(mkeys, mvals, keys[i]) >= 0
+        slots[i] = _map_get_from(mkeys, mvals, keys[i], ring_next(mkeys, mvals, keys, i, ring))
 
 
 @njit(nogil=True, cache=True, _nrt=False)
@@ -170,36 +179,25 @@ def _find_or_add(tab, uniq, u, key, h):
         h = (h + np.uint64(1)) & mask
 
 
-@njit(nogil=True, cache=True, inline="always")
-def _home_ahead(tab, keys, i, ring):
-    """Home cell of ``keys[i]`` in ``tab``, kept in ``ring`` (R,) uint64 (R = ``prefetch_ahead()``, a
-    power of two) at ``i & (R - 1)`` and prefetched: the probe R keys later reads it back instead of
-    hashing the key again (one ``mix64`` a key, not two: ~25 % of ``_unique_segments``' time on a
-    65,536 x 26 batch, 14 -> 10 ms thread time on the shared 2-core VM)."""
-    h = mix64(keys[i]) & np.uint64(tab.shape[0] - 1)
-    ring[i & (ring.shape[0] - 1)] = h
-    prefetch(tab, h)
-
-
 @njit(nogil=True, cache=True, _nrt=False)
 def _unique_counts(keys, tab, uniq, counts, inverse, ring):
     """The kernel of :func:`unique_counts` (and, with ``counts``/``inverse`` of length 0, of
     :func:`unique_keys`): :func:`_find_or_add` over ``tab`` (m,) -1 filled, m a power of two >= 2 n.
     A cell is 4 bytes, not a (key, value) pair: the table of a batch's union (~0.7 M keys: 8 MiB) and
     ``uniq`` stay in the last-level cache together, and the home cells of the keys R ahead are
-    computed and prefetched (``_home_ahead``; ``ring`` (R,) uint64 scratch, R = ``prefetch_ahead()``),
+    computed and prefetched (``hps._prefetch.home_ahead``; ``ring`` (R,) uint64 scratch, R = ``prefetch_ahead()``),
     so the probes' misses overlap. ``counts`` (n,) zeroed. -> the number of distinct keys u
     (``uniq[:u]``, ``counts[:u]`` written; ``inverse`` (n,))."""
     n = keys.shape[0]
     ahead = ring.shape[0]
     full = inverse.shape[0] == n
     for i in range(min(ahead, n)):
-        _home_ahead(tab, keys, i, ring)
+        home_ahead(tab, keys, i, ring)
     u = 0
     for i in range(n):
         h = ring[i & (ahead - 1)]
         if i + ahead < n:
-            _home_ahead(tab, keys, i + ahead, ring)
+            home_ahead(tab, keys, i + ahead, ring)
         v, _ = _find_or_add(tab, uniq, u, keys[i], h)
         if v == u:
             u += 1
@@ -224,11 +222,11 @@ def _unique_segments(keys, bounds, tab, cells, uniq, ubounds, inverse, ring):
         a, b = bounds[s], bounds[s + 1]
         first = u
         for i in range(a, min(a + ahead, b)):
-            _home_ahead(tab, keys, i, ring)
+            home_ahead(tab, keys, i, ring)
         for i in range(a, b):
             h = ring[i & (ahead - 1)]
             if i + ahead < b:
-                _home_ahead(tab, keys, i + ahead, ring)
+                home_ahead(tab, keys, i + ahead, ring)
             v, h = _find_or_add(tab, uniq, u, keys[i], h)
             if v == u:
                 cells[u - first] = h

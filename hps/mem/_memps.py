@@ -289,10 +289,11 @@ class MemPS:
         k = as_keys(keys)
         rows, at = rows_at(out, at, k.shape[0], self.row_width, self.dtype)
         with self._lock:
-            miss = np.flatnonzero(~self.cache.contains(k))
+            slots = self.cache._find_unchecked(k)   # each key probed once: the take below reuses them
+            miss = np.flatnonzero(slots < 0)
             if miss.shape[0]:  # first, so that a failing read leaves the cache as it was
                 self._count_loads(self._fill_misses(k[miss], rows, at[miss]))
-            self.cache._take_unchecked(k, rows, at)  # validated above (rows_at)
+            self.cache._take_unchecked(k, rows, at, slots)  # validated above (rows_at); nothing cached since
         return rows
 
     def push(self, keys, rows, unpin: bool = True) -> None:

@@ -141,10 +141,10 @@ class CacheSlots:
                         ev.keys, ev.rows, ev.dirty, ev.freq)
         return ev, n
 
-    def take(self, k, out, at, hit) -> int:
+    def take(self, k, slots, out, at, hit) -> int:
         return int(K.take(self.st, self.skey, self.rows, self.dirty, self.pins, self.freq, self.where, self.prev,
                           self.nxt, self.bkt, self.bhead, self.btail, self.free, self.mkeys, self.mvals, self.ghost,
-                          k, out, at, hit))
+                          k, slots, out, at, hit))
 
     def discard(self, k) -> int:
         return int(K.discard(self.st, self.skey, self.dirty, self.pins, self.freq, self.where, self.prev, self.nxt,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._keys import key_array
-from .._prefetch import prefetch_ahead
+from .._prefetch import ahead_ring
 from ..errors import InvalidInputError, InvalidTypeError
 from ._map_kernels import _unique_counts, _unique_segments
 
@@ -29,12 +29,6 @@ def _cells(longest: int) -> int:
 def _cell_dtype(n: int):
     """The dtype of a table cell indexing ``n`` keys (4 bytes while it can)."""
     return np.int32 if n < 2 ** 31 else np.int64
-
-
-def _ring() -> np.ndarray:
-    """The kernels' ring of home cells computed ahead: (``prefetch_ahead()``,) uint64, a power of two
-    (its Python body: no dispatch, no compile)."""
-    return np.empty(prefetch_ahead.py_func(), dtype=np.uint64)
 
 
 def _table(n: int, longest: int, scratch=None) -> np.ndarray:
@@ -95,7 +89,7 @@ def unique_counts(keys):
     uniq = np.empty(n, dtype=np.uint64)
     counts = np.zeros(n, dtype=np.int64)
     inverse = np.empty(n, dtype=np.int64)
-    u = _unique_counts(keys, _table(n, n), uniq, counts, inverse, _ring())
+    u = _unique_counts(keys, _table(n, n), uniq, counts, inverse, ahead_ring())
     return uniq[:u], counts[:u], inverse
 
 
@@ -109,7 +103,7 @@ def unique_keys(keys, scratch: DedupScratch | None = None):
     uniq = np.empty(n, dtype=np.uint64)
     none = np.empty(0, dtype=np.int64)
     tab = _table(n, n, scratch)
-    u = _unique_counts(keys, tab, uniq, none, none, _ring())
+    u = _unique_counts(keys, tab, uniq, none, none, ahead_ring())
     if scratch is not None:
         tab.fill(-1)  # free for the next call (sequential: cheaper than probing the u keys again)
     return uniq[:u]
@@ -144,5 +138,5 @@ def unique_segments(keys, bounds, scratch: DedupScratch | None = None):
     ubounds = np.zeros(bounds.shape[0], dtype=np.int64)
     inverse = np.empty(n, dtype=np.int64)
     if bounds.shape[0] > 1:
-        uniq = uniq[:_unique_segments(keys, bounds, tab, cells, uniq, ubounds, inverse, _ring())]
+        uniq = uniq[:_unique_segments(keys, bounds, tab, cells, uniq, ubounds, inverse, ahead_ring())]
     return uniq, ubounds, inverse

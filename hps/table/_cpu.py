@@ -11,7 +11,12 @@ import numpy as np
 from . import _cache_kernels_cpu as C
 from . import _cpu_kernels as K
 from .._keys import EMPTY_KEY, as_keys, check_rows
+from .._prefetch import ahead_ring
 from ..errors import InvalidInputError, InvalidTypeError
+
+
+_NONE = np.empty(0, dtype=np.int64)        # ``get``'s slots when a call wants none
+_NO_FOUND = np.empty(0, dtype=np.bool_)    # ``get``'s found when a call wants none
 
 
 class CpuTableImpl:
@@ -80,7 +85,7 @@ class CpuTableImpl:
     def claim(self, keys, stream=None):
         slots = np.empty(keys.shape[0], dtype=np.int64)
         is_new = np.empty(keys.shape[0], dtype=np.int8)
-        n_new, n_revived, n_failed = K.claim(self.tkeys, self.tstate, keys, slots, is_new)
+        n_new, n_revived, n_failed = K.claim(self.tkeys, self.tstate, keys, slots, is_new, ahead_ring())
         self.tombstones -= int(n_revived)
         return slots, is_new, int(n_new), int(n_revived), int(n_failed)
 
@@ -117,7 +122,19 @@ class CpuTableImpl:
         self._pending[1] += n_revived
 
     def get_async(self, keys, out, found, stream=None) -> None:
-        K.get(self.tkeys, self.tstate, self.tvals, keys, out, found, self.tombstones > 0)
+        K.get(self.tkeys, self.tstate, self.tvals, keys, out, found, _NONE, self.tombstones > 0)
+
+    def find_rows(self, keys):
+        """(rows (n, dim) a copy, slots (n,) int64: -1 where a key is not live) of validated ``keys``."""
+        out = np.empty((keys.shape[0], self.dim), dtype=self.dtype)
+        slots = np.empty(keys.shape[0], dtype=np.int64)
+        K.get(self.tkeys, self.tstate, self.tvals, keys, out, _NO_FOUND, slots, self.tombstones > 0)
+        return out, slots
+
+    def write_at(self, keys, slots, rows) -> int:
+        """Rows of ``keys`` written at the ``slots`` :meth:`find_rows` gave, all or nothing -> how many
+        were stale (``_cpu_kernels.write_at``; 0: written)."""
+        return int(K.write_at(self.tkeys, self.tstate, self.tvals, keys, slots, rows, self.tombstones > 0))
 
     def contains_async(self, keys, found, stream=None) -> None:
         K.contains(self.tkeys, self.tstate, keys, found, self.tombstones > 0)

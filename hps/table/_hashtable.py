@@ -22,6 +22,8 @@ Contract
 - :meth:`HashTable.reserve` grows the table to a larger ``capacity`` between calls, keeping every
   entry; a table never shrinks.
 - Empty batches are no-ops.
+- A training step reads and writes back the rows of resident keys with :meth:`HashTable.find_rows` and
+  :meth:`HashTable.write_rows` (``_rows.py``): one probe a key, keys validated where they entered.
 - ``device="cuda"``: inputs may be NumPy arrays or ``__cuda_array_interface__`` arrays (CuPy, Numba);
   results are device arrays when the keys were on the device (zero-copy), host arrays otherwise.
 
@@ -52,6 +54,7 @@ import numpy as np
 
 from ..errors import HashTableFullError, InvalidInputError, InvalidTypeError
 from ._cache import CacheOps
+from ._rows import RowOps
 
 #: Default fraction of slots the table may fill at ``capacity`` live keys.
 DEFAULT_MAX_LOAD_FACTOR = 0.5
@@ -89,9 +92,10 @@ def _make_impl(device: str, n_slots: int, dim: int, dtype):
     raise InvalidInputError(f"device must be 'cpu' or 'cuda', got {device!r}")
 
 
-class HashTable(CacheOps):
+class HashTable(CacheOps, RowOps):
     """Open-addressing key -> row table. See the module docstring for the full contract; as the HBM-PS
-    cache across batches, :meth:`lookup` and :meth:`evict` (``_cache.py``).
+    cache across batches, :meth:`lookup` and :meth:`evict` (``_cache.py``); the train step's
+    :meth:`find_rows` and :meth:`write_rows` (``_rows.py``).
 
     Args:
         capacity: live keys the table is guaranteed to hold (> 0).

@@ -33,6 +33,7 @@ from ..errors import HashTableFullError, InvalidInputError
 from ._cache import in_key_order
 from ._hashtable import DEFAULT_MAX_LOAD_FACTOR, HashTable
 from ._placement import Placement
+from ._rows import RowOps
 
 
 def _to_host(arr):
@@ -48,7 +49,7 @@ def _default_part_capacity(capacity: int, n_parts: int) -> int:
     return min(capacity, math.ceil(1.25 * capacity / n_parts) + 64)
 
 
-class PartitionedHashTable:
+class PartitionedHashTable(RowOps):
     """Same API and answers as :class:`hps.HashTable`, over ``n_parts`` part tables."""
 
     def __init__(self, n_parts: int, capacity: int, dim: int, device: str = "cpu", dtype=np.float32,

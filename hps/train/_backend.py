@@ -127,10 +127,12 @@ class HostInputs:
 
 @dataclass
 class Found:
-    """Rows found on the CPU: ``keys`` (u,) and a copy of their rows (u, row_width), the step's own."""
+    """Rows found on the CPU: ``keys`` (u,), a copy of their rows (u, row_width), the step's own, and
+    the slots they were found at (``HashTable.find_rows``: the update writes there, probing nothing)."""
 
     keys: np.ndarray
     rows: np.ndarray
+    slots: np.ndarray
 
 
 class _HostRows:
@@ -143,16 +145,16 @@ class _HostRows:
         return keys
 
     def find(self, keys) -> Found:
-        rows, found = self.table.get(keys)
-        if not found.all():
-            raise InternalError(f"{int((~found).sum())} working-set keys are missing from HBM-PS (residency bug)")
-        return Found(keys, rows)
+        rows, slots = self.table.find_rows(keys)   # keys the prepare stage's lookup validated
+        if slots.shape[0] and int(slots.min()) < 0:
+            raise InternalError(f"{int((slots < 0).sum())} working-set keys are missing from HBM-PS (residency bug)")
+        return Found(keys, rows, slots)
 
     def gather(self, found: Found, idx, cols: int):
         return found.rows[:, :cols] if idx is None else found.rows[idx, :cols]
 
     def update(self, found: Found, grads, opt) -> None:
-        self.table.insert(found.keys, opt.apply_in_place(found.rows, grads))  # rows: this step's own copy
+        self.table.write_rows(found.keys, found.slots, opt.apply_in_place(found.rows, grads))  # its own copy
 
 
 class HostBackend:

@@ -13,8 +13,9 @@ SSD_FIGURES = ("bytes_read", "bytes_written", "disk_bytes", "files", "live_rows"
 
 
 def rank_figures(coll, pipeline, feed, store, memps, resident_rows: int, transfers, features: dict,
-                 hbm: dict | None = None) -> dict:
-    """This rank's share of the work: bytes parsed, peak ``resident_rows``, bytes sent by kind, CPU
+                 examples: int = 0, hbm: dict | None = None) -> dict:
+    """This rank's share of the work: the ``examples`` it trained (its shards'), bytes parsed, peak
+    ``resident_rows``, bytes sent by kind, CPU
     seconds of each stage outside MPI (its thread's and its helpers', ``StageTimes.helper_cpu``), wall
     and CPU seconds inside MPI, SSD-PS figures, the backend's ``transfers``, the ``features``' figures
     and the HBM-PS cache's ``hbm`` (rows ``fetched`` into it, ``evicted`` for its budget, ``budget_rows``)."""
@@ -25,7 +26,7 @@ def rank_figures(coll, pipeline, feed, store, memps, resident_rows: int, transfe
     mpi = {s: chans[c].mpi_seconds for s, c in STAGE_CHANNELS.items() if c}
     mpi_cpu = {s: chans[c].mpi_cpu_seconds for s, c in STAGE_CHANNELS.items() if c}
     st = store.stats()
-    return {"bytes_parsed": feed.bytes_parsed, "resident_rows": resident_rows, "bytes_sent": coll.bytes_sent(),
+    return {"examples": int(examples), "bytes_parsed": feed.bytes_parsed, "resident_rows": resident_rows, "bytes_sent": coll.bytes_sent(),
             "stage_cpu_seconds": cpu, "mpi_seconds": mpi, "mpi_cpu_seconds": mpi_cpu, "malformed": feed.malformed(),
             "ssd_rows_loaded": memps.stats()["ssd_loads"], "ssd": {k: st[k] for k in SSD_FIGURES},
             "transfers": transfers, "features": features,
@@ -54,6 +55,7 @@ def job_figures(per: list, coll, pipeline, memps) -> dict:
         "ranks": coll.size,
         "mpi_wait": coll.wait_mode,
         "comm_seconds": coll.mpi_seconds(),
+        "examples_per_rank": [r["examples"] for r in per],
         "bytes_parsed": [r["bytes_parsed"] for r in per],
         "resident_rows": [r["resident_rows"] for r in per],
         "hbm_budget_rows": [r["hbm"]["budget_rows"] for r in per],

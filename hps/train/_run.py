@@ -130,7 +130,8 @@ def report(m: dict) -> str:
     if m["ranks"] > 1:
         per_ex = ", ".join(f"{k} {v:.0f}" for k, v in m["bytes_sent_per_example"].items() if v)
         lines.append(f"bytes sent per example (all ranks): {per_ex}; rank 0 in MPI {m['comm_seconds']:.1f} s")
-        lines.append("per rank: MB parsed " + " ".join(f"{b / 1e6:.1f}" for b in m["bytes_parsed"])
+        lines.append("per rank: examples " + " ".join(f"{n:,}" for n in m["examples_per_rank"])
+                     + "; MB parsed " + " ".join(f"{b / 1e6:.1f}" for b in m["bytes_parsed"])
                      + "; resident rows " + " ".join(str(r) for r in m["resident_rows"])
                      + "; busiest stage CPU s " + " ".join(f"{max(c.values()):.1f}" for c in m["stage_cpu_seconds"]))
     return "\n".join(lines)

@@ -206,7 +206,7 @@ class Trainer:
     def _train(self, w: Work) -> dict:
         if self.features.skips(w.index, "train"):  # e.g. early stopping: not trained
             self.hier.mark_trained(w.index)
-            return {"index": w.index, "loss": None, "examples": 0}
+            return {"index": w.index, "loss": None, "examples": 0, "local_examples": 0}
         loss_sum = self._train_batch(w)
         n_ex = int(w.n_total.sum())
         loss_sum = self.coll.train.allsum(loss_sum)
@@ -224,7 +224,8 @@ class Trainer:
             job.save()
         if held:
             self.hier.mark_trained(w.index)
-        return {"index": w.index, "loss": loss_sum / max(n_ex, 1), "examples": n_ex}
+        return {"index": w.index, "loss": loss_sum / max(n_ex, 1), "examples": n_ex,
+                "local_examples": int(w.local.counts.sum())}
 
     def _train_batch(self, w: Work) -> float:
         """Train the mini-batches of ``w`` (in the features' order) -> this rank's sum of per-example
@@ -312,6 +313,7 @@ class Trainer:
                                  waiting_on_peers=lambda stage: self.coll.in_call(STAGE_CHANNELS[stage]))
         t0, c0 = time.perf_counter(), time.process_time()
         examples = 0
+        self.local_examples = 0  # this rank's share of them (its shards' examples; rank_metrics)
 
         last_bar = [0.0]
 
@@ -320,6 +322,7 @@ class Trainer:
             if res["loss"] is None:  # not trained (early stopping)
                 return
             examples += res["examples"]
+            self.local_examples += res["local_examples"]
             self.last_trained = res["index"]
             self.history["loss"].append(res["loss"])
             if bar is not None:
@@ -388,7 +391,7 @@ class Trainer:
     def rank_metrics(self) -> dict:
         """This rank's figures (``_job_metrics.rank_figures``)."""
         return rank_figures(self.coll, self.pipeline, self.feed, self.store, self.memps, self.peak_resident,
-                            self.backend.transfers(), self.features.rank_metrics(),
+                            self.backend.transfers(), self.features.rank_metrics(), self.local_examples,
                             {"fetched": getattr(self.hier, "fetched", 0), "evicted": getattr(self.hier, "evicted", 0),
                              "budget_rows": getattr(self.hier, "budget_rows", self.hbm_rows)})
 
