@@ -19,15 +19,6 @@ from .._keys import key_array
 from ..errors import InvalidInputError
 
 
-def _keys(keys) -> np.ndarray:
-    """``keys`` as they are when already a 1-D C-contiguous uint64 host array (no copy, no scan), else
-    through ``key_array`` (int64 read bitwise; InvalidTypeError / InvalidInputError)."""
-    if (isinstance(keys, np.ndarray) and keys.dtype == np.uint64 and keys.ndim == 1
-            and keys.flags.c_contiguous):
-        return keys
-    return key_array(keys)
-
-
 class RowOps:
     """The train step's row access of :class:`hps.HashTable` and :class:`hps.gpu.PartitionedHashTable`
     (a mixin). One CPU table finds slots and writes at them; any other table (parts, a GPU) answers
@@ -42,7 +33,7 @@ class RowOps:
         """(rows (n, dim) host array, this call's own copy; slots (n,) int64, -1 where a key is not
         live) of ``keys`` (n,) uint64 host, keys a validating call let in (see the module docstring).
         The slots are the hints :meth:`write_rows` takes. Blocking; thread-safe (the table's lock)."""
-        k = _keys(keys)
+        k = key_array(keys)   # a 1-D C-contiguous uint64 array as it is: no copy, no scan
         impl = self._row_impl()
         if impl is None:
             rows, found = self.get(k)
@@ -56,7 +47,7 @@ class RowOps:
         :meth:`find_rows` of them: at those slots when every one still holds its key live (the usual
         case: no probe), else exactly as ``insert`` (later duplicates win; raises as it does).
         Blocking; thread-safe."""
-        k = _keys(keys)
+        k = key_array(keys)
         slots = np.asarray(slots)
         if slots.shape != k.shape or slots.dtype != np.int64 or not slots.flags.c_contiguous:
             raise InvalidInputError(f"slots must be ({k.shape[0]},) int64 C-contiguous, the slots of "
