@@ -404,6 +404,11 @@ class RowCache:
             s = K.dirty_slots(self._s.dirty, self._s.where)
             return self._s.skey[s], self._s.rows[s]
 
+    def dirty_keys(self) -> np.ndarray:
+        """(m,) uint64 copy of the keys of every dirty cached row, in slot order (no row is copied)."""
+        with self.lock:
+            return self._s.skey[K.dirty_slots(self._s.dirty, self._s.where)]
+
     def mark_clean(self, keys) -> None:
         """Clear the dirty flag of cached ``keys`` (after their rows reached the store)."""
         k = as_keys(keys)

@@ -382,6 +382,16 @@ class MemPS:
             self._dumped += n
             return n
 
+    def rows_after_flush(self, held) -> int:
+        """The distinct keys the store would hold if the rows of ``held`` (n,) uint64 keys (rows another
+        tier holds: the HBM-PS's) were pushed and the cache flushed -> that count, with nothing
+        written: the store's live keys, plus the dirty cached keys and ``held`` that it lacks (one
+        probe of the store's index). REQUIRES: the store has ``contains`` and ``len``."""
+        k = as_keys(held)
+        with self._lock:
+            extra, _, _ = unique_counts(np.concatenate([self.cache.dirty_keys(), k]))
+            return len(self.store) + int(np.count_nonzero(~self.store.contains(extra)))
+
     def stats(self) -> dict:
         """hits, misses (distinct keys per pull), ssd_loads, new_rows, evicted, dumped, size,
         pinned, dirty, capacity_rows, budget_bytes, hit_rate, per_batch_hit_rate (one per pull)."""

@@ -98,6 +98,12 @@ class Catalog:
                 f.refs += 1
         return loc, found, files
 
+    def contains(self, keys, path) -> np.ndarray:
+        """(n,) bool: which ``keys`` have a live row (the index alone: no file is referenced or read)."""
+        with self._mu:
+            self._check_open(path)
+            return self._index.lookup(keys)[1]
+
     def snapshot(self, path):
         """-> (keys (m,) uint64, loc (m, 2) int64, files {seq: FileMeta}) of every live row, with
         references taken (for export)."""

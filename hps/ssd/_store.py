@@ -86,6 +86,7 @@ class SSDStore:
       Duplicate keys in one call: the last wins.
     - ``load(keys (n,) uint64) -> (rows (n, dim) of dtype, found (n,) bool)``: newest rows, zeros
       where missing. Reads only the blocks holding asked rows and checks each block's crc.
+    - ``contains(keys (n,) uint64) -> (n,) bool``: which keys have a live row (the index; no file read).
     - ``delete(keys (n,) uint64) -> int``: forget keys (their rows turn stale; see the method).
     - ``compact()``: merge every file more than ``stale_fraction`` stale (and rewrite format-1
       files as format 2); -> number of files removed. Runs by itself in a background thread when
@@ -212,6 +213,11 @@ class SSDStore:
         finally:
             self._unlink(self._cat.release(files.values(), nread))
         return found
+
+    def contains(self, keys) -> np.ndarray:
+        """-> (n,) bool: which of ``keys`` (n,) uint64 the store holds a live row of. Reads no file
+        (the in-memory index only)."""
+        return self._cat.contains(as_keys(keys), self.path)
 
     def iter_rows(self, chunk_rows: int = 1 << 16):
         """Yield (keys (m,) uint64, rows (m, dim)) chunks of every live row, file by file: a snapshot

@@ -179,6 +179,11 @@ class CpuTableImpl:
         slots = K.live_slots(self.tkeys, self.tstate)
         return self.tkeys[slots], self.tvals[slots]
 
+    def live_keys(self, n_live: int | None = None) -> np.ndarray:
+        """(m,) uint64 copy of the live keys, in slot order; no row is read (``n_live``: the CUDA
+        twin's argument, not needed here)."""
+        return self.tkeys[K.live_slots(self.tkeys, self.tstate)]
+
     def rebuild(self, n_slots: int, n_live: int | None = None) -> None:
         """Re-lay the live entries into ``n_slots`` (>= the current count) slots, dropping every
         tombstone; growing allocates the new arrays before anything changes."""

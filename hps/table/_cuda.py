@@ -370,19 +370,19 @@ class CudaTableImpl:
         self.erase_async(keys, s, self.counts)
         return int(self._read(self.counts, s)[0])
 
-    def _live(self, n_live: int):
-        """Device (live slots (m,) int64, their keys (m,) uint64, their rows (m, dim), their scores (m,)
-        uint64), m = n_live, the table's live-key count (kept by HashTable), checked against the
-        kernel's count."""
+    def _live(self, n_live: int, rows: bool = True):
+        """Device (live slots (m,) int64, their keys (m,) uint64, their rows (m, dim) (without ``rows``:
+        (0, dim), none gathered), their scores (m,) uint64), m = n_live, the table's live-key count
+        (kept by HashTable), checked against the kernel's count."""
         s = self.enter(0)
         scores, keys, slots = self.entries(n_live, 2**32, s)
         found = int(self._read(self.counts, s)[0])
         if found != n_live:
             raise InternalError(f"CUDA table holds {found} live keys but its host counts {n_live} (a bug)")
-        rows = self.cuda.device_array((n_live, self.dim), dtype=self.dtype)
-        if n_live:
-            L.launch(K.gather_rows, L.grid_rows(n_live, self.dim), s, self.tvals, slots, rows)
-        return slots, keys, rows, scores
+        out = self.cuda.device_array((n_live if rows else 0, self.dim), dtype=self.dtype)
+        if n_live and rows:
+            L.launch(K.gather_rows, L.grid_rows(n_live, self.dim), s, self.tvals, slots, out)
+        return slots, keys, out, scores
 
     def entries(self, n_live: int, protect: int, s):
         """Device (scores (n_live,) uint64, keys, slots int64) of the live slots last used before batch
@@ -400,6 +400,10 @@ class CudaTableImpl:
         particular order. Only the live keys and rows cross to the host, not the slot arrays."""
         _, keys, rows, _ = self._live(n_live)
         return keys.copy_to_host(), rows.copy_to_host()
+
+    def live_keys(self, n_live: int) -> np.ndarray:
+        """(m,) uint64 host array of the ``n_live`` live keys, in no particular order (no row gathered)."""
+        return self._live(n_live, rows=False)[1].copy_to_host()
 
     def rebuild(self, n_slots: int, n_live: int) -> None:
         """Re-lay the ``n_live`` live entries into ``n_slots`` (>= the current count) slots, dropping

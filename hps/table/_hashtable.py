@@ -287,6 +287,13 @@ class HashTable(CacheOps, RowOps):
             self._settle()
             return self._impl.export(self._size)
 
+    def live_keys(self) -> np.ndarray:
+        """(m,) uint64 host array of every live key, in no particular order; what :meth:`export`
+        returns without the rows (none is copied). Blocking."""
+        with self._lock:
+            self._settle()
+            return self._impl.live_keys(self._size)
+
     def clear(self) -> None:
         """Remove every entry (keeps the memory)."""
         with self._lock:

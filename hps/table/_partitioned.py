@@ -224,6 +224,14 @@ class PartitionedHashTable(RowOps):
         return (np.concatenate([o[0] for o in outs]),
                 np.concatenate([o[1] for o in outs]).reshape(-1, self.dim))
 
+    def live_keys(self) -> np.ndarray:
+        """(m,) uint64 host array of every live key (no row is copied)."""
+        outs = []
+        for p, part in enumerate(self.parts):
+            with self._ctx[p]():
+                outs.append(part.live_keys())
+        return np.concatenate(outs)
+
     def lookup(self, keys, batch: int):
         """Slots (n,) int64 of ``keys`` in their parts (-1 where not live), each live key counting a use
         in ``batch`` (:meth:`HashTable.lookup`). Blocking."""

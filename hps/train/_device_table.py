@@ -125,6 +125,13 @@ class LedgerTable:
         self.ledger.record("d2h", "writeback", keys.nbytes + rows.nbytes)
         return keys, rows
 
+    def live_keys(self) -> np.ndarray:
+        """The table's ``live_keys`` (host keys, ``writeback``: what lists them for the job's model
+        size). Blocking."""
+        keys = self.table.live_keys()
+        self.ledger.record("d2h", "writeback", keys.nbytes)
+        return keys
+
     def clear(self) -> None:
         self.table.clear()
 

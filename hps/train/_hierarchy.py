@@ -300,6 +300,14 @@ class ParameterHierarchy:
                 self.memps.push(keys[sel], update(sel, self.memps.pull(keys[sel])))
         return done
 
+    def owned_rows(self) -> int:
+        """The rows this rank owns over the three tiers: the SSD-PS's after :meth:`drop_all`, counted
+        without writing a row (``MemPS.rows_after_flush`` of the resident keys it owns). Holds the
+        residency lock."""
+        with self._lock:
+            keys = np.asarray(_host(self.hbm.live_keys())) if len(self.hbm) else np.empty(0, np.uint64)
+            return self.memps.rows_after_flush(keys[self.owned_mask(keys)])
+
     @property
     def resident(self) -> int:
         return len(self.hbm)

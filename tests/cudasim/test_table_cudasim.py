@@ -49,6 +49,8 @@ def assert_same_state(gpu, cpu, model):
     np.testing.assert_array_equal(ck, mk)
     np.testing.assert_array_equal(gv, mv)
     np.testing.assert_array_equal(cv, mv)
+    for t in (gpu, cpu):  # the keys export lists, without the rows
+        np.testing.assert_array_equal(np.sort(t.live_keys()), mk)
 
 
 ops = st.lists(
