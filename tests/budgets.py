@@ -87,11 +87,13 @@ def resolve_spill(argv, run, table_keys: int, row_bytes: int = 64) -> list:
 def train_with_cache_rows(argv, cache_rows: int, export) -> dict:
     """Train the one-process job of CLI flags ``argv`` with a MEM-PS cache of ``cache_rows`` rows (a
     row count, not a byte budget: on a small table a budget's cache borrows the room of the SSD-PS
-    index and may hold the whole table), export it to ``export`` and evaluate -> its metrics."""
+    index and may hold the whole table), export it to ``export`` (an ``--export`` job: its metrics count
+    the end's write-back) and evaluate -> its metrics."""
     from hps.cli import parse_config
     from hps.train._trainer import Trainer
 
-    t = Trainer(parse_config([str(a) for a in argv]), log=lambda *a, **k: None, cache_rows=int(cache_rows))
+    cfg = parse_config([*(str(a) for a in argv), "--export", str(export)])
+    t = Trainer(cfg, log=lambda *a, **k: None, cache_rows=int(cache_rows))
     try:
         m = t.fit()
         t.export(str(export))

@@ -13,12 +13,18 @@ SSD_FIGURES = ("bytes_read", "bytes_written", "disk_bytes", "files", "live_rows"
 
 
 def rank_figures(coll, pipeline, feed, store, memps, resident_rows: int, transfers, features: dict,
-                 examples: int = 0, hbm: dict | None = None) -> dict:
+                 examples: int = 0, hier=None, hbm_rows: int | None = None) -> dict:
     """This rank's share of the work: the ``examples`` it trained (its shards'), bytes parsed, peak
     ``resident_rows``, bytes sent by kind, CPU
     seconds of each stage outside MPI (its thread's and its helpers', ``StageTimes.helper_cpu``), wall
-    and CPU seconds inside MPI, SSD-PS figures, the backend's ``transfers``, the ``features``' figures
-    and the HBM-PS cache's ``hbm`` (rows ``fetched`` into it, ``evicted`` for its budget, ``budget_rows``)."""
+    and CPU seconds inside MPI, SSD-PS figures, the backend's ``transfers()`` (read last: the count of
+    ``table_rows`` below lists the HBM-PS's keys, 8 B each as ``writeback``), the ``features``' figures
+    and the HBM-PS cache's (``hier``, the ``ParameterHierarchy``; None before the first batch, when the
+    budget is the plan's ``hbm_rows``): ``hbm`` (rows ``fetched`` into it, ``evicted`` for its budget,
+    ``budget_rows``) and ``table_rows``, the rows this rank owns over the three tiers
+    (``ParameterHierarchy.owned_rows``; without ``hier`` the SSD-PS's live rows): what the SSD-PS would
+    hold with every row written back, which a job does only when a reader needs it (``--export``,
+    ``--keep-ssd``), so the SSD-PS figures count only the writes the job made."""
     chans = coll.channels()
     times = pipeline.stage_times()
     cpu = {s: times[s].cpu + times[s].helper_cpu - (chans[c].mpi_cpu_seconds if c else 0.0)
@@ -29,8 +35,10 @@ def rank_figures(coll, pipeline, feed, store, memps, resident_rows: int, transfe
     return {"examples": int(examples), "bytes_parsed": feed.bytes_parsed, "resident_rows": resident_rows, "bytes_sent": coll.bytes_sent(),
             "stage_cpu_seconds": cpu, "mpi_seconds": mpi, "mpi_cpu_seconds": mpi_cpu, "malformed": feed.malformed(),
             "ssd_rows_loaded": memps.stats()["ssd_loads"], "ssd": {k: st[k] for k in SSD_FIGURES},
-            "transfers": transfers, "features": features,
-            "hbm": hbm or {"fetched": 0, "evicted": 0, "budget_rows": None}}
+            "table_rows": hier.owned_rows() if hier is not None else st["live_rows"],
+            "transfers": transfers(), "features": features,
+            "hbm": {"fetched": getattr(hier, "fetched", 0), "evicted": getattr(hier, "evicted", 0),
+                    "budget_rows": getattr(hier, "budget_rows", hbm_rows)}}
 
 
 def job_figures(per: list, coll, pipeline, memps) -> dict:
@@ -50,7 +58,7 @@ def job_figures(per: list, coll, pipeline, memps) -> dict:
         "ssd_bytes_written": ssd["bytes_written"],
         "ssd_disk_bytes": ssd["disk_bytes"],
         "ssd_files": ssd["files"],
-        "table_rows": ssd["live_rows"],
+        "table_rows": sum(r["table_rows"] for r in per),
         "ssd_rows_loaded": sum(r["ssd_rows_loaded"] for r in per),
         "ranks": coll.size,
         "mpi_wait": coll.wait_mode,

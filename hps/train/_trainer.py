@@ -343,7 +343,8 @@ class Trainer:
         self.train_seconds = time.perf_counter() - t0
         self.train_cpu_seconds = time.process_time() - c0  # every thread of the process
         self.examples = examples
-        self.hier.drop_all()
+        if self.cfg.tiers.keep_ssd or tc.export:  # readers of the store alone, counted in the metrics; else
+            self.hier.drop_all()  # the resident rows stay in the HBM-PS (export() writes them back first)
         if tc.resume and not examples:
             self.log(f"nothing left to train: the checkpoint is past the last batch of --epochs {tc.epochs}")
         return self.metrics()
@@ -359,8 +360,7 @@ class Trainer:
                 return {}
             batches = self.feed.eval_batches()
         batches = iter(batches)
-        # nothing trained in this run (resumed after the last batch): the rows are in the tiers
-        self._ensure_hierarchy()
+        self._ensure_hierarchy()  # none yet when nothing was trained in this run (resumed past the end)
         ch, P = ch or self.coll.main, self.row_params
         labels, probs = [], []
         while True:
@@ -391,15 +391,14 @@ class Trainer:
     def rank_metrics(self) -> dict:
         """This rank's figures (``_job_metrics.rank_figures``)."""
         return rank_figures(self.coll, self.pipeline, self.feed, self.store, self.memps, self.peak_resident,
-                            self.backend.transfers(), self.features.rank_metrics(), self.local_examples,
-                            {"fetched": getattr(self.hier, "fetched", 0), "evicted": getattr(self.hier, "evicted", 0),
-                             "budget_rows": getattr(self.hier, "budget_rows", self.hbm_rows)})
+                            self.backend.transfers, self.features.rank_metrics(), self.local_examples,
+                            self.hier, self.hbm_rows)
 
     def metrics(self) -> dict:
         """Job metrics: the features', the training's and every rank's (``_job_metrics.job_figures``).
         Collective."""
         per = self.coll.main.allgather(self.rank_metrics())
-        rows = sum(r["ssd"]["live_rows"] for r in per)
+        rows = sum(r["table_rows"] for r in per)
         return self.features.metrics([r["features"] for r in per]) | {
             "examples": self.examples,
             "train_seconds": self.train_seconds,
@@ -426,6 +425,8 @@ class Trainer:
         """Export the model the features choose (after ``--early-stop`` the best one, else the model as
         it is) -> what it holds (``_export.export_trained``). Collective over the main channel."""
         choice = self.features.export_choice(self.last_trained)
+        if self.hier is not None:  # fit leaves the resident rows in the HBM-PS: the store takes them first
+            self.hier.drop_all()
         return _export.export_trained(directory, self.coll.main, self.store, self.model, self._model_meta(),
                                       choice, self.checkpoint_dir, self.log)
 
