@@ -372,14 +372,14 @@ class CudaTableImpl:
 
     def _live(self, n_live: int, rows: bool = True):
         """Device (live slots (m,) int64, their keys (m,) uint64, their rows (m, dim) (without ``rows``:
-        (0, dim), none gathered), their scores (m,) uint64), m = n_live, the table's live-key count
+        None, none gathered), their scores (m,) uint64), m = n_live, the table's live-key count
         (kept by HashTable), checked against the kernel's count."""
         s = self.enter(0)
         scores, keys, slots = self.entries(n_live, 2**32, s)
         found = int(self._read(self.counts, s)[0])
         if found != n_live:
             raise InternalError(f"CUDA table holds {found} live keys but its host counts {n_live} (a bug)")
-        out = self.cuda.device_array((n_live if rows else 0, self.dim), dtype=self.dtype)
+        out = self.cuda.device_array((n_live, self.dim), dtype=self.dtype) if rows else None
         if n_live and rows:
             L.launch(K.gather_rows, L.grid_rows(n_live, self.dim), s, self.tvals, slots, out)
         return slots, keys, out, scores
