@@ -103,6 +103,33 @@ def test_failed_dump_keeps_rows_dirty_in_cache():
     assert s["dumped"] >= 2 and s["new_rows"] == 3
 
 
+@settings(max_examples=40, deadline=None)
+@given(capacity=st.integers(4, 12), batches=st.lists(st.sets(st.integers(0, 40), min_size=1, max_size=10),
+                                                    min_size=1, max_size=12))
+def test_push_of_distinct_keys_skips_the_dedup_and_changes_nothing(capacity, batches):
+    """``push(distinct=True)`` (the HBM-PS's evictions) leaves the tier as ``push`` does: the same cache
+    rows, dirty rows, counters and, after a flush, the same store."""
+    mems = [_mem(DictStore(W), capacity) for _ in range(2)]
+    for step, ks in enumerate(batches):
+        k = _u(sorted(ks, key=lambda x: (x * 7919) % 41))  # distinct, in no particular order
+        rows = np.arange(k.shape[0] * W, dtype=np.float32).reshape(-1, W) + step
+        mems[0].push(k, rows, unpin=False)
+        mems[1].push(k, rows, unpin=False, distinct=True)
+        for m in mems:
+            m.take(k[::2])  # some leave again, as the HBM-PS fetches them
+    a, b = (m.cache.dirty_rows() for m in mems)
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    sa, sb = (m.stats() for m in mems)
+    np.testing.assert_array_equal(sa.pop("per_batch_hit_rate"), sb.pop("per_batch_hit_rate"))
+    assert sa == sb
+    for m in mems:
+        m.flush()
+    assert mems[0].store.d.keys() == mems[1].store.d.keys()
+    for x in mems[0].store.d:
+        np.testing.assert_array_equal(mems[0].store.d[x], mems[1].store.d[x])
+
+
 def test_push_of_uncached_keys_and_stats():
     store = DictStore(W)
     mem = _mem(store, 3)

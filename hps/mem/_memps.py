@@ -296,10 +296,12 @@ class MemPS:
             self.cache._take_unchecked(k, rows, at, slots)  # validated above (rows_at); nothing cached since
         return rows
 
-    def push(self, keys, rows, unpin: bool = True) -> None:
+    def push(self, keys, rows, unpin: bool = True, distinct: bool = False) -> None:
         """Write ``rows`` (n, row_width) of ``keys`` (n,) back (dirty; later duplicates win) and,
         with ``unpin``, drop the pin ``pull`` took on each distinct key that holds one. Keys not
-        cached are inserted dirty (unpinned), dumping evicted dirty rows to the store first."""
+        cached are inserted dirty (unpinned), dumping evicted dirty rows to the store first.
+        ``distinct``: the caller vouches that no key repeats (rows evicted from the HBM-PS), so they
+        are not deduplicated again (the result is the same; a repeated key would then be a bug)."""
         k = as_keys(keys)
         r = check_rows(rows, k.shape[0], self.row_width, self.dtype, "rows")
         with self._lock:
@@ -308,7 +310,7 @@ class MemPS:
             found = self.cache.update(k, r)
             if not found.all():
                 nk, nr = (k, r) if not found.any() else (k[~found], r[~found])  # no copy in the usual case
-                uniq, _, inverse = unique_counts(nk)
+                uniq, _, inverse = (nk, None, None) if distinct else unique_counts(nk)
                 if uniq.shape[0] < nk.shape[0]:  # duplicates: later ones win
                     last = np.empty(uniq.shape[0], dtype=np.int64)
                     last[inverse] = np.arange(nk.shape[0])

@@ -155,12 +155,19 @@ class ParameterHierarchy:
         if over <= 0:
             return 0
         keys, rows = self.hbm.evict(over, max(0, protect_from))
-        rows = _host(rows)
-        mine = self.owned_mask(keys)
-        if mine.any():  # the owner takes its rows back (dirty); replicas are dropped (bit-identical)
-            self.memps.push(keys[mine], rows[mine], unpin=False)
+        self._write_back(keys, _host(rows))
         self.evicted += keys.shape[0]
         return over - keys.shape[0]
+
+    def _write_back(self, keys: np.ndarray, rows: np.ndarray) -> None:
+        """The owner takes the rows of evicted ``keys`` (k,) (distinct, host) back into its MEM-PS, dirty;
+        replicas are dropped (bit-identical). When this rank owns them all (always with ``owner``) the
+        arrays go as they are: no copy of the rows. REQUIRES: lock held."""
+        mine = self.owned_mask(keys)
+        if mine.all():
+            self.memps.push(keys, rows, unpin=False, distinct=True)
+        elif mine.any():
+            self.memps.push(keys[mine], rows[mine], unpin=False, distinct=True)
 
     def _admit(self, keys: np.ndarray, index: int) -> None:
         """Fetch the rows of the non-resident ``keys`` and insert them, each counting its first use in
@@ -247,9 +254,7 @@ class ParameterHierarchy:
                 keys, rows = self.hbm.evict(step, BATCH_LIMIT - 1)  # no key is protected
                 if not keys.shape[0]:
                     raise InternalError(f"{len(self.hbm)} resident keys could not be evicted at the end")
-                mine = self.owned_mask(keys)
-                if mine.any():
-                    self.memps.push(keys[mine], _host(rows)[mine], unpin=False)
+                self._write_back(keys, _host(rows))
             self.hbm.clear()   # its tombstones
             self.memps.flush()
 
