@@ -80,7 +80,8 @@ class RowCache:
         self.lru_fraction = float(lru_fraction)
         self.ghost_factor = float(ghost_factor)
         self.lock = threading.RLock()
-        self._s = CacheSlots(min(capacity_rows, INITIAL_SLOTS), row_width, self.dtype, self.ghost_factor)
+        self._s = CacheSlots(min(capacity_rows, INITIAL_SLOTS), row_width, self.dtype, self.ghost_factor,
+                             limit=capacity_rows)
         self._s.st[P.ST_LRU_TARGET] = int(round(self.lru_fraction * capacity_rows))
         self._n = CacheCounters()
         self._visit_buf = None   # scratch arrays of visit_batch
@@ -233,7 +234,7 @@ class RowCache:
         capacity the kernels evict as before. REQUIRES: lock held."""
         s = self._s
         if s.n_free < n_new and s.n < self.capacity_rows:
-            s.resize(min(self.capacity_rows, max(2 * s.n, len(self) + int(n_new))))
+            s.resize(min(self.capacity_rows, max(2 * s.n, len(self) + int(n_new))), limit=self.capacity_rows)
 
     def _budget_error(self, working_set: int) -> CacheBudgetError:
         row_bytes = self.row_width * self.dtype.itemsize
