@@ -1,17 +1,18 @@
 """``Reserved``: an array that grows and shrinks in place inside address space reserved up front.
 
 A ``RowCache`` of a large budget starts small and grows as rows arrive (``_slots.CacheSlots``).
-``ndarray.resize`` (``realloc``) grows a block by remapping it, but the grown part is zero-filled at
-once and faulted in 4 KiB pages: on the 2-core VM 0.22 s for 256 MiB, about as much as the cache's
-writes into it afterwards, and the growth of a 2 M-row job's MEM-PS cost its prepare stage ~0.5 s and
-the end of the job another ~1.1 s. Here each array is a view of a private anonymous mapping of the
-most elements it may hold (``MAP_NORESERVE``: address space, not memory; no page is resident until
-written), advised to transparent huge pages (``MADV_HUGEPAGE``: 2 MiB a fault; a first write of
-512 MiB measured 0.04 s against 0.37 s in 4 KiB pages). Growing is taking a longer view of it (the new
-part reads as zeros, as after ``resize``: :meth:`view` zeroes the bytes a shrink left behind), so the
-old and the new array are never both in memory and nothing is copied; shrinking gives the pages past
-the new end back to the system (``MADV_DONTNEED``). Only a view past the reservation (a capacity raised
-after the reservation was made) allocates a new mapping and copies the elements in use.
+``ndarray.resize`` (``realloc``) grows a block by remapping it, but zero-fills the grown part at once,
+faulting it all in (on the 2-core VM 0.22 s for 256 MiB) whether rows ever come to it or not. Here each
+array is a view of a private anonymous mapping of the most elements it may hold (``MAP_NORESERVE``:
+address space, not memory; no page is resident until written). Growing is taking a longer view of it
+(the new part reads as zeros, as after ``resize``: :meth:`view` zeroes the bytes a shrink left behind),
+so the old and the new array are never both in memory, nothing is copied or filled, and a page is
+faulted in when a row is first written to it; shrinking gives the pages past the new end back to the
+system (``MADV_DONTNEED``). Only a view past the reservation (a capacity raised after the reservation
+was made) allocates a new mapping and copies the elements in use. The mappings are not advised to
+huge pages (``MADV_HUGEPAGE``): faster on a quiet box (a first write of 512 MiB in 0.04 s against
+0.37 s), but the 2 M-row job of ``bench/bench_host.py`` spent more system time with them on the VM
+(10-11 s against 6), so the kernel's default stands.
 
 Linux (POSIX ``mmap`` with ``madvise``). Not thread-safe: its owner serialises calls. REQUIRES: nobody
 holds a view across a :meth:`view` that moves the array (the cache hands out copies only).
@@ -51,10 +52,6 @@ class Reserved:
                 raise
             self.limit = max(int(need), 1)
             self._mm = mmap.mmap(-1, self.limit * self._item, flags=mmap.MAP_PRIVATE | _NORESERVE)
-        try:
-            self._mm.madvise(mmap.MADV_HUGEPAGE)
-        except (AttributeError, OSError):   # a kernel without transparent huge pages: 4 KiB pages
-            pass
         self._full = np.frombuffer(self._mm, dtype=self.dtype).reshape((self.limit, *self.tail))
         self._zero_from = 0   # elements at or past this index read as zeros (fresh or given back)
 
