@@ -130,6 +130,40 @@ def test_push_of_distinct_keys_skips_the_dedup_and_changes_nothing(capacity, bat
         np.testing.assert_array_equal(mems[0].store.d[x], mems[1].store.d[x])
 
 
+@settings(max_examples=40, deadline=None)
+@given(capacity=st.integers(3, 10), batches=st.lists(st.lists(st.integers(0, 30), min_size=1, max_size=9),
+                                                    min_size=1, max_size=10), distinct=st.booleans())
+def test_push_reading_rows_in_place_equals_push_of_the_gathered_rows(capacity, batches, distinct):
+    """``push(keys, rows, at=at)`` (rows read at ``rows[at[i]]``: the CPU twin's slot array) leaves the
+    tier as ``push(keys, rows[at])`` does, with keys cached or not, repeated (later ones win) or not."""
+    mems = [_mem(DictStore(W), capacity) for _ in range(2)]
+    rng = np.random.default_rng(len(batches))
+    for step, ks in enumerate(batches):
+        k = _u(list(dict.fromkeys(ks)) if distinct else ks)
+        table = rng.standard_normal((2 * k.shape[0] + 1, W)).astype(np.float32)
+        at = rng.permutation(table.shape[0])[:k.shape[0]].astype(np.int64)
+        mems[0].push(k, table[at], unpin=False, distinct=distinct)
+        mems[1].push(k, table, unpin=False, distinct=distinct, at=at)
+        for m in mems:
+            m.take(k[1::3])
+    for m in mems:
+        m.flush()
+    sa, sb = (m.stats() for m in mems)
+    np.testing.assert_array_equal(sa.pop("per_batch_hit_rate"), sb.pop("per_batch_hit_rate"))
+    assert sa == sb
+    assert mems[0].store.d.keys() == mems[1].store.d.keys()
+    for x in mems[0].store.d:
+        np.testing.assert_array_equal(mems[0].store.d[x], mems[1].store.d[x])
+    keys = _u(range(31))
+    np.testing.assert_array_equal(mems[0].read(keys), mems[1].read(keys))
+
+
+def test_push_refuses_rows_at_outside_the_array():
+    mem = _mem(DictStore(W), 4)
+    with pytest.raises(InvalidInputError):
+        mem.push(_u([1, 2]), np.zeros((2, W), np.float32), at=np.array([0, 2]))
+
+
 def test_push_of_uncached_keys_and_stats():
     store = DictStore(W)
     mem = _mem(store, 3)

@@ -80,16 +80,18 @@ def put_check(st, pins, stamp, mkeys, mvals, keys, pin):
 
 @njit(nogil=True, cache=True, _nrt=False)
 def put(st, skey, rows, dirty, pins, freq, where, stamp, prev, nxt, bkt, bhead, btail, free, mkeys, mvals,
-        ghost, keys, in_rows, in_dirty, in_freq, pin,
+        ghost, keys, in_rows, in_at, in_dirty, in_freq, pin,
         ev_keys, ev_rows, ev_dirty, ev_freq):
     """Insert or assign rows; evicts into ``ev_*`` as needed. REQUIRES: ``put_check`` passed.
-    keys (n,) uint64, in_rows (n, W), in_dirty (n,) bool, in_freq (n,) int64; ``ev_*`` have room for
-    n rows (not only the new keys: without pins a call may evict its own keys and re-insert them).
-    Returns the number of evicted rows."""
+    keys (n,) uint64, in_rows (m, W) holding the row of ``keys[i]`` at ``in_at[i]`` (``in_at`` (n,)
+    int64 in bounds; empty: at ``i``, m = n), in_dirty (n,) bool, in_freq (n,) int64; ``ev_*`` have
+    room for n rows (not only the new keys: without pins a call may evict its own keys and re-insert
+    them). Returns the number of evicted rows."""
     st[ST_CALL] += 1
     call = st[ST_CALL]
     n_ev = 0
     empty = np.uint64(0xFFFFFFFFFFFFFFFF)
+    pick = in_at.shape[0] > 0
     _prefetch_map(mkeys, mvals, keys)
     if ghost.shape[0] > 0:
         for i in range(keys.shape[0]):
@@ -120,8 +122,9 @@ def put(st, skey, rows, dirty, pins, freq, where, stamp, prev, nxt, bkt, bhead, 
         else:
             freq[s] += in_freq[i]
             dirty[s] = dirty[s] or in_dirty[i]
+        r = in_at[i] if pick else i
         for j in range(rows.shape[1]):
-            rows[s, j] = in_rows[i, j]
+            rows[s, j] = in_rows[r, j]
         if stamp[s] == call:
             _resift(st, where, freq, prev, nxt, bkt, bhead, btail, s)
             continue

@@ -137,10 +137,12 @@ def pin_counts(pins, mkeys, mvals, keys, out):
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def update(rows, dirty, mkeys, mvals, keys, in_rows, found):
+def update(rows, dirty, mkeys, mvals, keys, in_rows, in_at, found):
     """Assign rows of cached keys and mark them dirty; no access is counted. found (n,) bool written.
+    The row of ``keys[i]`` is ``in_rows[in_at[i]]`` (``in_at`` (n,) int64 in bounds; empty: ``in_rows[i]``).
     Returns the number of keys found."""
     n = 0
+    pick = in_at.shape[0] > 0
     for i in range(keys.shape[0]):
         s = _map_get(mkeys, mvals, keys[i])
         found[i] = s >= 0
@@ -148,8 +150,9 @@ def update(rows, dirty, mkeys, mvals, keys, in_rows, found):
             continue
         n += 1
         dirty[s] = True
+        r = in_at[i] if pick else i
         for j in range(rows.shape[1]):
-            rows[s, j] = in_rows[i, j]
+            rows[s, j] = in_rows[r, j]
     return n
 
 

@@ -28,6 +28,8 @@ from . import _policy_kernels as P
 from . import _slots_kernels as SK
 from ._reserve import Reserved
 
+#: ``at`` of the kernels that read rows ``in_rows[at[i]]`` when the rows are in order (``in_rows[i]``)
+NO_AT = np.empty(0, dtype=np.int64)
 #: Slots a cache allocates at first (fewer when its capacity is smaller); it doubles from there.
 INITIAL_SLOTS = 4096
 #: The per-slot state arrays besides the row (names as in ``_policy_kernels``; ``free`` is the free stack).
@@ -131,11 +133,12 @@ class CacheSlots:
         return K.lookup(self.st, self.skey, self.rows, self.pins, self.freq, self.where, self.stamp, self.prev,
                         self.nxt, self.bkt, self.bhead, self.btail, self.mkeys, self.mvals, k, c, pin, out, hit)
 
-    def put(self, k, r, d, f, pin: bool, ev) -> int:
-        """``ev``: an ``Evicted`` with room for ``k.shape[0]`` victims. -> victims written."""
+    def put(self, k, r, d, f, pin: bool, ev, at=NO_AT) -> int:
+        """``ev``: an ``Evicted`` with room for ``k.shape[0]`` victims; the row of ``k[i]`` is ``r[at[i]]``
+        (``at`` empty: ``r[i]``). -> victims written."""
         return K.put(self.st, self.skey, self.rows, self.dirty, self.pins, self.freq, self.where, self.stamp,
                      self.prev, self.nxt, self.bkt, self.bhead, self.btail, self.free, self.mkeys, self.mvals,
-                     self.ghost, k, r, d, f, pin, ev.keys, ev.rows, ev.dirty, ev.freq)
+                     self.ghost, k, r, at, d, f, pin, ev.keys, ev.rows, ev.dirty, ev.freq)
 
     def unpin(self, k) -> int:
         return K.unpin(self.st, self.pins, self.freq, self.where, self.stamp, self.prev, self.nxt, self.bkt,
