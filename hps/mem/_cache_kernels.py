@@ -20,7 +20,7 @@ import numpy as np
 
 from .._jit import njit
 from .._prefetch import prefetch, prefetch_ahead
-from ._map_kernels import _ghost_cell, _map_del, _map_get, _map_put, _prefetch_map
+from ._map_kernels import _ghost_cell, _ghost_tag, _map_del, _map_get, _map_put, _prefetch_map
 from ._policy_kernels import (ST_CALL, ST_FREE_TOP, ST_N_PINNED, W_FREE, _detach, _evict_one, _place_lru,
                               _release, _resift, _visit)
 
@@ -90,7 +90,6 @@ def put(st, skey, rows, dirty, pins, freq, where, stamp, prev, nxt, bkt, bhead, 
     st[ST_CALL] += 1
     call = st[ST_CALL]
     n_ev = 0
-    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
     pick = in_at.shape[0] > 0
     _prefetch_map(mkeys, mvals, keys)
     if ghost.shape[0] > 0:
@@ -111,9 +110,9 @@ def put(st, skey, rows, dirty, pins, freq, where, stamp, prev, nxt, bkt, bhead, 
             f = in_freq[i]
             if ghost.shape[0] > 0:
                 c = _ghost_cell(ghost, key)
-                if ghost[c, 0] == key:
+                if ghost[c, 0] == _ghost_tag(key):
                     f += np.int64(ghost[c, 1])
-                    ghost[c, 0] = empty
+                    ghost[c, 0] = np.uint64(0)
             freq[s] = f
             dirty[s] = in_dirty[i]
             pins[s] = 0
@@ -160,8 +159,8 @@ def discard(st, skey, dirty, pins, freq, where, prev, nxt, bkt, bhead, btail, fr
         _map_del(mkeys, mvals, keys[i])
         if ghost.shape[0] > 0:
             c = _ghost_cell(ghost, keys[i])
-            if ghost[c, 0] == keys[i]:
-                ghost[c, 0] = np.uint64(0xFFFFFFFFFFFFFFFF)
+            if ghost[c, 0] == _ghost_tag(keys[i]):
+                ghost[c, 0] = np.uint64(0)
                 ghost[c, 1] = np.uint64(0)
         skey[s] = np.uint64(0xFFFFFFFFFFFFFFFF)
         dirty[s] = False
@@ -242,9 +241,9 @@ def take(st, skey, rows, dirty, pins, freq, where, prev, nxt, bkt, bhead, btail,
             if ghost.shape[0] > 0:
                 c = _ghost_cell(ghost, key)
                 f = np.uint64(1)
-                if ghost[c, 0] == key:
+                if ghost[c, 0] == _ghost_tag(key):
                     f += ghost[c, 1]
-                ghost[c, 0] = key
+                ghost[c, 0] = _ghost_tag(key)
                 ghost[c, 1] = f
             continue
         hit[i] = True

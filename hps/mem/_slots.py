@@ -94,7 +94,7 @@ class CacheSlots:
         self._res["rows"] = Reserved(lim, dtype, (int(row_width),))
         self._res["mkeys"] = Reserved(map_cells(lim), np.uint64)
         self._res["mvals"] = Reserved(map_cells(lim), np.int32)
-        self._res["ghost"] = Reserved(ghost_cells(lim, ghost_factor), np.uint64, (2,))   # (key, freq) per cell
+        self._res["ghost"] = Reserved(ghost_cells(lim, ghost_factor), np.uint64, (2,))   # (key's tag, freq) per cell
         for name in (*_SLOT_NAMES, "free"):
             setattr(self, name, self._res[name].view(n))
         self.skey[:] = EMPTY_KEY
@@ -104,8 +104,7 @@ class CacheSlots:
         self.btail = np.full(P.N_BUCKETS + 1, -1, dtype=np.int32)
         self.mkeys = self._res["mkeys"].view(map_cells(n))
         self.mvals = self._res["mvals"].view(self.mkeys.shape[0])
-        self.ghost = self._res["ghost"].view(ghost_cells(n, ghost_factor))
-        self.ghost[:, 0] = EMPTY_KEY
+        self.ghost = self._res["ghost"].view(ghost_cells(n, ghost_factor))   # zeros: empty (``_map_kernels``)
         # the resize kernels lay out the empty state (slot 0 on top of the free stack, an empty map),
         # so a job compiles them with its first cache, not when its cache first grows
         SK.compact(self.st, self.skey, self.rows, self.dirty, self.pins, self.freq, self.where, self.stamp,
@@ -211,7 +210,6 @@ class CacheSlots:
             SK.fold_ghost(self.ghost, g)
             self.ghost = self._res["ghost"].view(g)
             return
-        self.ghost = self._res["ghost"].view(g, limit)   # the new cells read as zeros
-        self.ghost[old:, 0] = EMPTY_KEY
+        self.ghost = self._res["ghost"].view(g, limit)   # the new cells read as zeros: empty
         if old:
             SK.spread_ghost(self.ghost, old)
