@@ -34,6 +34,10 @@ import numpy as np
 
 from ..errors import InvalidInputError
 
+#: The rule that cuts plain files into shards (where the lines are, :func:`region_lines`), as a checkpoint
+#: records it: a resumed job must cut its data as the job that wrote the checkpoint did. Checkpoints
+#: of hps before 2026-11-27 record none: those jobs cut files by equal byte lengths.
+SHARD_CUT = "lines-64x16KiB"
 #: Bytes read per step while looking for the newline that ends a partial line.
 SCAN_BYTES = 1 << 16
 #: Where the lines of a file are (:func:`region_lines`): its data region is cut into this many equal

@@ -322,12 +322,16 @@ def _choose(root: Path, coll, dim: int, model_name: str, warn) -> tuple[Path, di
                           "(--keep-checkpoints K keeps the K newest)")
 
 
-def load(root, coll, store, model, dense_opt, warn=lambda msg: None, extra=None) -> dict:
+def load(root, coll, store, model, dense_opt, warn=lambda msg: None, extra=None, accept=None) -> dict:
     """Restore this rank's rows into ``store`` (an empty store) and the dense state from the newest
     intact checkpoint -> its meta, with ``path``. ``warn(message)`` hears of every damaged checkpoint
-    skipped; ``extra(h5file)`` reads what :func:`save`'s ``extra`` wrote. Collective over ``coll``.
-    Raises CorruptionError when no intact checkpoint is left."""
+    skipped; ``accept(meta, path)``, if given, is called before anything is restored and may raise
+    (e.g. the checkpoint is of other data; it must answer alike on every rank); ``extra(h5file)``
+    reads what :func:`save`'s ``extra`` wrote. Collective over ``coll``. Raises CorruptionError when
+    no intact checkpoint is left."""
     d, meta = _choose(Path(root), coll, store.dim, model.name, warn)
+    if accept is not None:
+        accept(meta, str(d))
     store.import_h5(str(d / _sparse_name(coll.rank, coll.size)))
     if extra is not None:
         import h5py

@@ -11,15 +11,32 @@ another), naming the rank, the file and what differs.
 
 Paths may differ between ranks (each node may hold its copy elsewhere): the files are compared by
 position. Cost: two small reads per file and rank, once per job.
+
+A resumed job must read the example stream of the job that wrote its checkpoint, or it continues from
+batch N of other data. So a checkpoint records the stream (:func:`stream_record`: the files described
+as above, the format and its options, the shards and how they are cut, the batch and mini-batch
+sizes, the shuffle and the seed), and ``--resume`` refuses a checkpoint whose stream differs from the
+run's (:func:`check_resumed_stream`), before anything is loaded, naming each difference.
 """
 
 from __future__ import annotations
 
+import json
 import os
 
+from ..data import HASHING_VERSION
+from ..data._shards import SHARD_CUT
 from ..errors import HpsError, InvalidInputError
 from ..ssd._format import crc32
 from ._records import data_files
+
+#: What each entry of a stream record is called to a user (the flags behind it).
+_STREAM_NAMES = {"format": "--format", "options": "the format's options", "files": "--data",
+                 "shards": "the data shards (--data-shards, or one per rank)",
+                 "shard_cut": "how files are cut into shards",
+                 "batch_size": "--batch-size", "minibatch_size": "--minibatch-size",
+                 "shuffle_buffer": "--shuffle-buffer", "seed": "--seed", "op_osrp": "--op-osrp",
+                 "hashing": "the hashing of keys"}
 
 #: Bytes read at each end of a data file for its checksum.
 EDGE_BYTES = 64 << 10
@@ -84,3 +101,42 @@ def _compare(flag: str, ranks: list) -> str | None:
             if crc != crc0:
                 return f"{which} holds other bytes at its start or end on rank {r} than on rank 0"
     return None
+
+
+def stream_record(cfg, feed) -> dict:
+    """The example stream of a job reading ``feed`` under ``cfg`` (the module docstring), JSON as a
+    checkpoint stores it: the files by position (size and edge CRC-32, not their paths). Blocks (two
+    small reads per file)."""
+    d, tc = cfg.data, cfg.train
+    options = {k: v for k, v in feed.format_options.items() if k != "dense_stats"}  # stats: from the files
+    files = [[size, crc] for _, size, crc in describe(data_files(d.data))] if d.format != "synthetic" else []
+    record = {"format": d.format, "options": options, "files": files, "shards": feed.n_shards,
+              "shard_cut": SHARD_CUT, "batch_size": tc.batch_size, "minibatch_size": tc.minibatch_size,
+              "shuffle_buffer": tc.shuffle_buffer, "seed": tc.seed, "op_osrp": d.op_osrp, "hashing": HASHING_VERSION}
+    return json.loads(json.dumps(record))
+
+
+def check_resumed_stream(recorded: dict | None, mine: dict, where: str, log) -> None:
+    """Raise InvalidInputError naming every entry of ``mine`` (this run's :func:`stream_record`) that
+    differs from ``recorded`` (the checkpoint at ``where``'s). A checkpoint of an older hps records no
+    stream (``None``): a warning to ``log(line)`` says it resumes unchecked. Entries only one side has are not
+    compared (a newer record's). Gives the same answer on every rank (the ranks' files are the same)."""
+    if recorded is None:
+        log(f"hps: warning: {where} was written by an hps that did not record its input: resuming unchecked; give the "
+             "command that wrote it (such checkpoints, before 2026-11-27, cut plain files into shards by "
+             "equal byte lengths: resume them with the hps that wrote them)")
+        return
+    differ = [f"{_STREAM_NAMES.get(k, k)}: {_short(k, recorded[k])} there, {_short(k, v)} now"
+              for k, v in mine.items() if k in recorded and recorded[k] != v]
+    if differ:
+        raise InvalidInputError(f"{where} was trained on another example stream ({'; '.join(differ)}): resume "
+                                "with the command that wrote it plus --resume (the same data, batch sizes, "
+                                "shards and seed), or train from scratch without --resume")
+
+
+def _short(key: str, value) -> str:
+    if key == "files":
+        return f"{len(value)} file(s) of {sum(size for size, _ in value):,} bytes (CRC-32 of their ends " \
+               f"{', '.join(f'{crc:08x}' for _, crc in value[:3])}{', ...' if len(value) > 3 else ''})"
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."

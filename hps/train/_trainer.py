@@ -51,6 +51,7 @@ from ._features import Checkpoint
 from ._feed import Feed, empty_batch
 from ._hbm_budget import TRACKS_WORKING_SETS, working_set_budget_rows
 from ._hierarchy import WINDOW, ParameterHierarchy, _host, make_hbm
+from ._inputs import check_resumed_stream, stream_record
 from ._job_metrics import job_figures, rank_figures
 from ._preflight import check_memory, first_working_set
 from ._records import describe_model, export_meta
@@ -127,12 +128,11 @@ class Trainer:
             raise
         self.hier = None  # built on the first batch, when the working-set size is known
         self.peak_resident = 0
-        self.start_index = 0
-        self.history = {"loss": []}
-        self.examples = 0
+        self.start_index, self.history, self.examples = 0, {"loss": []}, 0
         self.last_trained: int | None = None  # the last batch trained so far (the export's record)
         # where checkpoints go: --checkpoint-dir, or the export's private one for --early-stop's best
         self.checkpoint_dir = best_dir(cfg.train)
+        self._stream = stream_record(cfg, self.feed) if self.checkpoint_dir else None  # what they record
         self._resumed = None   # meta of the checkpoint resume() loaded
 
     # -- stages ---------------------------------------------------------------------------------------------
@@ -260,10 +260,9 @@ class Trainer:
             (tc.checkpoint_every and (w.index + 1) % tc.checkpoint_every == 0) or w.last_in_epoch)
 
     def save_checkpoint(self, index: int, epoch: int, batch: int, w: Work | None = None) -> str:
-        """Write a checkpoint after batch ``index`` (``w``: that batch, with the state features took in
-        its prepare). Collective over the train channel: call it from the train stage (or after
-        training)."""
-        ckpt = Checkpoint(index, {"index": index, "epoch": epoch, "batch": batch})
+        """Write a checkpoint after batch ``index`` (``w``: that batch, with the state features took in its
+        prepare). Collective over the train channel: call it from the train stage (or after training)."""
+        ckpt = Checkpoint(index, {"index": index, "epoch": epoch, "batch": batch, "stream": self._stream})
         self.features.save(w, ckpt)  # e.g. FAE writes its hot rows back first: the store gets them below
         self.hier.sync_to_store()
         extra = (lambda h: [write(h) for write in ckpt.writers]) if ckpt.writers else None
@@ -274,7 +273,8 @@ class Trainer:
     def resume(self) -> None:
         meta = _checkpoint.load(self.cfg.train.checkpoint_dir, self.coll.main, self.store, self.model,
                                 self.dense_opt, warn=lambda msg: self.log(f"hps: warning: {msg}"),
-                                extra=self.features.read_checkpoint)
+                                extra=self.features.read_checkpoint,
+                                accept=lambda m, d: check_resumed_stream(m.get("stream"), self._stream, d, self.log))
         self.features.restore(meta)  # e.g. this rank's dense group copy, the eval curve
         self.start_index = meta["index"] + 1
         self._resumed = meta
