@@ -131,3 +131,50 @@ def test_take_that_fails_to_read_leaves_the_cache_as_it_was():
         mem.take(np.array([1, 2], np.uint64))
     assert mem.cache.contains(np.array([1], np.uint64))[0]            # the cached row was not lost
     np.testing.assert_array_equal(mem.read(np.array([1], np.uint64))[0], np.ones(W))
+
+
+class _GatheringTable:
+    """The CPU twin without ``evict_into``: the hierarchy gathers the victims' rows (``evict``), as on the GPU."""
+
+    def __init__(self, table):
+        self._t = table
+
+    def __getattr__(self, name):
+        if name == "evict_into":
+            raise AttributeError(name)
+        return getattr(self._t, name)
+
+    def __len__(self):
+        return len(self._t)
+
+
+@pytest.mark.parametrize("owned", ["all", "even"])
+def test_victims_read_in_place_reach_the_mem_ps_as_gathered_ones_do(owned):
+    """Evictions through ``evict_into`` (the twin's slot array and the victims' slots handed to
+    ``MemPS.push``, no gather) leave the MEM-PS, its store and the HBM-PS as the gathering path does,
+    whether the rank owns every victim or only some (``at`` selects them)."""
+    mask = (lambda k: np.ones(k.shape[0], bool)) if owned == "all" else (lambda k: k % 2 == 0)
+    runs = []
+    for wrap in (lambda t: t, _GatheringTable):
+        mem = MemPS(DictStore(W), W, initializer=RowInitializer(2, W, seed=0), capacity_rows=24)
+        hier = ParameterHierarchy(wrap(HashTable(256, W)), mem, window=2, owned_mask=mask, budget_rows=48)
+        rng = np.random.default_rng(3)
+        for i, keys in enumerate(_batches(25, rng)):
+            hier.prepare(i, keys)
+            hier.hbm.accumulate(keys, np.full((keys.shape[0], W), 1.0 + i, np.float32))
+            hier.mark_trained(i)
+        assert hier.evicted > 100
+        resident = hier.hbm.export()
+        hier.drop_all()
+        runs.append((mem, resident, hier.evicted))
+    (m1, r1, e1), (m2, r2, e2) = runs
+    assert e1 == e2
+    np.testing.assert_array_equal(r1[0], r2[0])
+    np.testing.assert_array_equal(r1[1], r2[1])
+    assert m1.stats()["evicted"] == m2.stats()["evicted"] and m1.stats()["dumped"] == m2.stats()["dumped"]
+    assert m1.store.d.keys() == m2.store.d.keys() and len(m1.store.d) > 0
+    for k in m1.store.d:
+        np.testing.assert_array_equal(m1.store.d[k], m2.store.d[k])
+    a, b = m1.cache.dirty_rows(), m2.cache.dirty_rows()
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])

@@ -103,6 +103,67 @@ def test_failed_dump_keeps_rows_dirty_in_cache():
     assert s["dumped"] >= 2 and s["new_rows"] == 3
 
 
+@settings(max_examples=40, deadline=None)
+@given(capacity=st.integers(4, 12), batches=st.lists(st.sets(st.integers(0, 40), min_size=1, max_size=10),
+                                                    min_size=1, max_size=12))
+def test_push_of_distinct_keys_skips_the_dedup_and_changes_nothing(capacity, batches):
+    """``push(distinct=True)`` (the HBM-PS's evictions) leaves the tier as ``push`` does: the same cache
+    rows, dirty rows, counters and, after a flush, the same store."""
+    mems = [_mem(DictStore(W), capacity) for _ in range(2)]
+    for step, ks in enumerate(batches):
+        k = _u(sorted(ks, key=lambda x: (x * 7919) % 41))  # distinct, in no particular order
+        rows = np.arange(k.shape[0] * W, dtype=np.float32).reshape(-1, W) + step
+        mems[0].push(k, rows, unpin=False)
+        mems[1].push(k, rows, unpin=False, distinct=True)
+        for m in mems:
+            m.take(k[::2])  # some leave again, as the HBM-PS fetches them
+    a, b = (m.cache.dirty_rows() for m in mems)
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    sa, sb = (m.stats() for m in mems)
+    np.testing.assert_array_equal(sa.pop("per_batch_hit_rate"), sb.pop("per_batch_hit_rate"))
+    assert sa == sb
+    for m in mems:
+        m.flush()
+    assert mems[0].store.d.keys() == mems[1].store.d.keys()
+    for x in mems[0].store.d:
+        np.testing.assert_array_equal(mems[0].store.d[x], mems[1].store.d[x])
+
+
+@settings(max_examples=40, deadline=None)
+@given(capacity=st.integers(3, 10), batches=st.lists(st.lists(st.integers(0, 30), min_size=1, max_size=9),
+                                                    min_size=1, max_size=10), distinct=st.booleans())
+def test_push_reading_rows_in_place_equals_push_of_the_gathered_rows(capacity, batches, distinct):
+    """``push(keys, rows, at=at)`` (rows read at ``rows[at[i]]``: the CPU twin's slot array) leaves the
+    tier as ``push(keys, rows[at])`` does, with keys cached or not, repeated (later ones win) or not."""
+    mems = [_mem(DictStore(W), capacity) for _ in range(2)]
+    rng = np.random.default_rng(len(batches))
+    for step, ks in enumerate(batches):
+        k = _u(list(dict.fromkeys(ks)) if distinct else ks)
+        table = rng.standard_normal((2 * k.shape[0] + 1, W)).astype(np.float32)
+        at = rng.permutation(table.shape[0])[:k.shape[0]].astype(np.int64)
+        mems[0].push(k, table[at], unpin=False, distinct=distinct)
+        mems[1].push(k, table, unpin=False, distinct=distinct, at=at)
+        for m in mems:
+            m.take(np.unique(k)[1::3])   # take wants distinct keys
+    for m in mems:
+        m.flush()
+    sa, sb = (m.stats() for m in mems)
+    np.testing.assert_array_equal(sa.pop("per_batch_hit_rate"), sb.pop("per_batch_hit_rate"))
+    assert sa == sb
+    assert mems[0].store.d.keys() == mems[1].store.d.keys()
+    for x in mems[0].store.d:
+        np.testing.assert_array_equal(mems[0].store.d[x], mems[1].store.d[x])
+    keys = _u(range(31))
+    np.testing.assert_array_equal(mems[0].read(keys), mems[1].read(keys))
+
+
+def test_push_refuses_rows_at_outside_the_array():
+    mem = _mem(DictStore(W), 4)
+    with pytest.raises(InvalidInputError):
+        mem.push(_u([1, 2]), np.zeros((2, W), np.float32), at=np.array([0, 2]))
+
+
 def test_push_of_uncached_keys_and_stats():
     store = DictStore(W)
     mem = _mem(store, 3)

@@ -203,3 +203,38 @@ def test_missing_keys_are_the_keys_not_resident_in_input_order():
     slots, misses = missing_keys(t, ukeys, 3, np)
     assert misses.tolist() == [4, 1] and (slots >= 0).tolist() == [True, False, True, False]
     assert t.evict(5, protect_from=3)[0].shape == (0,)  # 5 and 9 were used in batch 3: protected
+
+
+def test_evict_into_hands_the_victims_rows_over_in_place_and_erases_them_after():
+    """``evict_into`` chooses the victims ``evict`` chooses and hands their rows to the sink where they
+    lie (the slot array and the victims' slots, key order); a sink that raises leaves the table as it was."""
+    from hps import HashTable
+
+    rng = np.random.default_rng(2)
+    tables = [HashTable(512, 3) for _ in range(2)]
+    keys = np.unique(rng.integers(1, 10_000, 300).astype(np.uint64))
+    for t in tables:
+        t.insert(keys, np.arange(keys.shape[0] * 3, dtype=np.float32).reshape(-1, 3))
+        for b in range(4):
+            t.lookup(keys[b::5], b)
+    got = {}
+
+    def sink(k, rows, at):
+        got.update(keys=k.copy(), rows=rows[at].copy())
+
+    def failing(k, rows, at):
+        raise OSError("injected")
+
+    with pytest.raises(OSError):
+        tables[1].evict_into(70, 2, failing)
+    assert len(tables[1]) == keys.shape[0]
+    np.testing.assert_array_equal(np.sort(tables[1].export()[0]), keys)
+    k0, r0 = tables[0].evict(70, 2)
+    k1 = tables[1].evict_into(70, 2, sink)
+    assert k0.shape[0] == 70
+    np.testing.assert_array_equal(k0, k1)
+    np.testing.assert_array_equal(got["keys"], k0)
+    np.testing.assert_array_equal(got["rows"], r0)
+    assert len(tables[0]) == len(tables[1]) == keys.shape[0] - 70
+    e0, e1 = tables[0].export(), tables[1].export()
+    np.testing.assert_array_equal(np.sort(e0[0]), np.sort(e1[0]))

@@ -47,8 +47,9 @@ class _Rows:
         out[at] = rows
         return out
 
-    def push(self, keys, rows, unpin=False):
-        self.pushed.append((keys.copy(), rows.copy()))
+    def push(self, keys, rows, unpin=False, distinct=False, at=None):
+        """``MemPS.push``'s interface: the row of ``keys[i]`` is ``rows[at[i]]`` (``at`` None: ``rows[i]``)."""
+        self.pushed.append((keys.copy(), rows.copy() if at is None else rows[at]))
 
     def flush(self):
         return 0

@@ -29,7 +29,7 @@ from . import _cache_kernels as K
 from . import _map_kernels as M
 from . import _policy_kernels as P
 from ._records import CacheCounters, CacheStats, Evicted
-from ._slots import INITIAL_SLOTS, CacheSlots, rows_for_bytes, slots_bytes
+from ._slots import INITIAL_SLOTS, NO_AT, CacheSlots, rows_for_bytes, slots_bytes
 from ._unique import unique_counts
 
 #: Default share of the capacity given to the LRU part (the rest is the LFU part). Measured with
@@ -80,7 +80,8 @@ class RowCache:
         self.lru_fraction = float(lru_fraction)
         self.ghost_factor = float(ghost_factor)
         self.lock = threading.RLock()
-        self._s = CacheSlots(min(capacity_rows, INITIAL_SLOTS), row_width, self.dtype, self.ghost_factor)
+        self._s = CacheSlots(min(capacity_rows, INITIAL_SLOTS), row_width, self.dtype, self.ghost_factor,
+                             limit=capacity_rows)
         self._s.st[P.ST_LRU_TARGET] = int(round(self.lru_fraction * capacity_rows))
         self._n = CacheCounters()
         self._visit_buf = None   # scratch arrays of visit_batch
@@ -233,7 +234,7 @@ class RowCache:
         capacity the kernels evict as before. REQUIRES: lock held."""
         s = self._s
         if s.n_free < n_new and s.n < self.capacity_rows:
-            s.resize(min(self.capacity_rows, max(2 * s.n, len(self) + int(n_new))))
+            s.resize(min(self.capacity_rows, max(2 * s.n, len(self) + int(n_new))), limit=self.capacity_rows)
 
     def _budget_error(self, working_set: int) -> CacheBudgetError:
         row_bytes = self.row_width * self.dtype.itemsize
@@ -252,17 +253,18 @@ class RowCache:
         self._n.left(ev)
         return ev
 
-    def put(self, keys, rows, dirty=False, pin: bool = False, freq=None) -> Evicted:
+    def put(self, keys, rows, dirty=False, pin: bool = False, freq=None, at=None) -> Evicted:
         """Insert or assign rows, evicting as needed; -> the evicted rows (dump the dirty ones).
 
-        keys (n,), rows (n, W), dirty bool or (n,) bool (OR-ed into a cached row's flag), freq int or
-        (n,) int64 accesses to add (default 1 each). Later duplicates win. With ``pin`` every
+        keys (n,), rows (n, W) (with ``at`` (n,) int64: (m, W) C order, the row of ``keys[i]`` being
+        ``rows[at[i]]``, read in place), dirty bool or (n,) bool (OR-ed into a cached row's flag), freq
+        int or (n,) int64 accesses to add (default 1 each). Later duplicates win. With ``pin`` every
         distinct key gets one pin. Raises CacheBudgetError, leaving the cache unchanged, when the
         call cannot fit: with ``pin``, rows pinned afterwards > capacity; without, pinned rows +
         new rows > capacity."""
         k = as_keys(keys)
         n = k.shape[0]
-        r = check_rows(rows, n, self.row_width, self.dtype, "rows")
+        r, a = self._rows_in(rows, at, n)
         # writable C arrays, always: a read-only view would be a second Numba specialisation of put,
         # compiled mid-run the first time a caller happens to pass one
         d = np.require(np.broadcast_to(np.asarray(dirty, dtype=np.bool_), (n,)), requirements=("C", "W"))
@@ -279,7 +281,7 @@ class RowCache:
             # Room for n victims, not n_new: without pins a call can evict its own earlier keys
             # and insert them again.
             ev = self._empty_evicted(n)
-            n_ev = self._s.put(k, r, d, f, bool(pin), ev)
+            n_ev = self._s.put(k, r, d, f, bool(pin), ev, a)
             self._n.inserted += int(n_new)
             return self._account(ev, n_ev)
 
@@ -335,16 +337,24 @@ class RowCache:
             self._n.inserted -= ev.keys.shape[0]
             self._n.left(ev, -1)
 
-    def update(self, keys, rows) -> np.ndarray:
+    def update(self, keys, rows, at=None) -> np.ndarray:
         """Assign rows of cached keys and mark them dirty (not an access) -> found (n,) bool.
-        Keys not cached are left out (found False)."""
+        Keys not cached are left out (found False). ``rows`` and ``at`` as in :meth:`put`."""
         k = as_keys(keys)
-        r = check_rows(rows, k.shape[0], self.row_width, self.dtype, "rows")
+        r, a = self._rows_in(rows, at, k.shape[0])
         found = np.empty(k.shape[0], dtype=np.bool_)
         with self.lock:
             if k.shape[0]:
-                M.update(self._s.rows, self._s.dirty, self._s.mkeys, self._s.mvals, k, r, found)
+                M.update(self._s.rows, self._s.dirty, self._s.mkeys, self._s.mvals, k, r, a, found)
         return found
+
+    def _rows_in(self, rows, at, n: int):
+        """(rows, at) of a call that reads the rows of n keys: ``rows`` (n, W) as given (cast, C order)
+        and ``NO_AT``, or with ``at`` (n,) int64 rows of ``rows`` (m, W) (checked: the kernels do not)."""
+        if at is None:
+            return check_rows(rows, n, self.row_width, self.dtype, "rows"), NO_AT
+        r, a = rows_at(rows, at, n, self.row_width, self.dtype)
+        return r, (a if n else NO_AT)
 
     def discard(self, keys) -> int:
         """Remove cached ``keys`` (n,) uint64 for good, dirty or not: their rows are dropped, not

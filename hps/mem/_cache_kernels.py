@@ -20,7 +20,7 @@ import numpy as np
 
 from .._jit import njit
 from .._prefetch import prefetch, prefetch_ahead
-from ._map_kernels import _ghost_cell, _map_del, _map_get, _map_put, _prefetch_map
+from ._map_kernels import _ghost_cell, _ghost_tag, _map_del, _map_get, _map_put, _prefetch_map
 from ._policy_kernels import (ST_CALL, ST_FREE_TOP, ST_N_PINNED, W_FREE, _detach, _evict_one, _place_lru,
                               _release, _resift, _visit)
 
@@ -80,16 +80,17 @@ def put_check(st, pins, stamp, mkeys, mvals, keys, pin):
 
 @njit(nogil=True, cache=True, _nrt=False)
 def put(st, skey, rows, dirty, pins, freq, where, stamp, prev, nxt, bkt, bhead, btail, free, mkeys, mvals,
-        ghost, keys, in_rows, in_dirty, in_freq, pin,
+        ghost, keys, in_rows, in_at, in_dirty, in_freq, pin,
         ev_keys, ev_rows, ev_dirty, ev_freq):
     """Insert or assign rows; evicts into ``ev_*`` as needed. REQUIRES: ``put_check`` passed.
-    keys (n,) uint64, in_rows (n, W), in_dirty (n,) bool, in_freq (n,) int64; ``ev_*`` have room for
-    n rows (not only the new keys: without pins a call may evict its own keys and re-insert them).
-    Returns the number of evicted rows."""
+    keys (n,) uint64, in_rows (m, W) holding the row of ``keys[i]`` at ``in_at[i]`` (``in_at`` (n,)
+    int64 in bounds; empty: at ``i``, m = n), in_dirty (n,) bool, in_freq (n,) int64; ``ev_*`` have
+    room for n rows (not only the new keys: without pins a call may evict its own keys and re-insert
+    them). Returns the number of evicted rows."""
     st[ST_CALL] += 1
     call = st[ST_CALL]
     n_ev = 0
-    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
+    pick = in_at.shape[0] > 0
     _prefetch_map(mkeys, mvals, keys)
     if ghost.shape[0] > 0:
         for i in range(keys.shape[0]):
@@ -109,9 +110,9 @@ def put(st, skey, rows, dirty, pins, freq, where, stamp, prev, nxt, bkt, bhead, 
             f = in_freq[i]
             if ghost.shape[0] > 0:
                 c = _ghost_cell(ghost, key)
-                if ghost[c, 0] == key:
+                if ghost[c, 0] == _ghost_tag(key):
                     f += np.int64(ghost[c, 1])
-                    ghost[c, 0] = empty
+                    ghost[c, 0] = np.uint64(0)
             freq[s] = f
             dirty[s] = in_dirty[i]
             pins[s] = 0
@@ -120,8 +121,9 @@ def put(st, skey, rows, dirty, pins, freq, where, stamp, prev, nxt, bkt, bhead, 
         else:
             freq[s] += in_freq[i]
             dirty[s] = dirty[s] or in_dirty[i]
+        r = in_at[i] if pick else i
         for j in range(rows.shape[1]):
-            rows[s, j] = in_rows[i, j]
+            rows[s, j] = in_rows[r, j]
         if stamp[s] == call:
             _resift(st, where, freq, prev, nxt, bkt, bhead, btail, s)
             continue
@@ -157,8 +159,8 @@ def discard(st, skey, dirty, pins, freq, where, prev, nxt, bkt, bhead, btail, fr
         _map_del(mkeys, mvals, keys[i])
         if ghost.shape[0] > 0:
             c = _ghost_cell(ghost, keys[i])
-            if ghost[c, 0] == keys[i]:
-                ghost[c, 0] = np.uint64(0xFFFFFFFFFFFFFFFF)
+            if ghost[c, 0] == _ghost_tag(keys[i]):
+                ghost[c, 0] = np.uint64(0)
                 ghost[c, 1] = np.uint64(0)
         skey[s] = np.uint64(0xFFFFFFFFFFFFFFFF)
         dirty[s] = False
@@ -239,9 +241,9 @@ def take(st, skey, rows, dirty, pins, freq, where, prev, nxt, bkt, bhead, btail,
             if ghost.shape[0] > 0:
                 c = _ghost_cell(ghost, key)
                 f = np.uint64(1)
-                if ghost[c, 0] == key:
+                if ghost[c, 0] == _ghost_tag(key):
                     f += ghost[c, 1]
-                ghost[c, 0] = key
+                ghost[c, 0] = _ghost_tag(key)
                 ghost[c, 1] = f
             continue
         hit[i] = True

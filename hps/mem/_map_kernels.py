@@ -8,9 +8,11 @@ Kernels and device functions only; the policy's state and the operations that ch
   >= 2 C (C = the cache's slots), ``EMPTY`` = all ones; deletion by backward shift (no tombstones).
   Only ``_map_put`` and ``_map_del`` write it (``_slots_kernels.rebuild_map`` through ``_map_put``).
 - Ghost history (optional; G = ``ghost.shape[0]`` is 0 or a power of two): a direct-mapped table
-  ``ghost`` (G, 2) uint64 of (evicted key, its frequency) -- one cache line per probe -- cell
+  ``ghost`` (G, 2) uint64 of (evicted key's tag, its frequency) -- one cache line per probe -- cell
   ``mix64(key ^ 0x2545F4914F6CDD1D) & (G - 1)`` (``_ghost_cell``: a salt of its own, written as a
-  literal since kernels read no module globals).
+  literal since kernels read no module globals). The tag is the key's complement (``_ghost_tag``), so
+  an empty cell (tag 0: the all-ones key is never a key) is all zeros, as fresh memory reads: a grown
+  table is empty without a write (``_slots``, ``_reserve``).
 
 keys (n,) uint64; ``rows`` (C, W); every ``found``/``out`` argument has n entries and is written.
 Kernels do no bounds checks and are not thread-safe: the host sizes every array and serialises
@@ -91,6 +93,12 @@ def _map_del(mkeys, mvals, key):
 
 
 @njit(nogil=True, cache=True, inline="always")
+def _ghost_tag(key):
+    """What a ghost cell holds for ``key`` (its complement; 0: the cell is empty)."""
+    return key ^ np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+@njit(nogil=True, cache=True, inline="always")
 def _ghost_cell(ghost, key):
     """Ghost cell of ``key``: an independent hash (salt 0x2545F4914F6CDD1D) of a power-of-two table."""
     return mix64(key ^ np.uint64(0x2545F4914F6CDD1D)) & np.uint64(ghost.shape[0] - 1)
@@ -137,10 +145,12 @@ def pin_counts(pins, mkeys, mvals, keys, out):
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def update(rows, dirty, mkeys, mvals, keys, in_rows, found):
+def update(rows, dirty, mkeys, mvals, keys, in_rows, in_at, found):
     """Assign rows of cached keys and mark them dirty; no access is counted. found (n,) bool written.
+    The row of ``keys[i]`` is ``in_rows[in_at[i]]`` (``in_at`` (n,) int64 in bounds; empty: ``in_rows[i]``).
     Returns the number of keys found."""
     n = 0
+    pick = in_at.shape[0] > 0
     for i in range(keys.shape[0]):
         s = _map_get(mkeys, mvals, keys[i])
         found[i] = s >= 0
@@ -148,8 +158,9 @@ def update(rows, dirty, mkeys, mvals, keys, in_rows, found):
             continue
         n += 1
         dirty[s] = True
+        r = in_at[i] if pick else i
         for j in range(rows.shape[1]):
-            rows[s, j] = in_rows[i, j]
+            rows[s, j] = in_rows[r, j]
     return n
 
 

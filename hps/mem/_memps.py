@@ -216,11 +216,12 @@ class MemPS:
             raise
         self._dumped += int(d.sum())
 
-    def _insert(self, keys, rows, dirty: bool, pin: bool, freq) -> None:
+    def _insert(self, keys, rows, dirty: bool, pin: bool, freq, at=None) -> None:
         """Insert distinct uncached ``keys``: make room (dumping dirty victims), then put. Unpinned
         keys go in chunks of the unpinned room (with a byte budget, of ``_chunk()`` at most, each
         fitted to it first), so a push larger than the budget still lands (its first rows are
-        dumped by its later ones). REQUIRES: lock held."""
+        dumped by its later ones). ``at``: the row of ``keys[i]`` is ``rows[at[i]]`` (None: ``rows[i]``).
+        REQUIRES: lock held."""
         n = keys.shape[0]
         freq = np.broadcast_to(np.asarray(freq, dtype=np.int64), (n,))
         chunk = n if self._budget is None else self._chunk()
@@ -233,7 +234,10 @@ class MemPS:
             b = n if pin else min(n, a + max(1, min(chunk, self.cache.capacity_rows - self.cache.n_pinned)))
             ev = self.cache.make_room(b - a)
             self._dump_evicted(ev)
-            left = self.cache.put(keys[a:b], rows[a:b], dirty=dirty, pin=pin, freq=freq[a:b])
+            if at is None:
+                left = self.cache.put(keys[a:b], rows[a:b], dirty=dirty, pin=pin, freq=freq[a:b])
+            else:
+                left = self.cache.put(keys[a:b], rows, dirty=dirty, pin=pin, freq=freq[a:b], at=at[a:b])
             if left.keys.shape[0]:  # make_room freed b - a slots: nothing may be evicted here
                 raise InternalError(f"MEM-PS: inserting {b - a} rows after making room for them evicted "
                                     f"{left.keys.shape[0]} more")
@@ -296,24 +300,36 @@ class MemPS:
             self.cache._take_unchecked(k, rows, at, slots)  # validated above (rows_at); nothing cached since
         return rows
 
-    def push(self, keys, rows, unpin: bool = True) -> None:
+    def push(self, keys, rows, unpin: bool = True, distinct: bool = False, at=None) -> None:
         """Write ``rows`` (n, row_width) of ``keys`` (n,) back (dirty; later duplicates win) and,
         with ``unpin``, drop the pin ``pull`` took on each distinct key that holds one. Keys not
-        cached are inserted dirty (unpinned), dumping evicted dirty rows to the store first."""
+        cached are inserted dirty (unpinned), dumping evicted dirty rows to the store first.
+        ``distinct``: the caller vouches that no key repeats (rows evicted from the HBM-PS), so they
+        are not deduplicated again (the result is the same; a repeated key would then be a bug).
+        ``at`` (n,) int64: the row of ``keys[i]`` is ``rows[at[i]]`` of ``rows`` (m, row_width) C order,
+        read in place (the CPU twin's slot array and its victims' slots: no gather)."""
         k = as_keys(keys)
-        r = check_rows(rows, k.shape[0], self.row_width, self.dtype, "rows")
+        if at is None:
+            r = check_rows(rows, k.shape[0], self.row_width, self.dtype, "rows")
+        else:
+            r, at = rows_at(rows, at, k.shape[0], self.row_width, self.dtype)
         with self._lock:
             if k.shape[0] == 0:
                 return
-            found = self.cache.update(k, r)
+            found = self.cache.update(k, r, at)
             if not found.all():
-                nk, nr = (k, r) if not found.any() else (k[~found], r[~found])  # no copy in the usual case
-                uniq, _, inverse = unique_counts(nk)
-                if uniq.shape[0] < nk.shape[0]:  # duplicates: later ones win
-                    last = np.empty(uniq.shape[0], dtype=np.int64)
-                    last[inverse] = np.arange(nk.shape[0])
-                    nk, nr = uniq, nr[last]
-                self._insert(nk, nr, dirty=True, pin=False, freq=1)
+                sel = None if not found.any() else np.flatnonzero(~found)  # no copy in the usual case
+                if not distinct:
+                    uniq, _, inverse = unique_counts(k if sel is None else k[sel])
+                    if uniq.shape[0] < (k.shape[0] if sel is None else sel.shape[0]):  # later duplicates win
+                        last = np.empty(uniq.shape[0], dtype=np.int64)
+                        last[inverse] = np.arange(inverse.shape[0])
+                        sel = last if sel is None else sel[last]
+                nk = k if sel is None else k[sel]
+                if at is None:
+                    self._insert(nk, r if sel is None else r[sel], dirty=True, pin=False, freq=1)
+                else:
+                    self._insert(nk, r, dirty=True, pin=False, freq=1, at=at if sel is None else at[sel])
             if unpin and found.any():
                 fk = k[found]
                 pinned = fk[self.cache.pin_counts(fk) > 0]

@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import njit
-from ._map_kernels import _ghost_cell, _map_del
+from ._map_kernels import _ghost_cell, _ghost_tag, _map_del
 
 # Indices into ``st``.
 ST_LRU_SIZE = 0
@@ -163,7 +163,7 @@ def _release(st, dirty, freq, free, mkeys, mvals, ghost, s, key):
     _map_del(mkeys, mvals, key)
     if ghost.shape[0] > 0:
         c = _ghost_cell(ghost, key)
-        ghost[c, 0] = key
+        ghost[c, 0] = _ghost_tag(key)
         ghost[c, 1] = np.uint64(freq[s])
     dirty[s] = False
     free[st[ST_FREE_TOP]] = s

@@ -5,8 +5,9 @@ arrive, up to the capacity (amortised O(1) per row); a lowered capacity shrinks 
 follows the data: a 4 GiB budget over 10 k rows holds about 10 k rows' worth of arrays. The
 kernels see plain arrays of the current size (layout: ``_policy_kernels``) and never resize.
 
-Growth and shrinking resize each array in place (``ndarray.resize``: ``realloc``, which moves a
-large block by remapping its pages, so the old and the new array are never both in memory) and
+Growth and shrinking resize each array in place (a view of address space reserved up to the cache's
+capacity, ``_reserve.Reserved``: growing copies nothing, so the old and the new array are never both in
+memory, and faults in huge pages only as rows are written; shrinking gives the pages back) and
 then restore the invariants of the layout: free slots on the stack in the order a cache allocated
 at full size would hand them out (so growth changes no decision: the same rows go to the same
 slots), the key map a power of two at least twice the slots, the ghost table
@@ -25,9 +26,16 @@ from .._keys import EMPTY_KEY
 from . import _cache_kernels as K
 from . import _policy_kernels as P
 from . import _slots_kernels as SK
+from ._reserve import Reserved
 
+#: ``at`` of the kernels that read rows ``in_rows[at[i]]`` when the rows are in order (``in_rows[i]``)
+NO_AT = np.empty(0, dtype=np.int64)
 #: Slots a cache allocates at first (fewer when its capacity is smaller); it doubles from there.
 INITIAL_SLOTS = 4096
+#: The per-slot state arrays besides the row (names as in ``_policy_kernels``; ``free`` is the free stack).
+_PER_SLOT = (("skey", np.uint64), ("dirty", np.bool_), ("pins", np.int32), ("freq", np.int64), ("where", np.int8),
+             ("stamp", np.int64), ("prev", np.int32), ("nxt", np.int32), ("bkt", np.int32), ("free", np.int32))
+_SLOT_NAMES = (*(name for name, _ in _PER_SLOT[:-1]), "rows")   # what grows with the slots, but the stack
 #: Bytes of per-slot state besides the row: skey u64, dirty b1, pins i32, freq i64, where i8,
 #: stamp i64, prev/nxt/bkt i32, one free-stack entry i32.
 SLOT_STATE_BYTES = 8 + 1 + 4 + 8 + 1 + 8 + 4 + 4 + 4 + 4
@@ -74,28 +82,29 @@ class CacheSlots:
     """The state arrays of a cache of ``n`` slots (names as in ``_policy_kernels``) and the launchers of
     the kernels over them; the owning ``RowCache`` validates, locks, counts and decides."""
 
-    def __init__(self, n_slots: int, row_width: int, dtype, ghost_factor: float):
+    def __init__(self, n_slots: int, row_width: int, dtype, ghost_factor: float, limit: int | None = None):
+        """``limit``: the most slots it is expected to grow to (its cache's capacity; default ``n_slots``):
+        the address space its arrays reserve (``_reserve``), so that growing up to it copies nothing."""
         n = int(n_slots)
         self.n = n
         self.ghost_factor = float(ghost_factor)
+        lim = max(n, int(limit or n))
         self.st = np.zeros(P.N_STATE, dtype=np.int64)
-        self.skey = np.full(n, EMPTY_KEY, dtype=np.uint64)
-        self.rows = np.zeros((n, int(row_width)), dtype=dtype)
-        self.dirty = np.zeros(n, dtype=np.bool_)
-        self.pins = np.zeros(n, dtype=np.int32)
-        self.freq = np.zeros(n, dtype=np.int64)
-        self.where = np.zeros(n, dtype=np.int8)
-        self.stamp = np.zeros(n, dtype=np.int64)
-        self.prev = np.full(n, -1, dtype=np.int32)
-        self.nxt = np.full(n, -1, dtype=np.int32)
-        self.bkt = np.zeros(n, dtype=np.int32)
+        self._res = {name: Reserved(lim, dt) for name, dt in _PER_SLOT}
+        self._res["rows"] = Reserved(lim, dtype, (int(row_width),))
+        self._res["mkeys"] = Reserved(map_cells(lim), np.uint64)
+        self._res["mvals"] = Reserved(map_cells(lim), np.int32)
+        self._res["ghost"] = Reserved(ghost_cells(lim, ghost_factor), np.uint64, (2,))   # (key's tag, freq) per cell
+        for name in (*_SLOT_NAMES, "free"):
+            setattr(self, name, self._res[name].view(n))
+        self.skey[:] = EMPTY_KEY
+        self.prev[:] = -1
+        self.nxt[:] = -1
         self.bhead = np.full(P.N_BUCKETS + 1, -1, dtype=np.int32)   # the LFU classes, then the LRU part
         self.btail = np.full(P.N_BUCKETS + 1, -1, dtype=np.int32)
-        self.free = np.empty(n, dtype=np.int32)
-        self.mkeys = np.empty(map_cells(n), dtype=np.uint64)
-        self.mvals = np.empty(self.mkeys.shape[0], dtype=np.int32)
-        self.ghost = np.zeros((ghost_cells(n, ghost_factor), 2), dtype=np.uint64)  # (key, freq) per cell
-        self.ghost[:, 0] = EMPTY_KEY
+        self.mkeys = self._res["mkeys"].view(map_cells(n))
+        self.mvals = self._res["mvals"].view(self.mkeys.shape[0])
+        self.ghost = self._res["ghost"].view(ghost_cells(n, ghost_factor))   # zeros: empty (``_map_kernels``)
         # the resize kernels lay out the empty state (slot 0 on top of the free stack, an empty map),
         # so a job compiles them with its first cache, not when its cache first grows
         SK.compact(self.st, self.skey, self.rows, self.dirty, self.pins, self.freq, self.where, self.stamp,
@@ -123,11 +132,12 @@ class CacheSlots:
         return K.lookup(self.st, self.skey, self.rows, self.pins, self.freq, self.where, self.stamp, self.prev,
                         self.nxt, self.bkt, self.bhead, self.btail, self.mkeys, self.mvals, k, c, pin, out, hit)
 
-    def put(self, k, r, d, f, pin: bool, ev) -> int:
-        """``ev``: an ``Evicted`` with room for ``k.shape[0]`` victims. -> victims written."""
+    def put(self, k, r, d, f, pin: bool, ev, at=NO_AT) -> int:
+        """``ev``: an ``Evicted`` with room for ``k.shape[0]`` victims; the row of ``k[i]`` is ``r[at[i]]``
+        (``at`` empty: ``r[i]``). -> victims written."""
         return K.put(self.st, self.skey, self.rows, self.dirty, self.pins, self.freq, self.where, self.stamp,
                      self.prev, self.nxt, self.bkt, self.bhead, self.btail, self.free, self.mkeys, self.mvals,
-                     self.ghost, k, r, d, f, pin, ev.keys, ev.rows, ev.dirty, ev.freq)
+                     self.ghost, k, r, at, d, f, pin, ev.keys, ev.rows, ev.dirty, ev.freq)
 
     def unpin(self, k) -> int:
         return K.unpin(self.st, self.pins, self.freq, self.where, self.stamp, self.prev, self.nxt, self.bkt,
@@ -156,49 +166,50 @@ class CacheSlots:
         return out[:SK.dirty_slots_from(self.dirty, self.where, int(start), out)]
 
     # -- size
-    def resize(self, n_slots: int) -> None:
+    def resize(self, n_slots: int, limit: int | None = None) -> None:
         """Grow or shrink to ``n_slots`` slots. Shrinking first moves the rows of the slots that go
-        into free slots below (REQUIRES: at most ``n_slots`` rows cached)."""
+        into free slots below (REQUIRES: at most ``n_slots`` rows cached). ``limit``: the slots a
+        reservation made now should hold (the cache's capacity), when growth outruns the one made
+        before (a capacity raised since)."""
         n, old = int(n_slots), self.n
         if n == old:
             return
+        lim = max(n, int(limit or n))
         if n < old:
             SK.compact(self.st, self.skey, self.rows, self.dirty, self.pins, self.freq, self.where, self.stamp,
                        self.prev, self.nxt, self.bkt, self.bhead, self.btail, self.free, n)
-        for a in self._per_slot():
-            a.resize(n, refcheck=False)   # growth zero-fills the new slots
-        self.rows.resize((n, self.rows.shape[1]), refcheck=False)
+        for name in _SLOT_NAMES:
+            setattr(self, name, self._res[name].view(n, lim))   # growth: the new slots read as zeros
         if n > old:
             self.skey[old:] = EMPTY_KEY
             self.prev[old:] = -1
             self.nxt[old:] = -1
             top = self.n_free
-            self.free.resize(n, refcheck=False)
+            self.free = self._res["free"].view(n, lim)
             # new slots go *under* the free ones: the stack of a cache allocated at full size
             self.free[n - old:n - old + top] = self.free[:top].copy()
             self.free[:n - old] = np.arange(n - 1, old - 1, -1, dtype=np.int32)
             self.st[P.ST_FREE_TOP] = top + n - old
         else:
-            self.free.resize(n, refcheck=False)   # compact left the free slots below n on the stack
+            self.free = self._res["free"].view(n)   # compact left the free slots below n on the stack
         self.n = n
-        self._resize_ghost(ghost_cells(n, self.ghost_factor))
+        self._resize_ghost(ghost_cells(n, self.ghost_factor), ghost_cells(lim, self.ghost_factor))
         m = map_cells(n)
         if m != self.mkeys.shape[0]:
-            self.mkeys.resize(m, refcheck=False)
-            self.mvals.resize(m, refcheck=False)
+            self.mkeys = self._res["mkeys"].view(m, map_cells(lim))
+            self.mvals = self._res["mvals"].view(m, map_cells(lim))
             SK.rebuild_map(self.skey, self.where, self.mkeys, self.mvals)
         elif n < old:   # rows moved to other slots
             SK.rebuild_map(self.skey, self.where, self.mkeys, self.mvals)
 
-    def _resize_ghost(self, g: int) -> None:
+    def _resize_ghost(self, g: int, limit: int) -> None:
         old = self.ghost.shape[0]
         if g == old:
             return
         if g < old:
             SK.fold_ghost(self.ghost, g)
-            self.ghost.resize((g, 2), refcheck=False)
+            self.ghost = self._res["ghost"].view(g)
             return
-        self.ghost.resize((g, 2), refcheck=False)
-        self.ghost[old:, 0] = EMPTY_KEY
+        self.ghost = self._res["ghost"].view(g, limit)   # the new cells read as zeros: empty
         if old:
             SK.spread_ghost(self.ghost, old)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import njit
-from ._map_kernels import _ghost_cell, _map_put
+from ._map_kernels import _ghost_cell, _ghost_tag, _map_put
 from ._policy_kernels import ST_FREE_TOP, W_FREE, W_LFU, W_LRU
 
 
@@ -31,18 +31,17 @@ def rebuild_map(skey, where, mkeys, mvals):
 @njit(nogil=True, cache=True, _nrt=False)
 def spread_ghost(ghost, old_cells):
     """The ghost table grew from ``old_cells`` to ``ghost.shape[0]`` cells (both powers of two; the new
-    cells empty): move each remembered key to its cell in the larger table. Its new cell is its old
-    one plus a multiple of ``old_cells``, which only it can claim: nothing is forgotten."""
-    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
+    cells empty: zeros): move each remembered key to its cell in the larger table. Its new cell is its
+    old one plus a multiple of ``old_cells``, which only it can claim: nothing is forgotten."""
     for c in range(old_cells):
-        k = ghost[c, 0]
-        if k == empty:
+        tag = ghost[c, 0]
+        if tag == np.uint64(0):
             continue
-        t = _ghost_cell(ghost, k)
+        t = _ghost_cell(ghost, _ghost_tag(tag))   # the tag of a tag is the key
         if t != np.uint64(c):
-            ghost[t, 0] = k
+            ghost[t, 0] = tag
             ghost[t, 1] = ghost[c, 1]
-            ghost[c, 0] = empty
+            ghost[c, 0] = np.uint64(0)
             ghost[c, 1] = np.uint64(0)
 
 
@@ -50,15 +49,14 @@ def spread_ghost(ghost, old_cells):
 def fold_ghost(ghost, new_cells):
     """The ghost table is to shrink to its first ``new_cells`` cells (a power of two): a key of a cell
     past them moves to its cell in the smaller table (its cell modulo ``new_cells``) when that one is
-    empty, else it is forgotten (a direct-mapped table keeps one key per cell)."""
-    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
+    empty, else it is forgotten (a direct-mapped table keeps one key per cell). Empty cells are zeros."""
     for c in range(new_cells, ghost.shape[0]):
-        k = ghost[c, 0]
-        if k == empty:
+        tag = ghost[c, 0]
+        if tag == np.uint64(0):
             continue
         t = c & (new_cells - 1)
-        if ghost[t, 0] == empty:
-            ghost[t, 0] = k
+        if ghost[t, 0] == np.uint64(0):
+            ghost[t, 0] = tag
             ghost[t, 1] = ghost[c, 1]
 
 

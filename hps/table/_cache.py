@@ -112,17 +112,50 @@ class CacheOps:
         """Erase up to ``n`` victims (see the module docstring) and return their (keys (k,) uint64, rows
         (k, dim)) host arrays in key order, k = min(n, live keys not looked up since batch
         ``protect_from``). Blocking."""
-        if int(n) != n or n < 0:
-            raise InvalidInputError(f"n must be a non-negative integer, got {n!r}")
+        protect = _evict_args(n, protect_from)
         with self._lock:
             self._settle()
-            protect = _batch(protect_from, "protect_from")
             if n == 0 or self._size == 0:
                 return np.empty(0, np.uint64), np.empty((0, self._dim), self._dtype)
             keys, rows = self._impl.evict(int(n), protect, self._size, stream)
             self._size -= keys.shape[0]
             self._tombstones += keys.shape[0]
             return keys, rows
+
+    def evict_into(self, n: int, protect_from: int, sink):
+        """:meth:`evict`, the victims' rows handed to ``sink(keys, rows, at)`` (the row of ``keys[i]`` is
+        ``rows[at[i]]``; ``at`` None: ``rows[i]``) before they are erased -> their keys (k,) uint64, in
+        key order. On the CPU ``rows`` is the slot array itself and ``at`` the victims' slots: nothing is
+        gathered or allocated for the rows, and a ``sink`` that raises leaves the table as it was (on the
+        GPU the rows come to the host first, as with :meth:`evict`, and are erased already). Blocking;
+        ``sink`` runs under the table's lock."""
+        if self.device != "cpu":
+            keys, rows = self.evict(n, protect_from)
+            return _evicted_to(sink, keys, rows)
+        protect = _evict_args(n, protect_from)
+        with self._lock:
+            self._settle()
+            if n == 0 or self._size == 0:
+                return _evicted_to(sink, np.empty(0, np.uint64), np.empty((0, self._dim), self._dtype))
+            keys, slots = self._impl.victims(int(n), protect)
+            sink(keys, self._impl.tvals, slots)
+            self._impl.erase_victims(slots)
+            self._size -= keys.shape[0]
+            self._tombstones += keys.shape[0]
+            return keys
+
+
+def _evict_args(n, protect_from) -> int:
+    """Check ``evict``'s arguments -> the batch ``protect_from``."""
+    if int(n) != n or n < 0:
+        raise InvalidInputError(f"n must be a non-negative integer, got {n!r}")
+    return _batch(protect_from, "protect_from")
+
+
+def _evicted_to(sink, keys, rows, at=None):
+    """``sink(keys, rows, at)`` -> ``keys``."""
+    sink(keys, rows, at)
+    return keys
 
 
 def in_key_order(keys, rows):

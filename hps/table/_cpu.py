@@ -159,14 +159,23 @@ class CpuTableImpl:
 
     def evict(self, n: int, protect: int, n_live: int, stream=None):
         """(keys (k,) uint64, rows (k, dim)) of the k <= n victims (``_cache.py``), erased; key order."""
+        keys, slots = self.victims(n, protect)
+        rows = np.take(self.tvals, slots, axis=0)   # rows gathered once, in key order (take: whole rows)
+        self.erase_victims(slots)
+        return keys, rows
+
+    def victims(self, n: int, protect: int):
+        """(keys (k,) uint64, slots (k,) int64) of the k <= n victims (``_cache.py``), in key order, still
+        live: their rows are ``tvals[slots]`` until :meth:`erase_victims`."""
         slots = C.victim_slots(self.tkeys, self.tstate, self.tscore, protect, n)
         keys = self.tkeys[slots]
         o = np.argsort(keys)   # distinct keys: one order, whatever the sort
-        slots, keys = slots[o], keys[o]
-        rows = np.take(self.tvals, slots, axis=0)   # rows gathered once, in key order (take: whole rows)
+        return keys[o], slots[o]
+
+    def erase_victims(self, slots) -> None:
+        """Erase the :meth:`victims` at ``slots`` (tombstones, rows and scores zeroed)."""
         C.erase_slots(self.tstate, self.tvals, self.tscore, slots)
         self.tombstones += slots.shape[0]
-        return keys, rows
 
     def settle(self) -> np.ndarray:
         """(4,) int64 counts of the ``*_async`` calls since the last settle: new, revived, failed, erased."""

@@ -154,13 +154,36 @@ class ParameterHierarchy:
         over = len(self.hbm) + n_new - self.budget_rows
         if over <= 0:
             return 0
-        keys, rows = self.hbm.evict(over, max(0, protect_from))
-        rows = _host(rows)
+        gone = self._evict(over, max(0, protect_from))
+        self.evicted += gone
+        return over - gone
+
+    def _evict(self, n: int, protect_from: int) -> int:
+        """Evict up to ``n`` rows, none looked up in batch ``protect_from`` or later, and write the
+        owned ones back (:meth:`_write_back`) -> rows evicted. The CPU twin hands its slot array and
+        the victims' slots over (``evict_into``: no row is gathered or copied on the way). REQUIRES:
+        lock held."""
+        into = getattr(self.hbm, "evict_into", None)
+        if into is not None:
+            return into(n, protect_from, self._write_back).shape[0]
+        keys, rows = self.hbm.evict(n, protect_from)
+        self._write_back(keys, _host(rows))
+        return keys.shape[0]
+
+    def _write_back(self, keys: np.ndarray, rows: np.ndarray, at: np.ndarray | None = None) -> None:
+        """The owner takes the rows of evicted ``keys`` (k,) (distinct, host; the row of ``keys[i]`` is
+        ``rows[at[i]]``, ``at`` None: ``rows[i]``) back into its MEM-PS, dirty; replicas are dropped
+        (bit-identical). No row is copied on the way (a rank that owns only some selects them through
+        ``at``). REQUIRES: lock held."""
+        if not keys.shape[0]:
+            return
         mine = self.owned_mask(keys)
-        if mine.any():  # the owner takes its rows back (dirty); replicas are dropped (bit-identical)
-            self.memps.push(keys[mine], rows[mine], unpin=False)
-        self.evicted += keys.shape[0]
-        return over - keys.shape[0]
+        if mine.all():
+            self.memps.push(keys, _host(rows), unpin=False, distinct=True, at=at)
+        elif mine.any():
+            if at is None:
+                at = np.arange(keys.shape[0], dtype=np.int64)
+            self.memps.push(keys[mine], _host(rows), unpin=False, distinct=True, at=at[mine])
 
     def _admit(self, keys: np.ndarray, index: int) -> None:
         """Fetch the rows of the non-resident ``keys`` and insert them, each counting its first use in
@@ -244,12 +267,8 @@ class ParameterHierarchy:
         with self._lock:
             step = max(self._step(), -(-len(self.hbm) // 8))
             while len(self.hbm):
-                keys, rows = self.hbm.evict(step, BATCH_LIMIT - 1)  # no key is protected
-                if not keys.shape[0]:
+                if not self._evict(step, BATCH_LIMIT - 1):  # no key is protected
                     raise InternalError(f"{len(self.hbm)} resident keys could not be evicted at the end")
-                mine = self.owned_mask(keys)
-                if mine.any():
-                    self.memps.push(keys[mine], _host(rows)[mine], unpin=False)
             self.hbm.clear()   # its tombstones
             self.memps.flush()
 
