@@ -126,7 +126,7 @@ def test_rows_after_flush_counts_what_a_push_and_flush_would_leave_in_the_store(
         again = np.arange(50, 70, dtype=np.uint64)        # dirty again in the cache, some already stored
         mem.push(again, rows(again))
         held = np.arange(10, 90, 3, dtype=np.uint64)      # the tier above: stored, dirty and new keys
-        assert len(store) > 0 and mem.cache.dirty_keys().shape[0] > 0
+        assert len(store) > 0 and mem.cache.dirty_rows(rows=False)[0].shape[0] > 0
         assert store.contains(held).any() and not store.contains(held).all()
         n = mem.rows_after_flush(held)
         assert len(store) < n == np.union1d(np.union1d(first, again), held).shape[0]

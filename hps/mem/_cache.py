@@ -408,16 +408,11 @@ class RowCache:
             self._n.batch(n_hit, n - n_hit)
         return out, hit
 
-    def dirty_rows(self):
-        """(keys (m,) uint64, rows (m, W)) copies of every dirty cached row, in slot order."""
+    def dirty_rows(self, rows: bool = True):
+        """(keys (m,) uint64, rows (m, W); None without ``rows``) copies of every dirty cached row, in slot order."""
         with self.lock:
             s = K.dirty_slots(self._s.dirty, self._s.where)
-            return self._s.skey[s], self._s.rows[s]
-
-    def dirty_keys(self) -> np.ndarray:
-        """(m,) uint64 copy of the keys of every dirty cached row, in slot order (no row is copied)."""
-        with self.lock:
-            return self._s.skey[K.dirty_slots(self._s.dirty, self._s.where)]
+            return self._s.skey[s], self._s.rows[s] if rows else None
 
     def mark_clean(self, keys) -> None:
         """Clear the dirty flag of cached ``keys`` (after their rows reached the store)."""

@@ -405,7 +405,7 @@ class MemPS:
         probe of the store's index). REQUIRES: the store has ``contains`` and ``len``."""
         k = as_keys(held)
         with self._lock:
-            extra, _, _ = unique_counts(np.concatenate([self.cache.dirty_keys(), k]))
+            extra, _, _ = unique_counts(np.concatenate([self.cache.dirty_rows(rows=False)[0], k]))
             return len(self.store) + int(np.count_nonzero(~self.store.contains(extra)))
 
     def stats(self) -> dict:
