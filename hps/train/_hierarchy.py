@@ -35,7 +35,7 @@ a rank writes back only the victims it owns: the replicas are bit-identical).
 
 Thread safety: ``prepare`` is called by one thread; the train thread uses ``hbm`` and calls
 ``mark_trained``; ``sync_to_store`` (checkpoints, from the train thread), ``drop_all``, ``read_owned``,
-``update_owned`` and ``delete`` hold the residency lock, which ``prepare`` holds while it changes the
+``update_owned``, ``owned_rows`` and ``delete`` hold the residency lock, which ``prepare`` holds while it changes the
 table (not while it waits for training).
 """
 
