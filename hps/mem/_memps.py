@@ -319,13 +319,14 @@ class MemPS:
             found = self.cache.update(k, r, at)
             if not found.all():
                 sel = None if not found.any() else np.flatnonzero(~found)  # no copy in the usual case
-                if not distinct:
-                    uniq, _, inverse = unique_counts(k if sel is None else k[sel])
-                    if uniq.shape[0] < (k.shape[0] if sel is None else sel.shape[0]):  # later duplicates win
-                        last = np.empty(uniq.shape[0], dtype=np.int64)
-                        last[inverse] = np.arange(inverse.shape[0])
-                        sel = last if sel is None else sel[last]
                 nk = k if sel is None else k[sel]
+                if not distinct:
+                    uniq, _, inverse = unique_counts(nk)
+                    if uniq.shape[0] < nk.shape[0]:  # later duplicates win
+                        last = np.empty(uniq.shape[0], dtype=np.int64)
+                        last[inverse] = np.arange(nk.shape[0])
+                        sel = last if sel is None else sel[last]
+                        nk = uniq   # = nk[last]: each key once
                 if at is None:
                     self._insert(nk, r if sel is None else r[sel], dirty=True, pin=False, freq=1)
                 else:

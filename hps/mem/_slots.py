@@ -7,7 +7,7 @@ kernels see plain arrays of the current size (layout: ``_policy_kernels``) and n
 
 Growth and shrinking resize each array in place (a view of address space reserved up to the cache's
 capacity, ``_reserve.Reserved``: growing copies nothing, so the old and the new array are never both in
-memory, and faults in huge pages only as rows are written; shrinking gives the pages back) and
+memory, and pages are faulted in only as rows are written; shrinking gives the pages back) and
 then restore the invariants of the layout: free slots on the stack in the order a cache allocated
 at full size would hand them out (so growth changes no decision: the same rows go to the same
 slots), the key map a power of two at least twice the slots, the ghost table
