@@ -15,6 +15,11 @@ differences grow to 1e-2 (Adam divides by the gradient's own scale). Here the or
   (one alltoallv, records of key + row), which folds them in rank order (``segment_sum``), and every
   owner's sums go to every rank (one allgatherv).
 
+:func:`alltoallv_blocks` carries a (p, w) float32 block per rank inside a sparse alltoallv of rows (the
+train step's fused protocol: the dense reduce-scatter rides in the sparse gradients' exchange, the
+allgather of the stepped blocks in the next mini-batch's rows exchange); the receiver folds with
+:func:`fold_parts`, so the bits are those of the separate collectives.
+
 :func:`start_reduce_scatter` starts the dense reduce-scatter without waiting (MPI's ``Ialltoall``), so
 a caller overlaps it with other work (the train step: the sparse gradients' exchange and the owners'
 updates, Li et al., "PyTorch Distributed", VLDB 2020, §3.2.3) and folds on :meth:`PendingReduceScatter.wait`;
@@ -131,6 +136,51 @@ def start_reduce_scatter(comm, blocks: np.ndarray, stats=None, parts: np.ndarray
         raise InvalidInputError("blocks must be C-contiguous (MPI reads it while the caller works)")
     _check_out(parts, blocks.shape, "parts")
     return PendingReduceScatter(comm, blocks, stats, parts)
+
+
+def alltoallv_blocks(comm, rows: np.ndarray, send, recv, blocks: np.ndarray, out: np.ndarray | None = None,
+                     run=SPIN.run) -> tuple[np.ndarray, np.ndarray]:
+    """One Alltoallv of float32 carrying two messages: to rank r, ``[rows for r | blocks[r]]`` —
+    ``rows`` (n, d) float32 grouped by destination, ``send`` (p,) rows per destination, ``blocks``
+    (p, w) float32 (a broadcast view sends one block to every rank: an allgather) -> (the rows received
+    (recv.sum(), d) grouped by source, ``recv`` (p,) rows from each source; (p, w) float32, row s the
+    block rank s sent this rank, into ``out`` when given). So a mini-batch's dense reduce-scatter (or
+    allgather) rides in its sparse exchange: one wait instead of two. The blocks' values arrive as
+    they were sent: folding them (``fold_parts``) gives the bits of :func:`start_reduce_scatter`.
+    Collective; the caller books the bytes. Copies: each side packs or unpacks once (a loop over the
+    ranks, not the rows)."""
+    p = comm.Get_size()
+    d, w = rows.shape[1], blocks.shape[1]
+    send, recv = np.asarray(send, np.int64), np.asarray(recv, np.int64)
+    _check_out(out, (p, w), "out")
+    scount, rcount = send * d + w, recv * d + w
+    sdisp, rdisp = np.cumsum(scount) - scount, np.cumsum(rcount) - rcount
+    sbuf, rbuf = np.empty(int(scount.sum()), np.float32), np.empty(int(rcount.sum()), np.float32)
+    flat = np.ascontiguousarray(rows, dtype=np.float32).reshape(-1)
+    at = 0
+    for r in range(p):                                           # [rows for r | block r]
+        a, n = int(sdisp[r]), int(send[r]) * d
+        sbuf[a:a + n] = flat[at:at + n]
+        sbuf[a + n:a + n + w] = blocks[r]
+        at += n
+    f32 = mpi_type(np.float32)
+    s, g = [sbuf, (scount, sdisp), f32], [rbuf, (rcount, rdisp), f32]
+    run(lambda: comm.Alltoallv(s, g), lambda: comm.Ialltoallv(s, g))
+    got = np.empty((int(recv.sum()), d), np.float32)
+    parts = np.empty((p, w), np.float32) if out is None else out
+    gflat, at = got.reshape(-1), 0
+    for r in range(p):
+        a, n = int(rdisp[r]), int(recv[r]) * d
+        gflat[at:at + n] = rbuf[a:a + n]
+        parts[r] = rbuf[a + n:a + n + w]
+        at += n
+    return got, parts
+
+
+def fold_parts(parts: np.ndarray) -> np.ndarray:
+    """(m,) float32: the rows of ``parts`` (p, m) float32, C-contiguous, added in row (= rank) order from
+    0: the fold of every ordered reduce-scatter here (what :func:`alltoallv_blocks`'s caller folds)."""
+    return _fold_parts(parts)
 
 
 def _check_blocks(comm, blocks) -> None:

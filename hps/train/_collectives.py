@@ -27,6 +27,7 @@ from .._hashing import group_by_owner, owner_of
 from ..comm import (SPARSE_PULL, CommStats, allgather_chunks, node_cores, ordered_allreduce, ordered_reduce_scatter,
                     ordered_sparse_allreduce, start_reduce_scatter)
 from ..comm._mpi import MPI, mpi_type
+from ..comm._ordered import alltoallv_blocks
 from ..comm._wait import Waiter
 
 #: The channels, by the thread that uses each.
@@ -138,6 +139,20 @@ class Channel:
         self._call(lambda: self.comm.Alltoallv(s, r), lambda: self.comm.Ialltoallv(s, r))
         self._account(kind, (n - int(send[self.rank])) * row * data.itemsize, t0)  # n: send's sum
         return out
+
+    def alltoallv_blocks(self, rows: np.ndarray, send: np.ndarray, recv: np.ndarray, kind: str,
+                         blocks: np.ndarray, block_kind: str, out: np.ndarray | None = None):
+        """:meth:`alltoallv` of float32 ``rows`` (n, d) with a float32 block per rank riding in each message
+        (``hps.comm.alltoallv_blocks``: to rank r ``[rows for r | blocks[r]]``, ``blocks`` (size, w)) ->
+        (the received rows grouped by source, (size, w) the blocks received, row s from rank s, into
+        ``out`` when given). One MPI call, one wait. Bytes to other ranks: the rows' under ``kind``, the
+        blocks' under ``block_kind`` (each kind counts the call once; its seconds go to ``kind``). REQUIRES
+        several ranks."""
+        t0 = time.perf_counter()
+        got, parts = alltoallv_blocks(self.comm, rows, send, recv, blocks, out, self._call)
+        self._account(kind, (rows.shape[0] - int(send[self.rank])) * rows.shape[1] * 4, t0)
+        self.stats.add(block_kind, (self.size - 1) * blocks.shape[1] * 4, 0.0, 1)
+        return got, parts
 
     def exchange_by_owner(self, keys: np.ndarray, kind: str):
         """Send each key to its owner: -> (received keys grouped by source, per-source counts,

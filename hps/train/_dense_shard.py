@@ -14,7 +14,10 @@ block after a load.
 A mini-batch's step is :meth:`DenseShard.begin` (the message written straight from the gradients into a
 reused buffer, its reduce-scatter started without waiting) and :meth:`DenseShard.finish` (wait, step
 the block, allgather): the caller overlaps the two with the sparse gradients' exchange
-(``_dense_sync.DenseSync.begin``). Only this rank's block of the parameters is read for the step.
+(``_dense_sync.DenseSync.begin``). Or the pieces apart, when the sparse sync's exchanges carry the
+blocks (``_dense_sync.DenseSync.begin_fused``): :meth:`message`, :meth:`step_block` on the folded
+blocks, :meth:`put` of the allgathered ones. Only this rank's block of the parameters is read for the
+step: the previous step's allgather must be in them.
 
 Thread safety: the train thread calls every method (``gather`` from the checkpoint's save, collective).
 """
@@ -83,6 +86,11 @@ class DenseShard:
             self._arrays = arrays
         return self._param_views
 
+    def check(self, params: dict) -> None:
+        """Take the views of ``params`` again if an array was replaced (InternalError if one is not
+        C-contiguous): what a step does before its collective."""
+        self._views(params)
+
     def _flat(self, arrays: dict) -> np.ndarray:
         return np.concatenate([np.asarray(arrays[k], np.float32).ravel() for k in self.names])
 
@@ -96,10 +104,10 @@ class DenseShard:
         """Write this rank's message and start its reduce-scatter (not waiting) -> the handle
         :meth:`finish` takes. Collective over ``ch``. The message buffer is reused: one mini-batch in
         flight at a time."""
-        msg, parts, every, _, pieces = self._message(grads, riders)
-        return ch.start_reduce_scatter(msg, parts), riders.shape[0], (every, pieces)
+        bufs = self.message(grads, riders)
+        return ch.start_reduce_scatter(bufs[0], bufs[1]), riders.shape[0], bufs
 
-    def _message(self, grads: dict, riders: np.ndarray) -> tuple:
+    def message(self, grads: dict, riders: np.ndarray) -> tuple:
         """(message, reduce-scatter buffer, allgather buffer, the message's and the allgather's piece of every
         cut), the buffers (p, m + mr) float32, the message written: row r = ``[dense block r | riders' block
         r]``, both zero-padded."""
@@ -127,9 +135,18 @@ class DenseShard:
     def finish(self, ch, params: dict, started) -> np.ndarray:
         """Wait for the reduce-scatter ``started`` (from :meth:`begin`), step this rank's block, allgather
         the stepped blocks into ``params`` (in place) -> the riders' sum (k,). Collective over ``ch``."""
-        pending, k, (every, pieces) = started
-        targets = self._views(params)                              # before any collective: may raise
+        pending, k, bufs = started
+        self._views(params)                                        # before any collective: may raise
         mine = ch.finish_reduce_scatter(pending)                   # (m + mr,) summed in rank order
+        self.step_block(mine)
+        ch.allgather_chunks(mine, bufs[2])                         # (p, m + mr)
+        return self.put(params, bufs, k)
+
+    def step_block(self, mine: np.ndarray) -> None:
+        """Step this rank's block of the parameters with ``mine`` (m + mr,) float32, its block of the summed
+        gradients (and the riders'), in place: ``mine[:hi - lo]`` becomes the stepped parameters, what the
+        allgather carries. Reads this rank's block of the parameter arrays: REQUIRES the previous step's
+        allgather written into them (``_views`` taken)."""
         w = self.hi - self.lo
         for name, value in self.main._hyper().items():            # e.g. the learning-rate schedule's
             setattr(self.opt, name, value)
@@ -139,10 +156,14 @@ class DenseShard:
                 dst[...] = src
             self.opt.step({"block": block}, {"block": mine[:w]})
             mine[:w] = block
-        every = ch.allgather_chunks(mine, every)                   # (p, m + mr)
-        for dst, src in zip(targets, pieces):                      # into the parameters, in place
-            dst[...] = src
         self.main.t = self.opt.t
+
+    def put(self, params: dict, bufs: tuple, k: int) -> np.ndarray:
+        """The allgather's buffer of ``bufs`` (from :meth:`message`; (p, m + mr), row r rank r's stepped
+        block) into ``params``, in place -> the riders' sum (k,)."""
+        every = bufs[2]
+        for dst, src in zip(self._views(params), bufs[4]):        # into the parameters, in place
+            dst[...] = src
         return np.ascontiguousarray(every[:, self.m:]).reshape(-1)[:k] if k else every[0, :0]
 
     def gather(self, ch) -> None:

@@ -8,11 +8,20 @@ are flattened (on the step's device), staged to the host, summed over all ranks
 With one rank nothing is flattened: the optimizer steps the gradients as the model returned them.
 
 Without compression, on the host, each rank steps only its block of the flattened dense parameters and
-the allgather carries stepped parameters (``_dense_shard``: ZeRO stage 1, the same bytes). There the
-sparse sync calls :meth:`DenseSync.begin` as soon as a mini-batch's dense gradients (and the riders'
-buffers) are ready: their reduce-scatter runs while the sparse gradients go to their owners and the
-owners update their rows (as PyTorch DDP starts a bucket's all-reduce during the backward pass, Li et
-al., VLDB 2020, §3.2.3), and :meth:`DenseSync.step` waits for it. The model's host backward runs in
+the allgather carries stepped parameters (``_dense_shard``: ZeRO stage 1, the same bytes; :attr:`fuses`).
+With ``--sparse-sync owner`` both ride in the sparse sync's exchanges (``_sync``, "fused"): the
+reduce-scatter's blocks in the sparse gradients' alltoallv (:meth:`begin_fused`, :meth:`finish_fused`:
+folded in rank order, this rank's block stepped), the allgather of the stepped blocks in the next
+mini-batch's rows alltoallv (:meth:`take_gather`, :meth:`put_gather`), so a mini-batch waits twice, not
+four times. Until then the other ranks' blocks of the parameters are a step old: whatever else reads
+them first completes the allgather on its own (:meth:`flush`, collective, the same on every rank:
+an all-hot mini-batch, the end of every batch — before evaluations, checkpoints, exports and the end
+of training — and a step of the unfused path); riders need their sums at once, so with a rider that
+can leave a buffer (FAE's hot rows) the allgather runs right after the step. With ``--sparse-sync
+allreduce`` and HET the sparse sync calls :meth:`DenseSync.begin` as soon as a mini-batch's dense
+gradients (and the riders' buffers) are ready: their reduce-scatter runs while the sparse gradients
+are summed (as PyTorch DDP starts a bucket's all-reduce during the backward pass, Li et al., VLDB
+2020, §3.2.3), and :meth:`DenseSync.step` waits for it and runs the allgather. The model's host backward runs in
 chunks of examples, each through every layer (``hps.model._chunks``), so no layer's gradient is whole
 before the last chunk ends: the dense gradients are one bucket, ready at the end of the backward.
 
@@ -31,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..comm import Compression
+from ..comm._ordered import fold_parts
 from ..errors import InternalError, InvalidInputError
 from ._dense_shard import DenseShard
 from ._features import Feature
@@ -67,6 +77,9 @@ class DenseSync(Feature):
         self.G = 1
         self._riders = []
         self._started = None  # (the gradients begin() took, their riders, the shard's handle)
+        self._fused = None    # (the gradients begin_fused() took, their riders, the shard's buffers)
+        self._stepped = None  # the gradients finish_fused() stepped with: step() has nothing left to do
+        self._gather = None   # (this rank's stepped block, the shard's buffers): the allgather deferred
         if coll.size > 1:
             self.compress.warm_up()  # compile the codecs before the timed training (cached on disk)
         # one dense copy summed exactly, on the host: each rank steps its block of it (ZeRO stage 1)
@@ -75,7 +88,8 @@ class DenseSync(Feature):
 
     def add_rider(self, rider) -> None:
         """Sum ``rider``'s pending buffer (``take_pending() -> (k,) float32 host or None``) with the dense
-        gradients and hand it the sum (``apply(summed)``)."""
+        gradients and hand it the sum (``apply(summed)``). ``rider.size``: 0 when it never leaves a buffer
+        (FAE without hot rows); else the fused step never defers its allgather (module docstring)."""
         self._riders.append(rider)
 
     def _take_riders(self) -> list:
@@ -89,6 +103,7 @@ class DenseSync(Feature):
         rank calls it at the same point of the step, or none does."""
         if self.shard is None or self._started is not None:
             return
+        self.flush()
         riders = self._take_riders()
         bufs = np.concatenate([buf for _, buf in riders]) if riders else np.empty(0, np.float32)
         self._started = (grads, riders, self.shard.begin(self.coll.train, grads, bufs))
@@ -98,6 +113,13 @@ class DenseSync(Feature):
         mini-batch of ``n_total``) as the strategy says and take the optimizer step. Collective over
         the train channel (or the rank's group)."""
         if self.shard is not None:
+            if self._stepped is not None:  # the sparse sync's exchange carried it (begin_fused)
+                if self._stepped is not grads:
+                    raise InternalError("the dense sync stepped one mini-batch's gradients and was asked to step "
+                                        "another's")
+                self._stepped = None
+                self.after_step()
+                return
             self.begin(grads)
             self._sharded(grads)
             return
@@ -139,9 +161,82 @@ class DenseSync(Feature):
             off += buf.shape[0]
         self.after_step()
 
+    # -- the fused protocol (``_sync.OwnerSync``): see the module docstring ---------------------------------
+    @property
+    def fuses(self) -> bool:
+        """Whether the sparse sync's exchanges may carry this dense sync's reduce-scatter and allgather (the
+        sharded step: one dense copy, several ranks, uncompressed, on the host). The same on every rank."""
+        return self.shard is not None
+
+    def begin_fused(self, grads: dict) -> tuple:
+        """(the (size, w) float32 message of the dense gradients ``grads`` and the riders' pending buffers,
+        row r for rank r; the (size, w) buffer the blocks sent to this rank go into): what the sparse
+        gradients' alltoallv carries (``Channel.alltoallv_blocks``); :meth:`finish_fused` takes the
+        blocks. Local. REQUIRES :attr:`fuses` and no allgather pending (:meth:`take_gather` first)."""
+        if self._gather is not None or self._fused is not None:
+            raise InternalError("the dense sync began a fused step with a step of its own in flight")
+        riders = self._take_riders()
+        bufs = self.shard.message(grads, np.concatenate([b for _, b in riders]) if riders
+                                  else np.empty(0, np.float32))
+        self.shard.check(self.params)  # before the collective: may raise
+        self._fused = (grads, riders, bufs)
+        return bufs[0], bufs[1]
+
+    def finish_fused(self) -> None:
+        """The blocks of :meth:`begin_fused`'s message arrived: fold them in rank order (the bits of the
+        separate reduce-scatter), step this rank's block. With riders their sums are needed now: the
+        allgather runs at once (collective); without, it waits for the next rows exchange
+        (:meth:`take_gather`) or :meth:`flush`. :meth:`step` with the same gradients then only counts."""
+        grads, riders, bufs = self._fused
+        self._fused = None
+        mine = fold_parts(bufs[1])                                # (m + mr,) summed in rank order
+        self.shard.step_block(mine)
+        self._stepped = grads
+        if not riders and not any(r.size for r in self._riders):  # no rider's sum, now or in this job
+            self._gather = (mine, bufs)
+            return
+        self.coll.train.allgather_chunks(mine, bufs[2])
+        summed, off = self.shard.put(self.params, bufs, sum(b.shape[0] for _, b in riders)), 0
+        for r, buf in riders:
+            r.apply(summed[off:off + buf.shape[0]])
+            off += buf.shape[0]
+
+    def take_gather(self):
+        """(this rank's stepped block (w,), the (size, w) buffer every rank's goes into) of the allgather
+        deferred by :meth:`finish_fused`, or None: the next rows exchange carries it (the same decision
+        on every rank) and hands the buffer to :meth:`put_gather` before anything reads the parameters."""
+        if self._gather is None:
+            return None
+        return self._gather[0], self._gather[1][2]
+
+    def put_gather(self) -> None:
+        """The deferred allgather's blocks arrived (in :meth:`take_gather`'s buffer): into the parameters."""
+        _, bufs = self._gather
+        self._gather = None
+        self.shard.put(self.params, bufs, 0)
+
+    def flush(self) -> None:
+        """Complete a deferred allgather on its own (collective over the train channel; nothing when none
+        is pending, the same on every rank): before anything but the next rows exchange reads the dense
+        parameters — an all-hot mini-batch, the end of a batch (evaluation, checkpoints, export, the end
+        of training), a step of the unfused path."""
+        if self._gather is not None:
+            self.coll.train.allgather_chunks(*self.take_gather())
+            self.put_gather()
+
+    def end_batch(self, w) -> None:
+        """A batch was trained: the dense parameters are whole before its evaluations, checkpoints and
+        the end of training read them (:meth:`flush`; collective)."""
+        self.flush()
+
+    def finish(self) -> None:
+        self.flush()
+
     def save(self, w, ckpt) -> None:
-        """Before a checkpoint: the dense optimizer gets every rank's block of its state. Collective."""
+        """Before a checkpoint: the dense parameters whole (:meth:`flush`), the dense optimizer gets every
+        rank's block of its state. Collective."""
         if self.shard is not None:
+            self.flush()
             self.shard.gather(self.coll.train)
 
     def restore(self, meta: dict) -> None:

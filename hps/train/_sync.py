@@ -9,10 +9,22 @@ apply one optimizer step per key per global mini-batch to the summed gradient of
 of its local mini-batches to their owners (one alltoallv per batch); an owner makes the union of the
 keys asked of it resident. Per mini-batch, owners send the embedding part of the asked rows to the
 ranks that asked (alltoallv), every rank runs forward/backward on its own examples, sends the
-per-key gradient sums back to the owners (alltoallv, the same layout; the dense gradients' reduction
-has already started, ``_dense_sync``), and each owner sums the
+per-key gradient sums back to the owners (alltoallv, the same layout), and each owner sums the
 contributions of each key in rank order and applies the optimizer once. Rows never have replicas,
 so they cannot diverge, and the owner ends with the final row.
+
+The dense sync's traffic rides in these two exchanges when it fuses (``DenseSync.fuses``: one dense
+copy stepped in blocks, ZeRO-1, uncompressed, on the host — the default with several CPU ranks): the
+message to rank r of the gradients' alltoallv is ``[gradient rows for owner r | dense block r]``, so
+the dense reduce-scatter arrives with the sparse gradients and rank r folds and steps its block
+(``DenseSync.finish_fused``); the message of the next mini-batch's rows alltoallv is ``[rows asked by r
+| my stepped block]``, the allgather, written into the parameters before the forward reads them. Two
+collectives (two waits) per mini-batch instead of four (rows, reduce-scatter, gradients, allgather);
+the blocks are folded as the separate reduce-scatter folds them, so the bits are the same. An all-hot
+mini-batch (no exchange; the same decision on every rank), the end of a batch (evaluation,
+checkpoints, the end of training) and riders' sums (FAE's hot rows) complete the allgather on its own
+(``DenseSync.flush``). Every other configuration (``--compress``, ``--dense-sync easgd``, the device)
+keeps the dense sync's own collectives, started beside the gradients' exchange (``_dense_sync``).
 
 ``allreduce`` (:class:`ReplicaSync`, Appendix C.3): every rank holds the working set of the whole
 global batch resident (found by gathering every rank's unique keys, not by parsing), sums the
@@ -36,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._hashing import group_by_owner
-from ..comm import SPARSE_GRADS, SPARSE_KEYS, SPARSE_ROWS, Compression
+from ..comm import DENSE_ALLREDUCE, SPARSE_GRADS, SPARSE_KEYS, SPARSE_ROWS, Compression
 from ..comm._kernels import segment_sum
 from ..mem import DedupScratch, unique_counts, unique_keys, unique_segments
 from ._features import Feature
@@ -117,6 +129,8 @@ class _Sync(Feature):
         """A mini-batch all-hot on every rank: only the hot rows' step (no exchange; the dense sum starts
         in the dense sync's step, next)."""
         P = self.row_params
+        if self.dense is not None:  # the dense parameters whole before the forward reads them
+            self.dense.flush()
         g, g_dense = be.forward_backward(self.hot.with_params(be.xp.empty((0, P), np.float32), d.hot), d, n_total)
         self.hot.step(p.hot_slots, d.hot, g, self.coll.train)
         return g_dense
@@ -188,20 +202,38 @@ class OwnerSync(_Sync):
         """One mini-batch: serve the asked rows, forward/backward on this rank's share (``d``: its
         staged inputs, ``be``: the backend), send the gradients to their owners, apply the owned
         updates in the HBM-PS ``table``. Returns the dense gradients. Collective over the train channel
-        (two alltoallv; FAE: then the hot rows' all-reduce; an all-hot mini-batch skips the exchange)."""
+        (two alltoallv, carrying the dense sync's traffic when it fuses (module docstring); FAE: then
+        the hot rows' all-reduce; an all-hot mini-batch skips the exchange)."""
         P, ch = self.row_params, self.coll.train
         with be.rows(table) as R:
             if p.hot_only:
                 return self._hot_only(be, p, d, n_total)
-            found, params = R.find(d.keys), None                             # owned rows of p.ukeys
+            found, params = R.find(d.keys), None                             # owned rows of p.keys
+            fused = p.uinv is not None and self.dense is not None and self.dense.fuses
             if p.uinv is not None:  # (u, P) rows of p.keys: they arrive grouped by owner, the order of p.keys
                 sent = be.to_host(R.gather(found, d.uinv, P))
-                params = be.to_device(self.compress.exchange_rows(ch, sent, p.recv, p.send, SPARSE_ROWS))
+                gather = self.dense.take_gather() if fused else None
+                if gather is None:
+                    params = self.compress.exchange_rows(ch, sent, p.recv, p.send, SPARSE_ROWS)
+                else:  # the previous step's allgather rides along: the parameters whole before the forward
+                    mine, out = gather
+                    params, _ = ch.alltoallv_blocks(sent, p.recv, p.send, SPARSE_ROWS,
+                                                    np.broadcast_to(mine, (ch.size, mine.shape[0])), DENSE_ALLREDUCE,
+                                                    out)
+                    self.dense.put_gather()
+                params = be.to_device(params)
             g, g_dense = self._forward(be, R, found, params, d, n_total)
             g = self._cold(g, p.keys.shape[0], p, d)
-            self._dense_ready(g_dense)
-            if p.uinv is not None:
-                back = self.compress.exchange_grads(ch, be.to_host(g), p.send, p.recv, SPARSE_GRADS)  # p.uinv order
+            if fused:  # the dense reduce-scatter rides in the sparse gradients' exchange
+                blocks, parts = self.dense.begin_fused(g_dense)
+                back, _ = ch.alltoallv_blocks(be.to_host(g), p.send, p.recv, SPARSE_GRADS, blocks, DENSE_ALLREDUCE,
+                                              parts)
+                self.dense.finish_fused()
+            else:
+                self._dense_ready(g_dense)
+                if p.uinv is not None:
+                    back = self.compress.exchange_grads(ch, be.to_host(g), p.send, p.recv, SPARSE_GRADS)
+            if p.uinv is not None:  # back: p.uinv order
                 g = be.to_device(segment_sum(back, p.uinv, p.ukeys.shape[0]))  # rank order: deterministic
             R.update(found, g, self.opt)
         return g_dense

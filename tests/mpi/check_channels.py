@@ -90,6 +90,8 @@ def check(coll, comm):
     assert all(np.array_equal(parts[s], blocks[s][rank]) for s in range(size))  # received there
     assert coll.train.allgather_chunks(got, out) is out
     assert all(np.array_equal(out[r], rank_order_sum([b[r] for b in blocks])) for r in range(size))
+    if size > 1:
+        check_blocks_ride(coll.train, keys[order], send, recv, blocks, out)
     # sparse all-reduce on the train channel: each key's rows summed in rank order, the same on every rank
     vals = [(row_of(every[r], D) * 10.0 ** rng.integers(-4, 5, (every[r].shape[0], 1))).astype(np.float32)
             for r in range(size)]
@@ -99,6 +101,29 @@ def check(coll, comm):
     assert np.array_equal(s, np.array([want[x] for x in k.tolist()]).reshape(-1, D))
     same = comm.allgather((k.tobytes(), s.tobytes()))
     assert all(x == same[0] for x in same)
+
+
+def check_blocks_ride(ch, keys, send, recv, blocks, gathered):
+    """A block per rank riding in an alltoallv of rows (the fused train step, ``_sync.OwnerSync``): the
+    rows arrive as the plain alltoallv's; the blocks folded in rank order give the reduce-scatter's bits; one
+    block sent to every rank (a broadcast view) gives the allgather; each kind's bytes are its own."""
+    size, rank, m = ch.size, ch.rank, blocks[0].shape[1]
+    rows = (row_of(keys, D) * (1 + rank)).astype(np.float32)                   # grouped by owner
+    before = ch.stats.bytes_sent[C.SPARSE_ROWS]
+    plain = ch.alltoallv(rows, send, recv, C.SPARSE_ROWS)
+    plain_bytes, before = ch.stats.bytes_sent[C.SPARSE_ROWS] - before, dict(ch.stats.bytes_sent)
+    parts = np.full((size, m), np.nan, np.float32)
+    got, back = ch.alltoallv_blocks(rows, send, recv, C.SPARSE_ROWS, blocks[rank].copy(), C.DENSE_ALLREDUCE, parts)
+    sent = {k: ch.stats.bytes_sent[k] - before[k] for k in (C.SPARSE_ROWS, C.DENSE_ALLREDUCE)}
+    assert back is parts and np.array_equal(got, plain)
+    assert all(np.array_equal(parts[s], blocks[s][rank]) for s in range(size))
+    assert np.array_equal(C._ordered.fold_parts(parts), rank_order_sum([b[rank] for b in blocks]))
+    assert sent == {C.SPARSE_ROWS: plain_bytes, C.DENSE_ALLREDUCE: (size - 1) * m * 4}, sent  # the separate calls'
+    mine = gathered[rank]
+    none = np.empty((0, D), np.float32)
+    got, every = ch.alltoallv_blocks(none, np.zeros(size, np.int64), np.zeros(size, np.int64), C.SPARSE_ROWS,
+                                     np.broadcast_to(mine, (size, m)), C.DENSE_ALLREDUCE)
+    assert got.shape == (0, D) and np.array_equal(every, gathered)
 
 
 def check_waiting_yields(comm):
