@@ -7,13 +7,19 @@ reading the same shards gives (which has no allgather to defer). The long run of
 ``test_train_mpi_order`` (4 ranks, this path); FAE's all-hot mini-batches are ``test_train_fae_mpi``'s."""
 
 import json
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from hps.train import load_export, main
-from tests.test_train_mpi import compare, criteo_args, criteo_file, mpirun
+from tests.test_train_mpi import SMALL, compare, criteo_args, criteo_file, mpirun
 
 pytestmark = pytest.mark.mpi
+
+COUNT = Path(__file__).resolve().parent / "mpi" / "count_train.py"
 
 
 def _curve(m):
@@ -40,3 +46,19 @@ def test_evaluations_checkpoints_and_a_resume_between_batches_see_the_whole_dens
     assert _curve(mf) == _curve(m1)[:6]
     assert _curve(m2)[-6:] == _curve(m1)[-6:]
     assert m2["bytes_sent"]["dense_allreduce"] > 0 and m2["bytes_sent"]["sparse_rows"] > 0
+
+
+def test_a_minibatch_makes_two_collectives_on_the_train_channel(mpiexec, tmp_path):
+    # 3 batches of 8 mini-batches: per mini-batch the gradients' alltoallv carries the reduce-scatter, the
+    # rows' alltoallv the previous step's allgather (a plain one opens each batch), and each batch ends
+    # with the allgather on its own; nothing else but the loss's sum per batch
+    args = [*SMALL, "--rows", str(3 * 2048), "--epochs", "1"]                 # 2 ranks: 3,072 examples each
+    proc = subprocess.run([mpiexec, "-n", "2", sys.executable, str(COUNT), *args], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = {int(r): json.loads(c) for r, c in re.findall(r"count_train rank (\d+): (\{[^{}]*\})", proc.stdout)}
+    assert sorted(counts) == [0, 1] and counts[0] == counts[1]
+    c = counts[0]
+    assert c["alltoallv_blocks"] == 2 * 24 - 3 and c.get("alltoallv") == 3 and c.get("allgather_chunks") == 3
+    assert "start_reduce_scatter" not in c
+    assert c["_call"] - c["allsum_array"] == 2 * 24 + 3  # the MPI calls (waits) of the train step

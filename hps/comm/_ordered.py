@@ -15,7 +15,7 @@ differences grow to 1e-2 (Adam divides by the gradient's own scale). Here the or
   (one alltoallv, records of key + row), which folds them in rank order (``segment_sum``), and every
   owner's sums go to every rank (one allgatherv).
 
-:func:`alltoallv_blocks` carries a (p, w) float32 block per rank inside a sparse alltoallv of rows (the
+:class:`BlockExchange` carries a (p, w) float32 block per rank inside a sparse alltoallv of rows (the
 train step's fused protocol: the dense reduce-scatter rides in the sparse gradients' exchange, the
 allgather of the stepped blocks in the next mini-batch's rows exchange); the receiver folds with
 :func:`fold_parts`, so the bits are those of the separate collectives.
@@ -138,48 +138,72 @@ def start_reduce_scatter(comm, blocks: np.ndarray, stats=None, parts: np.ndarray
     return PendingReduceScatter(comm, blocks, stats, parts)
 
 
-def alltoallv_blocks(comm, rows: np.ndarray, send, recv, blocks: np.ndarray, out: np.ndarray | None = None,
-                     run=SPIN.run) -> tuple[np.ndarray, np.ndarray]:
-    """One Alltoallv of float32 carrying two messages: to rank r, ``[rows for r | blocks[r]]`` —
-    ``rows`` (n, d) float32 grouped by destination, ``send`` (p,) rows per destination, ``blocks``
-    (p, w) float32 (a broadcast view sends one block to every rank: an allgather) -> (the rows received
-    (recv.sum(), d) grouped by source, ``recv`` (p,) rows from each source; (p, w) float32, row s the
-    block rank s sent this rank, into ``out`` when given). So a mini-batch's dense reduce-scatter (or
-    allgather) rides in its sparse exchange: one wait instead of two. The blocks' values arrive as
-    they were sent: folding them (``fold_parts``) gives the bits of :func:`start_reduce_scatter`.
-    Collective; the caller books the bytes. Copies: each side packs or unpacks once (a loop over the
-    ranks, not the rows)."""
-    p = comm.Get_size()
-    d, w = rows.shape[1], blocks.shape[1]
-    send, recv = np.asarray(send, np.int64), np.asarray(recv, np.int64)
-    _check_out(out, (p, w), "out")
-    scount, rcount = send * d + w, recv * d + w
-    sdisp, rdisp = np.cumsum(scount) - scount, np.cumsum(rcount) - rcount
-    sbuf, rbuf = np.empty(int(scount.sum()), np.float32), np.empty(int(rcount.sum()), np.float32)
-    flat = np.ascontiguousarray(rows, dtype=np.float32).reshape(-1)
-    at = 0
-    for r in range(p):                                           # [rows for r | block r]
-        a, n = int(sdisp[r]), int(send[r]) * d
-        sbuf[a:a + n] = flat[at:at + n]
-        sbuf[a + n:a + n + w] = blocks[r]
-        at += n
-    f32 = mpi_type(np.float32)
-    s, g = [sbuf, (scount, sdisp), f32], [rbuf, (rcount, rdisp), f32]
-    run(lambda: comm.Alltoallv(s, g), lambda: comm.Ialltoallv(s, g))
-    got = np.empty((int(recv.sum()), d), np.float32)
-    parts = np.empty((p, w), np.float32) if out is None else out
-    gflat, at = got.reshape(-1), 0
-    for r in range(p):
-        a, n = int(rdisp[r]), int(recv[r]) * d
-        gflat[at:at + n] = rbuf[a:a + n]
-        parts[r] = rbuf[a + n:a + n + w]
-        at += n
-    return got, parts
+class BlockExchange:
+    """One Alltoallv of float32 carrying two messages: to rank r, ``[block r (w) | rows for r]``. So a
+    mini-batch's dense reduce-scatter (or allgather) rides in its sparse exchange of rows: one wait
+    instead of two. :meth:`start` lays the buffers out and gives the (p, w) view the caller writes the
+    blocks into (in place: the dense shard's message goes there straight from the gradients);
+    :meth:`run` packs the rows, exchanges and gives the rows received and the (p, w) view of the blocks
+    received, which arrive as they were sent: folding them (:func:`fold_parts`) gives the bits of
+    :func:`start_reduce_scatter`.
+
+    Layout: every rank's segment starts at a multiple of a fixed stride (``w`` + the most rows of a
+    segment), so the blocks of the send and of the receive buffer are (p, w) strided views and only the
+    rows are copied (a loop over the ranks); the stride's tail is not sent. The buffers are kept from
+    call to call (fresh ones of a megabyte cost more in page faults than their copies, 3-4x on this VM):
+    the views :meth:`run` returns are valid until the next :meth:`start`. Used by one thread."""
+
+    def __init__(self):
+        self._buf: dict = {}
+        self._layout = None
+
+    def _grown(self, name: str, n: int) -> np.ndarray:
+        buf = self._buf.get(name)
+        if buf is None or buf.shape[0] < n:  # a quarter more: the rows per mini-batch vary a little
+            buf = self._buf[name] = np.empty(n + n // 4, np.float32)
+        return buf[:n]
+
+    def start(self, p: int, w: int, d: int, send, recv) -> np.ndarray:
+        """Lay out an exchange of ``send`` (p,) rows of d float32 to each rank and ``recv`` (p,) from each,
+        with a block of ``w`` float32 per rank -> the (p, w) float32 view to write block r into row r of."""
+        send, recv = np.asarray(send, np.int64), np.asarray(recv, np.int64)
+        ss, rs = w + int(send.max()) * d, w + int(recv.max()) * d  # the strides
+        sbuf = self._grown("send", p * ss).reshape(p, ss)
+        rbuf = self._grown("recv", p * rs).reshape(p, rs)
+        at = np.arange(p, dtype=np.int64)
+        self._layout = (w, d, send, recv, sbuf, rbuf, (w + send * d, at * ss), (w + recv * d, at * rs))
+        return sbuf[:, :w]
+
+    def bytes_to_others(self, rank: int) -> tuple[int, int]:
+        """(bytes of rows, bytes of blocks) rank ``rank`` sends the other ranks in the exchange laid out."""
+        w, d, send, _, sbuf = self._layout[:5]
+        return (int(send.sum()) - int(send[rank])) * d * 4, (sbuf.shape[0] - 1) * w * 4
+
+    def run(self, comm, rows: np.ndarray, run=SPIN.run) -> tuple[np.ndarray, np.ndarray]:
+        """Exchange ``rows`` (send.sum(), d) float32 grouped by destination and the blocks written into
+        :meth:`start`'s view -> (the rows received (recv.sum(), d) grouped by source, (p, w) the blocks
+        received, row s from rank s). Collective over ``comm`` (p ranks); the caller books the bytes."""
+        w, d, send, recv, sbuf, rbuf, scounts, rcounts = self._layout
+        p = sbuf.shape[0]
+        flat, at = np.ascontiguousarray(rows, dtype=np.float32).reshape(-1), 0
+        for r in range(p):
+            n = int(send[r]) * d
+            sbuf[r, w:w + n] = flat[at:at + n]
+            at += n
+        f32 = mpi_type(np.float32)
+        s, g = [sbuf, scounts, f32], [rbuf, rcounts, f32]
+        run(lambda: comm.Alltoallv(s, g), lambda: comm.Ialltoallv(s, g))
+        got, at = self._grown("rows", int(recv.sum()) * d), 0
+        for r in range(p):
+            n = int(recv[r]) * d
+            got[at:at + n] = rbuf[r, w:w + n]
+            at += n
+        return got.reshape(-1, d), rbuf[:, :w]
 
 
 def fold_parts(parts: np.ndarray) -> np.ndarray:
-    """(m,) float32: the rows of ``parts`` (p, m) float32, C-contiguous, added in row (= rank) order from
-    0: the fold of every ordered reduce-scatter here (what :func:`alltoallv_blocks`'s caller folds)."""
+    """(m,) float32: the rows of ``parts`` (p, m) float32 (any strides: :class:`BlockExchange`'s view) added
+    in row (= rank) order from 0: the fold of every ordered reduce-scatter here."""
     return _fold_parts(parts)
 
 

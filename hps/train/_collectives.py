@@ -27,7 +27,7 @@ from .._hashing import group_by_owner, owner_of
 from ..comm import (SPARSE_PULL, CommStats, allgather_chunks, node_cores, ordered_allreduce, ordered_reduce_scatter,
                     ordered_sparse_allreduce, start_reduce_scatter)
 from ..comm._mpi import MPI, mpi_type
-from ..comm._ordered import alltoallv_blocks
+from ..comm._ordered import BlockExchange
 from ..comm._wait import Waiter
 
 #: The channels, by the thread that uses each.
@@ -49,6 +49,7 @@ class Channel:
         self.mpi_seconds = 0.0
         self.mpi_cpu_seconds = 0.0
         self.in_call = False             # inside an MPI call now (set by this channel's thread, read by any)
+        self._exchanges: dict = {}       # kind -> its BlockExchange (alltoallv_blocks), buffers reused
 
     # -- plumbing ----------------------------------------------------------------------------------
     def _call(self, blocking, nonblocking=None):
@@ -140,19 +141,29 @@ class Channel:
         self._account(kind, (n - int(send[self.rank])) * row * data.itemsize, t0)  # n: send's sum
         return out
 
-    def alltoallv_blocks(self, rows: np.ndarray, send: np.ndarray, recv: np.ndarray, kind: str,
-                         blocks: np.ndarray, block_kind: str, out: np.ndarray | None = None):
-        """:meth:`alltoallv` of float32 ``rows`` (n, d) with a float32 block per rank riding in each message
-        (``hps.comm.alltoallv_blocks``: to rank r ``[rows for r | blocks[r]]``, ``blocks`` (size, w)) ->
-        (the received rows grouped by source, (size, w) the blocks received, row s from rank s, into
-        ``out`` when given). One MPI call, one wait. Bytes to other ranks: the rows' under ``kind``, the
-        blocks' under ``block_kind`` (each kind counts the call once; its seconds go to ``kind``). REQUIRES
-        several ranks."""
+    def start_blocks(self, kind: str, w: int, d: int, send: np.ndarray, recv: np.ndarray) -> np.ndarray:
+        """Lay out an :meth:`alltoallv` of rows of ``d`` float32 (``send``/``recv`` (size,) rows to and from
+        each rank) with a block of ``w`` float32 per rank riding in each message (``hps.comm.BlockExchange``,
+        this channel's for ``kind``) -> the (size, w) float32 view to write block r (for rank r) into row r
+        of; :meth:`alltoallv_blocks` runs it. Local. REQUIRES several ranks."""
+        x = self._exchanges.get(kind)
+        if x is None:
+            x = self._exchanges[kind] = BlockExchange()
+        return x.start(self.size, w, d, send, recv)
+
+    def alltoallv_blocks(self, rows: np.ndarray, kind: str, block_kind: str):
+        """The exchange :meth:`start_blocks` laid out for ``kind``, of ``rows`` (send.sum(), d) float32 grouped
+        by destination -> (the rows received, grouped by source; (size, w) the blocks received, row s from
+        rank s): views of this channel's buffers for ``kind``, valid until its next :meth:`start_blocks`.
+        One MPI call, one wait. Bytes to other ranks: the rows' under ``kind``, the blocks' under
+        ``block_kind`` (each kind counts the call once; its seconds go to ``kind``)."""
+        x = self._exchanges[kind]
         t0 = time.perf_counter()
-        got, parts = alltoallv_blocks(self.comm, rows, send, recv, blocks, out, self._call)
-        self._account(kind, (rows.shape[0] - int(send[self.rank])) * rows.shape[1] * 4, t0)
-        self.stats.add(block_kind, (self.size - 1) * blocks.shape[1] * 4, 0.0, 1)
-        return got, parts
+        got, blocks = x.run(self.comm, rows, self._call)
+        nrows, nblocks = x.bytes_to_others(self.rank)
+        self._account(kind, nrows, t0)
+        self.stats.add(block_kind, nblocks, 0.0, 1)
+        return got, blocks
 
     def exchange_by_owner(self, keys: np.ndarray, kind: str):
         """Send each key to its owner: -> (received keys grouped by source, per-source counts,
@@ -305,3 +316,5 @@ class Collectives:
         order, _ = group_by_owner(owner_of(keys, max(self.size, 2)), max(self.size, 2))
         segment_sum(np.zeros((order.shape[0], int(width)), np.float32), np.zeros(order.shape[0], np.int64), 1)
         sum_rows_f32(np.zeros((2, int(width)), np.float32), np.empty(int(width), np.float32))  # the dense fold
+        sum_rows_f32(np.zeros((2, 2 * int(width)), np.float32)[:, :int(width)], np.empty(int(width), np.float32))
+        # (and of BlockExchange's strided view)

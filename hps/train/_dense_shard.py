@@ -15,9 +15,9 @@ A mini-batch's step is :meth:`DenseShard.begin` (the message written straight fr
 reused buffer, its reduce-scatter started without waiting) and :meth:`DenseShard.finish` (wait, step
 the block, allgather): the caller overlaps the two with the sparse gradients' exchange
 (``_dense_sync.DenseSync.begin``). Or the pieces apart, when the sparse sync's exchanges carry the
-blocks (``_dense_sync.DenseSync.begin_fused``): :meth:`message`, :meth:`step_block` on the folded
-blocks, :meth:`put` of the allgathered ones. Only this rank's block of the parameters is read for the
-step: the previous step's allgather must be in them.
+blocks (``_dense_sync.DenseSync.begin_fused``): :meth:`write` of the message into the exchange's send
+buffer, :meth:`step_block` on the blocks received, folded, :meth:`put` of the allgathered ones. Only
+this rank's block of the parameters is read for the step: the previous step's allgather must be in them.
 
 Thread safety: the train thread calls every method (``gather`` from the checkpoint's save, collective).
 """
@@ -62,9 +62,8 @@ class DenseShard:
                      for k, a, b in zip(self.names, offsets[:-1].tolist(), offsets[1:].tolist())
                      for r in range(a // self.m, -(-b // self.m)) if a < b]
         self.pieces = [(k, a, b, at) for k, a, b, r, at in self.cuts if r == rank]  # this rank's block [lo, hi)
-        # riders' block width -> the reused (p, m + mr) buffers of a mini-batch in flight: the message, what
+        # a block's width m + mr -> the reused (p, m + mr) buffers of a mini-batch in flight: the message, what
         # the reduce-scatter receives, what the allgather receives; and this rank's block of the parameters
-        # (each with its views: per cut, the message's and the allgather's piece of it)
         self._bufs: dict = {}
         self._block = np.empty(self.hi - self.lo, np.float32)
         # the parameter arrays the views below were taken from (:meth:`_views`): per cut, its flat piece of the
@@ -107,22 +106,35 @@ class DenseShard:
         bufs = self.message(grads, riders)
         return ch.start_reduce_scatter(bufs[0], bufs[1]), riders.shape[0], bufs
 
+    def width(self, k: int) -> int:
+        """Elements of a block of a mini-batch's message with riders' buffers of ``k`` floats: m + mr."""
+        return self.m + -(-k // self.p)
+
     def message(self, grads: dict, riders: np.ndarray) -> tuple:
-        """(message, reduce-scatter buffer, allgather buffer, the message's and the allgather's piece of every
-        cut), the buffers (p, m + mr) float32, the message written: row r = ``[dense block r | riders' block
-        r]``, both zero-padded."""
+        """(message, reduce-scatter buffer, allgather buffer), reused (p, m + mr) float32 buffers, the
+        message written (:meth:`write`)."""
+        bufs = self.buffers(self.width(riders.shape[0]))
+        self.write(grads, riders, bufs[0])
+        return bufs
+
+    def buffers(self, w: int) -> tuple:
+        """The reused (p, w) float32 buffers of blocks of width ``w``: (message, reduce-scatter, allgather)."""
+        bufs = self._bufs.get(w)
+        if bufs is None:
+            bufs = self._bufs[w] = tuple(np.empty((self.p, w), np.float32) for _ in range(3))
+        return bufs
+
+    def write(self, grads: dict, riders: np.ndarray, msg: np.ndarray) -> None:
+        """Write a mini-batch's message into ``msg`` (p, m + mr) float32, any strides (a view of the buffer
+        MPI sends: ``_sync``'s fused exchange): row r = ``[dense block r | riders' block r]``, both
+        zero-padded. One copy from the model's arrays, a few slices per cut of the parameters."""
         p, m, k = self.p, self.m, riders.shape[0]
-        mr = -(-k // p)
-        bufs = self._bufs.get(mr)
-        if bufs is None:  # the message's padding stays zero
-            msg, every = np.zeros((p, m + mr), np.float32), np.empty((p, m + mr), np.float32)
-            bufs = self._bufs[mr] = (msg, np.empty((p, m + mr), np.float32), every,
-                                     [msg[r, at:at + b - a] for _, a, b, r, at in self.cuts],
-                                     [every[r, at:at + b - a] for _, a, b, r, at in self.cuts])
-        msg = bufs[0]
+        mr = msg.shape[1] - m
         flat = {name: grads[name].reshape(-1) for name in self.names}
-        for dst, (name, a, b, _, _) in zip(bufs[3], self.cuts):  # one copy, from the model's arrays
-            dst[...] = flat[name][a:b]
+        for name, a, b, r, at in self.cuts:
+            msg[r, at:at + b - a] = flat[name][a:b]
+        for r in range(max(0, self.n // m), p):                    # the blocks' tails past n
+            msg[r, max(0, self.n - r * m):m] = 0
         if mr:  # the riders in rows of mr, the last one's tail zero (k changes at one mr)
             q, rest = divmod(k, mr)
             msg[:q, m:] = riders[:q * mr].reshape(q, mr)
@@ -130,7 +142,6 @@ class DenseShard:
                 msg[q, m:m + rest] = riders[q * mr:]
                 msg[q, m + rest:] = 0
                 msg[q + 1:, m:] = 0
-        return bufs
 
     def finish(self, ch, params: dict, started) -> np.ndarray:
         """Wait for the reduce-scatter ``started`` (from :meth:`begin`), step this rank's block, allgather
@@ -140,7 +151,7 @@ class DenseShard:
         mine = ch.finish_reduce_scatter(pending)                   # (m + mr,) summed in rank order
         self.step_block(mine)
         ch.allgather_chunks(mine, bufs[2])                         # (p, m + mr)
-        return self.put(params, bufs, k)
+        return self.put(params, bufs[2], k)
 
     def step_block(self, mine: np.ndarray) -> None:
         """Step this rank's block of the parameters with ``mine`` (m + mr,) float32, its block of the summed
@@ -158,12 +169,12 @@ class DenseShard:
             mine[:w] = block
         self.main.t = self.opt.t
 
-    def put(self, params: dict, bufs: tuple, k: int) -> np.ndarray:
-        """The allgather's buffer of ``bufs`` (from :meth:`message`; (p, m + mr), row r rank r's stepped
-        block) into ``params``, in place -> the riders' sum (k,)."""
-        every = bufs[2]
-        for dst, src in zip(self._views(params), bufs[4]):        # into the parameters, in place
-            dst[...] = src
+    def put(self, params: dict, every: np.ndarray, k: int) -> np.ndarray:
+        """The stepped blocks ``every`` ((p, m + mr) float32, any strides; row r from rank r) into ``params``,
+        in place -> the riders' sum (k,)."""
+        self._views(params)
+        for dst, (_, a, b, r, at) in zip(self._param_views, self.cuts):
+            dst[...] = every[r, at:at + b - a]
         return np.ascontiguousarray(every[:, self.m:]).reshape(-1)[:k] if k else every[0, :0]
 
     def gather(self, ch) -> None:

@@ -168,61 +168,59 @@ class DenseSync(Feature):
         sharded step: one dense copy, several ranks, uncompressed, on the host). The same on every rank."""
         return self.shard is not None
 
-    def begin_fused(self, grads: dict) -> tuple:
-        """(the (size, w) float32 message of the dense gradients ``grads`` and the riders' pending buffers,
-        row r for rank r; the (size, w) buffer the blocks sent to this rank go into): what the sparse
-        gradients' alltoallv carries (``Channel.alltoallv_blocks``); :meth:`finish_fused` takes the
-        blocks. Local. REQUIRES :attr:`fuses` and no allgather pending (:meth:`take_gather` first)."""
+    def begin_fused(self, grads: dict, blocks) -> None:
+        """Write the message of the dense gradients ``grads`` and the riders' pending buffers into the view
+        ``blocks(w)`` gives ((size, w) float32, row r for rank r: ``Channel.start_blocks``): what the sparse
+        gradients' alltoallv carries; :meth:`finish_fused` takes the blocks that arrive. Local. REQUIRES
+        :attr:`fuses` and no step in flight (a deferred allgather taken first: :meth:`take_gather`)."""
         if self._gather is not None or self._fused is not None:
             raise InternalError("the dense sync began a fused step with a step of its own in flight")
-        riders = self._take_riders()
-        bufs = self.shard.message(grads, np.concatenate([b for _, b in riders]) if riders
-                                  else np.empty(0, np.float32))
         self.shard.check(self.params)  # before the collective: may raise
-        self._fused = (grads, riders, bufs)
-        return bufs[0], bufs[1]
+        riders = self._take_riders()
+        buf = np.concatenate([b for _, b in riders]) if riders else np.empty(0, np.float32)
+        self.shard.write(grads, buf, blocks(self.shard.width(buf.shape[0])))
+        self._fused = (grads, riders, buf.shape[0])
 
-    def finish_fused(self) -> None:
-        """The blocks of :meth:`begin_fused`'s message arrived: fold them in rank order (the bits of the
-        separate reduce-scatter), step this rank's block. With riders their sums are needed now: the
-        allgather runs at once (collective); without, it waits for the next rows exchange
-        (:meth:`take_gather`) or :meth:`flush`. :meth:`step` with the same gradients then only counts."""
-        grads, riders, bufs = self._fused
+    def finish_fused(self, parts: np.ndarray) -> None:
+        """The blocks of :meth:`begin_fused`'s message arrived (``parts`` (size, w) float32, row s from rank
+        s): fold them in rank order (the bits of the separate reduce-scatter), step this rank's block. With
+        riders their sums are needed now: the allgather runs at once (collective); without, it waits for
+        the next rows exchange (:meth:`take_gather`) or :meth:`flush`. :meth:`step` with the same gradients
+        then only counts."""
+        grads, riders, k = self._fused
         self._fused = None
-        mine = fold_parts(bufs[1])                                # (m + mr,) summed in rank order
+        mine = fold_parts(parts)                                  # (m + mr,) summed in rank order
         self.shard.step_block(mine)
         self._stepped = grads
         if not riders and not any(r.size for r in self._riders):  # no rider's sum, now or in this job
-            self._gather = (mine, bufs)
+            self._gather = mine
             return
-        self.coll.train.allgather_chunks(mine, bufs[2])
-        summed, off = self.shard.put(self.params, bufs, sum(b.shape[0] for _, b in riders)), 0
+        every = self.coll.train.allgather_chunks(mine, self.shard.buffers(mine.shape[0])[2])
+        summed, off = self.shard.put(self.params, every, k), 0
         for r, buf in riders:
             r.apply(summed[off:off + buf.shape[0]])
             off += buf.shape[0]
 
-    def take_gather(self):
-        """(this rank's stepped block (w,), the (size, w) buffer every rank's goes into) of the allgather
-        deferred by :meth:`finish_fused`, or None: the next rows exchange carries it (the same decision
-        on every rank) and hands the buffer to :meth:`put_gather` before anything reads the parameters."""
-        if self._gather is None:
-            return None
-        return self._gather[0], self._gather[1][2]
+    def take_gather(self) -> np.ndarray | None:
+        """This rank's stepped block (w,) float32 of the allgather :meth:`finish_fused` deferred, or None:
+        the next rows exchange carries it to every rank (the same decision on every rank) and hands what
+        arrives to :meth:`put_gather` before anything reads the parameters."""
+        return self._gather
 
-    def put_gather(self) -> None:
-        """The deferred allgather's blocks arrived (in :meth:`take_gather`'s buffer): into the parameters."""
-        _, bufs = self._gather
+    def put_gather(self, every: np.ndarray) -> None:
+        """The deferred allgather's blocks arrived (``every`` (size, w) float32, row r from rank r): into
+        the parameters."""
         self._gather = None
-        self.shard.put(self.params, bufs, 0)
+        self.shard.put(self.params, every, 0)
 
     def flush(self) -> None:
         """Complete a deferred allgather on its own (collective over the train channel; nothing when none
         is pending, the same on every rank): before anything but the next rows exchange reads the dense
         parameters — an all-hot mini-batch, the end of a batch (evaluation, checkpoints, export, the end
         of training), a step of the unfused path."""
-        if self._gather is not None:
-            self.coll.train.allgather_chunks(*self.take_gather())
-            self.put_gather()
+        mine = self._gather
+        if mine is not None:
+            self.put_gather(self.coll.train.allgather_chunks(mine, self.shard.buffers(mine.shape[0])[2]))
 
     def end_batch(self, w) -> None:
         """A batch was trained: the dense parameters are whole before its evaluations, checkpoints and

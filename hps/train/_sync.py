@@ -15,10 +15,10 @@ so they cannot diverge, and the owner ends with the final row.
 
 The dense sync's traffic rides in these two exchanges when it fuses (``DenseSync.fuses``: one dense
 copy stepped in blocks, ZeRO-1, uncompressed, on the host — the default with several CPU ranks): the
-message to rank r of the gradients' alltoallv is ``[gradient rows for owner r | dense block r]``, so
+message to rank r of the gradients' alltoallv is ``[dense block r | gradient rows for owner r]``, so
 the dense reduce-scatter arrives with the sparse gradients and rank r folds and steps its block
-(``DenseSync.finish_fused``); the message of the next mini-batch's rows alltoallv is ``[rows asked by r
-| my stepped block]``, the allgather, written into the parameters before the forward reads them. Two
+(``DenseSync.finish_fused``); the message of the next mini-batch's rows alltoallv is ``[my stepped block
+| rows asked by r]``, the allgather, written into the parameters before the forward reads them. Two
 collectives (two waits) per mini-batch instead of four (rows, reduce-scatter, gradients, allgather);
 the blocks are folded as the separate reduce-scatter folds them, so the bits are the same. An all-hot
 mini-batch (no exchange; the same decision on every rank), the end of a batch (evaluation,
@@ -212,23 +212,20 @@ class OwnerSync(_Sync):
             fused = p.uinv is not None and self.dense is not None and self.dense.fuses
             if p.uinv is not None:  # (u, P) rows of p.keys: they arrive grouped by owner, the order of p.keys
                 sent = be.to_host(R.gather(found, d.uinv, P))
-                gather = self.dense.take_gather() if fused else None
-                if gather is None:
+                mine = self.dense.take_gather() if fused else None
+                if mine is None:
                     params = self.compress.exchange_rows(ch, sent, p.recv, p.send, SPARSE_ROWS)
                 else:  # the previous step's allgather rides along: the parameters whole before the forward
-                    mine, out = gather
-                    params, _ = ch.alltoallv_blocks(sent, p.recv, p.send, SPARSE_ROWS,
-                                                    np.broadcast_to(mine, (ch.size, mine.shape[0])), DENSE_ALLREDUCE,
-                                                    out)
-                    self.dense.put_gather()
+                    ch.start_blocks(SPARSE_ROWS, mine.shape[0], P, p.recv, p.send)[...] = mine
+                    params, every = ch.alltoallv_blocks(sent, SPARSE_ROWS, DENSE_ALLREDUCE)
+                    self.dense.put_gather(every)
                 params = be.to_device(params)
             g, g_dense = self._forward(be, R, found, params, d, n_total)
             g = self._cold(g, p.keys.shape[0], p, d)
             if fused:  # the dense reduce-scatter rides in the sparse gradients' exchange
-                blocks, parts = self.dense.begin_fused(g_dense)
-                back, _ = ch.alltoallv_blocks(be.to_host(g), p.send, p.recv, SPARSE_GRADS, blocks, DENSE_ALLREDUCE,
-                                              parts)
-                self.dense.finish_fused()
+                self.dense.begin_fused(g_dense, lambda w: ch.start_blocks(SPARSE_GRADS, w, P, p.send, p.recv))
+                back, parts = ch.alltoallv_blocks(be.to_host(g), SPARSE_GRADS, DENSE_ALLREDUCE)
+                self.dense.finish_fused(parts)
             else:
                 self._dense_ready(g_dense)
                 if p.uinv is not None:

@@ -106,23 +106,23 @@ def check(coll, comm):
 def check_blocks_ride(ch, keys, send, recv, blocks, gathered):
     """A block per rank riding in an alltoallv of rows (the fused train step, ``_sync.OwnerSync``): the
     rows arrive as the plain alltoallv's; the blocks folded in rank order give the reduce-scatter's bits; one
-    block sent to every rank (a broadcast view) gives the allgather; each kind's bytes are its own."""
+    block written for every rank gives the allgather; each kind's bytes are its own."""
     size, rank, m = ch.size, ch.rank, blocks[0].shape[1]
     rows = (row_of(keys, D) * (1 + rank)).astype(np.float32)                   # grouped by owner
     before = ch.stats.bytes_sent[C.SPARSE_ROWS]
     plain = ch.alltoallv(rows, send, recv, C.SPARSE_ROWS)
     plain_bytes, before = ch.stats.bytes_sent[C.SPARSE_ROWS] - before, dict(ch.stats.bytes_sent)
-    parts = np.full((size, m), np.nan, np.float32)
-    got, back = ch.alltoallv_blocks(rows, send, recv, C.SPARSE_ROWS, blocks[rank].copy(), C.DENSE_ALLREDUCE, parts)
+    for _ in range(2):                                                          # the buffers reused
+        ch.start_blocks(C.SPARSE_ROWS, m, D, send, recv)[...] = blocks[rank]
+        got, parts = ch.alltoallv_blocks(rows, C.SPARSE_ROWS, C.DENSE_ALLREDUCE)
+        assert np.array_equal(got, plain) and parts.shape == (size, m)
+        assert all(np.array_equal(parts[s], blocks[s][rank]) for s in range(size))
+        assert np.array_equal(C._ordered.fold_parts(parts), rank_order_sum([b[rank] for b in blocks]))
     sent = {k: ch.stats.bytes_sent[k] - before[k] for k in (C.SPARSE_ROWS, C.DENSE_ALLREDUCE)}
-    assert back is parts and np.array_equal(got, plain)
-    assert all(np.array_equal(parts[s], blocks[s][rank]) for s in range(size))
-    assert np.array_equal(C._ordered.fold_parts(parts), rank_order_sum([b[rank] for b in blocks]))
-    assert sent == {C.SPARSE_ROWS: plain_bytes, C.DENSE_ALLREDUCE: (size - 1) * m * 4}, sent  # the separate calls'
-    mine = gathered[rank]
-    none = np.empty((0, D), np.float32)
-    got, every = ch.alltoallv_blocks(none, np.zeros(size, np.int64), np.zeros(size, np.int64), C.SPARSE_ROWS,
-                                     np.broadcast_to(mine, (size, m)), C.DENSE_ALLREDUCE)
+    assert sent == {C.SPARSE_ROWS: 2 * plain_bytes, C.DENSE_ALLREDUCE: 2 * (size - 1) * m * 4}, sent
+    none, zero = np.empty((0, D), np.float32), np.zeros(size, np.int64)
+    ch.start_blocks(C.SPARSE_GRADS, m, D, zero, zero)[...] = gathered[rank]
+    got, every = ch.alltoallv_blocks(none, C.SPARSE_GRADS, C.DENSE_ALLREDUCE)
     assert got.shape == (0, D) and np.array_equal(every, gathered)
 
 

@@ -105,6 +105,10 @@ def run_channels(comm, mode):
     out.append(ch.alltoallv(keys[order], send, recv, C.SPARSE_KEYS))
     got = ch.finish_reduce_scatter(pending)
     out += [got, ch.reduce_scatter(blocks.copy()), ch.allgather_chunks(got)]
+    if size > 1:  # a block per rank riding in an alltoallv of rows (the fused train step)
+        ch.start_blocks(C.SPARSE_ROWS, 257, 1, send, recv)[...] = blocks
+        out += [a.copy() for a in ch.alltoallv_blocks(keys[order].astype(np.float32).reshape(-1, 1), C.SPARSE_ROWS,
+                                                      C.DENSE_ALLREDUCE)]
     out += ch.sparse_allreduce(keys, row_of(keys, D).astype(np.float32) * (rank + 0.1))
     return out, set(CALLS)
 
