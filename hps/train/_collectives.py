@@ -316,5 +316,5 @@ class Collectives:
         order, _ = group_by_owner(owner_of(keys, max(self.size, 2)), max(self.size, 2))
         segment_sum(np.zeros((order.shape[0], int(width)), np.float32), np.zeros(order.shape[0], np.int64), 1)
         sum_rows_f32(np.zeros((2, int(width)), np.float32), np.empty(int(width), np.float32))  # the dense fold
-        sum_rows_f32(np.zeros((2, 2 * int(width)), np.float32)[:, :int(width)], np.empty(int(width), np.float32))
-        # (and of BlockExchange's strided view)
+        strided = np.zeros((2, 2 * int(width)), np.float32)[:, :int(width)]  # BlockExchange's view of the blocks
+        sum_rows_f32(strided, np.empty(int(width), np.float32))
