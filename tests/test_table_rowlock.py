@@ -125,7 +125,8 @@ def test_a_fill_runs_beside_the_row_path_and_a_failing_one_changes_nothing(fail)
         held.run(out[at])
 
     held = _Held(fail=fail)
-    th, _ = _start(lambda: pytest.raises(OSError, t.insert_new, new, fill, 6) if fail else t.insert_new(new, fill, 6))
+    call = (lambda: pytest.raises(OSError, t.insert_new, new, fill, 6)) if fail else (lambda: t.insert_new(new, fill, 6))
+    th, _ = _start(call)
     assert held.entered.wait(WAIT)
     rows, slots = t.find_rows(np.r_[keys, new])
     assert (slots[:20] >= 0).all() and (slots[20:] == -1).all()   # the new keys are not in yet

@@ -102,7 +102,8 @@ class CacheOps:
                 ticket = self._claim(k)
                 if ticket[2] != n:
                     self._rollback(ticket)
-                    raise InvalidInputError(f"insert_new: {n - ticket[2]} of the {n} keys are live or repeated")
+                    raise InvalidInputError(f"insert_new: {n - ticket[2]} of the {n} keys are live or "
+                                            "repeated")
                 self._impl.hide(ticket[0])   # absent to the row path until their rows are in
             try:
                 self._impl.fill_claimed(ticket[0], fill, b)   # without _rows: the row path goes on

@@ -216,8 +216,9 @@ class CpuTableImpl:
         keys claimed in them, their scores copied -> (arrays, old slots, new slots). Reads keys, states
         and scores only, so the row path may run meanwhile (``_rows.py``)."""
         old = K.live_slots(self.tkeys, self.tstate)
+        scores = n_slots if self.tscore.shape[0] else 0
         arrays = (np.empty(n_slots, np.uint64), np.empty(n_slots, np.int32),
-                  np.empty((n_slots, self.dim), self.dtype), np.empty(n_slots if self.tscore.shape[0] else 0, np.uint64))
+                  np.empty((n_slots, self.dim), self.dtype), np.empty(scores, np.uint64))
         arrays[0].fill(EMPTY_KEY)
         for a in arrays[1:]:   # written, not mapped zero pages (see __init__)
             a.fill(0)

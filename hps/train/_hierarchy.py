@@ -36,11 +36,11 @@ a rank writes back only the victims it owns: the replicas are bit-identical).
 Thread safety: ``prepare`` is called by one thread; the train thread uses ``hbm`` and calls
 ``mark_trained``; ``sync_to_store`` (checkpoints, from the train thread), ``drop_all``, ``read_owned``,
 ``update_owned``, ``owned_rows`` and ``delete`` hold the residency lock, which ``prepare`` holds while it changes the
-table (not while it waits for training). The train step's row access (``find_rows``/``write_rows`` of the
-batches in flight) takes neither lock on the CPU twin, only its row lock (``hps/table/_rows.py``), so it goes on
-while prepare looks up, evicts (the sink pushes to the MEM-PS) and fetches: the victims and the fetched keys
-are never keys of batches in flight, so the rows the step reads and writes and those prepare reads and writes
-are disjoint, and a victim's row is final when the sink reads it.
+table (not while it waits for training). The train step's row access (``find_rows``/``write_rows`` of
+the batches in flight) takes neither lock on the CPU twin, only its row lock (``hps/table/_rows.py``), so
+it goes on while prepare looks up, evicts (the sink pushes to the MEM-PS) and fetches: the victims and
+the fetched keys are never keys of batches in flight, so the rows the step reads and writes and those
+prepare reads and writes are disjoint, and a victim's row is final when the sink reads it.
 """
 
 from __future__ import annotations
