@@ -4,6 +4,7 @@ waits for them, the keys in transit answer absent, and a sink or fill that raise
 (keys, rows, scores) and the MEM-PS as they were."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -77,6 +78,22 @@ def test_the_row_path_goes_on_while_a_sink_runs_and_other_calls_wait_for_it():
     np.testing.assert_array_equal(sink.seen[:, 0], victims.astype(np.float32))
     assert len(t) == 16 and not t.contains(victims).any() and t.contains(np.array([99], np.uint64))[0]
     np.testing.assert_array_equal(t.get(keys[10:])[0][:, 0], keys[10:].astype(np.float32) + 100)
+
+
+def test_write_rows_after_a_growth_finds_the_new_slots_without_waiting_for_a_sink():
+    t, keys = _table()
+    rows, slots = t.find_rows(keys[10:])
+    t.reserve(1024)                       # re-laid: the slots found are stale
+    assert (t.find_rows(keys[10:])[1] != slots).any()
+    sink = _Held()
+    ev, _ = _start(t.evict_into, 5, 5, sink.sink)
+    assert sink.entered.wait(WAIT)
+    t0 = time.monotonic()
+    t.write_rows(keys[10:], slots, rows + 3)   # by insert it would wait for the sink: WAIT, which then fails
+    assert time.monotonic() - t0 < WAIT / 2
+    sink.release.set()
+    ev.join(WAIT)
+    np.testing.assert_array_equal(t.get(keys[10:])[0], rows + 3)
 
 
 def test_write_rows_of_a_victim_during_the_sink_lands_after_the_eviction():

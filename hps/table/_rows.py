@@ -63,8 +63,10 @@ class RowOps:
     def write_rows(self, keys, slots, rows) -> None:
         """Assign ``rows`` (n, dim) to ``keys`` (n,) uint64 host, ``slots`` (n,) int64 those of a
         :meth:`find_rows` of them: at those slots when every one still holds its key live (the usual
-        case: no probe; the row lock alone on a CPU table), else exactly as ``insert`` (later duplicates
-        win; raises as it does). Blocking; thread-safe."""
+        case: no probe; the row lock alone on a CPU table), else at the slots the keys hold now when
+        every one is live (the table re-laid since: probed again, under the row lock alone, so the
+        step does not wait for the prepare stage's long calls), else exactly as ``insert`` (later
+        duplicates win; raises as it does). Blocking; thread-safe."""
         k = key_array(keys)
         slots = np.asarray(slots)
         if slots.shape != k.shape or slots.dtype != np.int64 or not slots.flags.c_contiguous:
@@ -74,6 +76,6 @@ class RowOps:
         if impl is not None and k.shape[0]:
             r = impl.rows_in(rows, k.shape[0], "rows")
             with self._rows:   # not the table's lock (see the module docstring)
-                if impl.write_at(k, slots, r) == 0:
+                if impl.write_at(k, slots, r) == 0 or impl.write_at(k, impl.find_rows(k)[1], r) == 0:
                     return
-        self.insert(k, rows)   # a stale slot, or not one CPU table: by key
+        self.insert(k, rows)   # a key not live, or not one CPU table: by key
