@@ -79,7 +79,9 @@ class CacheOps:
         writes (``out[at[i]]`` = the row of ``keys[i]``; ``out`` (m, dim) host of the table dtype, ``at``
         (n,) int64), each key counting its first use in ``batch`` (as :meth:`lookup` would after an
         insert). On the CPU ``out`` is the slot array itself and ``at`` the slots the keys claimed: the
-        rows are written in place, nothing is copied or allocated for them; a ``fill`` that raises
+        rows are written in place, nothing is copied or allocated for them; ``fill`` runs holding the
+        table's lock but not its row lock, the claimed slots hidden (``_rows.py``: ``find_rows`` and
+        ``write_rows`` of other keys go on meanwhile, and answer these absent); a ``fill`` that raises
         leaves the table as it was. On the GPU ``out`` is a new host (n, dim) array, then
         :meth:`insert` and :meth:`lookup`. Raises HashTableFullError (nothing changed) when they do not
         fit, InvalidInputError when one of them is live or repeated. Blocking."""
@@ -96,15 +98,22 @@ class CacheOps:
                 self.insert(k, rows)
                 self.lookup(k, b)
                 return
-            ticket = self._claim(k)
-            if ticket[2] != n:
-                self._rollback(ticket)
-                raise InvalidInputError(f"insert_new: {n - ticket[2]} of the {n} keys are live or repeated")
+            with self._rows:
+                ticket = self._claim(k)
+                if ticket[2] != n:
+                    self._rollback(ticket)
+                    raise InvalidInputError(f"insert_new: {n - ticket[2]} of the {n} keys are live or "
+                                            "repeated")
+                self._impl.hide(ticket[0])   # absent to the row path until their rows are in
             try:
-                self._impl.fill_claimed(ticket[0], fill, b)
+                self._impl.fill_claimed(ticket[0], fill, b)   # without _rows: the row path goes on
             except BaseException:
-                self._rollback(ticket)
+                with self._rows:
+                    self._impl.unhide(ticket[0])
+                    self._rollback(ticket)
                 raise
+            with self._rows:
+                self._impl.unhide(ticket[0])
             self._size += n
             self._tombstones -= ticket[3]
 
@@ -117,7 +126,8 @@ class CacheOps:
             self._settle()
             if n == 0 or self._size == 0:
                 return np.empty(0, np.uint64), np.empty((0, self._dim), self._dtype)
-            keys, rows = self._impl.evict(int(n), protect, self._size, stream)
+            with self._rows:
+                keys, rows = self._impl.evict(int(n), protect, self._size, stream)
             self._size -= keys.shape[0]
             self._tombstones += keys.shape[0]
             return keys, rows
@@ -128,7 +138,10 @@ class CacheOps:
         key order. On the CPU ``rows`` is the slot array itself and ``at`` the victims' slots: nothing is
         gathered or allocated for the rows, and a ``sink`` that raises leaves the table as it was (on the
         GPU the rows come to the host first, as with :meth:`evict`, and are erased already). Blocking;
-        ``sink`` runs under the table's lock."""
+        ``sink`` runs holding the table's lock (no other call changes the table meanwhile; the sink may
+        read it) but, on the CPU, not its row lock: the victims are hidden first (``_rows.py``), so
+        ``find_rows`` and ``write_rows`` of other keys go on while it runs and answer the victims absent;
+        a victim's ``write_rows`` then goes through ``insert``, after the eviction."""
         if self.device != "cpu":
             keys, rows = self.evict(n, protect_from)
             return _evicted_to(sink, keys, rows)
@@ -137,9 +150,16 @@ class CacheOps:
             self._settle()
             if n == 0 or self._size == 0:
                 return _evicted_to(sink, np.empty(0, np.uint64), np.empty((0, self._dim), self._dtype))
-            keys, slots = self._impl.victims(int(n), protect)
-            sink(keys, self._impl.tvals, slots)
-            self._impl.erase_victims(slots)
+            keys, slots = self._impl.victims(int(n), protect)   # reads what only _lock's holder changes
+            with self._rows:
+                self._impl.hide(slots)   # absent to the row path, their rows untouched by it
+            try:
+                sink(keys, self._impl.tvals, slots)   # without _rows: the row path goes on
+            except BaseException:
+                with self._rows:
+                    self._impl.unhide(slots)
+                raise
+            self._impl.erase_victims(slots, hidden=True)
             self._size -= keys.shape[0]
             self._tombstones += keys.shape[0]
             return keys

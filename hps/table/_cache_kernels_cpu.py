@@ -201,6 +201,17 @@ def erase_slots(tstate, tvals, tscore, slots):
             tvals[s, j] = 0
 
 
+@njit(nogil=True, cache=True, _nrt=False)
+def zero_slots(tvals, tscore, slots):
+    """The rows and scores of ``slots`` (m,) zeroed, their states not touched (slots hidden already:
+    ``CpuTableImpl.hide``; the train step may read the states meanwhile)."""
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        tscore[s] = 0
+        for j in range(tvals.shape[1]):
+            tvals[s, j] = 0
+
+
 @njit(nogil=True, cache=True)
 def set_scores(tkeys, tscore, keys, scores):
     """The score of each key's slot = scores[i] (after a rebuild re-laid the keys)."""

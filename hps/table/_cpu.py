@@ -172,10 +172,27 @@ class CpuTableImpl:
         o = np.argsort(keys)   # distinct keys: one order, whatever the sort
         return keys[o], slots[o]
 
-    def erase_victims(self, slots) -> None:
-        """Erase the :meth:`victims` at ``slots`` (tombstones, rows and scores zeroed)."""
+    def erase_victims(self, slots, hidden: bool = False) -> None:
+        """Erase the :meth:`victims` at ``slots`` (tombstones, rows and scores zeroed); ``hidden``: they
+        are tombstones already (:meth:`hide`), and are counted."""
+        if hidden:   # their states are not written: the row path may read them meanwhile
+            C.zero_slots(self.tvals, self.tscore, slots)
+            return
         C.erase_slots(self.tstate, self.tvals, self.tscore, slots)
         self.tombstones += slots.shape[0]
+
+    def hide(self, slots) -> None:
+        """Live ``slots`` (m,) int64, distinct, become tombstones that keep their rows (and scores): no
+        lookup finds them, no call reads or writes their rows, until :meth:`unhide` (or
+        :meth:`erase_victims`, hidden) -- the slots of an eviction's sink or an insert's fill, which run
+        while the train step's row access goes on (``_rows.py``)."""
+        self.tstate[slots] = 1
+        self.tombstones += slots.shape[0]
+
+    def unhide(self, slots) -> None:
+        """:meth:`hide` undone: the slots are live again, with their rows and scores."""
+        self.tstate[slots] = 0
+        self.tombstones -= slots.shape[0]
 
     def settle(self) -> np.ndarray:
         """(4,) int64 counts of the ``*_async`` calls since the last settle: new, revived, failed, erased."""
@@ -193,18 +210,39 @@ class CpuTableImpl:
         twin's argument, not needed here)."""
         return self.tkeys[K.live_slots(self.tkeys, self.tstate)]
 
-    def rebuild(self, n_slots: int, n_live: int | None = None) -> None:
+    def regrow(self, n_slots: int):
+        """A growth to ``n_slots`` slots made ready without reading or writing a row, for
+        :meth:`rebuild`: new arrays written (their pages faulted in: most of a growth's time), the live
+        keys claimed in them, their scores copied -> (arrays, old slots, new slots). Reads keys, states
+        and scores only, so the row path may run meanwhile (``_rows.py``)."""
+        old = K.live_slots(self.tkeys, self.tstate)
+        scores = n_slots if self.tscore.shape[0] else 0
+        arrays = (np.empty(n_slots, np.uint64), np.empty(n_slots, np.int32),
+                  np.empty((n_slots, self.dim), self.dtype), np.empty(scores, np.uint64))
+        arrays[0].fill(EMPTY_KEY)
+        for a in arrays[1:]:   # written, not mapped zero pages (see __init__)
+            a.fill(0)
+        new = np.empty(old.shape[0], np.int64)
+        K.claim(arrays[0], arrays[1], self.tkeys[old], new, np.empty(old.shape[0], np.int8), ahead_ring())
+        if arrays[3].shape[0]:
+            arrays[3][new] = self.tscore[old]
+        return arrays, old, new
+
+    def rebuild(self, n_slots: int, n_live: int | None = None, plan=None) -> None:
         """Re-lay the live entries into ``n_slots`` (>= the current count) slots, dropping every
-        tombstone; growing allocates the new arrays before anything changes."""
+        tombstone; growing makes the new arrays ready (:meth:`regrow`, or ``plan``, its result) before
+        anything changes, then copies the rows over."""
+        if plan is None and n_slots != self.n_slots:
+            plan = self.regrow(n_slots)
+        if plan is not None:
+            arrays, old, new = plan
+            K.move_rows(self.tvals, old, arrays[2], new)
+            self.tkeys, self.tstate, self.tvals, self.tscore = arrays
+            self.n_slots, self.tombstones = n_slots, 0
+            return
         slots = K.live_slots(self.tkeys, self.tstate)
         scored = self.tscore.shape[0] > 0
         keys, rows, scores = self.tkeys[slots], self.tvals[slots], self.tscore[slots] if scored else None
-        if n_slots != self.n_slots:
-            tkeys = np.empty(n_slots, dtype=np.uint64)
-            tstate = np.empty(n_slots, dtype=np.int32)
-            tvals = np.empty((n_slots, self.dim), dtype=self.dtype)
-            tscore = np.empty(n_slots if scored else 0, dtype=np.uint64)
-            self.tkeys, self.tstate, self.tvals, self.tscore, self.n_slots = tkeys, tstate, tvals, tscore, n_slots
         self.clear()
         K.upsert(self.tkeys, self.tstate, self.tvals, keys, rows, False)
         if scored:

@@ -121,6 +121,14 @@ def rollback(tkeys, tstate, slots, is_new):
             tstate[slots[i]] = 1
 
 
+@njit(nogil=True, cache=True, _nrt=False)
+def move_rows(src, src_slots, dst, dst_slots):
+    """``dst[dst_slots[i]] = src[src_slots[i]]`` for each i: rows copied between two slot arrays."""
+    for i in range(src_slots.shape[0]):
+        for j in range(src.shape[1]):
+            dst[dst_slots[i], j] = src[src_slots[i], j]
+
+
 @njit(nogil=True, cache=True)
 def write(tvals, slots, rows, accumulate):
     """Assign (later duplicates win) or add ``rows`` (n, dim) into the claimed ``slots`` (n,)."""

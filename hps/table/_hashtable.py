@@ -41,7 +41,8 @@ is not checked in asynchronous calls (REQUIRES): lookups answer it absent, inser
 :meth:`synchronize` raises. A table's calls stay in issue order across streams. On ``"cpu"`` every call
 completes before it returns.
 
-Thread safety: a ``HashTable`` serialises its own calls with a lock, so it may be shared by threads.
+Thread safety: a ``HashTable`` serialises its calls with a lock, so it may be shared by threads; on the
+CPU ``find_rows``/``write_rows`` take a row lock alone, and run during an eviction's sink (``_rows.py``).
 """
 
 from __future__ import annotations
@@ -121,8 +122,7 @@ class HashTable(CacheOps, RowOps):
             raise InvalidTypeError(f"dtype must be float32 or float64, got {dtype!r}") from e
         if dt not in _DTYPES:
             raise InvalidTypeError(f"dtype must be float32 or float64, got {dt}")
-        self._dim = int(dim)
-        self._dtype = dt
+        self._dim, self._dtype = int(dim), dt
         self._max_load_factor = float(max_load_factor)
         self._set_capacity(int(capacity))
         self._impl = _make_impl(device, slots_for(self._capacity, self._max_load_factor), self._dim, dt)
@@ -132,7 +132,8 @@ class HashTable(CacheOps, RowOps):
         self._maybe_erased = 0   # keys of asynchronous erases not yet settled
         self._generation = 0
         self._open_views = 0
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()   # every call but the row path's; taken before _rows
+        self._rows = threading.RLock()   # keys, states and rows of live slots (``_rows.py``)
 
     def _set_capacity(self, capacity: int) -> None:
         self._capacity = capacity
@@ -197,7 +198,7 @@ class HashTable(CacheOps, RowOps):
 
         ``out``: optional (n, dim) array of the table dtype that receives the values and is returned
         (no allocation per call; a device array on ``cuda``)."""
-        with self._lock:
+        with self._lock, self._rows:
             self._settle()
             k, on_dev = self._impl.keys_in(keys, stream=stream)
             vals, found = self._impl.get(k, out, on_dev, stream)
@@ -215,7 +216,7 @@ class HashTable(CacheOps, RowOps):
 
     def erase(self, keys, stream=None) -> int:
         """Remove keys; returns how many were present (a key repeated in ``keys`` counts once). Blocking."""
-        with self._lock:
+        with self._lock, self._rows:
             self._settle()
             k, _ = self._impl.keys_in(keys, stream=stream)
             if k.shape[0] == 0:
@@ -237,7 +238,7 @@ class HashTable(CacheOps, RowOps):
     def get_async(self, keys, out, found, stream=0) -> None:
         """out (n, dim) of the table dtype and found (n,) bool, device arrays, receive each key's row
         (zeros where missing) and whether it is live. Enqueued on ``stream``."""
-        with self._lock:
+        with self._lock, self._rows:
             k, _ = self._impl.keys_in(keys, stream=stream, blocking=False)
             self._impl.get_async(k, self._out_arg(out, (k.shape[0], self._dim), self._dtype, "out"),
                                  self._out_arg(found, (k.shape[0],), np.bool_, "found"), stream)
@@ -250,7 +251,7 @@ class HashTable(CacheOps, RowOps):
 
     def erase_async(self, keys, stream=0) -> None:
         """:meth:`erase` enqueued on ``stream`` (the count reaches ``len`` at the next settle)."""
-        with self._lock:
+        with self._lock, self._rows:
             k, _ = self._impl.keys_in(keys, stream=stream, blocking=False)
             if k.shape[0]:
                 self._impl.erase_async(k, stream)
@@ -283,7 +284,7 @@ class HashTable(CacheOps, RowOps):
 
     def export(self):
         """(keys (m,) uint64, values (m, dim)) of every live entry, in no particular order; host arrays."""
-        with self._lock:
+        with self._lock, self._rows:
             self._settle()
             return self._impl.export(self._size)
 
@@ -296,7 +297,7 @@ class HashTable(CacheOps, RowOps):
 
     def clear(self) -> None:
         """Remove every entry (keeps the memory)."""
-        with self._lock:
+        with self._lock, self._rows:
             self._settle()
             self._check_no_view("clear")
             self._impl.clear()
@@ -319,8 +320,10 @@ class HashTable(CacheOps, RowOps):
             self._settle()
             self._check_no_view("reserve")
             n_slots = slots_for(int(capacity), self._max_load_factor)
-            if n_slots != self._impl.n_slots:
-                self._rebuild(n_slots)
+            if n_slots != self._impl.n_slots:   # on the CPU all but the rows' copy before the row path waits
+                plan = (self._impl.regrow(n_slots),) if self.device == "cpu" else ()
+                with self._rows:
+                    self._rebuild(n_slots, *plan)
             self._set_capacity(int(capacity))
 
     def purge(self) -> None:
@@ -328,15 +331,15 @@ class HashTable(CacheOps, RowOps):
         CUDA table gathers live keys and rows into device scratch, clears, re-inserts; nothing but
         counters crosses to the host). Inserts also do this by themselves when tombstones would
         crowd out new keys. Blocking."""
-        with self._lock:
+        with self._lock, self._rows:
             self._settle()
             self._check_no_view("purge")
             if self._tombstones:
                 self._rebuild(self._impl.n_slots)
 
-    def _rebuild(self, n_slots: int) -> None:
-        """REQUIRES: lock held, no view open."""
-        self._impl.rebuild(n_slots, self._size)
+    def _rebuild(self, n_slots: int, *plan) -> None:
+        """REQUIRES: both locks held, no view open. ``plan``: the CPU's growth made ready (``regrow``)."""
+        self._impl.rebuild(n_slots, self._size, *plan)
         self._tombstones = 0
         self._generation += 1
 
@@ -350,17 +353,16 @@ class HashTable(CacheOps, RowOps):
     def device_view(self):
         """``with table.device_view() as v:`` the slot arrays (a :class:`TableView`) for kernels that
         read entries and update the rows of live slots in place (``hps.gpu``'s training kernels).
-
-        The table's lock is held for the whole block, so no other thread inserts, erases, purges or
-        grows meanwhile. Inside it, :meth:`purge`, :meth:`reserve` and :meth:`clear` (which would move
-        entries) raise :class:`InvalidInputError`, and inserts do not purge tombstones.
-        REQUIRES of the kernels: they write only rows of live slots (never keys, states, or rows of
-        other slots). Kernels launched inside the block on a blocking CUDA stream are ordered before
-        the table's next call on the legacy default stream (``stream`` 0, the default); a call on
-        another stream must be ordered by the caller (an event). Keep slots across blocks only while
-        :attr:`generation` is unchanged and their keys are not erased. Settles asynchronous calls first.
-        """
-        with self._lock:
+        The table's locks are held for the whole block, so no other thread reads or writes a row,
+        inserts, erases, purges or grows meanwhile. Inside it, :meth:`purge`, :meth:`reserve` and
+        :meth:`clear` (which would move entries) raise :class:`InvalidInputError`, and inserts do not
+        purge tombstones. REQUIRES of the kernels: they write only rows of live slots (never keys,
+        states, or rows of other slots). Kernels launched inside the block on a blocking CUDA stream are
+        ordered before the table's next call on the legacy default stream (``stream`` 0, the default);
+        a call on another stream must be ordered by the caller (an event). Keep slots across blocks only
+        while :attr:`generation` is unchanged and their keys are not erased. Settles asynchronous calls
+        first."""
+        with self._lock, self._rows:
             self._settle()
             self._open_views += 1
             try:
@@ -391,28 +393,31 @@ class HashTable(CacheOps, RowOps):
     def _claim(self, k, stream=None):
         """REQUIRES: lock held, settled. Claim slots for validated keys; returns a ticket for
         commit/rollback, or raises HashTableFullError with the table unchanged."""
-        self._make_room(k.shape[0])
-        slots, is_new, n_new, n_revived, n_failed = self._impl.claim(k, stream)
-        if n_failed or self._size + n_new > self._capacity:
-            self._impl.rollback(slots, is_new, stream)
-            new = f"more than {n_new}" if n_failed else f"{n_new}"
-            raise HashTableFullError(
-                f"HashTable is full: {self._size} live keys + {new} new keys in this call > "
-                f"capacity {self._capacity}; nothing was changed. Build a table with a larger capacity "
-                "or erase keys first")
+        with self._rows:
+            self._make_room(k.shape[0])
+            slots, is_new, n_new, n_revived, n_failed = self._impl.claim(k, stream)
+            if n_failed or self._size + n_new > self._capacity:
+                self._impl.rollback(slots, is_new, stream)
+                new = f"more than {n_new}" if n_failed else f"{n_new}"
+                raise HashTableFullError(
+                    f"HashTable is full: {self._size} live keys + {new} new keys in this call > capacity "
+                    f"{self._capacity}; nothing was changed. Build a table with a larger capacity or erase "
+                    "keys first")
         return slots, is_new, n_new, n_revived
 
     def _rollback(self, ticket, stream=None) -> None:
-        self._impl.rollback(ticket[0], ticket[1], stream)
+        with self._rows:   # REQUIRES: lock held (as _claim and _commit)
+            self._impl.rollback(ticket[0], ticket[1], stream)
 
     def _commit(self, ticket, rows, accumulate: bool, stream=None) -> None:
         slots, _, n_new, n_revived = ticket
-        self._impl.write(slots, rows, accumulate, stream)
+        with self._rows:
+            self._impl.write(slots, rows, accumulate, stream)
         self._size += n_new
         self._tombstones -= n_revived
 
     def _upsert(self, keys, rows, accumulate: bool, stream=None) -> None:
-        with self._lock:
+        with self._lock, self._rows:
             self._settle()
             k, r = self._validate(keys, rows, "deltas" if accumulate else "values", stream)
             n = k.shape[0]
@@ -428,7 +433,7 @@ class HashTable(CacheOps, RowOps):
             self._commit(self._claim(k, stream), r, accumulate, stream)
 
     def _upsert_async(self, keys, rows, accumulate: bool, stream) -> None:
-        with self._lock:
+        with self._lock, self._rows:
             k, _ = self._impl.keys_in(keys, stream=stream, blocking=False)
             name = "deltas" if accumulate else "values"
             r = self._impl.rows_in(rows, k.shape[0], name, stream, blocking=False)

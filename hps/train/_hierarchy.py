@@ -36,7 +36,11 @@ a rank writes back only the victims it owns: the replicas are bit-identical).
 Thread safety: ``prepare`` is called by one thread; the train thread uses ``hbm`` and calls
 ``mark_trained``; ``sync_to_store`` (checkpoints, from the train thread), ``drop_all``, ``read_owned``,
 ``update_owned``, ``owned_rows`` and ``delete`` hold the residency lock, which ``prepare`` holds while it changes the
-table (not while it waits for training).
+table (not while it waits for training). The train step's row access (``find_rows``/``write_rows`` of
+the batches in flight) takes neither lock on the CPU twin, only its row lock (``hps/table/_rows.py``), so
+it goes on while prepare looks up, evicts (the sink pushes to the MEM-PS) and fetches: the victims and
+the fetched keys are never keys of batches in flight, so the rows the step reads and writes and those
+prepare reads and writes are disjoint, and a victim's row is final when the sink reads it.
 """
 
 from __future__ import annotations
@@ -161,8 +165,8 @@ class ParameterHierarchy:
     def _evict(self, n: int, protect_from: int) -> int:
         """Evict up to ``n`` rows, none looked up in batch ``protect_from`` or later, and write the
         owned ones back (:meth:`_write_back`) -> rows evicted. The CPU twin hands its slot array and
-        the victims' slots over (``evict_into``: no row is gathered or copied on the way). REQUIRES:
-        lock held."""
+        the victims' slots over (``evict_into``: no row is gathered or copied on the way; the train
+        step's row access goes on meanwhile). REQUIRES: lock held."""
         into = getattr(self.hbm, "evict_into", None)
         if into is not None:
             return into(n, protect_from, self._write_back).shape[0]
