@@ -143,7 +143,7 @@ class Channel:
 
     def start_blocks(self, kind: str, w: int, d: int, send: np.ndarray, recv: np.ndarray) -> np.ndarray:
         """Lay out an :meth:`alltoallv` of rows of ``d`` float32 (``send``/``recv`` (size,) rows to and from
-        each rank) with a block of ``w`` float32 per rank riding in each message (``hps.comm.BlockExchange``,
+        each rank) with a block of ``w`` float32 per rank riding in each message (``hps.comm._ordered.BlockExchange``,
         this channel's for ``kind``) -> the (size, w) float32 view to write block r (for rank r) into row r
         of; :meth:`alltoallv_blocks` runs it. Local. REQUIRES several ranks."""
         x = self._exchanges.get(kind)
