@@ -89,11 +89,12 @@ def _reduce_scatter(comm, blocks, run, meter) -> np.ndarray:
     parts = np.empty((p, m), np.float32)                         # block `rank` of every rank, rank order
     run(lambda: comm.Alltoall(blocks, parts), lambda: comm.Ialltoall(blocks, parts))
     meter.sent((p - 1) * m * 4)
-    return _fold_parts(parts)
+    return fold_parts(parts)
 
 
-def _fold_parts(parts: np.ndarray) -> np.ndarray:
-    """(m,) float32: the rows of ``parts`` (p, m) added in row (= rank) order from 0."""
+def fold_parts(parts: np.ndarray) -> np.ndarray:
+    """(m,) float32: the rows of ``parts`` (p, m) float32 (any strides: :class:`BlockExchange`'s view) added
+    in row (= rank) order from 0: the fold of every ordered reduce-scatter here."""
     folded = np.empty(parts.shape[1], np.float32)
     sum_rows_f32(parts, folded)
     return folded
@@ -119,7 +120,7 @@ class PendingReduceScatter:
         spin or poll). Idempotent."""
         if self.result is None:
             run(self.request.Wait, lambda: self.request)
-            self.result = _fold_parts(self.parts)
+            self.result = fold_parts(self.parts)
             if self.stats is not None:
                 self.stats.add(DENSE_ALLREDUCE, self.nbytes, time.perf_counter() - self.t0, calls=1)
         return self.result
@@ -199,12 +200,6 @@ class BlockExchange:
             got[at:at + n] = rbuf[r, w:w + n]
             at += n
         return got.reshape(-1, d), rbuf[:, :w]
-
-
-def fold_parts(parts: np.ndarray) -> np.ndarray:
-    """(m,) float32: the rows of ``parts`` (p, m) float32 (any strides: :class:`BlockExchange`'s view) added
-    in row (= rank) order from 0: the fold of every ordered reduce-scatter here."""
-    return _fold_parts(parts)
 
 
 def _check_blocks(comm, blocks) -> None:

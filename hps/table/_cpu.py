@@ -216,12 +216,8 @@ class CpuTableImpl:
         keys claimed in them, their scores copied -> (arrays, old slots, new slots). Reads keys, states
         and scores only, so the row path may run meanwhile (``_rows.py``)."""
         old = K.live_slots(self.tkeys, self.tstate)
-        scores = n_slots if self.tscore.shape[0] else 0
-        arrays = (np.empty(n_slots, np.uint64), np.empty(n_slots, np.int32),
-                  np.empty((n_slots, self.dim), self.dtype), np.empty(scores, np.uint64))
-        arrays[0].fill(EMPTY_KEY)
-        for a in arrays[1:]:   # written, not mapped zero pages (see __init__)
-            a.fill(0)
+        fresh = CpuTableImpl(n_slots, self.dim, self.dtype, scores=self.tscore.shape[0] > 0)  # written (__init__)
+        arrays = (fresh.tkeys, fresh.tstate, fresh.tvals, fresh.tscore)
         new = np.empty(old.shape[0], np.int64)
         K.claim(arrays[0], arrays[1], self.tkeys[old], new, np.empty(old.shape[0], np.int8), ahead_ring())
         if arrays[3].shape[0]:
