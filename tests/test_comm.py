@@ -183,7 +183,8 @@ def test_trainer_channels_in_one_process():
 
 def test_poll_yields_then_sleeps_at_most_the_cap(monkeypatch):
     """``poll`` (yield mode): the first tests give the core away without sleeping, then sleeps grow to
-    the cap and never past it (a longer sleep leaves the peers' rendezvous waiting on this rank)."""
+    the cap and, on a short wait (no time passes here), never past it (a longer sleep leaves the peers'
+    rendezvous waiting on this rank; long waits: tests/test_wait.py)."""
     from hps.comm import _wait as W
 
     class Request:

@@ -17,17 +17,20 @@ from .._extras import install_hint
 from ..errors import CommError
 
 
-#: MPICH settings a job asks for (``ask_mpich_settings``): messages up to 64 KiB between two ranks of a node
-#: go eagerly through 68 KiB shared-memory cells (64 cells a rank: 4.25 MiB of ``/dev/shm``) instead of the
-#: single-copy (CMA) rendezvous from 8 KiB up, whose three steps each wait for the other rank's next MPI
-#: call; a mini-batch's row and gradient messages (tens of KiB per peer) then cost the receiver one call.
-#: Measured with 4 and 8 ranks on 2 cores (docs/benchmarks.md, section "Scaling"). MPICH checks that the pack
-#: buffer holds a cell, so the three go together. MPICH reads them; other MPIs (Open MPI among them) have
-#: no ``MPIR_CVAR_`` settings; whether MPICH derivatives (Intel MPI, Cray MPICH, MVAPICH) honour them is
-#: untested.
-MPICH_SETTINGS = {"MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE": "69632",
-                  "MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD": "65536",
-                  "MPIR_CVAR_CH4_PACK_BUFFER_SIZE": "69632"}
+#: MPICH settings a job asks for (``ask_mpich_settings``): messages up to 512 KiB between two ranks of a node
+#: go eagerly through 516 KiB shared-memory cells (8 cells a rank: 4.03 MiB of ``/dev/shm``, what MPICH's
+#: default 64 cells of 16 KiB and the 64 of 68 KiB this asked for before took) instead of the single-copy
+#: (CMA) rendezvous, whose three steps each wait for the other rank's next MPI call: a rank that sleeps
+#: between its tests (``_wait``) would hold up every peer sending to it. A mini-batch's fused messages
+#: (``BlockExchange``: a 143 KB dense block at 4 ranks of the MLP 256-128 plus tens to hundreds of KiB
+#: of rows a peer) then cost the receiver one call and the sender none. Measured with 4 ranks on 2 cores
+#: (docs/benchmarks.md, section "Scaling"). MPICH checks that the pack buffer holds a cell, so they go
+#: together. MPICH reads them; other MPIs (Open MPI among them) have no ``MPIR_CVAR_`` settings; whether
+#: MPICH derivatives (Intel MPI, Cray MPICH, MVAPICH) honour them is untested.
+MPICH_SETTINGS = {"MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE": "528384",
+                  "MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_NUM_CELLS": "8",
+                  "MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD": "524288",
+                  "MPIR_CVAR_CH4_PACK_BUFFER_SIZE": "528384"}
 #: The spellings under which MPICH reads a setting ``MPIR_CVAR_<NAME>`` (the ``MPIR_CVAR_`` one wins).
 MPICH_SETTING_PREFIXES = ("MPIR_CVAR_", "MPICH_", "MPIR_PARAM_")
 #: Where launchers put the number of ranks on this node before ``MPI_Init`` (MPICH's hydra, Open MPI).
@@ -63,7 +66,7 @@ def ask_mpich_settings(environ=os.environ, cores: int | None = None) -> bool:
     :func:`launched_ranks_on_node`) outnumber its ``cores`` (default :func:`node_cores`), the case they
     were measured in, and ``environ`` sets none of them under any spelling MPICH reads
     (:data:`MPICH_SETTING_PREFIXES`; the user's choice wins, whole: MPICH aborts on a cell larger than its
-    pack buffer) -> whether they were put. Not asked otherwise: each rank's cells take 4.25 MiB of
+    pack buffer) -> whether they were put. Not asked otherwise: each rank's cells take 4.03 MiB of
     ``/dev/shm``, which a small one (Docker's 64 MiB default) cannot give many ranks.
 
     The settings stay in the process's environment: child processes inherit them. Takes effect only

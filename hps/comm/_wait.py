@@ -10,12 +10,23 @@ also drives MPI's progress engine, which is all a non-blocking collective needs 
 
 The schedule between two tests: first ``sched_yield`` (:data:`POLL_YIELDS` times: the core goes at once
 to a runnable rank, and comes straight back when none is, so a collective whose peers are all in it
-completes within microseconds), then sleeps of 20 µs doubling to :data:`POLL_MAX_S` = 200 µs. The cap
-matters more than it looks: MPICH advances a non-blocking collective only inside some call of each
-rank (a message over 8 KB between two ranks of a node is a rendezvous: sender, receiver, sender), so
-every stage of every collective waits out the sleep of whichever rank it needs next. With a 1 ms cap,
-4 ranks on 2 cores spent ~37 ms of each mini-batch's ~4 collectives asleep with the cores idle
-(docs/benchmarks.md, section "Scaling"); 200 µs keeps a sleeping rank's polls under ~1 % of a core.
+completes within microseconds), then sleeps of 20 µs doubling to :data:`POLL_MAX_S` = 200 µs, and once
+the wait has lasted longer, sleeps of a quarter of the time waited so far (:data:`POLL_WAITED_FRACTION`)
+up to :data:`POLL_LONG_MAX_S` = 2 ms (:func:`next_sleep`).
+
+The 200 µs cap matters more than it looks: MPICH advances a non-blocking collective only inside some
+call of each rank (a message over MPICH's single-copy threshold between two ranks of a node is a
+rendezvous: sender, receiver, sender), so every stage of every collective waits out the sleep of
+whichever rank it needs next. With a 1 ms cap, 4 ranks on 2 cores spent ~37 ms of each mini-batch's
+~4 collectives asleep with the cores idle (docs/benchmarks.md, section "Scaling"). But a rank that has
+waited long is waiting for a slow peer to arrive, and each wake-up costs it ~10-25 µs of CPU (the
+timer, the switch, a test driving MPICH's progress engine): on the issue's 4-rank job (2 cores, shared)
+a wait lasted ~10 ms (median), ~50 wake-ups at 200 µs. Sleeping a quarter of the time waited sees the
+completion at most ~25 % late, in 18 wake-ups for 10 ms (53 before) and one per 2 ms beyond. That
+holds the peers up little when what they send this rank goes eagerly (no step of theirs waits for the
+sleeper's next call): the MPICH cells a job asks for when ranks outnumber cores make a mini-batch's
+messages go so (``_mpi.MPICH_SETTINGS``). Sleeps of half the time waited up to 5 ms saved no more CPU and kept the
+train thread 1.3x as long in MPI (1.8x without the cells; docs/benchmarks.md, "Scaling").
 
 :class:`Waiter` is the one place that chooses between the two for a call: the hand-written schedules
 (``_schedule`` through the codecs of ``_sparse`` and ``_dense``), the owner exchange (``_exchange``) and
@@ -40,14 +51,26 @@ WAIT_MODES = ("auto", "spin", "yield")
 DEFAULT_WAIT = "auto"
 #: Tests of a pending request with ``sched_yield`` in between before the first sleep.
 POLL_YIELDS = 20
-#: First and longest sleep between two tests of a pending request (seconds).
+#: First sleep between two tests of a pending request, and the cap of its doubling (seconds).
 POLL_FIRST_S = 2e-5
 POLL_MAX_S = 2e-4
+#: Past the doubling, a sleep may be this fraction of the time waited so far ...
+POLL_WAITED_FRACTION = 0.25
+#: ... up to this long (seconds).
+POLL_LONG_MAX_S = 2e-3
+
+
+def next_sleep(delay: float, waited: float) -> float:
+    """The sleep after one of ``delay`` seconds, ``waited`` seconds into the wait: double
+    up to :data:`POLL_MAX_S`, or :data:`POLL_WAITED_FRACTION` of ``waited`` when that is longer, never
+    over :data:`POLL_LONG_MAX_S` (module docstring)."""
+    return min(max(min(2 * delay, POLL_MAX_S), waited * POLL_WAITED_FRACTION), POLL_LONG_MAX_S)
 
 
 def wait_until(test) -> None:
     """Call ``test()`` until it is true, giving the core away in between (``sched_yield``, then growing
     sleeps; module docstring). Never busy-waits longer than :data:`POLL_YIELDS` tests."""
+    t0 = time.perf_counter()
     for _ in range(POLL_YIELDS):
         if test():
             return
@@ -55,7 +78,7 @@ def wait_until(test) -> None:
     delay = POLL_FIRST_S
     while not test():
         time.sleep(delay)
-        delay = min(2 * delay, POLL_MAX_S)
+        delay = next_sleep(delay, time.perf_counter() - t0)
 
 
 def poll(request) -> None:
