@@ -125,7 +125,9 @@ def test_take_moves_rows_out_without_inserting_or_evicting():
 
 
 def test_take_that_fails_to_read_leaves_the_cache_as_it_was():
-    mem = MemPS(FailingLoads(W), W, initializer=RowInitializer(2, W, seed=0), capacity_rows=8)
+    store = FailingLoads(W)
+    store.dump(np.array([9], np.uint64), np.ones((1, W), np.float32))   # a store that holds rows is asked
+    mem = MemPS(store, W, initializer=RowInitializer(2, W, seed=0), capacity_rows=8)
     mem.push(np.array([1], np.uint64), np.ones((1, W), np.float32))
     with pytest.raises(OSError, match="injected"):
         mem.take(np.array([1, 2], np.uint64))

@@ -157,6 +157,39 @@ def test_growing_and_shrinking_match_reference(capacity, lru_fraction, ghost_fac
     _play(fast, ops)
 
 
+long_ops = _ops(400, 90, 80, "take", min_size=5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(capacity=st.integers(20, 120), lru_fraction=st.sampled_from([0.0, 0.1, 1.0]),
+       ghost_factor=st.sampled_from([0.0, 2.0]), ops=long_ops)
+def test_batches_longer_than_the_prefetch_distance_match_reference(capacity, lru_fraction, ghost_factor, ops):
+    """``put`` prefetches the map and ghost cells, input row and free slot of the key
+    ``prefetch_ahead()`` places ahead, and walks a cursor that far down the LRU part: batches longer
+    than that distance, over a free stack that ``take`` scattered and an LRU part that demotes at
+    every insertion, still make the reference's decisions (a prefetch is a hint only)."""
+    _play(RowCache(capacity, W, lru_fraction=lru_fraction, ghost_factor=ghost_factor), ops)
+
+
+def test_put_at_reads_the_rows_in_place():
+    """``put(at=)`` (rows read from a larger array in place, e.g. the CPU twin's slots) decides and
+    stores as ``put`` of the gathered rows, over batches longer than the prefetch distance."""
+    rng = np.random.default_rng(7)
+    a, b = RowCache(300, W, lru_fraction=0.1), RowCache(300, W, lru_fraction=0.1)
+    src = rng.random((5000, W), dtype=np.float32)
+    for step in range(40):
+        keys = np.unique(rng.integers(0, 2000, 120)).astype(np.uint64)
+        rng.shuffle(keys)
+        at = rng.choice(src.shape[0], keys.shape[0], replace=False).astype(np.int64)
+        ea, eb = a.put(keys, src, dirty=True, at=at), b.put(keys, src[at], dirty=True)
+        assert ea.keys.tolist() == eb.keys.tolist() and np.array_equal(ea.rows, eb.rows)
+        gone = keys[rng.random(keys.shape[0]) < 0.3]
+        (ra, ha), (rb, hb) = a.take(gone), b.take(gone)
+        assert np.array_equal(ha, hb) and np.array_equal(ra[ha], rb[hb])
+    ka, kb = a.evict_all(), b.evict_all()
+    assert ka.keys.tolist() == kb.keys.tolist() and np.array_equal(ka.rows, kb.rows)
+
+
 def test_growth_keeps_what_the_ghost_remembers():
     """Keys taken out while the cache is small are remembered in its small ghost table; after it
     grew (with its ghost table) their counts come back as the reference's do."""

@@ -425,3 +425,29 @@ def test_take_of_a_large_batch_probes_once_and_moves_every_row():
     np.testing.assert_array_equal(mem.take(batch), want)
     left = mem.cache.contains(keys)
     assert left[:500].all() and not left[500:].any()
+
+
+class CountingStore(DictStore):
+    """A store that counts the keys it is asked for."""
+
+    asked = 0
+
+    def load_into(self, keys, out, at):
+        self.asked += np.asarray(keys).shape[0]
+        return super().load_into(keys, out, at)
+
+
+def test_an_empty_store_is_not_asked_for_misses():
+    """Misses of ``pull``, ``take`` and ``read`` are born from the initializer without asking a store
+    that holds nothing (``len`` 0); once it holds rows it is asked, and its rows win over new ones."""
+    store = CountingStore(W)
+    mem, init = _mem(store, 4), RowInitializer(EMB, W, seed=7)
+    np.testing.assert_array_equal(mem.pull(_u([1, 2])), init(_u([1, 2])))
+    mem.push(_u([1, 2]), np.ones((2, W), np.float32))
+    np.testing.assert_array_equal(mem.take(_u([3, 4])), init(_u([3, 4])))
+    np.testing.assert_array_equal(mem.read(_u([5])), init(_u([5])))
+    assert store.asked == 0 and len(store) == 0
+    mem.flush()   # rows 1 and 2 reach the store
+    mem.take(_u([1, 2]))
+    np.testing.assert_array_equal(mem.take(_u([1, 2, 6])), np.vstack([np.ones((2, W)), init(_u([6]))]))
+    assert store.asked == 3

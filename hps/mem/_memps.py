@@ -268,8 +268,14 @@ class MemPS:
 
     def _fill_misses(self, keys, rows, at) -> np.ndarray:
         """``rows[at[i]]`` = the row of uncached ``keys[i]``: the store's, read straight into place,
-        else born there from the initializer -> found in the store (n,) bool. REQUIRES: lock held."""
-        found = self.store.load_into(keys, rows, at)
+        else born there from the initializer -> found in the store (n,) bool. An empty store (``len`` 0:
+        a table that has not outgrown the MEM-PS yet, the usual case of a job) is not asked: its index
+        probe finds nothing (0.16 s of the 2 M-row ``bench/bench_host.py`` job's 5.7 M misses).
+        REQUIRES: lock held."""
+        if getattr(self.store, "__len__", None) is not None and len(self.store) == 0:
+            found = np.zeros(keys.shape[0], dtype=np.bool_)
+        else:
+            found = self.store.load_into(keys, rows, at)
         if not found.all():
             self.initializer.fill(keys[~found], rows, at[~found])
         return found
