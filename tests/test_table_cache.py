@@ -74,29 +74,45 @@ def _adversarial(seed):
     ]
 
 
+def _victims(tkeys, tstate, tscore, protect, n, scored=False):
+    """``victim_slots`` with every hint its first pass can take (none; far ones, whose gathered slots
+    do not hold the threshold or hold every eligible slot; the threshold's digit t of the first call,
+    and t - NEAR_DIGITS, t - NEAR_DIGITS - 1: the gathered digits end at, then just below it) -> the
+    sorted slots, asserted equal under every hint."""
+    from hps.table._cache_kernels_cpu import NEAR_DIGITS, victim_slots
+
+    answers, first = [], None
+    for h in (-1, 0, 200, 65535, 0, NEAR_DIGITS, NEAR_DIGITS + 1):
+        if first is not None and len(answers) >= 4:   # below the first call's threshold digit
+            h = first - h if first >= 0 else -1
+        hint = np.array([h], np.int64)
+        got = victim_slots(tkeys, tstate, tscore, protect, n, scored, hint)
+        assert got.dtype == np.int64
+        answers.append(np.sort(got).tolist())
+        first = hint[0] if first is None else first
+    assert all(a == answers[0] for a in answers), (n, answers)
+    return answers[0]
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_victims_equal_a_full_sort_on_adversarial_tables(seed):
     """``victim_slots`` (a radix select over the scores, then the keys of the threshold score) picks
     exactly the slots the full (score, key) sort puts first: equal scores, keys that differ only in
     their low bits, scores past what one histogram pass separates, tombstones and protected keys, and
-    n = 0, 1, m - 1, m (every eligible slot) and past m."""
-    from hps.table._cache_kernels_cpu import victim_slots
-
+    n = 0, 1, m - 1, m (every eligible slot) and past m; whatever its hint (``_victims``)."""
     for name, tkeys, tstate, tscore, protect in _adversarial(seed):
         m = _victims_by_full_sort(tkeys, tstate, tscore, protect, tkeys.shape[0]).shape[0]
         for n in sorted({0, 1, 2, 17, m // 3, max(m - 1, 0), m, m + 5}):
             want = _victims_by_full_sort(tkeys, tstate, tscore, protect, n)
-            got = victim_slots(tkeys, tstate, tscore, protect, n)
-            assert got.dtype == np.int64 and np.sort(got).tolist() == np.sort(want).tolist(), (name, n)
+            assert _victims(tkeys, tstate, tscore, protect, n) == np.sort(want).tolist(), (name, n)
 
 
 @pytest.mark.parametrize("seed", range(6))
 def test_victims_are_the_smallest_score_then_key_selected_without_sorting_the_table(seed):
     """``victim_slots`` picks exactly the eligible slots a full (score, key) sort would put first, with
     many ties of score (few counts and batches), none, a protected batch, n at and past the eligible
-    count."""
-    from hps.table._cache_kernels_cpu import victim_slots
-
+    count; and, on a table whose live slots all score and whose other slots score 0 (the invariant of
+    ``_cache_kernels_cpu``), the same with ``scored`` True (the scores alone read)."""
     rng = np.random.default_rng(seed)
     S = 1 << 12
     spread = (2, 3) if seed % 2 else (1000, 1 << 20)            # heavy ties of score, or almost none
@@ -105,8 +121,46 @@ def test_victims_are_the_smallest_score_then_key_selected_without_sorting_the_ta
     protect = 7
     m = _victims_by_full_sort(tkeys, tstate, tscore, protect, S).shape[0]
     for n in (0, 1, 17, m // 2, m - 1, m, m + 5):
-        got = victim_slots(tkeys, tstate, tscore, protect, n)
-        assert sorted(got.tolist()) == sorted(_victims_by_full_sort(tkeys, tstate, tscore, protect, n).tolist()), n
+        want = sorted(_victims_by_full_sort(tkeys, tstate, tscore, protect, n).tolist())
+        assert _victims(tkeys, tstate, tscore, protect, n) == want, n
+    live = (tkeys != np.uint64(0xFFFFFFFFFFFFFFFF)) & (tstate == 0)
+    tscore[~live] = 0
+    for n in (0, 1, 17, m // 2, m - 1, m, m + 5):
+        want = sorted(_victims_by_full_sort(tkeys, tstate, tscore, protect, n).tolist())
+        assert _victims(tkeys, tstate, tscore, protect, n, scored=True) == want, n
+
+
+def test_a_key_inserted_and_never_looked_up_is_a_victim_until_it_is_used():
+    """Keys inserted without a lookup score 0 (the table reads keys and states to find them, as the
+    ``unscored`` flag says); once every live key is used, the scores alone decide, as before."""
+    t = HashTable(64, 1)
+    used = np.arange(1, 9, dtype=np.uint64)
+    t.insert(used, np.ones((8, 1)))
+    t.lookup(used, 1)
+    t.insert(np.array([20, 21], np.uint64), np.ones((2, 1)))   # never looked up: score 0
+    assert t.evict(3, protect_from=5)[0].tolist() == [1, 20, 21]
+    t.lookup(used[1:], 2)
+    assert t.evict(2, protect_from=5)[0].tolist() == [2, 3]
+    assert not t._impl.unscored   # settled by that eviction: every live key scores
+    t.insert(np.array([30], np.uint64), np.ones((1, 1)))
+    t.erase(np.array([8], np.uint64))
+    t.purge()   # the in-place re-lay keeps the flag: key 30 still scores 0
+    assert t._impl.unscored and t.evict(1, protect_from=5)[0].tolist() == [30]
+
+
+def test_victims_when_the_gathered_slots_overflow_or_miss_the_threshold():
+    """A threshold digit holding more eligible slots than the first pass gathers (4 n + 65536): the
+    second pass finds them, under any hint; then a hint below the threshold, and one at it."""
+    rng = np.random.default_rng(7)
+    S, n_live = 1 << 18, 150_000
+    keys = rng.choice(np.uint64(1) << np.uint64(62), n_live, replace=False).astype(np.uint64)
+    tkeys, tstate, tscore = _table(rng, S, n_live, keys, 1, rng.integers(4, 6, S))
+    tstate[:] = 0
+    tscore[tkeys == np.uint64(0xFFFFFFFFFFFFFFFF)] = 0
+    for n in (10, 70_000, n_live - 3):
+        want = sorted(_victims_by_full_sort(tkeys, tstate, tscore, 9, n).tolist())
+        for scored in (False, True):
+            assert _victims(tkeys, tstate, tscore, 9, n, scored) == want, (n, scored)
 
 
 def test_scores_survive_growth_and_purge_and_reset_when_a_key_leaves():

@@ -18,8 +18,11 @@ Policy, the same on both backends (``_cache_kernels_cpu.py`` / ``_cache_kernels_
   row comes back.
 
 On the CPU a radix select too: one streaming pass histograms the eligible slots by a first digit of
-the score (its count and last batch, 16 bits), a second takes the slots below the digit that holds the
-``n``-th smallest and gathers that digit's, which narrower passes split by score, then key; no sort.
+the score (its count and last batch, 16 bits), the slots below the digit that holds the ``n``-th
+smallest are victims and that digit's are split by narrower passes, by score, then key; no sort. The
+first pass gathers the slots up to a little past the last eviction's threshold digit (it moves little
+from one eviction to the next), so a second streaming pass is needed only when the threshold moved
+past them; where every live slot has been looked up (the HBM-PS twin) the passes read the scores alone.
 On the GPU the choice is made on the device: the eligible slots are compacted, a radix select over the
 128-bit ``(score, key)`` finds the ``n``-th smallest in 16 passes of 8-bit digits (a histogram per
 pass, reduced on one thread; nothing crosses to the host but the number of eligible slots), and the

@@ -39,8 +39,9 @@ class CpuTableImpl:
         self.tstate = np.empty(n_slots, dtype=np.int32)
         self.tvals = np.empty((n_slots, dim), dtype=self.dtype)
         self.tscore = np.empty(n_slots if scores else 0, dtype=np.uint64)  # cache scores (_cache.py)
-        self.clear()  # tombstones = 0: lookups skip tstate while there are none
+        self.clear()  # tombstones = 0: lookups skip tstate while there are none; no key unscored
         self._pending = np.zeros(4, np.int64)
+        self._hint = np.full(1, -1, np.int64)   # the last eviction's threshold digit (victim_slots)
 
     # -- input conversion (``stream`` is accepted for the CUDA twin's interface and ignored) --------
     def keys_in(self, keys, name="keys", stream=None, blocking=True):
@@ -80,6 +81,7 @@ class CpuTableImpl:
         """-> (n_new, n_revived)"""
         n_new, n_revived = K.upsert(self.tkeys, self.tstate, self.tvals, keys, rows, accumulate)
         self.tombstones -= int(n_revived)
+        self.unscored |= n_new > 0   # new keys score 0 until a lookup
         return int(n_new), int(n_revived)
 
     def claim(self, keys, stream=None):
@@ -95,6 +97,7 @@ class CpuTableImpl:
 
     def write(self, slots, rows, accumulate: bool, stream=None) -> None:
         K.write(self.tvals, slots, rows, accumulate)
+        self.unscored = self.unscored or self.tscore.shape[0] > 0   # an insert's commit: keys new to it score 0
 
     def get(self, keys, out=None, on_device=False, stream=None):
         if out is None:
@@ -167,7 +170,9 @@ class CpuTableImpl:
     def victims(self, n: int, protect: int):
         """(keys (k,) uint64, slots (k,) int64) of the k <= n victims (``_cache.py``), in key order, still
         live: their rows are ``tvals[slots]`` until :meth:`erase_victims`."""
-        slots = C.victim_slots(self.tkeys, self.tstate, self.tscore, protect, n)
+        if self.unscored:   # settle it: a key inserted since may have been looked up
+            self.unscored = bool(C.any_unscored(self.tkeys, self.tstate, self.tscore))
+        slots = C.victim_slots(self.tkeys, self.tstate, self.tscore, protect, n, not self.unscored, self._hint)
         keys = self.tkeys[slots]
         o = np.argsort(keys)   # distinct keys: one order, whatever the sort
         return keys[o], slots[o]
@@ -239,10 +244,12 @@ class CpuTableImpl:
         slots = K.live_slots(self.tkeys, self.tstate)
         scored = self.tscore.shape[0] > 0
         keys, rows, scores = self.tkeys[slots], self.tvals[slots], self.tscore[slots] if scored else None
+        unscored = self.unscored   # the same keys and scores come back
         self.clear()
         K.upsert(self.tkeys, self.tstate, self.tvals, keys, rows, False)
         if scored:
             C.set_scores(self.tkeys, self.tscore, keys, scores)
+        self.unscored = unscored
 
     def clear(self) -> None:
         self.tkeys.fill(EMPTY_KEY)
@@ -250,6 +257,9 @@ class CpuTableImpl:
         self.tvals.fill(0)
         self.tscore.fill(0)
         self.tombstones = 0
+        #: a live slot may score 0 (a key inserted, never looked up): :meth:`victims` then reads the keys
+        #: and states too (``_cache_kernels_cpu.victim_slots``); False promises none does
+        self.unscored = False
 
 
 def _check_out(out, shape, dtype) -> None:
