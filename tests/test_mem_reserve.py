@@ -4,6 +4,7 @@
 from unittest import mock
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -66,3 +67,39 @@ def test_a_cache_growing_over_many_pages_keeps_every_row():
     got, found = c.peek(k)
     assert found.all()
     np.testing.assert_array_equal(got, np.stack([model[x] for x in k.tolist()]))
+
+
+def test_a_reservation_the_system_refuses_falls_back_to_what_is_needed(monkeypatch):
+    """Under strict overcommit (``vm.overcommit_memory=2`` ignores MAP_NORESERVE) a large reservation
+    fails: ``Reserved`` then maps only the elements in use, and each view past them maps anew and copies
+    them over, holding what ``resize`` would; a mapping of what is needed that fails too raises."""
+    from hps.mem import _reserve
+
+    real, sizes = _reserve.mmap.mmap, []
+    cap = 4096 * 4   # bytes the fake system agrees to map at once: 256 rows of 16 float32
+
+    def mmap_(fileno, length, **kw):
+        sizes.append(length)
+        if length > cap:
+            raise OSError(12, "Cannot allocate memory")
+        return real(fileno, length, **kw)
+
+    monkeypatch.setattr(_reserve.mmap, "mmap", mmap_)
+    r = Reserved(1 << 20, np.float32, (16,))   # 64 MiB asked: refused, one element mapped instead
+    assert r.limit == 1 and sizes == [(1 << 20) * 64, 64]
+    a = r.view(1)
+    a[...] = 1
+    b = r.view(40, limit=1 << 20)               # past the mapping: the limit refused again, 40 mapped
+    assert r.limit == 40 and b.shape == (40, 16)
+    assert (b[0] == 1).all() and (b[1:] == 0).all()
+    b[...] = 3
+    c = r.view(10)                               # a shrink inside the mapping maps nothing new
+    assert r.limit == 40 and (c == 3).all() and len(sizes) == 4
+    d = r.view(30)                               # regrown inside it: the released part reads as zeros
+    assert (d[:10] == 3).all() and (d[10:] == 0).all()
+    with pytest.raises(OSError):
+        r.view(300)                              # more rows than the system maps at all
+    # the failed call left the array as it was: its rows, and a later view that needs a new mapping makes one
+    assert r.limit == 40 and r.n == 30 and (r.view(30)[:10] == 3).all()
+    e = r.view(100)
+    assert e.shape == (100, 16) and (e[:10] == 3).all() and (e[10:] == 0).all()

@@ -43,16 +43,18 @@ class Reserved:
 
     def _map(self, limit: int, need: int) -> None:
         """A fresh mapping of ``limit`` elements (zero; nothing resident), of ``need`` when the system
-        refuses to reserve that much address space (strict overcommit ignores MAP_NORESERVE)."""
-        self.limit = max(int(limit), int(need), 1)
+        refuses to reserve that much address space (strict overcommit ignores MAP_NORESERVE). Raises
+        OSError when it refuses ``need`` too, leaving the current mapping and its view as they were."""
+        limit, need = max(int(limit), int(need), 1), max(int(need), 1)
         try:
-            self._mm = mmap.mmap(-1, self.limit * self._item, flags=mmap.MAP_PRIVATE | _NORESERVE)
+            mm = mmap.mmap(-1, limit * self._item, flags=mmap.MAP_PRIVATE | _NORESERVE)
         except OSError:
-            if self.limit == max(int(need), 1):
+            if limit == need:
                 raise
-            self.limit = max(int(need), 1)
-            self._mm = mmap.mmap(-1, self.limit * self._item, flags=mmap.MAP_PRIVATE | _NORESERVE)
-        self._full = np.frombuffer(self._mm, dtype=self.dtype).reshape((self.limit, *self.tail))
+            limit = need
+            mm = mmap.mmap(-1, limit * self._item, flags=mmap.MAP_PRIVATE | _NORESERVE)
+        self.limit, self._mm = limit, mm
+        self._full = np.frombuffer(mm, dtype=self.dtype).reshape((limit, *self.tail))
         self._zero_from = 0   # elements at or past this index read as zeros (fresh or given back)
 
     def view(self, n: int, limit: int | None = None) -> np.ndarray:
