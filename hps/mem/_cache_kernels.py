@@ -85,6 +85,17 @@ def put_check(st, pins, stamp, mkeys, mvals, keys, pin):
 
 
 @njit(nogil=True, cache=True, inline="always")
+def _prefetch_links(freq, where, prev, nxt, bkt, s):
+    """Prefetch the list links, place and frequency of slot ``s`` (none when ``s`` < 0)."""
+    if s >= 0:
+        prefetch(freq, s)
+        prefetch(where, s)
+        prefetch(prev, s)
+        prefetch(nxt, s)
+        prefetch(bkt, s)
+
+
+@njit(nogil=True, cache=True, inline="always")
 def _prefetch_put(rows, skey, dirty, pins, freq, where, stamp, prev, nxt, bkt, free, mkeys, mvals, ghost,
                   keys, in_rows, in_at, pick, top, i):
     """Prefetch what :func:`put` touches of ``keys[i]``, ``top`` new keys before its turn (``top``: the
@@ -103,25 +114,10 @@ def _prefetch_put(rows, skey, dirty, pins, freq, where, stamp, prev, nxt, bkt, f
         s = np.int64(free[top - 1])
         prefetch_row_write(rows, s)
         prefetch(skey, s)
-        prefetch(freq, s)
         prefetch(stamp, s)
         prefetch(dirty, s)
         prefetch(pins, s)
-        prefetch(where, s)
-        prefetch(prev, s)
-        prefetch(nxt, s)
-        prefetch(bkt, s)
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _prefetch_links(freq, where, prev, nxt, bkt, s):
-    """Prefetch the list links, place and frequency of slot ``s`` (none when ``s`` < 0)."""
-    if s >= 0:
-        prefetch(freq, s)
-        prefetch(where, s)
-        prefetch(prev, s)
-        prefetch(nxt, s)
-        prefetch(bkt, s)
+        _prefetch_links(freq, where, prev, nxt, bkt, s)
 
 
 @njit(nogil=True, cache=True, inline="always")

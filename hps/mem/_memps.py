@@ -164,11 +164,15 @@ class MemPS:
         if cap != cache.capacity_rows and len(cache) <= cap:
             cache.set_capacity(max(cap, 1))
 
+    def _store_rows(self) -> int | None:
+        """Rows the store holds, or None for a store that does not count them (no ``__len__``)."""
+        return len(self.store) if hasattr(self.store, "__len__") else None
+
     def _too_small(self, need: int, write: int, ahead: bool = True) -> CacheBudgetError:
         one = RowCache.bytes_for(need, self.row_width, self.dtype, self._ghost_factor)
         index = self._store_bytes(write, ahead)
         flight = _flight_bytes(write, self._row_bytes)
-        held = len(self.store) if hasattr(self.store, "__len__") else None
+        held = self._store_rows()
         why = ("at its first rebuild, which this tier keeps room for from its start" if held == 0 else
                "at its next rebuild; it grows with the table, which has outgrown this budget")
         return CacheBudgetError(
@@ -272,7 +276,7 @@ class MemPS:
         a table that has not outgrown the MEM-PS yet, the usual case of a job) is not asked: its index
         probe finds nothing (0.16 s of the 2 M-row ``bench/bench_host.py`` job's 5.7 M misses).
         REQUIRES: lock held."""
-        if getattr(self.store, "__len__", None) is not None and len(self.store) == 0:
+        if self._store_rows() == 0:
             found = np.zeros(keys.shape[0], dtype=np.bool_)
         else:
             found = self.store.load_into(keys, rows, at)
