@@ -410,3 +410,47 @@ def test_take_refuses_bad_out_and_at_before_anything_moves():
     assert not hasattr(cache, "take_checked")
     _, hit = cache.take(_u([1, 2]), out, np.array([3, 0]))
     assert hit.all() and (out[[3, 0]] == 1).all() and not cache.contains(_u([1, 2])).any()
+
+
+def test_a_growth_the_system_refuses_leaves_the_cache_as_it_was(monkeypatch):
+    """Growing past the reservation maps every array anew; when the system refuses one of them (here the
+    key map's values, the last taken, after the per-slot arrays, the ghost table and the key map were
+    already moved) the call raises CacheBudgetError and every array is as it was: the cache then behaves
+    as one that never tried, and grows when the memory comes back."""
+    rng = np.random.default_rng(5)
+    with mock.patch.object(_cache, "INITIAL_SLOTS", 64):
+        a, b = RowCache(256, W, ghost_factor=2.0), RowCache(256, W, ghost_factor=2.0)
+    keys = rng.permutation(4000).astype(np.uint64)
+    rows = rng.random((4000, W), dtype=np.float32)
+    for c in (a, b):
+        c.put(keys[:64], rows[:64])
+        c.set_capacity(1024)                    # past the reservation of 256: growth maps anew
+    mvals = a._s._res["mvals"]
+    real_view = mvals.view
+
+    def refused(n, limit=None):
+        if n > mvals.n:
+            raise OSError(12, "Cannot allocate memory")
+        return real_view(n, limit)
+
+    monkeypatch.setattr(mvals, "view", refused)
+    with pytest.raises(CacheBudgetError, match="the cache is as it was"):
+        a.put(keys[64:300], rows[64:300])
+    s = a._s
+    assert s.n == 64 and len(a) == 64 and s.n_free == 0
+    assert {getattr(s, name).shape[0] for name in ("skey", "dirty", "pins", "freq", "where", "stamp", "prev",
+                                                   "nxt", "bkt", "rows", "free")} == {64}
+    assert s.ghost.shape[0] == b._s.ghost.shape[0] and s.mkeys.shape[0] == s.mvals.shape[0] == b._s.mkeys.shape[0]
+    got, found = a.peek(keys[:64])
+    assert found.all()
+    np.testing.assert_array_equal(got, rows[:64])
+    monkeypatch.undo()
+    for lo, hi in ((64, 300), (300, 900), (900, 1700), (1700, 2500), (2500, 3300), (3300, 4000)):   # grows, then evicts, as b does
+        ea, eb = a.put(keys[lo:hi], rows[lo:hi], dirty=True), b.put(keys[lo:hi], rows[lo:hi], dirty=True)
+        np.testing.assert_array_equal(ea.keys, eb.keys)
+        np.testing.assert_array_equal(ea.rows, eb.rows)
+    assert a._s.n == b._s.n == 1024
+    got_a, found_a = a.peek(keys)
+    got_b, found_b = b.peek(keys)
+    np.testing.assert_array_equal(found_a, found_b)
+    np.testing.assert_array_equal(got_a, got_b)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._keys import EMPTY_KEY
+from ..errors import CacheBudgetError
 from . import _cache_kernels as K
 from . import _policy_kernels as P
 from . import _slots_kernels as SK
@@ -170,46 +171,65 @@ class CacheSlots:
         """Grow or shrink to ``n_slots`` slots. Shrinking first moves the rows of the slots that go
         into free slots below (REQUIRES: at most ``n_slots`` rows cached). ``limit``: the slots a
         reservation made now should hold (the cache's capacity), when growth outruns the one made
-        before (a capacity raised since)."""
+        before (a capacity raised since). Growth is all or nothing: when the system refuses the
+        memory of one array, every array is as it was and CacheBudgetError says so."""
         n, old = int(n_slots), self.n
         if n == old:
             return
         lim = max(n, int(limit or n))
-        if n < old:
-            SK.compact(self.st, self.skey, self.rows, self.dirty, self.pins, self.freq, self.where, self.stamp,
-                       self.prev, self.nxt, self.bkt, self.bhead, self.btail, self.free, n)
-        for name in _SLOT_NAMES:
-            setattr(self, name, self._res[name].view(n, lim))   # growth: the new slots read as zeros
         if n > old:
-            self.skey[old:] = EMPTY_KEY
-            self.prev[old:] = -1
-            self.nxt[old:] = -1
-            top = self.n_free
-            self.free = self._res["free"].view(n, lim)
-            # new slots go *under* the free ones: the stack of a cache allocated at full size
-            self.free[n - old:n - old + top] = self.free[:top].copy()
-            self.free[:n - old] = np.arange(n - 1, old - 1, -1, dtype=np.int32)
-            self.st[P.ST_FREE_TOP] = top + n - old
-        else:
-            self.free = self._res["free"].view(n)   # compact left the free slots below n on the stack
-        self.n = n
-        self._resize_ghost(ghost_cells(n, self.ghost_factor), ghost_cells(lim, self.ghost_factor))
-        m = map_cells(n)
-        if m != self.mkeys.shape[0]:
-            self.mkeys = self._res["mkeys"].view(m, map_cells(lim))
-            self.mvals = self._res["mvals"].view(m, map_cells(lim))
-            SK.rebuild_map(self.skey, self.where, self.mkeys, self.mvals)
-        elif n < old:   # rows moved to other slots
-            SK.rebuild_map(self.skey, self.where, self.mkeys, self.mvals)
-
-    def _resize_ghost(self, g: int, limit: int) -> None:
-        old = self.ghost.shape[0]
-        if g == old:
+            self._grow(n, lim)
             return
-        if g < old:
+        SK.compact(self.st, self.skey, self.rows, self.dirty, self.pins, self.freq, self.where, self.stamp,
+                   self.prev, self.nxt, self.bkt, self.bhead, self.btail, self.free, n)
+        for name in (*_SLOT_NAMES, "free"):   # compact left the free slots below n on the stack
+            setattr(self, name, self._res[name].view(n))
+        self.n = n
+        g = ghost_cells(n, self.ghost_factor)
+        if g < self.ghost.shape[0]:
             SK.fold_ghost(self.ghost, g)
             self.ghost = self._res["ghost"].view(g)
-            return
-        self.ghost = self._res["ghost"].view(g, limit)   # the new cells read as zeros: empty
-        if old:
-            SK.spread_ghost(self.ghost, old)
+        m = map_cells(n)
+        if m != self.mkeys.shape[0]:
+            self.mkeys, self.mvals = self._res["mkeys"].view(m), self._res["mvals"].view(m)
+        SK.rebuild_map(self.skey, self.where, self.mkeys, self.mvals)   # rows moved to other slots
+
+    def _grow(self, n: int, lim: int) -> None:
+        """``resize`` to ``n > self.n`` slots: take every longer view first (the only step that can
+        fail), then lay out the new slots, the free stack, the ghost cells and the map."""
+        old, top, old_g = self.n, self.n_free, self.ghost.shape[0]
+        sizes = {name: (n, lim) for name in (*_SLOT_NAMES, "free")}
+        g = ghost_cells(n, self.ghost_factor)
+        if g != old_g:
+            sizes["ghost"] = (g, ghost_cells(lim, self.ghost_factor))
+        m = map_cells(n)
+        if m != self.mkeys.shape[0]:
+            sizes["mkeys"] = sizes["mvals"] = (m, map_cells(lim))
+        taken = []
+        try:
+            for name, (size, reserve) in sizes.items():
+                now = getattr(self, name).shape[0]
+                setattr(self, name, self._res[name].view(size, reserve))   # the new part reads as zeros
+                taken.append((name, now))
+        except BaseException as e:
+            for name, now in taken:   # back to the old length (of a new mapping, if one was made)
+                setattr(self, name, self._res[name].view(now))
+            if isinstance(e, OSError):
+                raise CacheBudgetError(
+                    f"the system refused the memory to grow a DRAM cache from {old:,} to {n:,} slots "
+                    f"({slots_bytes(n, self.rows.shape[1] * self.rows.itemsize, self.ghost_factor):,} B): {e}; "
+                    "the cache is as it was: lower the memory budget (--mem-budget) or free memory") from e
+            raise
+        self.skey[old:] = EMPTY_KEY
+        self.prev[old:] = -1
+        self.nxt[old:] = -1
+        # new slots go *under* the free ones: the stack of a cache allocated at full size
+        self.free[n - old:n - old + top] = self.free[:top].copy()
+        self.free[:n - old] = np.arange(n - 1, old - 1, -1, dtype=np.int32)
+        self.st[P.ST_FREE_TOP] = top + n - old
+        self.n = n
+        if "ghost" in sizes and old_g:
+            SK.spread_ghost(self.ghost, old_g)
+        if "mkeys" in sizes:
+            SK.rebuild_map(self.skey, self.where, self.mkeys, self.mvals)
+
