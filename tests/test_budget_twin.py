@@ -101,14 +101,14 @@ class _Budgeted:
         self.budgets.append(b)
 
 
-JOB = ["--rows", "6000", "--fields", "4", "--vocab-per-field", "3000", "--batch-size", "1024",
-       "--minibatch-size", "256", "--hidden", "8", "--embedding-dim", "8", "--no-progress"]
+JOB = ["--rows", "20000", "--fields", "4", "--vocab-per-field", "50000", "--batch-size", "512",
+       "--minibatch-size", "128", "--hidden", "8", "--embedding-dim", "8", "--no-progress"]
 
 
 def test_a_job_whose_table_fits_the_twins_share_evicts_nothing(tmp_path, capsys):
-    """The default holds this 12 k-key table (5933de0's default held 2 x (window + 1) working sets and
-    evicted rows to the MEM-PS and fetched them back); a small budget's twin evicts, and both train the
-    same model."""
+    """The default holds this 19 k-key table (5933de0's default held 2 x (window + 1) working sets,
+    16,384 rows, and evicted 2,939 rows to the MEM-PS and fetched them back); a small budget's twin
+    evicts, and both train the same model."""
     import json
 
     from hps.train import load_export
@@ -120,7 +120,7 @@ def test_a_job_whose_table_fits_the_twins_share_evicts_nothing(tmp_path, capsys)
 
     (kb, vb, db), mb = run("big", "--mem-budget", "256MB")
     assert "(default: the twin's share" in capsys.readouterr().out
-    assert mb["hbm_evicted_rows"] == 0 and max(mb["resident_rows"]) == mb["table_rows"]
+    assert mb["hbm_evicted_rows"] == 0 and max(mb["resident_rows"]) == mb["table_rows"] > 16_384
     (ks, vs, ds), ms = run("small", "--mem-budget", "256MB", "--hbm-budget", "1MB")
     assert ms["hbm_evicted_rows"] > 0
     ob, os_ = np.argsort(kb), np.argsort(ks)

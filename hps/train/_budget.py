@@ -8,9 +8,13 @@ changes). ``plan_memory`` divides it into shares, printed at start:
 - **model**: dense parameters, their gradients and optimizer state, one mini-batch's activations
   and their gradients (``_preflight.memory_floor``);
 - **HBM-PS twin** (``--device cpu``): the CPU hash table of the HBM-PS, a cache across batches
-  bounded by ``--hbm-budget`` (by default a table of the working sets of ``2 (window + 1)`` first
-  batches), at its first size (``hbm_bytes``); it grows up to the budget as rows stay resident, and
-  its growth is charged to the MEM-PS tier (:class:`TwinBudget`). It holds no second copy of a
+  bounded by ``--hbm-budget``, at its first size (``hbm_bytes`` of the working sets of ``2 (window +
+  1)`` first batches); it grows up to the budget as rows stay resident, and its growth is charged to
+  the MEM-PS tier (:class:`TwinBudget`). By default the budget is the twin's share
+  (``_hbm_budget.twin_share_budget``): its last growth takes at most ``_hbm_budget.TWIN_SHARE`` of
+  what the tier can spare beyond its floor (:func:`tier_floor`: one batch's owned working set and
+  the SSD-PS index of their table), so the tier keeps that floor at every growth; never less than
+  ``2 (window + 1)`` working sets of the largest batch so far. It holds no second copy of a
   MEM-PS row: a row fetched for it leaves the MEM-PS until it is evicted back
   (``ParameterHierarchy.prepare``). It stays a table of its own because the train stage reads and
   writes rows through the HBM-PS table API, the same code path as on the GPU, and with
@@ -142,11 +146,15 @@ class MemoryPlan:
         """The most keys whose SSD-PS index (:meth:`index_bytes`) fits the tier beside a cache of
         one batch's working set and a chunk on its way: a larger table stops the job
         (``hps.mem.MemPS``)."""
-        room = self.tier_bytes * 15 // 16 - RowCache.bytes_for(max(1, self.working_set), self.row_width)
+        return self._max_table_keys(self.tier_bytes)
+
+    def _max_table_keys(self, tier: int) -> int:
+        """:attr:`max_table_keys` of a tier of ``tier`` bytes (e.g. once the twin has grown)."""
+        room = tier * 15 // 16 - RowCache.bytes_for(max(1, self.working_set), self.row_width)
         lo, hi = 0, max(1, room // 56)
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if self.index_bytes(mid) <= room:
+            if self._index_bytes(mid, self.budget, tier) <= room:
                 lo = mid
             else:
                 hi = mid - 1
@@ -173,7 +181,9 @@ class MemoryPlan:
         parts = ", ".join(f"{s.what} {format_bytes(s.nbytes)}" for s in self.shares)
         lo, hi = (INDEX_SLOT_BYTES * s for s in INDEX_SLOTS_PER_KEY)
         where = "in device memory" if self.device else "the twin, on the CPU"
-        grows = "" if self.device or not self.twin_growth else f" (its growth, up to {format_bytes(self.twin_growth)}, comes out of the MEM-PS tier)"
+        grows = "" if self.device or not self.twin_growth else (
+            f" (its growth, up to {format_bytes(self.twin_growth)}, comes out of the MEM-PS tier: with the twin at "
+            f"its budget, a table of up to {self._max_table_keys(self.tier_bytes - self.twin_growth):,} keys)")
         hbm = (f"; HBM-PS cache ({where}): --hbm-budget {format_bytes(self.hbm_budget)} ({self.hbm_source}), up to "
                f"{self.hbm_rows:,} rows, {self.hbm_keys:,} keys at first{grows}")
         return (f"budget {format_bytes(self.budget)} ({self.source}): {parts}; MEM-PS tier {format_bytes(self.tier_bytes)}: "
