@@ -8,9 +8,13 @@ changes). ``plan_memory`` divides it into shares, printed at start:
 - **model**: dense parameters, their gradients and optimizer state, one mini-batch's activations
   and their gradients (``_preflight.memory_floor``);
 - **HBM-PS twin** (``--device cpu``): the CPU hash table of the HBM-PS, a cache across batches
-  bounded by ``--hbm-budget`` (by default a table of the working sets of ``2 (window + 1)`` first
-  batches), at its first size (``hbm_bytes``); it grows up to the budget as rows stay resident, and
-  its growth is charged to the MEM-PS tier (:class:`TwinBudget`). It holds no second copy of a
+  bounded by ``--hbm-budget``, at its first size (``hbm_bytes`` of the working sets of ``2 (window +
+  1)`` first batches); it grows up to the budget as rows stay resident, and its growth is charged to
+  the MEM-PS tier (:class:`TwinBudget`). By default the budget is the twin's share
+  (``_hbm_budget.twin_share_budget``): its last growth takes at most ``_hbm_budget.TWIN_SHARE`` of
+  what the tier can spare beyond its floor (:func:`tier_floor`: one batch's owned working set and
+  the SSD-PS index of their table), so the tier keeps that floor at every growth; never less than
+  ``2 (window + 1)`` working sets of the largest batch so far. It holds no second copy of a
   MEM-PS row: a row fetched for it leaves the MEM-PS until it is evicted back
   (``ParameterHierarchy.prepare``). It stays a table of its own because the train stage reads and
   writes rows through the HBM-PS table API, the same code path as on the GPU, and with
@@ -47,7 +51,7 @@ from .._index import KeyIndex
 from .._options import DEFAULT_BUDGET_FRACTION, DEFAULT_ROWS_PER_FILE, format_bytes
 from ..table import DEFAULT_MAX_LOAD_FACTOR, slots_for
 from ._hbm_budget import (default_hbm_budget, device_free_bytes, hbm_bytes, hbm_row_bytes, hbm_rows_for,
-                          working_set_rows)
+                          twin_growth_bytes, working_set_rows)
 from ._machine import memory_available, memory_limit
 
 
@@ -101,6 +105,8 @@ class MemoryPlan:
     hbm_rows: int = 0            # rows the HBM-PS may hold (hbm_rows_for(hbm_budget))
     hbm_source: str = "--hbm-budget"  # where hbm_budget came from
     device: tuple = ()           # Share, ...: device memory (on cuda, the --hbm-budget cache)
+    hbm_tracks: bool = False     # the default --hbm-budget rises with the working sets (cpu, simulator)
+    twin_growth: int = 0         # DRAM the CPU twin adds to its share at --hbm-budget (TwinBudget)
 
     @property
     def row_bytes(self) -> int:
@@ -133,22 +139,22 @@ class MemoryPlan:
         (``MemPS._fit``): rows that cycle between the tiers and come back down to the SSD-PS ask it
         of a table that no longer grows. At least the index's first rebuild: the MEM-PS makes room
         for the next one from its start (``MemPS.__init__``), whatever the table."""
-        if keys <= 0:
-            return 0
-        chunk = MemPS.chunk_rows(tier, self.row_bytes)
-        merge = compaction_rows(budget, self.row_bytes, self.rows_per_file)
-        return index_bytes_for(max(keys + chunk + merge, _EMPTY_INDEX.capacity + 1), self.row_bytes)
+        return _index_need(keys, budget, tier, self.row_bytes, self.rows_per_file)
 
     @property
     def max_table_keys(self) -> int:
         """The most keys whose SSD-PS index (:meth:`index_bytes`) fits the tier beside a cache of
         one batch's working set and a chunk on its way: a larger table stops the job
         (``hps.mem.MemPS``)."""
-        room = self.tier_bytes * 15 // 16 - RowCache.bytes_for(max(1, self.working_set), self.row_width)
+        return self._max_table_keys(self.tier_bytes)
+
+    def _max_table_keys(self, tier: int) -> int:
+        """:attr:`max_table_keys` of a tier of ``tier`` bytes (e.g. once the twin has grown)."""
+        room = tier * 15 // 16 - RowCache.bytes_for(max(1, self.working_set), self.row_width)
         lo, hi = 0, max(1, room // 56)
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if self.index_bytes(mid) <= room:
+            if self._index_bytes(mid, self.budget, tier) <= room:
                 lo = mid
             else:
                 hi = mid - 1
@@ -175,8 +181,11 @@ class MemoryPlan:
         parts = ", ".join(f"{s.what} {format_bytes(s.nbytes)}" for s in self.shares)
         lo, hi = (INDEX_SLOT_BYTES * s for s in INDEX_SLOTS_PER_KEY)
         where = "in device memory" if self.device else "the twin, on the CPU"
+        grows = "" if self.device or not self.twin_growth else (
+            f" (its growth, up to {format_bytes(self.twin_growth)}, comes out of the MEM-PS tier: with the twin at "
+            f"its budget, a table of up to {self._max_table_keys(self.tier_bytes - self.twin_growth):,} keys)")
         hbm = (f"; HBM-PS cache ({where}): --hbm-budget {format_bytes(self.hbm_budget)} ({self.hbm_source}), up to "
-               f"{self.hbm_rows:,} rows, {self.hbm_keys:,} keys at first")
+               f"{self.hbm_rows:,} rows, {self.hbm_keys:,} keys at first{grows}")
         return (f"budget {format_bytes(self.budget)} ({self.source}): {parts}; MEM-PS tier {format_bytes(self.tier_bytes)}: "
                 f"a cache of up to {self.cache_rows:,} rows of {self.row_bytes} B with their maps and ghost "
                 f"table, and the SSD-PS key index ({lo}-{hi} B per key of the table, about 200 B while it "
@@ -200,6 +209,24 @@ def index_bytes_for(keys: int, row_bytes: int) -> int:
     if keys <= 0:
         return 0
     return _EMPTY_INDEX.peak_bytes(int(keys)) + 4 * -(-int(keys) * int(row_bytes) // 4096)
+
+
+def _index_need(keys: int, budget: int, tier: int, row_bytes: int, rows_per_file: int) -> int:
+    """``MemoryPlan._index_bytes`` of a plan of ``budget`` whose tier is ``tier`` bytes."""
+    if keys <= 0:
+        return 0
+    chunk = MemPS.chunk_rows(tier, row_bytes)
+    merge = compaction_rows(budget, row_bytes, rows_per_file)
+    return index_bytes_for(max(keys + chunk + merge, _EMPTY_INDEX.capacity + 1), row_bytes)
+
+
+def tier_floor(rows: int, budget: int, row_width: int, rows_per_file: int) -> int:
+    """The least of a budget's MEM-PS tier that caches ``rows`` rows (one batch's owned working set)
+    beside the SSD-PS index of their table, with the 1/16 the MEM-PS keeps for rows on their way to
+    the SSD-PS (``hps.mem.MemPS``); its chunk counted at the whole budget's (an upper bound)."""
+    rows = max(1, int(rows))
+    need = RowCache.bytes_for(rows, row_width) + _index_need(rows, budget, budget, 4 * int(row_width), rows_per_file)
+    return -(-need * 16 // 15)
 
 
 def compaction_rows(budget: int, row_bytes: int, rows_per_file: int) -> int:
@@ -317,9 +344,12 @@ def plan_memory(budget: int, row_width: int, owned_working_set: int, working_set
     row_bytes = row_width * itemsize
     read_buf, compact, ssd = _ssd_buffers(budget, rows_per_file)
     planned = working_set_rows(working_set, window)
-    hbm_source = "--hbm-budget"
-    if hbm_budget is None:
-        hbm_budget, hbm_source = default_hbm_budget(device, row_width, itemsize, planned, free_bytes)
+    hbm_source, tracks = "--hbm-budget", False
+    fixed = sum((model or {}).values()) + int(pipeline) + ssd
+    if hbm_budget is None:   # on cpu the twin's share of what the tier can spare beyond its floor
+        room = budget - fixed - tier_floor(owned_working_set, budget, row_width, rows_per_file)
+        hbm_budget, hbm_source, tracks = default_hbm_budget(device, row_width, itemsize, planned, free_bytes,
+                                                            room, n_parts)
     hbm_rows = hbm_rows_for(hbm_budget, row_width, itemsize)
     if hbm_rows < 1:
         raise InvalidInputError(f"--hbm-budget {hbm_budget} B holds no row of {hbm_row_bytes(row_width, itemsize)} B: "
@@ -334,7 +364,8 @@ def plan_memory(budget: int, row_width: int, owned_working_set: int, working_set
     tier = budget - sum(s.nbytes for s in shares)
     plan = MemoryPlan(budget, source, tuple(shares), max(0, tier), row_width, rows_per_file, read_buf, compact,
                       hbm_keys, owned_working_set, int(hbm_budget), hbm_rows, hbm_source,
-                      (Share(HBM_CACHE, int(hbm_budget)),) if device == "cuda" else ())
+                      (Share(HBM_CACHE, int(hbm_budget)),) if device == "cuda" else (), tracks,
+                      max(0, hbm_bytes(hbm_rows, row_width, itemsize, n_parts) - shares[1].nbytes) if device == "cpu" else 0)
     need_rows = max(1, owned_working_set)
     # the MEM-PS caches a batch's rows beside the SSD-PS index of a table that holds them (MemPS keeps
     # room for the index's first rebuild from its start): a plan short of that stops at the first batch
@@ -387,8 +418,8 @@ class TwinBudget:
         return hbm_bytes(capacity, self.plan.row_width, 4, self.n_parts)
 
     def __call__(self, capacity: int, reserve) -> None:
-        planned, old, new = self._table(self.plan.hbm_keys), self._table(self.capacity), self._table(capacity)
-        moving = old + new + self.capacity * (8 + self.plan.row_bytes)   # the live rows copied over
+        planned, new = self._table(self.plan.hbm_keys), self._table(capacity)
+        moving = twin_growth_bytes(self.capacity, capacity, self.plan.row_width, 4, self.n_parts)
         self.memps.set_budget(self.plan.tier_bytes - max(0, moving - planned))
         reserve(capacity)
         self.capacity = capacity

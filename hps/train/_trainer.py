@@ -49,7 +49,7 @@ from ._control import best_dir
 from ._device_batch import BatchPlanner, dedups_on_device
 from ._features import Checkpoint
 from ._feed import Feed, empty_batch
-from ._hbm_budget import TRACKS_WORKING_SETS, working_set_budget_rows
+from ._hbm_budget import working_set_budget_rows
 from ._hierarchy import WINDOW, ParameterHierarchy, _host, make_hbm
 from ._inputs import check_resumed_stream, stream_record
 from ._job_metrics import job_figures, rank_figures
@@ -174,7 +174,7 @@ class Trainer:
         grow = (TwinBudget(self.plan, self.memps, t.n_parts)   # the twin's growth is in the budget
                 if t.device == "cpu" and self.memps.budget_bytes is not None else None)
         budget_for = None
-        if self.plan.hbm_source == TRACKS_WORKING_SETS:  # the same rule as the plan's, batch by batch
+        if self.plan.hbm_tracks:  # the default's floor follows the working sets, batch by batch, as the plan's
             budget_for = partial(working_set_budget_rows, window=WINDOW, row_width=self.row_width)
         self.hier = ParameterHierarchy(hbm, self.memps, WINDOW, self.coll.owned_mask, pull, self.hbm_rows, grow,
                                        budget_for)
