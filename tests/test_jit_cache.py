@@ -32,15 +32,16 @@ KERNEL = textwrap.dedent("""\
 
 
     @njit(nogil=True)
-    def fresh(a):  # not cached: compiled in every process, linking helper's code (loaded from the cache)
-        return helper(a) + 1.0
+    def fresh(a):  # not cached: compiled in every process, linking helper's code (loaded from the cache),
+        return helper(a) + 1.0 + np.sort(a)[0]  # and np.sort, whose environment a load of total made
     """)
 
 ROOT = str(Path(__file__).resolve().parents[1])
 
-#: Modules only Numba's target refresh (its compiler's set-up) imports. (Not numba.np.linalg: a cached
-#: kernel's environment may import numba.np.arraymath, which imports it.)
-REFRESH_ONLY = ("numba.typed.typedlist", "numba.np.random.generator_core", "numba.np.polynomial.polynomial_core",
+#: Numba's modules whose functions' environments a load of ``total`` rebuilds (np.sort's): not imported.
+ENV_ONLY = ("numba.np.arraymath", "numba.np.arrayobj")
+#: Modules only Numba's target refresh (its compiler's set-up) imports.
+REFRESH_ONLY = ENV_ONLY + ("numba.typed.typedlist", "numba.np.random.generator_core", "numba.np.polynomial.polynomial_core",
                 "numba.cpython.printimpl")
 
 RUN = textwrap.dedent(f"""\
