@@ -12,8 +12,9 @@ is paid once per process, so N ranks pay it N times. Four parts of it are Numba'
   containers, ...), about 0.1 CPU s at the first load of a process. Loading compiled code needs none of
   them: the code is machine code already linked against the runtime (NRT, whose symbols
   ``rtsys.initialize`` installs) and Numba's C helpers (installed when the CPU target is made); the
-  one symbol table a registry import fills is the hash secret (``numba.cpython.hashing``), imported
-  here. Compiling (a cache miss) still refreshes everything: Numba's compiler does so itself.
+  one symbol table a registry import fills is the hash secret (``numba.cpython.hashing``, ~9 ms),
+  imported here when a loaded kernel's code refers to it (:data:`HASH_SECRET`). Compiling (a cache
+  miss) still refreshes everything: Numba's compiler does so itself.
 - **The kernel's IR, parsed at every load.** Numba's cache holds a kernel's machine code and its LLVM
   IR (bitcode), which a later compile links in if it calls the kernel; at every load Numba parses that
   IR and scans it for the symbols it defines, about 1.2 ms a kernel, for the one symbol a load looks up
@@ -56,6 +57,10 @@ except ImportError:  # pragma: no cover - another Numba: plain numba.njit (see f
 #: llvm_cpython_wrapper_name``, Itanium-mangled in the ``cpython`` namespace): a library's own symbols.
 WRAPPER_PREFIX = "_ZN7cpython"
 
+
+#: How the names of the hash secret's symbols begin (``numba.cpython.hashing`` installs them at import),
+#: as a kernel's machine code that refers to them holds them.
+HASH_SECRET = b"_numba_hashsecret_"
 
 #: ``HPS_PLAIN_NJIT=1``: every kernel made by ``numba.njit`` itself (what this module changes, turned off)
 PLAIN_ENV = "HPS_PLAIN_NJIT"
@@ -114,8 +119,6 @@ class _KernelCache:
         """The compiled overload of ``sig`` from disk, or None (a miss: the dispatcher compiles)."""
         cache = self._made()
         rtsys.initialize(target_context)  # the runtime the compiled code calls (idempotent)
-        from numba.cpython import hashing  # noqa: F401  (installs the hash secret's symbols)
-
         codegen = target_context.codegen()
         with global_compiler_lock, cache._guard_against_spurious_io_errors():
             codegen._library_class = _CachedLibrary  # the loaded library's class (shadows the codegen's)
@@ -194,6 +197,8 @@ class _CachedLibrary(JITCodeLibrary):
     @classmethod
     def _unserialize(cls, codegen, state):
         name, kind, data = state
+        if kind != "object" or HASH_SECRET in data[0]:  # the code may read the hash secret: install it
+            from numba.cpython import hashing  # noqa: F401  (its import installs the symbols)
         if kind != "object":  # Numba's way (its libraries are made by codegen, as this class now)
             return super()._unserialize(codegen, state)
         machine, bitcode = data
