@@ -1,6 +1,7 @@
 """``hps._jit.njit``: kernels cached on disk as by ``numba.njit(cache=True)``, whose cache is made on
-first use and whose loads from the cache skip the compiler's set-up (Numba's target refresh) and parse
-the kernel's IR only when a later compile links it."""
+first use and whose loads from the cache skip the compiler's set-up (Numba's target refresh), parse
+the kernel's IR only when a later compile links it, import no Numba module only to rebuild an
+environment, and install the hash secret only for a kernel whose code reads it."""
 
 import os
 import subprocess
