@@ -23,8 +23,9 @@ def init_rows(keys, at, seed, emb_dim, scale, state_value, out):
     A row's draws are two loops the compiler vectorises (AVX2): the hashes, each draw's 53 bits kept
     as two exact float64 halves (``_as_float_halves``: AVX2 has no uint64 -> float64 conversion, and a
     loop with one stays scalar), then the floats. ``hi * 2**32 + lo`` is the 53-bit integer exactly, so
-    every value is the bit-identical ``float64(x >> 11)`` draw of before (200 k rows into a contiguous
-    array: 97-118 -> 72-100 ns a row, thread time on the shared 2-core VM, 2026-11-27: indicative)."""
+    every value is the bit-identical ``float64(x >> 11)`` draw of before (thread time on the shared 2-core
+    VM, 2026-11-27, indicative: 200 k rows into a contiguous array 97-118 -> 72-100 ns a row; 300 k rows
+    scattered into a 2 GiB array, median 129 -> 121, where the rows' writes weigh most)."""
     golden = np.uint64(0x9E3779B97F4A7C15)
     base = mix64(np.uint64(seed) ^ np.uint64(0xD1B54A32D192ED03))
     inv = 1.0 / 9007199254740992.0  # 2**-53
