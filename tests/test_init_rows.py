@@ -57,6 +57,19 @@ def test_rows_equal_the_numpy_reference_at_scattered_rows(emb_dim, width, m):
     assert (out[rest] == -7.0).all()                                         # no other row written
 
 
+@pytest.mark.parametrize("scale", [0.01, 1.0, 3.0, 1e-30])
+def test_draws_are_bit_identical_to_the_uint64_to_float64_reference(scale):
+    """The kernel converts each draw's 53 bits through two exact float64 halves (a loop AVX2
+    vectorises): every bit equals ``float64(x >> 11)``'s draw, at large and tiny scales and at keys whose
+    draws have high bits in either half."""
+    rng = np.random.default_rng(17)
+    keys = np.concatenate([rng.integers(0, 2**64, 20000, dtype=np.uint64, endpoint=False),
+                           np.arange(64, dtype=np.uint64), (np.uint64(1) << np.arange(64, dtype=np.uint64))[:-1]])
+    got = RowInitializer(32, 33, seed=2**63 + 9, scale=scale, state_value=-1.5)(keys)
+    expect = _reference(keys, 2**63 + 9, 32, 33, scale, -1.5)
+    np.testing.assert_array_equal(got.view(np.uint32), expect.view(np.uint32))
+
+
 def test_in_row_order_is_a_stable_sort_by_bucket():
     """``in_row_order`` against NumPy's stable argsort by ``at >> shift``; rows already in bucket
     order are reported so and left unwritten."""

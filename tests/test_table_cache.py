@@ -259,6 +259,21 @@ def test_missing_keys_are_the_keys_not_resident_in_input_order():
     assert t.evict(5, protect_from=3)[0].shape == (0,)  # 5 and 9 were used in batch 3: protected
 
 
+
+def test_missing_is_the_keys_not_live_in_input_order_and_counts_the_live_ones():
+    """``HashTable.missing`` (its misses compacted by ``missing_keys``, branch-free): every key not live,
+    in input order, from a contiguous, strided or empty input; each live key counts its use."""
+    rng = np.random.default_rng(5)
+    t = HashTable(4096, 2)
+    keys = rng.permutation(np.arange(1, 3001, dtype=np.uint64))
+    live = keys[rng.random(keys.shape[0]) < 0.5]
+    t.insert(live, np.zeros((live.shape[0], 2), np.float32))
+    expect = keys[~np.isin(keys, live)]
+    np.testing.assert_array_equal(t.missing(keys, 0), expect)
+    np.testing.assert_array_equal(t.missing(keys[::3], 1), keys[::3][~np.isin(keys[::3], live)])
+    assert t.missing(np.empty(0, np.uint64), 2).shape == (0,)
+    np.testing.assert_array_equal(t.evict(live.shape[0], protect_from=1)[0], np.sort(live[~np.isin(live, keys[::3])]))
+
 def test_evict_into_hands_the_victims_rows_over_in_place_and_erases_them_after():
     """``evict_into`` chooses the victims ``evict`` chooses and hands their rows to the sink where they
     lie (the slot array and the victims' slots, key order); a sink that raises leaves the table as it was."""

@@ -280,7 +280,9 @@ class MemPS:
             found = np.zeros(keys.shape[0], dtype=np.bool_)
         else:
             found = self.store.load_into(keys, rows, at)
-        if not found.all():
+        if not found.any():   # the usual case: no copy of the keys and places
+            self.initializer.fill(keys, rows, at)
+        elif not found.all():
             self.initializer.fill(keys[~found], rows, at[~found])
         return found
 
@@ -305,7 +307,9 @@ class MemPS:
         with self._lock:
             slots = self.cache._find_unchecked(k)   # each key probed once: the take below reuses them
             miss = np.flatnonzero(slots < 0)
-            if miss.shape[0]:  # first, so that a failing read leaves the cache as it was
+            if miss.shape[0] == k.shape[0]:  # every key (a first batch, an empty cache): no copy
+                self._count_loads(self._fill_misses(k, rows, at))
+            elif miss.shape[0]:  # first, so that a failing read leaves the cache as it was
                 self._count_loads(self._fill_misses(k[miss], rows, at[miss]))
             self.cache._take_unchecked(k, rows, at, slots)  # validated above (rows_at); nothing cached since
         return rows

@@ -35,6 +35,7 @@ import numpy as np
 
 from .. import _launch as L
 from ..errors import InternalError, InvalidInputError
+from ._cache_kernels_cpu import missing_keys
 
 #: Batch indices a score holds (its low 32 bits).
 BATCH_LIMIT = 2**32 - 1
@@ -65,8 +66,10 @@ class CacheOps:
     def missing(self, keys, batch: int):
         """The keys of host ``keys`` (n,) uint64 that are not live, in input order (host array), each
         live key counting a use in ``batch`` (:meth:`lookup`: pass a batch's unique keys). Blocking."""
-        slots = np.asarray(self.lookup(np.asarray(keys, np.uint64), batch))
-        return np.asarray(keys, np.uint64)[slots < 0]
+        k = np.ascontiguousarray(keys, np.uint64)
+        slots = np.ascontiguousarray(self.lookup(k, batch), np.int64)
+        out = np.empty(k.shape[0], np.uint64)
+        return out[:missing_keys(k, slots, out)]
 
     def lookup_async(self, keys, batch: int, slots, stream=0) -> None:
         """:meth:`lookup` into ``slots`` (n,) int64, device arrays; enqueued on ``stream``."""

@@ -60,6 +60,19 @@ def lookup(tkeys, tstate, tscore, keys, batch, slots):
             slots[i] = -1
 
 
+
+@njit(nogil=True, cache=True, _nrt=False)
+def missing_keys(keys, slots, out):
+    """The keys whose slot is -1 (``lookup``'s misses) into ``out`` (n,) uint64, in input order -> how
+    many. Branch-free (each key is written, the count moves past a miss): a residency lookup's misses
+    are about half its keys, at random, where NumPy's ``keys[slots < 0]`` mispredicts (350 k keys,
+    45 % missing: 3.0-4.5 -> 0.7-2.1 ms, thread time on the shared 2-core VM, 2026-11-27)."""
+    m = 0
+    for i in range(keys.shape[0]):
+        out[m] = keys[i]
+        m += slots[i] < 0
+    return m
+
 @njit(nogil=True, cache=True)
 def use_slots(tscore, slots, batch):
     """The score of each of the distinct ``slots`` (n,) int64 counts one use in batch ``batch``."""
