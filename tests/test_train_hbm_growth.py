@@ -109,3 +109,19 @@ def test_a_budget_that_follows_the_working_sets_only_rises():
     hier.mark_trained(0)
     hier.prepare(1, np.arange(20, 23, dtype=np.uint64))
     assert hier.budget_rows == 16 and hier.evicted == 0
+
+
+def test_growth_takes_all_the_keys_its_slot_array_holds():
+    """A table grown for 10 keys takes 32 slots, which hold 16 at the default load factor: its capacity
+    is 16, so 15 keys fit without a second growth (asked for exactly 10, it grew again at 15 into 64
+    slots, and a job's twin ended twice the size its keys needed)."""
+    table = HashTable(4, 2)
+    hier = ParameterHierarchy(table, _Rows(), window=3, owned_mask=lambda k: np.ones(k.shape[0], bool))
+    hier.prepare(0, np.arange(1, 4, dtype=np.uint64))
+    hier.prepare(1, np.arange(10, 17, dtype=np.uint64))     # 10 keys: more than twice the capacity of 4
+    assert table.capacity == 16 and len(table) == 10
+    hier.prepare(2, np.arange(20, 25, dtype=np.uint64))     # 15 keys
+    assert table.capacity == 16 and len(table) == 15  # no second growth
+    keys = np.concatenate([np.arange(1, 4), np.arange(10, 17), np.arange(20, 25)]).astype(np.uint64)
+    got, found = table.get(keys)
+    assert found.all() and (got[:, 0] == keys).all()

@@ -49,9 +49,8 @@ from ..mem._unique import unique_bytes
 from ..ssd._catalog import INDEX_START_KEYS
 from .._index import KeyIndex
 from .._options import DEFAULT_BUDGET_FRACTION, DEFAULT_ROWS_PER_FILE, format_bytes
-from ..table import DEFAULT_MAX_LOAD_FACTOR, slots_for
 from ._hbm_budget import (default_hbm_budget, device_free_bytes, hbm_bytes, hbm_row_bytes, hbm_rows_for,
-                          twin_growth_bytes, working_set_rows)
+                          table_keys, twin_growth_bytes, working_set_rows)
 from ._machine import memory_available, memory_limit
 
 
@@ -356,7 +355,7 @@ def plan_memory(budget: int, row_width: int, owned_working_set: int, working_set
                                 "raise it")
     # the slot array a table of that many keys takes holds up to its load factor: ask for all of it
     first = hbm_capacity or planned
-    hbm_keys = min(int(slots_for(first, DEFAULT_MAX_LOAD_FACTOR) * DEFAULT_MAX_LOAD_FACTOR), hbm_rows)
+    hbm_keys = min(table_keys(first), hbm_rows)
     shares = [Share(MODEL, sum((model or {}).values()))]
     if device == "cpu":
         shares.append(Share(TWIN, hbm_bytes(hbm_keys, row_width, itemsize, n_parts)))

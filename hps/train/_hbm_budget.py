@@ -118,6 +118,13 @@ def working_set_budget_rows(working_set: int, window: int, row_width: int, items
     return hbm_rows_for(hbm_budget_for(working_set_rows(working_set, window), row_width, itemsize), row_width, itemsize)
 
 
+def table_keys(keys: int) -> int:
+    """The keys the slot array of a table asked for ``keys`` keys holds at the default load factor (at
+    least ``keys``: the slot count is a power of two). A table grown or planned to this many keys uses
+    all of the slots it takes; one asked for ``keys`` would take the same slots and grow again sooner."""
+    return int(slots_for(int(keys), DEFAULT_MAX_LOAD_FACTOR) * DEFAULT_MAX_LOAD_FACTOR)
+
+
 def hbm_budget_for(rows: int, row_width: int, itemsize: int = 4) -> int:
     """The smallest ``--hbm-budget`` whose HBM-PS holds ``rows`` rows (:func:`hbm_rows_for`)."""
     return slots_for(rows, DEFAULT_MAX_LOAD_FACTOR) * _slot_bytes(row_width, itemsize)

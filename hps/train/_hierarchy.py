@@ -53,6 +53,7 @@ import numpy as np
 from ..errors import CacheBudgetError, HashTableFullError, InternalError
 from ..gpu import PartitionedHashTable
 from ..table import BATCH_LIMIT, HashTable
+from ._hbm_budget import table_keys
 
 #: The residency window of a training job: prepare(i) waits for train(i - WINDOW); the keys of the
 #: WINDOW batches up to i are never evicted.
@@ -225,7 +226,10 @@ class ParameterHierarchy:
             insert()
 
     def _grow(self, need: int, cap: bool = True) -> None:
-        grow = max(need, 2 * self.hbm.capacity)
+        """Grow the table to at least ``need`` keys: twice its capacity, rounded up to what the slot
+        array it takes holds (a table asked for 3.3 M keys takes 8.4 M slots, which hold 4.2 M: asked
+        for less, it would grow again into 16.8 M slots at 3.3 M keys), up to the budget (``cap``)."""
+        grow = table_keys(max(need, 2 * self.hbm.capacity))
         if cap and self.budget_rows is not None:
             grow = max(need, min(grow, self.budget_rows))
         self.grow(grow, self.hbm.reserve)
