@@ -60,7 +60,6 @@ def lookup(tkeys, tstate, tscore, keys, batch, slots):
             slots[i] = -1
 
 
-
 @njit(nogil=True, cache=True, _nrt=False)
 def missing_keys(keys, slots, out):
     """The keys whose slot is -1 (``lookup``'s misses) into ``out`` (n,) uint64, in input order -> how
@@ -72,6 +71,7 @@ def missing_keys(keys, slots, out):
         out[m] = keys[i]
         m += slots[i] < 0
     return m
+
 
 @njit(nogil=True, cache=True)
 def use_slots(tscore, slots, batch):
