@@ -78,7 +78,7 @@ def default_hbm_budget(device: str, row_width: int, itemsize: int, keys: int, fr
 #: The rest stays the MEM-PS's: it caches the rows the twin evicts and holds the index of a table
 #: larger than DRAM, whose rows cost an SSD-PS read where an eviction to the MEM-PS costs a copy
 #: (a row in the twin takes 2-4 slots of 20 B and its row; in the MEM-PS about 1.6-2 x its row).
-#: Half: on issue #25's file it holds the whole table (4 ranks: 0 evictions instead of 3.0 M, 13 % less
+#: Half: on issue #25's file it holds the whole table (4 ranks: 0 evictions instead of 3.0 M, 7-8 % less
 #: CPU; docs/training.md) while a table past DRAM keeps most of the tier for its index.
 TWIN_SHARE = 0.5
 _WORKING_SETS = "2 x (window + 1) working sets of the largest batch so far"

@@ -13,7 +13,8 @@ the table past ``budget_rows`` (``--hbm-budget``) do resident rows leave, the co
 score (LRU+LFU, evaluated on the table's device) among the keys no batch in flight uses, in one
 batched call whose rows the owner writes back to its MEM-PS (``evict``). A batch's working set larger
 than a budget the user gave is a :class:`~hps.errors.CacheBudgetError` naming both sizes; the default
-budget of the CPU twin follows the largest working set so far (``budget_for``).
+budget of the CPU twin (the twin's share of the host budget) rises with the largest working set so
+far when that needs more (``budget_for``).
 
 The tiers are exclusive: a fetch is a ``MemPS.take`` (the MEM-PS drops its copy and gets the row back,
 dirty, when the key leaves the HBM-PS), so DRAM never holds a row twice on ``--device cpu``.
@@ -77,8 +78,8 @@ class ParameterHierarchy:
     rows of resident-to-be keys that may belong to other ranks, each owner serving its own with
     ``serve`` (collective; None when every key a rank holds is its own); ``budget_rows``: the rows the
     HBM-PS may hold (``--hbm-budget``; None: unbounded); ``budget_for(n) -> rows``: the budget a
-    batch of ``n`` keys calls for when the budget follows the working sets (the default on the CPU:
-    ``_hbm_budget.TRACKS_WORKING_SETS``; it only rises), None when it is fixed;
+    batch of ``n`` keys calls for when the budget follows the working sets (the floor of the default
+    on the CPU: ``_hbm_budget.TRACKS_WORKING_SETS``; it only rises), None when it is fixed;
     ``grow(capacity, reserve)``: grows the HBM-PS by calling ``reserve(capacity)``, charging it to a
     memory budget first (``_budget.TwinBudget``; None: ``hbm.reserve`` alone)."""
 
