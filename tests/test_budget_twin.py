@@ -35,7 +35,7 @@ def test_the_default_is_the_twins_share_of_the_budget(budget):
     p = plan(budget)
     share = TWIN_SHARE * room(p)
     rows = p.hbm_rows
-    assert rows > working_set_budget_rows(1500, 3, WIDTH)
+    assert rows > working_set_budget_rows(1500, 3)
     assert twin_growth_bytes(rows // 2, rows, WIDTH, 4, 1) <= share < twin_growth_bytes(rows, 2 * rows, WIDTH, 4, 1)
     assert p.hbm_budget == hbm_budget_for(rows, WIDTH) and hbm_rows_for(p.hbm_budget, WIDTH, 4) == rows
     assert p.hbm_keys == 16_384 and p.hbm_tracks   # it starts at the first batch's size, and its floor tracks
@@ -50,7 +50,7 @@ def test_the_default_is_the_twins_share_of_the_budget(budget):
 def test_a_small_budget_gives_a_small_twin_down_to_the_working_sets():
     rows = [plan(b).hbm_rows for b in (12 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30, 8 << 30)]
     assert rows == sorted(rows) and rows[0] < rows[-1]
-    floor = working_set_budget_rows(1500, 3, WIDTH)
+    floor = working_set_budget_rows(1500, 3)
     small = plan(16 << 20)
     assert small.hbm_rows == floor and small.twin_growth == 0
     assert "(default: 2 x (window + 1) working sets of the largest batch so far (more than the twin's share" \

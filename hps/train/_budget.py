@@ -344,8 +344,8 @@ def plan_memory(budget: int, row_width: int, owned_working_set: int, working_set
     read_buf, compact, ssd = _ssd_buffers(budget, rows_per_file)
     planned = working_set_rows(working_set, window)
     hbm_source, tracks = "--hbm-budget", False
-    fixed = sum((model or {}).values()) + int(pipeline) + ssd
     if hbm_budget is None:   # on cpu the twin's share of what the tier can spare beyond its floor
+        fixed = sum((model or {}).values()) + int(pipeline) + ssd
         room = budget - fixed - tier_floor(owned_working_set, budget, row_width, rows_per_file)
         hbm_budget, hbm_source, tracks = default_hbm_budget(device, row_width, itemsize, planned, free_bytes,
                                                             room, n_parts)

@@ -7,7 +7,7 @@ host budget, :func:`twin_share_budget`: the largest twin whose last growth (old 
 rows moved between them, ``_budget.TwinBudget``) takes no more than :data:`TWIN_SHARE` of the room the
 MEM-PS tier has beyond caching one batch's owned working set and the SSD-PS index of its table, and
 never less than ``2 x (window + 1)`` working sets of the largest batch so far
-(:data:`TRACKS_WORKING_SETS`).
+(:func:`working_set_budget_rows`).
 
 ``--hbm-budget`` counts every resident row at :func:`hbm_row_bytes` (its row, the CUDA slot's
 overhead, at the default load factor), the same on both devices, so a CPU and a CUDA job with the
@@ -81,11 +81,10 @@ def default_hbm_budget(device: str, row_width: int, itemsize: int, keys: int, fr
 #: Half: on issue #25's file it holds the whole table (4 ranks: 0 evictions instead of 3.0 M, 7-8 % less
 #: CPU; docs/training.md) while a table past DRAM keeps most of the tier for its index.
 TWIN_SHARE = 0.5
+#: The floor of the default ``--hbm-budget`` of the CPU twin (and of the CUDA simulator), as the plan
+#: names it: :func:`working_set_rows` of the largest batch so far, so it rises when a later batch
+#: touches more keys than the first (``ParameterHierarchy.prepare``).
 _WORKING_SETS = "2 x (window + 1) working sets of the largest batch so far"
-#: Where the floor of the default ``--hbm-budget`` of the CPU twin (and of the CUDA simulator) comes
-#: from: ``2 x (window + 1)`` working sets of the largest batch so far (:func:`working_set_rows`), so
-#: it grows when a later batch touches more keys than the first (``ParameterHierarchy.prepare``).
-TRACKS_WORKING_SETS = f"default: {_WORKING_SETS}"
 
 
 def twin_growth_bytes(old: int, new: int, row_width: int, itemsize: int, n_parts: int) -> int:
@@ -101,7 +100,7 @@ def twin_share_budget(room: int, row_width: int, itemsize: int, n_parts: int = 1
     rows): the twin's share of the host budget."""
     cap, rows = int(TWIN_SHARE * max(0, int(room))), 0
     while True:   # O(log rows): the slot arrays are powers of two
-        nxt = hbm_rows_for(hbm_budget_for(max(1024, 2 * rows), row_width, itemsize), row_width, itemsize)
+        nxt = table_keys(max(1024, 2 * rows))
         if twin_growth_bytes(nxt // 2, nxt, row_width, itemsize, n_parts) > cap:
             return hbm_budget_for(rows, row_width, itemsize) if rows else 0
         rows = nxt
@@ -113,9 +112,10 @@ def working_set_rows(working_set: int, window: int) -> int:
     return max(1024, 2 * (int(window) + 1) * int(working_set))
 
 
-def working_set_budget_rows(working_set: int, window: int, row_width: int, itemsize: int = 4) -> int:
-    """Rows the default budget allows for a batch of ``working_set`` keys (:func:`working_set_rows`)."""
-    return hbm_rows_for(hbm_budget_for(working_set_rows(working_set, window), row_width, itemsize), row_width, itemsize)
+def working_set_budget_rows(working_set: int, window: int) -> int:
+    """Rows the default budget allows for a batch of ``working_set`` keys (:func:`working_set_rows`): all
+    that the slot array of a table of that many keys holds, whatever the row width."""
+    return table_keys(working_set_rows(working_set, window))
 
 
 def table_keys(keys: int) -> int:

@@ -79,7 +79,7 @@ class ParameterHierarchy:
     ``serve`` (collective; None when every key a rank holds is its own); ``budget_rows``: the rows the
     HBM-PS may hold (``--hbm-budget``; None: unbounded); ``budget_for(n) -> rows``: the budget a
     batch of ``n`` keys calls for when the budget follows the working sets (the floor of the default
-    on the CPU: ``_hbm_budget.TRACKS_WORKING_SETS``; it only rises), None when it is fixed;
+    on the CPU: ``_hbm_budget.working_set_budget_rows``; it only rises), None when it is fixed;
     ``grow(capacity, reserve)``: grows the HBM-PS by calling ``reserve(capacity)``, charging it to a
     memory budget first (``_budget.TwinBudget``; None: ``hbm.reserve`` alone)."""
 

@@ -175,7 +175,7 @@ class Trainer:
                 if t.device == "cpu" and self.memps.budget_bytes is not None else None)
         budget_for = None
         if self.plan.hbm_tracks:  # the default's floor follows the working sets, batch by batch, as the plan's
-            budget_for = partial(working_set_budget_rows, window=WINDOW, row_width=self.row_width)
+            budget_for = partial(working_set_budget_rows, window=WINDOW)
         self.hier = ParameterHierarchy(hbm, self.memps, WINDOW, self.coll.owned_mask, pull, self.hbm_rows, grow,
                                        budget_for)
         self.hier.mark_trained(self.start_index - 1)  # resumed: the batches before were trained
