@@ -30,7 +30,10 @@ def gpu_name() -> str | None:
     try:
         from numba import cuda
 
-        return cuda.get_current_device().name.decode() if cuda.is_available() else None
+        if not cuda.is_available():
+            return None
+        name = cuda.get_current_device().name  # bytes in numba-cuda < 0.2x, str since
+        return name.decode() if isinstance(name, bytes) else name
     except Exception:
         return None
 
@@ -50,6 +53,8 @@ def main(argv=None) -> int:
     p.add_argument("--n-parts", type=int, default=1, help="HBM-PS parts, over every visible GPU (1)")
     p.add_argument("--hbm-budget", default=None, help="--hbm-budget of the hps jobs (their default)")
     p.add_argument("--no-peer", action="store_true", help="skip the PyTorch peer")
+    p.add_argument("--no-cpu", action="store_true", help="skip the --device cpu job (its host side alone is "
+                   "bench_host's)")
     a = p.parse_args(argv)
     job = ["--rows", str(a.rows), "--fields", str(a.fields), "--vocab-per-field", str(a.vocab_per_field),
            "--batch-size", str(a.batch_size), "--minibatch-size", str(a.minibatch_size), "--hidden", a.hidden,
@@ -61,7 +66,7 @@ def main(argv=None) -> int:
     if a.simulate:
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # inherited by the child processes
     out = {"gpu": gpu, "job": job}
-    for device in ("cpu", "cuda"):
+    for device in ("cuda",) if a.no_cpu else ("cpu", "cuda"):
         m = run_job([*job, "--device", device])
         per_mb = m["d2h_bytes"]["minibatch"] + m["h2d_bytes"]["minibatch"]
         # what the host uploads besides rows, per raw batch byte (keys deduplicated on the device: ~1.0)

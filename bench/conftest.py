@@ -13,19 +13,17 @@ import platform
 
 import pytest
 
+from .bench_device import gpu_name
+
 _ROWS = []   # (test name, module, figures) per recorded case
 
 
 def hardware() -> dict:
     info = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
             "python": platform.python_version()}
-    try:
-        from numba import cuda
-
-        if cuda.is_available():
-            info["gpu"] = cuda.get_current_device().name.decode()
-    except Exception:
-        pass
+    gpu = gpu_name()
+    if gpu:
+        info["gpu"] = gpu
     return info
 
 

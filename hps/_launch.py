@@ -150,6 +150,19 @@ def check_len(a, n: int, name: str, what: str) -> None:
 
 
 # -- launching ---------------------------------------------------------------------------------------------
+def performance_warnings() -> tuple:
+    """The classes of the small-grid warning a launch configuration may raise: numba-cuda's own
+    (``numba.cuda.core.errors``, what its dispatcher raises since numba-cuda 0.2x) and Numba's (older
+    numba-cuda and the simulator): two unrelated classes, so each is filtered."""
+    found = []
+    for module in ("numba.cuda.core.errors", "numba.core.errors"):
+        try:
+            found.append(__import__(module, fromlist=["NumbaPerformanceWarning"]).NumbaPerformanceWarning)
+        except (ImportError, AttributeError):
+            pass
+    return tuple(found)
+
+
 def launch(kernel, shape, stream, *args) -> None:
     """Enqueue ``kernel(*args)`` with launch ``shape`` = (blocks, threads) from :func:`grid1` /
     :func:`grid_rows` on ``stream`` (:func:`stream_of` form). Asynchronous."""
@@ -159,11 +172,8 @@ def launch(kernel, shape, stream, *args) -> None:
     cfg = _configs.get(key)
     if cfg is None:
         with _lock, warnings.catch_warnings():
-            try:
-                from numba.core.errors import NumbaPerformanceWarning
-            except ImportError:  # pragma: no cover - numba always has it
-                NumbaPerformanceWarning = Warning
-            warnings.simplefilter("ignore", NumbaPerformanceWarning)
+            for category in performance_warnings():
+                warnings.simplefilter("ignore", category)
             cfg = kernel[blocks, threads, s]
             if len(_configs) >= _CACHE_LIMIT:
                 _configs.clear()

@@ -239,8 +239,8 @@ class CudaTableImpl:
     def get_async(self, keys, out, found, stream=0) -> None:
         """out (n, dim) = rows of live keys, zeros elsewhere; found (n,) bool; a sentinel key sets ``hit``."""
         if keys.shape[0]:
-            L.launch(K.get, L.grid_rows(keys.shape[0], self.dim), self.enter(stream), self.tkeys, self.tstate,
-                     self.tvals, keys, out, found, self.hit)
+            L.launch(K.get, L.grid1(keys.shape[0]), self.enter(stream), self.tkeys, self.tstate, self.tvals, keys,
+                     out, found, self.hit)
 
     def contains_async(self, keys, found, stream=0) -> None:
         if keys.shape[0]:

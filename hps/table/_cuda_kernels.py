@@ -229,24 +229,56 @@ def write_rows(tvals, owner, slots, rows, accumulate):
         _write_row(tvals, owner, rows, i, slots[i], accumulate)
 
 
+#: Most threads a block of ``get`` may have (its shared slot array's length).
+GET_MAX_BLOCK = 256
+
+
 @cuda.jit
 def get(tkeys, tstate, tvals, keys, out, found, hit):
-    """Row kernel. out (n, dim) gets each live key's row, zeros otherwise; found (n,) bool; hit (1,)
-    int64 is set to 1 when a key is the sentinel (answered absent; the blocking caller raises)."""
-    for i in range(_row0(), keys.shape[0], _row_step()):
-        key = keys[i]
-        s = _find(tkeys, key)
-        live = s >= 0 and tstate[s] == 0
-        if cuda.threadIdx.x == 0:
+    """1-D, blockDim.x <= GET_MAX_BLOCK. out (n, dim) gets each live key's row, zeros otherwise; found
+    (n,) bool; hit (1,) int64 is set to 1 when a key is the sentinel (answered absent; the blocking
+    caller raises).
+
+    Two phases per round of blockDim.x keys (HierarchicalKV's find: probe per thread, copy per tile):
+    each thread probes its own key (a block keeps blockDim.x independent probes in flight, as
+    ``contains`` does) and leaves the slot in shared memory (-1: not live); then the block copies the
+    round's rows, w = min(32, blockDim.x, next power of two >= dim) threads per row, so a warp moves 32 / w whole
+    rows per instruction (coalesced). The round loop is uniform over the block (``syncthreads``)."""
+    sh = cuda.shared.array(GET_MAX_BLOCK, dtype=np.int64)
+    t = cuda.threadIdx.x
+    nb = cuda.blockDim.x
+    n = keys.shape[0]
+    dim = tvals.shape[1]
+    w = 1
+    while w < dim and w < 32 and w < nb:
+        w *= 2
+    rows_per = nb // w
+    r0 = t // w
+    c0 = t - r0 * w
+    for base in range(cuda.blockIdx.x * nb, n, cuda.gridDim.x * nb):
+        i = base + t
+        s = np.int64(-1)
+        if i < n:
+            key = keys[i]
+            s = _find(tkeys, key)
+            live = s >= 0 and tstate[s] == 0
             found[i] = live
             if key == np.uint64(0xFFFFFFFFFFFFFFFF):
                 hit[0] = 1
-        if live:
-            for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
-                out[i, j] = tvals[s, j]
-        else:
-            for j in range(cuda.threadIdx.x, tvals.shape[1], cuda.blockDim.x):
-                out[i, j] = 0
+            if not live:
+                s = np.int64(-1)
+        sh[t] = s
+        cuda.syncthreads()
+        m = min(nb, n - base)
+        for r in range(r0, m, rows_per):
+            sr = sh[r]
+            if sr >= 0:
+                for j in range(c0, dim, w):
+                    out[base + r, j] = tvals[sr, j]
+            else:
+                for j in range(c0, dim, w):
+                    out[base + r, j] = 0
+        cuda.syncthreads()
 
 
 @cuda.jit

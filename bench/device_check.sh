@@ -1,0 +1,52 @@
+#!/bin/bash
+# One call on a lent GPU machine: correctness first, then the figures. Everything lands in $OUT (log.txt,
+# pytest.txt, device-mb*.json, table.json); each step has its own timeout so the call ends inside ~6.5 min.
+#   mkdir -p .device && cp -r ../shared/device/* .device/     # once: the shim (numba-cuda 0.30.4 imports under
+#                                                              # NumPy 2.5 with it) and the hash-table bench
+#   device run: bash bench/device_check.sh  (carry .device, timeout ~420 s)
+# STEPS (default "bench tests calls big tenth table equiv") picks steps; the GPU image has no mpiexec, zstandard or isal.
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/hps-device-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/.device/shim:$PWD NUMBA_CACHE_DIR=/tmp/hps-numba-cache
+STEPS=${STEPS:-"bench tests calls big tenth table equiv"}
+step() { echo; echo "=== $(date +%T) $*"; }
+save() { for f in bench/results/device-*.json; do [ -f "$f" ] && mv "$f" "$OUT/$1.json"; done; }
+{
+step env
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
+nproc
+python3 -c "import numba, numpy, cupy, torch; from numba import cuda; print('numba', numba.__version__, 'numpy', numpy.__version__, 'cupy', cupy.__version__, 'torch', torch.__version__, 'gpu', cuda.get_current_device().name)"
+for s in $STEPS; do case $s in
+bench)
+  step "bench_device: the issue's job (2 M rows, 26 fields, dim 32, mini-batch 4096) on cuda beside the PyTorch peer (first run compiles)"
+  timeout 150 python3 -m bench.bench_device --no-cpu 2>&1 | tail -8; save device-mb4096 ;;
+tests)
+  step "gpu-marked tests"
+  timeout 170 python3 -m pytest -q -m gpu -p no:cacheprovider --durations=8 -W ignore::DeprecationWarning \
+    tests/gpu tests/test_model_kernels.py tests/test_model_zoo.py tests/test_comm.py 2>&1 | tee "$OUT/pytest.txt" | tail -40 ;;
+table)
+  step "hash table (batches of 2^20 keys, 2^26 slots)"
+  PYTHONWARNINGS=ignore timeout 90 python3 .device/table_bench.py "$OUT/table.json" 2>&1 | tail -8 ;;
+big)
+  step "bench_device at mini-batch 16384, batch 262144"
+  timeout 90 python3 -m bench.bench_device --no-cpu --minibatch-size 16384 --batch-size 262144 2>&1 | tail -8
+  save device-mb16384 ;;
+calls)
+  step "CUDA table: kernel against blocking call (bench.table_cuda_calls); scratch A/B of the get kernels if present"
+  timeout 60 python3 -m bench.table_cuda_calls --out "$OUT/calls.json" 2>&1 | tail -4
+  [ -f .device/ab_get.py ] && timeout 60 python3 .device/ab_get.py "$OUT/ab_get.json" 2>&1 | tail -4 ;;
+tenth)
+  step "bench_device with --hbm-budget a tenth of the table, beside the same job in HBM (batch 16384)"
+  timeout 70 python3 -m bench.bench_device --no-cpu --no-peer --batch-size 16384 2>&1 | tail -4; save device-b16k
+  for part in 10 5; do  # a fifth when a tenth cannot hold the batches in flight (the log says so)
+    B=$(python3 -c "import json; from hps.train._hbm_budget import hbm_row_bytes; m = json.load(open('$OUT/device-b16k.json'))['cuda']; print(hbm_row_bytes(64, 4) * (m['table_rows'] // $part))")
+    echo "1/$part of the table (dim 32 + Adagrad state): --hbm-budget $B"
+    timeout 70 python3 -m bench.bench_device --no-cpu --no-peer --batch-size 16384 --hbm-budget "$B" 2>&1 | tail -4
+    save device-b16k-1of$part; [ -f "$OUT/device-b16k-1of$part.json" ] && break
+  done ;;
+equiv)
+  step "cpu vs cuda equivalence (shared/device/equiv.py)"
+  timeout 120 python3 .device/equiv.py /tmp/equiv 2>&1 | tail -8 ;;
+esac; done
+step done
+} 2>&1 | tee "$OUT/log.txt"
