@@ -4,7 +4,7 @@
 #   mkdir -p .device && cp -r ../shared/device/* .device/     # once: the shim (numba-cuda 0.30.4 imports under
 #                                                              # NumPy 2.5 with it) and the hash-table bench
 #   device run: bash bench/device_check.sh  (carry .device, timeout ~420 s)
-# STEPS (default "bench tests calls big tenth table equiv") picks steps; the GPU image has no mpiexec, zstandard or isal.
+# STEPS (default "bench tests calls big tenth table equiv"; also "profile") picks steps; the GPU image has no mpiexec, zstandard or isal.
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/hps-device-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/.device/shim:$PWD NUMBA_CACHE_DIR=/tmp/hps-numba-cache
@@ -44,6 +44,11 @@ tenth)
     timeout 70 python3 -m bench.bench_device --no-cpu --no-peer --batch-size 16384 --hbm-budget "$B" 2>&1 | tail -4
     save device-b16k-1of$part; [ -f "$OUT/device-b16k-1of$part.json" ] && break
   done ;;
+profile)
+  step "cProfile of the place and train stages, the issue's job at mini-batch 4096 (bench.profile_stages)"
+  timeout 90 python3 -m bench.profile_stages --top 25 --out "$OUT" -- --rows 1000000 --fields 26 \
+    --vocab-per-field 1000000 --batch-size 65536 --minibatch-size 4096 --hidden 512,256 --embedding-dim 32 \
+    --no-progress --device cuda --ssd-path /tmp/hps-prof-ssd 2>&1 | grep -E "^(=== stage|trained|stage busy)" ;;
 equiv)
   step "cpu vs cuda equivalence (shared/device/equiv.py)"
   timeout 120 python3 .device/equiv.py /tmp/equiv 2>&1 | tail -8 ;;

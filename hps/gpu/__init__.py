@@ -15,6 +15,7 @@ import importlib
 #: ``TransferLedger`` does not import numba-cuda with the kernels (~0.25 s of every process's start).
 _WHERE = {
     "..table": ("PartitionedHashTable", "Placement", "visible_gpus"),
+    "._batch_plans": ("minibatch_plans",),
     "._dedup": ("lookup_slots", "missing_keys", "unique_inverse", "unique_keys"),
     "._ledger": ("PURPOSES", "TransferLedger", "transfer_metrics"),
     "._partition_ops": ("part_of_async", "partition_keys"),

@@ -65,10 +65,10 @@ from ..gpu import (
     TransferLedger,
     backward_plan,
     bce_loss_grad_async,
+    minibatch_plans,
     pool_backward_sorted_async,
     pool_forward_rows_async,
     stream_api,
-    unique_inverse,
     unique_keys,
 )
 from ._device_batch import DeviceBatch, DeviceKeys, WorkingSet, raw_nbytes
@@ -227,24 +227,24 @@ class DeviceBackend:
     def stage_uploaded(self, raw: DeviceBatch, bounds, table) -> StagedBatch:
         """Place stage, keys deduplicated on the device: the :class:`DevicePlan` of every local
         mini-batch (examples ``bounds[j]:bounds[j + 1]``, (P + 1,) host) built on the device from slices
-        of ``raw`` (:meth:`upload`): its distinct keys and inverse (``hps.gpu.unique_inverse``, the host
-        plan's order), its offsets rebased, the order of its gradient sums; nothing goes up. On the
-        ``place`` stream, after it waited (on the device) for ``raw.uploaded``; the batch's ``ready``
+        of ``raw`` (:meth:`upload`): its distinct keys and inverse (the host plan's order), its offsets
+        rebased, the order of its gradient sums, all mini-batches in one pass over the batch
+        (``hps.gpu.minibatch_plans``); nothing goes up, and 2 (P + 1) offsets come down (``plan``). On
+        the ``place`` stream, after it waited (on the device) for ``raw.uploaded``; the batch's ``ready``
         is the event recorded after them, which :meth:`begin_batch` waits for. Asynchronous but for
-        CuPy's reads of the distinct keys' counts (``unique_inverse``), which wait for the place stream
-        only, and with several HBM-PS parts the partition of every mini-batch's keys (:meth:`_split`,
+        those two reads of sizes, which wait for the place stream only, and with several HBM-PS parts the partition of every mini-batch's keys (:meth:`_split`,
         under the locks of ``table``, the wrapped HBM-PS; unused with one table)."""
         st, out = self.streams, []
         with st.on(st.place):
             st.wait(raw.uploaded, st.place)
-            for j in range(len(bounds) - 1):
+            plans = minibatch_plans(raw.keys, raw.field, raw.weights, raw.offsets, bounds, raw.host_offsets, self.P,
+                                    self.xp, read=lambda a: self.ledger.to_host(a, "plan", stream=st.place))
+            for j, (keys, inv, bwd) in enumerate(plans):
                 a, b = int(bounds[j]), int(bounds[j + 1])
                 ka, kb = int(raw.host_offsets[a]), int(raw.host_offsets[b])
-                keys, inv = unique_inverse(raw.keys[ka:kb], self.xp)
                 out.append(DevicePlan(keys=keys, inv=inv, field=raw.field[ka:kb], weights=raw.weights[ka:kb],
                                       offsets=raw.offsets[a:b + 1] - ka, labels=raw.labels[a:b],
-                                      dense=None if raw.dense is None else raw.dense[a:b]))
-                self._backward_plan(out[-1], int(keys.shape[0]))
+                                      dense=None if raw.dense is None else raw.dense[a:b], bwd=bwd))
         return self._split(StagedBatch(out, st.record(st.place)), table)
 
     def upload_working_set(self, keys: np.ndarray) -> WorkingSet:

@@ -71,7 +71,8 @@ def assert_ledger(m, width, batches, ranks=1, fetched=None, written=None, n_part
     assert h2d["minibatch"] == 0
     assert d2h["minibatch"] == 16 * batches * ranks <= 16 * m["minibatches"] * ranks
     assert h2d["plan"] > 0 and h2d["fetch"] > 0 and d2h["fetch"] == 0
-    lookups = d2h["plan"] - (8 * n_parts * (m["minibatches"] + batches) * ranks if n_parts > 1 else 0)
+    lookups = (d2h["plan"] - (8 * n_parts * (m["minibatches"] + batches) * ranks if n_parts > 1 else 0)
+               - plan_offsets(m))
     assert lookups > 0 and lookups % 8 == 0 and h2d["plan"] > lookups  # + the mini-batches' plans
     # rows in; a partitioned table's parts upload their keys too, one table inserts the misses the
     # lookup left on the device
@@ -91,13 +92,21 @@ def assert_device_dedup(m, batches, n_parts=1):
     its raw arrays went up once (``plan`` is their bytes, plus at most 7 bytes of alignment for each of
     its 6 arrays: no plan and no working set went up besides), the host uploaded nothing else but rows
     (``fetch``), within 1.25x the raw bytes, and only misses came down (``plan``: 8 B a key fetched;
-    with ``n_parts`` parts also n_parts counts for every mini-batch's and every working set's partition)."""
+    with ``n_parts`` parts also n_parts counts for every mini-batch's and every working set's partition),
+    besides the mini-batches' offsets (:func:`plan_offsets`)."""
     h2d, d2h = m["h2d_bytes"], m["d2h_bytes"]
     assert m["device_dedup_batches"] == batches
     assert 0 <= h2d["plan"] - m["batch_bytes"] <= 7 * 6 * batches
     assert sum(h2d.values()) - h2d["fetch"] <= 1.25 * m["batch_bytes"]
     counts = 8 * n_parts * (m["minibatches"] + batches) if n_parts > 1 else 0
-    assert d2h["plan"] == 8 * m["hbm_fetched_rows"] + counts
+    assert d2h["plan"] == 8 * m["hbm_fetched_rows"] + counts + plan_offsets(m)
+
+
+def plan_offsets(m):
+    """d2h ``plan`` bytes of the mini-batches' offsets in their batch's distinct keys and gradient
+    chunks (``hps.gpu.minibatch_plans``): 16 (P + 1) a batch deduplicated on the device, so 16 x
+    (mini-batches + batches) when every batch was (one rank)."""
+    return 16 * (m["minibatches"] + m["device_dedup_batches"]) if m["device_dedup_batches"] else 0
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
