@@ -74,7 +74,7 @@ def main(argv=None) -> int:
                                  if m["batch_bytes"] else 0.0)
         out[device] = {k: m[k] for k in ("examples_per_sec", "auc", "examples", "h2d_bytes", "d2h_bytes",
                                          "peer_bytes", "minibatches", "command", "stage_seconds", "bottleneck",
-                                         "hbm_fetched_rows", "hbm_evicted_rows", "table_rows",
+                                         "hbm_fetched_rows", "hbm_born_rows", "hbm_evicted_rows", "table_rows",
                                          "batch_bytes", "device_dedup_batches", "h2d_per_raw_byte")}
         busy = ", ".join(f"{k} {v:.2f}" for k, v in m["stage_seconds"].items())
         print(f"{device:5s} {m['examples_per_sec']:>12,.0f} examples/s  AUC {m['auc']:.4f}  "
@@ -83,7 +83,8 @@ def main(argv=None) -> int:
               f"batch byte {m['h2d_per_raw_byte']:.3f} ({m['device_dedup_batches']} batches deduplicated on "
               f"the device)\n"
               f"      stage busy seconds: {busy}; bottleneck {m['bottleneck']}; HBM-PS rows fetched "
-              f"{m['hbm_fetched_rows']:,}, evicted {m['hbm_evicted_rows']:,}, table {m['table_rows']:,}")
+              f"{m['hbm_fetched_rows']:,} ({m['hbm_born_rows']:,} born on the device), evicted "
+              f"{m['hbm_evicted_rows']:,}, table {m['table_rows']:,}")
     if not a.no_peer and (a.model, a.sparse_optimizer) != ("ctr", "adagrad"):
         print("torch peer skipped: it trains --model ctr with --sparse-optimizer adagrad only")
     elif not a.no_peer:

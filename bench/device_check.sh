@@ -4,11 +4,12 @@
 #   mkdir -p .device && cp -r ../shared/device/* .device/     # once: the shim (numba-cuda 0.30.4 imports under
 #                                                              # NumPy 2.5 with it) and the hash-table bench
 #   device run: bash bench/device_check.sh  (carry .device, timeout ~420 s)
-# STEPS (default "bench tests calls big tenth table equiv"; also "profile") picks steps; the GPU image has no mpiexec, zstandard or isal.
+# STEPS (default "tests bench big calls profile tenth"; also "table", "equiv") picks steps; the GPU image
+# has no mpiexec, zstandard or isal.
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/hps-device-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/.device/shim:$PWD NUMBA_CACHE_DIR=/tmp/hps-numba-cache
-STEPS=${STEPS:-"bench tests calls big tenth table equiv"}
+STEPS=${STEPS:-"tests bench big calls profile tenth"}
 step() { echo; echo "=== $(date +%T) $*"; }
 save() { for f in bench/results/device-*.json; do [ -f "$f" ] && mv "$f" "$OUT/$1.json"; done; }
 {
@@ -32,9 +33,8 @@ big)
   timeout 90 python3 -m bench.bench_device --no-cpu --minibatch-size 16384 --batch-size 262144 2>&1 | tail -8
   save device-mb16384 ;;
 calls)
-  step "CUDA table: kernel against blocking call (bench.table_cuda_calls); scratch A/B of the get kernels if present"
-  timeout 60 python3 -m bench.table_cuda_calls --out "$OUT/calls.json" 2>&1 | tail -4
-  [ -f .device/ab_get.py ] && timeout 60 python3 .device/ab_get.py "$OUT/ab_get.json" 2>&1 | tail -4 ;;
+  step "CUDA table: kernel against blocking call (bench.table_cuda_calls)"
+  timeout 60 python3 -m bench.table_cuda_calls --out "$OUT/calls.json" 2>&1 | tail -4 ;;
 tenth)
   step "bench_device with --hbm-budget a tenth of the table, beside the same job in HBM (batch 16384)"
   timeout 70 python3 -m bench.bench_device --no-cpu --no-peer --batch-size 16384 2>&1 | tail -4; save device-b16k

@@ -27,11 +27,12 @@ from hps.table import _cache_kernels_cuda as C  # noqa: E402
 from hps.table import _cuda_kernels as K  # noqa: E402
 from hps.gpu import _train_kernels as T  # noqa: E402
 from hps.model import _optim_kernels_cuda as R  # noqa: E402
+from hps.mem import _init_kernels_cuda as I  # noqa: E402
 
-MODULES = {"table": K, "train": T, "cache": C, "rows": R}
+MODULES = {"table": K, "train": T, "cache": C, "rows": R, "init": I}
 
-#: Kernels whose float32 version sums in float64 on purpose (as their CPU twins do).
-F64_BY_DESIGN = {"rows.rowwise_adagrad_rows"}
+#: Kernels whose float32 version computes in float64 on purpose (as their CPU twins do).
+F64_BY_DESIGN = {"rows.rowwise_adagrad_rows", "init.init_rows"}
 
 _FLOATS = {np.dtype(np.float32): types.float32, np.dtype(np.float64): types.float64}
 
@@ -108,6 +109,11 @@ def _arg_types(ftype, rows_type=None):
         "out_score": types.uint64[::1],
         "out_key": types.uint64[::1],
         "scores": types.uint64[::1],
+        # the row initializer
+        "base": types.uint64,
+        "emb_dim": types.int64,
+        "scale": types.float64,
+        "state_value": types.float32,
     }
 
 

@@ -405,6 +405,30 @@ def test_take_writes_each_row_at_its_place_in_a_given_array():
     assert mems[0].stats() == mems[1].stats()                           # the same moves, counted alike
 
 
+@pytest.mark.parametrize("keys", [[11, 20, 30, 10, 21, 31], [30, 31], [11, 20]])
+def test_take_leaving_born_rows_marks_them_and_writes_the_rest(keys):
+    """``take(keys, leave_born=True)`` (a GPU HBM-PS makes the rows of new keys itself): the same moves
+    and counts as ``take(keys)``, every row but the born ones written, and ``born`` marks exactly the
+    keys neither cached nor stored -- all of them, some, or none."""
+    mems = []
+    for _ in range(2):
+        store = DictStore(W)
+        store.dump(_u([20, 21]), np.full((2, W), 5, np.float32))       # in the store only
+        mem = _mem(store, capacity_rows=8)
+        mem.push(_u([10, 11]), np.full((2, W), 3, np.float32))         # cached, dirty
+        mems.append(mem)
+    k = _u(keys)
+    want = mems[0].take(k)
+    out = np.full((k.shape[0], W), np.nan, np.float32)
+    rows, born = mems[1].take(k, out, leave_born=True)
+    assert rows is out
+    np.testing.assert_array_equal(born, k >= 30)
+    np.testing.assert_array_equal(rows[~born], want[~born])
+    assert np.isnan(rows[born]).all()
+    np.testing.assert_array_equal(mems[1].initializer(k[born]), want[born])  # what the device must make
+    assert mems[0].stats() == mems[1].stats()
+
+
 def test_take_of_a_large_batch_probes_once_and_moves_every_row():
     """``take`` of thousands of keys (far more than the R keys its probes hash and prefetch ahead:
     ``find``'s ring, then ``take`` at the slots found) against what the tiers held before: every row is

@@ -9,11 +9,16 @@ gradient of each key summed over the global mini-batch; rows ``[parameters (P) |
 
 from __future__ import annotations
 
+import numpy as np
+
+from .. import _launch as L
+from .._hashing import mix64
+from ..errors import InvalidInputError
 from ..model import _optim_cuda as R
-from ._train_ops import _view
+from ._train_ops import _dev, _view
 
 __all__ = ["sgd_update_async", "adagrad_update_async", "rowwise_adagrad_update_async", "adam_update_async",
-           "sparse_update_async"]
+           "sparse_update_async", "init_rows_async"]
 
 
 def sgd_update_async(view, slots, grads, lr: float, l2: float = 0.0, stream=0) -> None:
@@ -49,3 +54,22 @@ def sparse_update_async(view, slots, grads, optimizer, stream=0) -> None:
     """One step of a row optimizer of ``hps.model`` (its hyperparameters, L2 and row layout) in place on
     the table rows: the device twin of ``optimizer.apply``."""
     R.update_rows_async(_view(view)[2], slots, grads, optimizer, stream)
+
+
+def init_rows_async(keys, idx, initializer, out, stream=0) -> None:
+    """Rows of keys new to every tier made on the device: for every r in ``idx`` (m,) int64, ``out[r]``
+    (out (n, W) float32) = the initial row of ``keys[r]`` (keys (n,) uint64) by ``initializer``'s rule
+    (an ``hps.mem.RowInitializer``: the same bits as its host ``fill``, ``hps/mem/_init_kernels_cuda.py``).
+    Asynchronous; the other rows of ``out`` are not touched."""
+    from ..mem import _init_kernels_cuda as IK
+
+    keys = _dev(keys, "keys", np.uint64, 1)
+    idx = _dev(idx, "idx", np.int64, 1)
+    out = _dev(out, "out", np.float32, 2)
+    if out.shape != (keys.shape[0], initializer.row_width):
+        raise InvalidInputError(f"out must be ({keys.shape[0]}, {initializer.row_width}) for the keys and the "
+                                f"initializer's row width, got {tuple(out.shape)}")
+    if idx.shape[0]:
+        base = mix64(np.uint64(initializer.seed) ^ np.uint64(0xD1B54A32D192ED03))
+        L.launch(IK.init_rows, L.grid_rows(idx.shape[0], out.shape[1]), stream, keys, idx, np.uint64(base),
+                 initializer.emb_dim, initializer.scale, np.float32(initializer.state_value), out)

@@ -270,19 +270,19 @@ class MemPS:
                 self._count_loads(found)
         return rows[inverse]
 
-    def _fill_misses(self, keys, rows, at) -> np.ndarray:
+    def _fill_misses(self, keys, rows, at, born: bool = True) -> np.ndarray:
         """``rows[at[i]]`` = the row of uncached ``keys[i]``: the store's, read straight into place,
-        else born there from the initializer -> found in the store (n,) bool. An empty store (``len`` 0:
-        a table that has not outgrown the MEM-PS yet, the usual case of a job) is not asked: its index
-        probe finds nothing (0.16 s of the 2 M-row ``bench/bench_host.py`` job's 5.7 M misses).
+        else (``born``) born there from the initializer -> found in the store (n,) bool. An empty store
+        (``len`` 0: a table that has not outgrown the MEM-PS yet, the usual case of a job) is not asked:
+        its index probe finds nothing (0.16 s of the 2 M-row ``bench/bench_host.py`` job's 5.7 M misses).
         REQUIRES: lock held."""
         if self._store_rows() == 0:
             found = np.zeros(keys.shape[0], dtype=np.bool_)
         else:
             found = self.store.load_into(keys, rows, at)
-        if not found.any():   # the usual case: no copy of the keys and places
+        if born and not found.any():   # the usual case: no copy of the keys and places
             self.initializer.fill(keys, rows, at)
-        elif not found.all():
+        elif born and not found.all():
             self.initializer.fill(keys[~found], rows, at[~found])
         return found
 
@@ -291,7 +291,7 @@ class MemPS:
         self._ssd_loads += n_found
         self._new_rows += found.shape[0] - n_found
 
-    def take(self, keys, out=None, at=None) -> np.ndarray:
+    def take(self, keys, out=None, at=None, leave_born: bool = False):
         """Rows of distinct ``keys`` (n,) uint64 moved out to the caller (the HBM-PS), which holds them
         from now on and ``push``-es them back when done -> ``out``, the row of ``keys[i]`` in
         ``out[at[i]]`` (``out`` (m, row_width) of the dtype, C order, default a new (n, row_width)
@@ -301,18 +301,29 @@ class MemPS:
         place, else born from the initializer there. Nothing is inserted, so nothing is evicted or
         dumped; each key counts one access (kept in the ghost table while away). What the hierarchy
         fetches with, so DRAM never holds a row twice. A failing read leaves the cache as it was
-        (rows of ``out`` at ``at`` may have been written)."""
+        (rows of ``out`` at ``at`` may have been written).
+
+        ``leave_born``: keys neither cached nor stored keep their rows unwritten, for the caller to
+        make with :attr:`initializer`'s rule where they go (a GPU HBM-PS births them on the device);
+        returns ``(out, born)``, born (n,) bool marking them."""
         k = as_keys(keys)
         rows, at = rows_at(out, at, k.shape[0], self.row_width, self.dtype)
+        born = np.zeros(k.shape[0], np.bool_) if leave_born else None
         with self._lock:
             slots = self.cache._find_unchecked(k)   # each key probed once: the take below reuses them
             miss = np.flatnonzero(slots < 0)
             if miss.shape[0] == k.shape[0]:  # every key (a first batch, an empty cache): no copy
-                self._count_loads(self._fill_misses(k, rows, at))
+                found = self._fill_misses(k, rows, at, not leave_born)
+                if leave_born:
+                    np.logical_not(found, out=born)
+                self._count_loads(found)
             elif miss.shape[0]:  # first, so that a failing read leaves the cache as it was
-                self._count_loads(self._fill_misses(k[miss], rows, at[miss]))
+                found = self._fill_misses(k[miss], rows, at[miss], not leave_born)
+                if leave_born:
+                    born[miss[~found]] = True
+                self._count_loads(found)
             self.cache._take_unchecked(k, rows, at, slots)  # validated above (rows_at); nothing cached since
-        return rows
+        return (rows, born) if leave_born else rows
 
     def push(self, keys, rows, unpin: bool = True, distinct: bool = False, at=None) -> None:
         """Write ``rows`` (n, row_width) of ``keys`` (n,) back (dirty; later duplicates win) and,

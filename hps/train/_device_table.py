@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidTypeError
-from ..gpu import TransferLedger
+from ..gpu import TransferLedger, init_rows_async
 from ._device_batch import DeviceKeys
 from ._device_rows import Parts
 
@@ -58,6 +58,39 @@ class LedgerTable:
             dev = self.ledger.to_device(keys, "fetch") if missed is None else missed[1]
             self.table.insert(dev, self.ledger.to_device(rows, "fetch"))
             self._inserted = (keys, dev)
+
+    @property
+    def births(self) -> bool:
+        """Whether rows of keys new to every tier are made on the device (:meth:`insert_born`): one
+        table; a partitioned table's parts take host rows."""
+        return not self.parted
+
+    def insert_born(self, keys: np.ndarray, rows: np.ndarray, born: np.ndarray, initializer) -> None:
+        """:meth:`insert` where the rows ``born`` (n,) bool marks -- keys new to every tier, their rows in
+        ``rows`` unwritten -- are made on the device by ``initializer``'s rule (``hps.gpu.init_rows_async``:
+        the host's bits), so they cross nothing. The other rows go up (``fetch``), with their positions
+        among ``keys`` (8 B each) when some rows are born; with none born, as :meth:`insert`. One table
+        (:attr:`births`). Blocking."""
+        n_born = int(np.count_nonzero(born))
+        if n_born == 0:
+            return self.insert(keys, rows)
+        missed = self._missed if self._missed is not None and self._missed[0] is keys else None
+        xp, led = self.ledger.xp, self.ledger
+        dev = led.to_device(keys, "fetch") if missed is None else missed[1]
+        dev_rows = xp.empty(rows.shape, rows.dtype)
+        if n_born == keys.shape[0]:
+            made = xp.arange(keys.shape[0], dtype=np.int64)
+        else:
+            known = np.flatnonzero(~born)
+            at = led.to_device(known, "fetch")
+            dev_rows[at] = led.to_device(rows[known], "fetch")
+            mask = xp.ones(keys.shape[0], np.bool_)
+            mask[at] = False
+            made = xp.flatnonzero(mask)
+        with self.device_view():  # a launch on this table's device, under its lock like every other
+            init_rows_async(dev, made, initializer, dev_rows)
+        self.table.insert(dev, dev_rows)
+        self._inserted = (keys, dev)
 
     def keep(self, keys: np.ndarray, dev) -> None:
         """Keep ``dev``, the device copy of the host working set ``keys``, for the :meth:`missing` of

@@ -95,6 +95,7 @@ class ParameterHierarchy:
         self.budget_for = budget_for
         self.evicted = 0       # rows that left the HBM-PS for the budget
         self.fetched = 0       # rows that entered it
+        self.born = 0          # of them, rows of keys new to every tier made on the device (a GPU HBM-PS)
         self._lock = threading.RLock()
         self._trained = threading.Condition()
         self._trained_upto = -1
@@ -207,8 +208,13 @@ class ParameterHierarchy:
             self._grow(need)
         insert_new = getattr(self.hbm, "insert_new", None) if self.pull is None else None
         if insert_new is None:
-            rows = self._fetch(keys)
-            self._retry(lambda: self.hbm.insert(keys, rows))
+            if self.pull is None and getattr(self.hbm, "births", False):  # new keys' rows made on the GPU
+                rows, born = self.memps.take(keys, leave_born=True)
+                self._retry(lambda: self.hbm.insert_born(keys, rows, born, self.memps.initializer))
+                self.born += int(np.count_nonzero(born))
+            else:
+                rows = self._fetch(keys)
+                self._retry(lambda: self.hbm.insert(keys, rows))
             if np.asarray(_host(self.hbm.missing(keys, index))).shape[0]:  # their first use
                 raise InternalError(f"batch {index}: keys inserted into the HBM-PS are missing from it")
             return

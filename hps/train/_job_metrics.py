@@ -20,8 +20,8 @@ def rank_figures(coll, pipeline, feed, store, memps, resident_rows: int, transfe
     and CPU seconds inside MPI, SSD-PS figures, the backend's ``transfers()`` (read last: the count of
     ``table_rows`` below lists the HBM-PS's keys, 8 B each as ``writeback``), the ``features``' figures
     and the HBM-PS cache's (``hier``, the ``ParameterHierarchy``; None before the first batch, when the
-    budget is the plan's ``hbm_rows``): ``hbm`` (rows ``fetched`` into it, ``evicted`` for its budget,
-    ``budget_rows``) and ``table_rows``, the rows this rank owns over the three tiers
+    budget is the plan's ``hbm_rows``): ``hbm`` (rows ``fetched`` into it, of them ``born`` on the
+    device -- new keys' rows a GPU HBM-PS made itself --, ``evicted`` for its budget, ``budget_rows``) and ``table_rows``, the rows this rank owns over the three tiers
     (``ParameterHierarchy.owned_rows``; without ``hier`` the SSD-PS's live rows): what the SSD-PS would
     hold with every row written back, which a job does only when a reader needs it (``--export``,
     ``--keep-ssd``), so the SSD-PS figures count only the writes the job made."""
@@ -37,7 +37,8 @@ def rank_figures(coll, pipeline, feed, store, memps, resident_rows: int, transfe
             "ssd_rows_loaded": memps.stats()["ssd_loads"], "ssd": {k: st[k] for k in SSD_FIGURES},
             "table_rows": hier.owned_rows() if hier is not None else st["live_rows"],
             "transfers": transfers(), "features": features,
-            "hbm": {"fetched": getattr(hier, "fetched", 0), "evicted": getattr(hier, "evicted", 0),
+            "hbm": {"fetched": getattr(hier, "fetched", 0), "born": getattr(hier, "born", 0),
+                    "evicted": getattr(hier, "evicted", 0),
                     "budget_rows": getattr(hier, "budget_rows", hbm_rows)}}
 
 
@@ -68,6 +69,7 @@ def job_figures(per: list, coll, pipeline, memps) -> dict:
         "resident_rows": [r["resident_rows"] for r in per],
         "hbm_budget_rows": [r["hbm"]["budget_rows"] for r in per],
         "hbm_fetched_rows": sum(r["hbm"]["fetched"] for r in per),
+        "hbm_born_rows": sum(r["hbm"]["born"] for r in per),
         "hbm_evicted_rows": sum(r["hbm"]["evicted"] for r in per),
         "bytes_sent": {k: sum(r["bytes_sent"][k] for r in per) for k in per[0]["bytes_sent"]},
         "bytes_sent_per_rank": [r["bytes_sent"] for r in per],

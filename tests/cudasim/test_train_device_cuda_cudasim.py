@@ -60,27 +60,33 @@ def assert_same_model(cpu_export, gpu_export):
 
 def assert_ledger(m, width, batches, ranks=1, fetched=None, written=None, n_parts=1):
     """No row, key or gradient crosses inside the mini-batch loop; rows cross only entering the HBM-PS
-    (with their keys only with parts: one table inserts the misses its lookup found on the device; ``fetched`` of them, over all ranks, if given) and leaving it (``written``: default every fetched
-    row once, as there are no checkpoints in these jobs: evictions and the end's export, keys and
-    rows). Each batch's residency lookup brings only its misses down (``plan``, 8 B a key fetched); its
-    working set's keys go up with the plans unless they were deduplicated on the device. With ``n_parts``
-    parts, partitioning a mini-batch's keys, and a batch's working set for its lookup, on the device
-    brings n_parts counts to the host each (the misses' lookup once inserted partitions nothing). On
-    one rank the host uploads nothing but rows beyond 1.25x the raw batch bytes."""
+    and leaving it. Entering: ``fetched`` of them (the metric ``hbm_fetched_rows``, over all ranks, if
+    given); one table makes the rows of keys new to every tier on the device (``hbm_born_rows``: nothing
+    crosses for them) and the others go up (4 B a float, with their positions among the misses, 8 B, in
+    a batch where some rows were born; the keys are the misses its lookup left on the device), a
+    partitioned table's parts upload every row with its key. Leaving (``written``: default every fetched
+    row once, as there are no checkpoints in these jobs): evictions and the end's export, keys and rows.
+    Each batch's residency lookup brings only its misses down (``plan``, 8 B a key fetched); its working
+    set's keys go up with the plans unless they were deduplicated on the device. With ``n_parts`` parts,
+    partitioning a mini-batch's keys, and a batch's working set for its lookup, on the device brings
+    n_parts counts to the host each (the misses' lookup once inserted partitions nothing). On one rank
+    the host uploads nothing but rows beyond 1.25x the raw batch bytes."""
     h2d, d2h = m["h2d_bytes"], m["d2h_bytes"]
     assert h2d["minibatch"] == 0
     assert d2h["minibatch"] == 16 * batches * ranks <= 16 * m["minibatches"] * ranks
-    assert h2d["plan"] > 0 and h2d["fetch"] > 0 and d2h["fetch"] == 0
+    assert h2d["plan"] > 0 and d2h["fetch"] == 0
+    k, born = m["hbm_fetched_rows"], m["hbm_born_rows"]
+    assert fetched in (None, k) and k > 0
     lookups = (d2h["plan"] - (8 * n_parts * (m["minibatches"] + batches) * ranks if n_parts > 1 else 0)
                - plan_offsets(m))
-    assert lookups > 0 and lookups % 8 == 0 and h2d["plan"] > lookups  # + the mini-batches' plans
-    # rows in; a partitioned table's parts upload their keys too, one table inserts the misses the
-    # lookup left on the device
-    k, rem = divmod(h2d["fetch"], 4 * width + (8 if n_parts > 1 else 0))
-    assert rem == 0 and fetched in (None, k)
-    assert lookups == 8 * k                                    # only the misses came down
+    assert lookups == 8 * k and h2d["plan"] > lookups          # only the misses came down (+ the plans up)
+    row = 4 * width
+    if n_parts > 1:  # the parts take host rows with their keys: nothing is born on the device
+        assert born == 0 and h2d["fetch"] == k * (8 + row)
+    else:            # born rows cross nothing; the others cross with their positions at most
+        assert (k - born) * row <= h2d["fetch"] <= (k - born) * (row + 8)
     written = k if written is None else written
-    assert d2h["writeback"] == written * (8 + 4 * width)       # key + row out
+    assert d2h["writeback"] == written * (8 + row)             # key + row out
     assert h2d["writeback"] == 0                               # nothing looked up or erased by key
     if ranks == 1:
         assert h2d["mpi"] == d2h["mpi"] == 0
