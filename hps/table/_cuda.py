@@ -19,7 +19,9 @@ Host inputs of blocking calls are copied into grow-only scratch buffers (no allo
 warm); asynchronous calls take device arrays only. Results are device arrays when the caller's keys
 were on the device (from CuPy's pool when CuPy is installed), NumPy arrays otherwise. A blocking
 call's device inputs are ordered after their producer's stream on the device, not by a host wait
-(``_cuda_alloc``); its one host wait is its own stream's, at the end.
+(``_cuda_alloc``); its one host wait is its own stream's, at the end. A blocking lookup's one copy is
+the 8-byte read of ``hit`` (the sentinel flag), which stays 0 between calls: it is zeroed again
+only after a launch that may have set it and whose read did not follow (``_hit_dirty``).
 
 Not thread-safe on its own; :class:`hps.HashTable` serialises calls.
 """
@@ -29,10 +31,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _launch as L
-from .._keys import as_keys, check_rows
+from .._keys import as_keys, check_rows, packed
 from .._xp import simulated
 from ..errors import DeviceUnavailableError, InternalError, InvalidInputError, InvalidTypeError
-from ._cuda_alloc import DeviceAlloc, blocking_view
+from ._cuda_alloc import DeviceAlloc, blocking_view, scope
 
 try:
     from . import _cache_kernels_cuda as C
@@ -91,6 +93,8 @@ class CudaTableImpl:
         self._h_zeros[:] = 0
         self._scratch: dict = {}
         self._last = 0  # stream of the last operation (see the module docstring)
+        self._ev = L.event()  # orders streams (``enter``, ``follow_producer``), recorded again each time
+        self._hit_dirty = True  # ``hit`` may be non-zero (module docstring); uninitialised here
         self.pending.copy_to_device(self._h_zeros)
         self.clear()
 
@@ -112,11 +116,13 @@ class CudaTableImpl:
         ran on another stream (operations stay in issue order)."""
         s = L.stream_of(stream)
         if s is not self._last and s != self._last:
-            ev = L.event()
-            ev.record(self._last)
-            ev.wait(s)
+            self._ev.record(self._last)
+            self._ev.wait(s)
             self._last = s
         return s
+
+    #: One CUDA context lookup for a whole blocking call (``_cuda_alloc.scope``).
+    scope = staticmethod(scope)
 
     def sync(self, s) -> None:
         L.synchronize(s)
@@ -143,7 +149,7 @@ class CudaTableImpl:
         """(device keys (n,) uint64, on_device). Host keys (blocking calls only) are validated, then
         copied into scratch; device keys are used in place (int64 reinterpreted bitwise). A blocking
         call's ``stream`` first waits (on the device) for the stream the producer exported."""
-        d = blocking_view(keys, stream) if blocking else _async_view(keys)
+        d = blocking_view(keys, stream, self._ev) if blocking else _async_view(keys)
         if d is None:
             if not blocking:
                 raise InvalidTypeError(f"{name} must be a device array for an asynchronous call; "
@@ -167,12 +173,8 @@ class CudaTableImpl:
 
     def check_sentinel(self, keys, name="keys", stream=0) -> None:
         """Raise InvalidInputError when device ``keys`` hold the sentinel. Blocking."""
-        if keys.shape[0]:
-            s = self.enter(stream)
-            self._zero(self.hit, s)
-            L.launch(K.has_key, L.grid1(keys.shape[0]), s, keys, np.uint64(0xFFFFFFFFFFFFFFFF), self.hit)
-            if self._read(self.hit, s)[0]:
-                raise _sentinel_error(name)
+        self._checked(keys, lambda s: L.launch(K.has_key, L.grid1(keys.shape[0]), s, keys,
+                                               np.uint64(0xFFFFFFFFFFFFFFFF), self.hit), stream, name)
 
     @staticmethod
     def _check_batch(n: int, name: str) -> None:
@@ -183,11 +185,11 @@ class CudaTableImpl:
         """Device rows (n, dim) of the table dtype. Host rows (blocking calls only) are validated (and
         cast like ``check_rows``) then copied into scratch; device rows of the right dtype are used in
         place, other numeric dtypes are converted on the GPU into a new array."""
-        d = blocking_view(rows, stream) if blocking else _async_view(rows)
+        d = blocking_view(rows, stream, self._ev) if blocking else _async_view(rows)
         if d is None:
             if not blocking:
                 raise InvalidTypeError(f"{name} must be a device array for an asynchronous call")
-            r = _packed(check_rows(rows, n, self.dim, self.dtype, name))
+            r = packed(check_rows(rows, n, self.dim, self.dtype, name))
             buf = self._buf("rows", r.shape, self.dtype)
             if n:
                 buf.copy_to_device(r, stream=L.stream_of(stream))
@@ -239,11 +241,13 @@ class CudaTableImpl:
     def get_async(self, keys, out, found, stream=0) -> None:
         """out (n, dim) = rows of live keys, zeros elsewhere; found (n,) bool; a sentinel key sets ``hit``."""
         if keys.shape[0]:
+            self._hit_dirty = True
             L.launch(K.get, L.grid1(keys.shape[0]), self.enter(stream), self.tkeys, self.tstate, self.tvals, keys,
                      out, found, self.hit)
 
     def contains_async(self, keys, found, stream=0) -> None:
         if keys.shape[0]:
+            self._hit_dirty = True
             L.launch(K.contains, L.grid1(keys.shape[0]), self.enter(stream), self.tkeys, self.tstate, keys, found,
                      self.hit)
 
@@ -285,7 +289,6 @@ class CudaTableImpl:
         s = self._last
         got = self._read(self.pending, s).copy()
         self._zero(self.pending, s)
-        self._zero(self.hit, s)
         return got
 
     # -- blocking operations (validated device inputs) ------------------------------------------------
@@ -353,14 +356,18 @@ class CudaTableImpl:
         self._checked(keys, lambda s: self.contains_async(keys, found, s), stream)
         return found
 
-    def _checked(self, keys, run, stream) -> None:
-        """Run a lookup that flags the sentinel in ``hit``, wait for it, raise if it was flagged."""
+    def _checked(self, keys, run, stream, name="keys") -> None:
+        """Run a lookup that flags the sentinel in ``hit``, wait for it, raise if it was flagged. ``hit``
+        is zeroed first only when dirty (module docstring): a read of 0 leaves it clean."""
         if keys.shape[0]:
             s = self.enter(stream)
-            self._zero(self.hit, s)
+            if self._hit_dirty:
+                self._zero(self.hit, s)
+            self._hit_dirty = True
             run(s)
             if self._read(self.hit, s)[0]:
-                raise _sentinel_error("keys")
+                raise _sentinel_error(name)
+            self._hit_dirty = False
 
     def erase(self, keys, stream=0) -> int:
         if keys.shape[0] == 0:
@@ -435,13 +442,6 @@ def _async_view(x):
     if d is None and isinstance(x, np.ndarray) and simulated():
         return x
     return d
-
-
-def _packed(a: np.ndarray) -> np.ndarray:
-    """``a`` with C strides (a copy when NumPy calls it contiguous with other strides, e.g. a
-    broadcast (n, 1) column), as a copy into a device buffer needs."""
-    want = a.itemsize * np.cumprod((a.shape[1:] + (1,))[::-1])[::-1]
-    return a if tuple(want) == a.strides else a.copy(order="C")
 
 
 def _sentinel_error(name: str) -> InvalidInputError:
