@@ -19,9 +19,9 @@ Host inputs of blocking calls are copied into grow-only scratch buffers (no allo
 warm); asynchronous calls take device arrays only. Results are device arrays when the caller's keys
 were on the device (from CuPy's pool when CuPy is installed), NumPy arrays otherwise. A blocking
 call's device inputs are ordered after their producer's stream on the device, not by a host wait
-(``_cuda_alloc``); its one host wait is its own stream's, at the end. A blocking lookup's one copy is
-the 8-byte read of ``hit`` (the sentinel flag), which stays 0 between calls: it is zeroed again
-only after a launch that may have set it and whose read did not follow (``_hit_dirty``).
+(``_cuda_alloc``); its one host wait is its own stream's, at the end. A blocking lookup copies nothing
+back: its sentinel flag ``hit`` is mapped host memory, read after that wait, 0 between calls (the host
+zeroes it after a lookup that raised or was interrupted); asynchronous lookups flag into ``_ahit``.
 
 Not thread-safe on its own; :class:`hps.HashTable` serialises calls.
 """
@@ -73,7 +73,7 @@ class CudaTableImpl:
 
     Device arrays: ``tkeys`` (S,) uint64, ``tstate`` (S,) int32, ``tvals`` (S, dim) dtype, ``tscore``
     (S,) uint64 cache scores (``_cache.py``), ``owner`` (S,) int32 scratch (-1 between calls), ``counts`` (3,) int64 (one blocking call's), ``pending``
-    (4,) int64 (asynchronous calls', see ``PENDING``), ``hit`` (1,) int64 (sentinel seen).
+    (4,) int64 (asynchronous calls', see ``PENDING``), ``hit`` (1,) int64 mapped (sentinel seen).
     """
 
     device = "cuda"
@@ -87,14 +87,14 @@ class CudaTableImpl:
         self.alloc = DeviceAlloc(cuda)  # results of blocking calls
         self.counts = cuda.device_array(3, dtype=np.int64)
         self.pending = cuda.device_array(len(PENDING), dtype=np.int64)
-        self.hit = cuda.device_array(1, dtype=np.int64)
+        self.hit, self._ahit = cuda.mapped_array(1, dtype=np.int64), cuda.device_array(1, dtype=np.int64)
         self._h_counts = cuda.pinned_array(len(PENDING), dtype=np.int64)
         self._h_zeros = cuda.pinned_array(len(PENDING), dtype=np.int64)
         self._h_zeros[:] = 0
         self._scratch: dict = {}
         self._last = 0  # stream of the last operation (see the module docstring)
-        self._ev = L.event()  # orders streams (``enter``, ``follow_producer``), recorded again each time
-        self._hit_dirty = True  # ``hit`` may be non-zero (module docstring); uninitialised here
+        self._ev = L.event()  # orders streams (``enter``, ``follow_producer``), re-recorded each time
+        self._hit_dirty = True  # ``hit`` may be non-zero (module docstring): uninitialised here
         self.pending.copy_to_device(self._h_zeros)
         self.clear()
 
@@ -238,18 +238,17 @@ class CudaTableImpl:
         if not accumulate:
             L.launch(K.unmark_keys, L.grid1(n), s, self.tkeys, self.owner, keys)
 
-    def get_async(self, keys, out, found, stream=0) -> None:
-        """out (n, dim) = rows of live keys, zeros elsewhere; found (n,) bool; a sentinel key sets ``hit``."""
+    def get_async(self, keys, out, found, stream=0, hit=None) -> None:
+        """out (n, dim) = rows of live keys, zeros elsewhere; found (n,) bool; a sentinel key sets ``hit``
+        (default ``_ahit``, never read)."""
         if keys.shape[0]:
-            self._hit_dirty = True
             L.launch(K.get, L.grid1(keys.shape[0]), self.enter(stream), self.tkeys, self.tstate, self.tvals, keys,
-                     out, found, self.hit)
+                     out, found, self._ahit if hit is None else hit)
 
-    def contains_async(self, keys, found, stream=0) -> None:
+    def contains_async(self, keys, found, stream=0, hit=None) -> None:
         if keys.shape[0]:
-            self._hit_dirty = True
             L.launch(K.contains, L.grid1(keys.shape[0]), self.enter(stream), self.tkeys, self.tstate, keys, found,
-                     self.hit)
+                     self._ahit if hit is None else hit)
 
     def erase_async(self, keys, stream=0, counts=None) -> None:
         """Erase live keys; ``counts[0]`` (default ``pending["erased"]``) += keys erased."""
@@ -347,25 +346,27 @@ class CudaTableImpl:
                 raise InvalidInputError(f"out must have shape {(n, self.dim)} and dtype {self.dtype}, "
                                         f"got {out.shape} {out.dtype}")
         found = self.empty("found", (n,), np.bool_, on_device)
-        self._checked(keys, lambda s: self.get_async(keys, out, found, s), stream)
+        self._checked(keys, lambda s: self.get_async(keys, out, found, s, self.hit), stream)
         return out, found
 
     def contains(self, keys, on_device=True, stream=0):
         n = keys.shape[0]
         found = self.empty("found", (n,), np.bool_, on_device)
-        self._checked(keys, lambda s: self.contains_async(keys, found, s), stream)
+        self._checked(keys, lambda s: self.contains_async(keys, found, s, self.hit), stream)
         return found
 
     def _checked(self, keys, run, stream, name="keys") -> None:
-        """Run a lookup that flags the sentinel in ``hit``, wait for it, raise if it was flagged. ``hit``
-        is zeroed first only when dirty (module docstring): a read of 0 leaves it clean."""
+        """Run a lookup that flags the sentinel in ``hit``, wait for it, raise if it was flagged. A dirty
+        ``hit`` (module docstring) is zeroed by the host once no launch can still write it."""
         if keys.shape[0]:
             s = self.enter(stream)
             if self._hit_dirty:
-                self._zero(self.hit, s)
+                self.sync(s)  # ``s`` waits for the table's previous operation (``enter``)
+                self.hit[0] = 0
             self._hit_dirty = True
             run(s)
-            if self._read(self.hit, s)[0]:
+            self.sync(s)
+            if self.hit[0]:
                 raise _sentinel_error(name)
             self._hit_dirty = False
 
