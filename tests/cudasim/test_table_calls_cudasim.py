@@ -92,6 +92,9 @@ def test_a_blocking_lookup_is_one_launch_and_one_sync(ops):
     found, n = _once(ops, lambda: t.contains(keys))
     assert n == {"scope": 1, "convert": 1, "alloc": 1, "launch": 1, "sync": 1}
     assert found.copy_to_host().sum() == 10
+    slots, n = _once(ops, lambda: t.lookup(keys, 3))  # the HBM cache's per-batch lookup (``_cache.py``)
+    assert n == {"scope": 1, "convert": 1, "alloc": 1, "launch": 1, "sync": 1}
+    assert (slots.copy_to_host() >= 0).sum() == 10
 
 
 def test_the_sentinel_flag_is_zeroed_only_after_a_lookup_that_may_have_set_it(ops):
