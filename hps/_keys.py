@@ -75,3 +75,10 @@ def rows_at(out, at, n: int, dim: int, dtype):
         raise InvalidInputError(f"at must be ({n},) int64 rows of out (0 <= at < {out.shape[0]}), got shape "
                                 f"{at.shape}")
     return out, at
+
+
+def packed(a: np.ndarray) -> np.ndarray:
+    """``a`` with C strides (a copy when NumPy calls it contiguous with other strides, e.g. a
+    broadcast (n, 1) column), as a copy into a device buffer needs."""
+    want = a.itemsize * np.cumprod((a.shape[1:] + (1,))[::-1])[::-1]
+    return a if tuple(want) == a.strides else a.copy(order="C")

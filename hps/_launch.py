@@ -47,6 +47,7 @@ _lock = threading.Lock()
 _sms: dict = {}
 _configs: dict = {}
 _external: dict = {}
+_default: dict = {}  # 0 -> Numba's default stream object (``synchronize``)
 
 
 # -- launch shapes ----------------------------------------------------------------------------------------
@@ -102,12 +103,15 @@ def stream_of(stream):
 
 
 def synchronize(stream) -> None:
-    """Block until the work enqueued on ``stream`` (as :func:`stream_of` takes it) is done."""
+    """Block until the work enqueued on ``stream`` (as :func:`stream_of` takes it) is done. Numba's
+    default stream object is made once (``default_stream()`` looks the context up and builds a new
+    one per call; its handle, 0, names the current context's default stream wherever it is used)."""
     s = stream_of(stream)
     if s == 0:
-        cuda().default_stream().synchronize()
-    else:
-        s.synchronize()
+        s = _default.get(0)
+        if s is None:
+            s = _default[0] = cuda().default_stream()
+    s.synchronize()
 
 
 def event():

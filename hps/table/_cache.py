@@ -55,7 +55,7 @@ class CacheOps:
         ``keys[slots < 0]``); each live key's score counts a use in ``batch``. Pass a batch's unique keys
         (a key repeated in one call counts each time). A device array when the keys were on the device,
         else a host array. Blocking."""
-        with self._lock:
+        with self._lock, self._impl.scope():
             self._settle()
             k, on_dev = self._impl.keys_in(keys, stream=stream)
             slots = self._impl.empty("slots", (k.shape[0],), np.int64, on_dev)
@@ -128,7 +128,7 @@ class CacheOps:
         (k, dim)) host arrays in key order, k = min(n, live keys not looked up since batch
         ``protect_from``). Blocking."""
         protect = _evict_args(n, protect_from)
-        with self._lock:
+        with self._lock, self._impl.scope():
             self._settle()
             if n == 0 or self._size == 0:
                 return np.empty(0, np.uint64), np.empty((0, self._dim), self._dtype)

@@ -6,6 +6,8 @@ arrays (keys (n,) uint64 contiguous, rows (n, dim) of the table dtype).
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from . import _cache_kernels_cpu as C
@@ -21,6 +23,8 @@ _NO_FOUND = np.empty(0, dtype=np.bool_)    # ``get``'s found when a call wants n
 
 class CpuTableImpl:
     device = "cpu"
+    #: Nothing to hold around a blocking call (the CUDA table looks its context up once there).
+    scope = staticmethod(contextlib.nullcontext)
 
     def __init__(self, n_slots: int, dim: int, dtype, scores: bool = True):
         """``scores``: keep the cache score of every slot (``_cache.py``; 8 bytes a slot); an index

@@ -19,7 +19,9 @@ Host inputs of blocking calls are copied into grow-only scratch buffers (no allo
 warm); asynchronous calls take device arrays only. Results are device arrays when the caller's keys
 were on the device (from CuPy's pool when CuPy is installed), NumPy arrays otherwise. A blocking
 call's device inputs are ordered after their producer's stream on the device, not by a host wait
-(``_cuda_alloc``); its one host wait is its own stream's, at the end.
+(``_cuda_alloc``); its one host wait is its own stream's, at the end. A blocking lookup copies nothing
+back: its sentinel flag ``hit`` is mapped host memory, read after that wait, 0 between calls (the host
+zeroes it after a lookup that raised or was interrupted); asynchronous lookups flag into ``_ahit``.
 
 Not thread-safe on its own; :class:`hps.HashTable` serialises calls.
 """
@@ -29,10 +31,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _launch as L
-from .._keys import as_keys, check_rows
+from .._keys import as_keys, check_rows, packed
 from .._xp import simulated
 from ..errors import DeviceUnavailableError, InternalError, InvalidInputError, InvalidTypeError
-from ._cuda_alloc import DeviceAlloc, blocking_view
+from ._cuda_alloc import DeviceAlloc, blocking_view, scope
 
 try:
     from . import _cache_kernels_cuda as C
@@ -71,7 +73,7 @@ class CudaTableImpl:
 
     Device arrays: ``tkeys`` (S,) uint64, ``tstate`` (S,) int32, ``tvals`` (S, dim) dtype, ``tscore``
     (S,) uint64 cache scores (``_cache.py``), ``owner`` (S,) int32 scratch (-1 between calls), ``counts`` (3,) int64 (one blocking call's), ``pending``
-    (4,) int64 (asynchronous calls', see ``PENDING``), ``hit`` (1,) int64 (sentinel seen).
+    (4,) int64 (asynchronous calls', see ``PENDING``), ``hit`` (1,) int64 mapped (sentinel seen).
     """
 
     device = "cuda"
@@ -85,12 +87,14 @@ class CudaTableImpl:
         self.alloc = DeviceAlloc(cuda)  # results of blocking calls
         self.counts = cuda.device_array(3, dtype=np.int64)
         self.pending = cuda.device_array(len(PENDING), dtype=np.int64)
-        self.hit = cuda.device_array(1, dtype=np.int64)
+        self.hit, self._ahit = cuda.mapped_array(1, dtype=np.int64), cuda.device_array(1, dtype=np.int64)
         self._h_counts = cuda.pinned_array(len(PENDING), dtype=np.int64)
         self._h_zeros = cuda.pinned_array(len(PENDING), dtype=np.int64)
         self._h_zeros[:] = 0
         self._scratch: dict = {}
         self._last = 0  # stream of the last operation (see the module docstring)
+        self._ev = L.event()  # orders streams (``enter``, ``follow_producer``), re-recorded each time
+        self._hit_dirty = True  # ``hit`` may be non-zero (module docstring): uninitialised here
         self.pending.copy_to_device(self._h_zeros)
         self.clear()
 
@@ -112,11 +116,13 @@ class CudaTableImpl:
         ran on another stream (operations stay in issue order)."""
         s = L.stream_of(stream)
         if s is not self._last and s != self._last:
-            ev = L.event()
-            ev.record(self._last)
-            ev.wait(s)
+            self._ev.record(self._last)
+            self._ev.wait(s)
             self._last = s
         return s
+
+    #: One CUDA context lookup for a whole blocking call (``_cuda_alloc.scope``).
+    scope = staticmethod(scope)
 
     def sync(self, s) -> None:
         L.synchronize(s)
@@ -143,7 +149,7 @@ class CudaTableImpl:
         """(device keys (n,) uint64, on_device). Host keys (blocking calls only) are validated, then
         copied into scratch; device keys are used in place (int64 reinterpreted bitwise). A blocking
         call's ``stream`` first waits (on the device) for the stream the producer exported."""
-        d = blocking_view(keys, stream) if blocking else _async_view(keys)
+        d = blocking_view(keys, stream, self._ev) if blocking else _async_view(keys)
         if d is None:
             if not blocking:
                 raise InvalidTypeError(f"{name} must be a device array for an asynchronous call; "
@@ -167,12 +173,8 @@ class CudaTableImpl:
 
     def check_sentinel(self, keys, name="keys", stream=0) -> None:
         """Raise InvalidInputError when device ``keys`` hold the sentinel. Blocking."""
-        if keys.shape[0]:
-            s = self.enter(stream)
-            self._zero(self.hit, s)
-            L.launch(K.has_key, L.grid1(keys.shape[0]), s, keys, np.uint64(0xFFFFFFFFFFFFFFFF), self.hit)
-            if self._read(self.hit, s)[0]:
-                raise _sentinel_error(name)
+        self._checked(keys, lambda s: L.launch(K.has_key, L.grid1(keys.shape[0]), s, keys,
+                                               np.uint64(0xFFFFFFFFFFFFFFFF), self.hit), stream, name)
 
     @staticmethod
     def _check_batch(n: int, name: str) -> None:
@@ -183,11 +185,11 @@ class CudaTableImpl:
         """Device rows (n, dim) of the table dtype. Host rows (blocking calls only) are validated (and
         cast like ``check_rows``) then copied into scratch; device rows of the right dtype are used in
         place, other numeric dtypes are converted on the GPU into a new array."""
-        d = blocking_view(rows, stream) if blocking else _async_view(rows)
+        d = blocking_view(rows, stream, self._ev) if blocking else _async_view(rows)
         if d is None:
             if not blocking:
                 raise InvalidTypeError(f"{name} must be a device array for an asynchronous call")
-            r = _packed(check_rows(rows, n, self.dim, self.dtype, name))
+            r = packed(check_rows(rows, n, self.dim, self.dtype, name))
             buf = self._buf("rows", r.shape, self.dtype)
             if n:
                 buf.copy_to_device(r, stream=L.stream_of(stream))
@@ -236,16 +238,17 @@ class CudaTableImpl:
         if not accumulate:
             L.launch(K.unmark_keys, L.grid1(n), s, self.tkeys, self.owner, keys)
 
-    def get_async(self, keys, out, found, stream=0) -> None:
-        """out (n, dim) = rows of live keys, zeros elsewhere; found (n,) bool; a sentinel key sets ``hit``."""
+    def get_async(self, keys, out, found, stream=0, hit=None) -> None:
+        """out (n, dim) = rows of live keys, zeros elsewhere; found (n,) bool; a sentinel key sets ``hit``
+        (default ``_ahit``, never read)."""
         if keys.shape[0]:
             L.launch(K.get, L.grid1(keys.shape[0]), self.enter(stream), self.tkeys, self.tstate, self.tvals, keys,
-                     out, found, self.hit)
+                     out, found, self._ahit if hit is None else hit)
 
-    def contains_async(self, keys, found, stream=0) -> None:
+    def contains_async(self, keys, found, stream=0, hit=None) -> None:
         if keys.shape[0]:
             L.launch(K.contains, L.grid1(keys.shape[0]), self.enter(stream), self.tkeys, self.tstate, keys, found,
-                     self.hit)
+                     self._ahit if hit is None else hit)
 
     def erase_async(self, keys, stream=0, counts=None) -> None:
         """Erase live keys; ``counts[0]`` (default ``pending["erased"]``) += keys erased."""
@@ -285,7 +288,6 @@ class CudaTableImpl:
         s = self._last
         got = self._read(self.pending, s).copy()
         self._zero(self.pending, s)
-        self._zero(self.hit, s)
         return got
 
     # -- blocking operations (validated device inputs) ------------------------------------------------
@@ -344,23 +346,29 @@ class CudaTableImpl:
                 raise InvalidInputError(f"out must have shape {(n, self.dim)} and dtype {self.dtype}, "
                                         f"got {out.shape} {out.dtype}")
         found = self.empty("found", (n,), np.bool_, on_device)
-        self._checked(keys, lambda s: self.get_async(keys, out, found, s), stream)
+        self._checked(keys, lambda s: self.get_async(keys, out, found, s, self.hit), stream)
         return out, found
 
     def contains(self, keys, on_device=True, stream=0):
         n = keys.shape[0]
         found = self.empty("found", (n,), np.bool_, on_device)
-        self._checked(keys, lambda s: self.contains_async(keys, found, s), stream)
+        self._checked(keys, lambda s: self.contains_async(keys, found, s, self.hit), stream)
         return found
 
-    def _checked(self, keys, run, stream) -> None:
-        """Run a lookup that flags the sentinel in ``hit``, wait for it, raise if it was flagged."""
+    def _checked(self, keys, run, stream, name="keys") -> None:
+        """Run a lookup that flags the sentinel in ``hit``, wait for it, raise if it was flagged. A dirty
+        ``hit`` (module docstring) is zeroed by the host once no launch can still write it."""
         if keys.shape[0]:
             s = self.enter(stream)
-            self._zero(self.hit, s)
+            if self._hit_dirty:
+                self.sync(s)  # ``s`` waits for the table's previous operation (``enter``)
+                self.hit[0] = 0
+            self._hit_dirty = True
             run(s)
-            if self._read(self.hit, s)[0]:
-                raise _sentinel_error("keys")
+            self.sync(s)
+            if self.hit[0]:
+                raise _sentinel_error(name)
+            self._hit_dirty = False
 
     def erase(self, keys, stream=0) -> int:
         if keys.shape[0] == 0:
@@ -435,13 +443,6 @@ def _async_view(x):
     if d is None and isinstance(x, np.ndarray) and simulated():
         return x
     return d
-
-
-def _packed(a: np.ndarray) -> np.ndarray:
-    """``a`` with C strides (a copy when NumPy calls it contiguous with other strides, e.g. a
-    broadcast (n, 1) column), as a copy into a device buffer needs."""
-    want = a.itemsize * np.cumprod((a.shape[1:] + (1,))[::-1])[::-1]
-    return a if tuple(want) == a.strides else a.copy(order="C")
 
 
 def _sentinel_error(name: str) -> InvalidInputError:

@@ -1,12 +1,16 @@
 """The fixed costs of a blocking CUDA table call that do not need the host: waiting for the producer of
-its device inputs, and allocating its device outputs (``_cuda.CudaTableImpl``).
+its device inputs, allocating its device outputs, and finding the CUDA context (``_cuda.CudaTableImpl``).
 
 - :func:`follow_producer`: a device input that names the stream its producer wrote it on (CUDA Array
   Interface v3, ``stream``) is ordered before the call by an event the call's stream waits on, on
   the device, instead of the host synchronising the producer's stream first (Numba's
   ``as_cuda_array(sync=True)``); nothing at all when both are the same stream (a CuPy array made on
   the legacy default stream, read by a call on stream 0). The call still ends by synchronising its
-  own stream, so its results are there when it returns.
+  own stream, so its results are there when it returns. The event is the table's own, recorded
+  again by each call (a wait already enqueued keeps the record it saw), not one created per call.
+- :func:`scope`: every public Numba CUDA call (``as_cuda_array``, ``copy_to_host``, a launch, ...)
+  looks the current context up on its own, two driver queries and a lock when no outer call holds
+  it; a blocking table call holds one lookup for all of its steps (Numba's ``ensure_context``).
 - :class:`DeviceAlloc`: a blocking call's new device outputs come from CuPy's memory pool when CuPy
   is installed (a pooled block: no ``cuMemAlloc`` per call, nor the ``cuMemFree`` that synchronises
   the device when Numba later frees its own allocations), as a Numba view that keeps the CuPy
@@ -20,10 +24,12 @@ Not thread-safe on their own; :class:`hps.HashTable` serialises calls.
 
 from __future__ import annotations
 
+import contextlib
+
 from .. import _launch as L
 from .._xp import simulated
 
-__all__ = ["DeviceAlloc", "blocking_view", "follow_producer"]
+__all__ = ["DeviceAlloc", "blocking_view", "follow_producer", "scope"]
 
 #: CUDA's handles of the default streams (``CU_STREAM_LEGACY``, ``CU_STREAM_PER_THREAD``).
 LEGACY, PER_THREAD = 1, 2
@@ -40,25 +46,37 @@ def _handle(stream) -> int:
     return h
 
 
-def follow_producer(d, stream) -> None:
+def follow_producer(d, stream, ev) -> None:
     """Make ``stream`` (``L.stream_of`` form) wait, on the device, for the stream the device array
-    ``d`` was exported on (``d.stream``; 0 or absent: the producer named none, nothing to order).
-    Does not block the host."""
+    ``d`` was exported on (``d.stream``; 0 or absent: the producer named none, nothing to order),
+    through the caller's event ``ev`` (``L.event()``). Does not block the host."""
     prod = getattr(d, "stream", 0)
     if prod == 0 or prod is None or _handle(prod) == _handle(stream):
         return
-    ev = L.event()
     ev.record(prod)
     ev.wait(stream)
 
 
-def blocking_view(x, stream):
+def blocking_view(x, stream, ev):
     """A Numba view of a blocking call's array ``x`` (None for a host array), ``stream`` (``L.stream_of``
-    form) made to wait for the stream its producer exported (:func:`follow_producer`)."""
+    form) made to wait for the stream its producer exported (:func:`follow_producer`, event ``ev``)."""
     d = L.view(x)
     if d is not None:
-        follow_producer(d, L.stream_of(stream))
+        follow_producer(d, L.stream_of(stream), ev)
     return d
+
+
+def scope():
+    """A context manager that looks the CUDA context up once for the Numba calls inside it (module
+    docstring); a no-op under the simulator, which has no contexts."""
+    runtime = None if simulated() else getattr(_devices(), "_runtime", None)
+    return contextlib.nullcontext() if runtime is None else runtime.ensure_context()
+
+
+def _devices():
+    from numba.cuda.cudadrv import devices
+
+    return devices
 
 
 class DeviceAlloc:

@@ -198,7 +198,7 @@ class HashTable(CacheOps, RowOps):
 
         ``out``: optional (n, dim) array of the table dtype that receives the values and is returned
         (no allocation per call; a device array on ``cuda``)."""
-        with self._lock, self._rows:
+        with self._lock, self._rows, self._impl.scope():
             self._settle()
             k, on_dev = self._impl.keys_in(keys, stream=stream)
             vals, found = self._impl.get(k, out, on_dev, stream)
@@ -209,14 +209,14 @@ class HashTable(CacheOps, RowOps):
 
     def contains(self, keys, stream=None):
         """found (n,) bool. Blocking."""
-        with self._lock:
+        with self._lock, self._impl.scope():
             self._settle()
             k, on_dev = self._impl.keys_in(keys, stream=stream)
             return self._impl.out(self._impl.contains(k, on_dev, stream), on_dev, stream)
 
     def erase(self, keys, stream=None) -> int:
         """Remove keys; returns how many were present (a key repeated in ``keys`` counts once). Blocking."""
-        with self._lock, self._rows:
+        with self._lock, self._rows, self._impl.scope():
             self._settle()
             k, _ = self._impl.keys_in(keys, stream=stream)
             if k.shape[0] == 0:
@@ -417,7 +417,7 @@ class HashTable(CacheOps, RowOps):
         self._tombstones -= n_revived
 
     def _upsert(self, keys, rows, accumulate: bool, stream=None) -> None:
-        with self._lock, self._rows:
+        with self._lock, self._rows, self._impl.scope():
             self._settle()
             k, r = self._validate(keys, rows, "deltas" if accumulate else "values", stream)
             n = k.shape[0]

@@ -175,8 +175,8 @@ class _Prod:
 def test_a_blocking_table_call_follows_its_inputs_producer_on_the_device(monkeypatch, producer, call, waits):
     """``hps.table._cuda_alloc.follow_producer``: an input exported on another stream than the call's
     is ordered by an event recorded on the producer's stream and waited on by the call's (no host
-    wait); the same stream (the legacy default one is handle 1 and Numba's stream 0) or no producer
-    stream needs nothing."""
+    wait; the event is the caller's, ``ev``); the same stream (the legacy default one is handle 1 and
+    Numba's stream 0) or no producer stream needs nothing."""
     from hps.table import _cuda_alloc
 
     log = []
@@ -188,8 +188,8 @@ def test_a_blocking_table_call_follows_its_inputs_producer_on_the_device(monkeyp
         def wait(self, s):
             log.append(("wait", s))
 
-    monkeypatch.setattr(_cuda_alloc.L, "event", Ev)
-    _cuda_alloc.follow_producer(SimpleNamespace(stream=producer), call)
+    monkeypatch.setattr(_cuda_alloc.L, "event", lambda: pytest.fail("an event created per call"))
+    _cuda_alloc.follow_producer(SimpleNamespace(stream=producer), call, Ev())
     assert log == ([("record", producer), ("wait", call)] if waits else [])
 
 

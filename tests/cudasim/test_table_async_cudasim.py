@@ -49,24 +49,26 @@ def test_async_calls_on_two_streams_match_the_blocking_ones():
 
 def test_async_calls_keep_issue_order_across_streams(monkeypatch):
     """(NumPy arrays stand for device arrays under the simulator, as in hps.gpu's operations; a real
-    GPU refuses host arrays in asynchronous calls: tests/gpu/test_table_gpu.py.)"""
+    GPU refuses host arrays in asynchronous calls: tests/gpu/test_table_gpu.py.) The table makes its
+    one ordering event when it is built, none per call."""
     c = cuda()
-    t = HashTable(8, 2, device="cuda")
-    waits = []
+    waits, made = [], []
     real = _launch.event
 
     def spy():
         ev = real()
         orig = ev.wait
         ev.wait = lambda s=0: (waits.append(s), orig(s))
+        made.append(ev)
         return ev
 
     monkeypatch.setattr(_launch, "event", spy)
+    t = HashTable(8, 2, device="cuda")
     s = c.stream()
     t.contains_async(dev(np.array([1], np.uint64)), c.device_array(1, np.bool_), stream=s)  # 0 -> s: waits
     t.contains_async(dev(np.array([1], np.uint64)), c.device_array(1, np.bool_), stream=s)  # same stream
     t.contains(np.array([1], np.uint64))  # s -> 0: waits again
-    assert waits == [s, 0]
+    assert waits == [s, 0] and len(made) == 1
 
 
 def test_sentinel_in_an_async_insert_is_skipped_and_reported_at_the_edge():

@@ -148,6 +148,25 @@ def test_cupy_inputs():
         gpu.get(cp.asarray(np.array([1, -1], np.int64)))
 
 
+def test_the_sentinel_flag_of_blocking_lookups_on_a_gpu():
+    """``hit`` is mapped host memory (``hps/table/_cuda.py``): a blocking lookup of the sentinel raises
+    (get and contains), the next lookups answer and do not raise, and an asynchronous lookup of the
+    sentinel (answered absent) does not make the next blocking one raise."""
+    cp = pytest.importorskip("cupy")
+    t = HashTable(64, 4, device="cuda")
+    keys = cp.arange(1, 9, dtype=cp.uint64)
+    t.insert(keys, cp.ones((8, 4), cp.float32))
+    bad, out = cp.asarray(np.array([3, 2**64 - 1], np.uint64)), cp.zeros((8, 4), cp.float32)
+    for lookup in (lambda k: t.get(k), t.contains) * 2:
+        with pytest.raises(ValueError, match="sentinel"):
+            lookup(bad)
+        assert bool(cp.asarray(t.contains(keys)).all())
+    found = cp.zeros(2, cp.bool_)
+    t.contains_async(bad, found)
+    _, f = t.get(keys, out=out)
+    assert bool(cp.asarray(f).all()) and bool((out == 1).all()) and found.tolist() == [True, False]
+
+
 def test_partitioned_cuda_matches_single_cpu():
     from hps.gpu import PartitionedHashTable
 
