@@ -23,7 +23,7 @@ bench)
   timeout 150 python3 -m bench.bench_device --no-cpu 2>&1 | tail -8; save device-mb4096 ;;
 tests)
   step "gpu-marked tests"
-  timeout 170 python3 -m pytest -q -m gpu -p no:cacheprovider --durations=8 -W ignore::DeprecationWarning \
+  timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider --durations=8 -W ignore::DeprecationWarning \
     tests/gpu tests/test_model_kernels.py tests/test_model_zoo.py tests/test_comm.py 2>&1 | tee "$OUT/pytest.txt" | tail -40 ;;
 table)
   step "hash table (batches of 2^20 keys, 2^26 slots)"
