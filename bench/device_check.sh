@@ -45,10 +45,10 @@ tenth)
     save device-b16k-1of$part; [ -f "$OUT/device-b16k-1of$part.json" ] && break
   done ;;
 profile)
-  step "cProfile of the place and train stages, the issue's job at mini-batch 4096 (bench.profile_stages)"
-  timeout 90 python3 -m bench.profile_stages --top 25 --out "$OUT" -- --rows 1000000 --fields 26 \
-    --vocab-per-field 1000000 --batch-size 65536 --minibatch-size 4096 --hidden 512,256 --embedding-dim 32 \
-    --no-progress --device cuda --ssd-path /tmp/hps-prof-ssd 2>&1 | grep -E "^(=== stage|trained|stage busy)" ;;
+  step "cProfile of the train stage, the issue's job at mini-batch 4096 (bench.profile_stages; one stage a run)"
+  timeout 90 python3 -m bench.profile_stages --stages train --top 25 --out "$OUT" -- --rows 1000000 \
+    --fields 26 --vocab-per-field 1000000 --batch-size 65536 --minibatch-size 4096 --hidden 512,256 \
+    --embedding-dim 32 --no-progress --device cuda --ssd-path /tmp/hps-prof-ssd 2>&1 | tail -4 ;;
 equiv)
   step "cpu vs cuda equivalence (shared/device/equiv.py)"
   timeout 120 python3 .device/equiv.py /tmp/equiv 2>&1 | tail -8 ;;

@@ -5,9 +5,12 @@ function (wall clock, so a stage waiting on the GPU or on the GIL shows it where
         -- <python -m hps.train arguments>
 
 Each named stage's work (``hps.pipeline.Stage.fn``) runs under a ``cProfile.Profile`` of its own,
-enabled in that stage's thread only; the report of each is printed after the job (and written to
-``DIR/profile-<stage>.txt`` with ``--out``). A development tool: its figures are for finding costs,
-not for reporting speed (profiling slows every Python call).
+enabled while that stage works; the report of each is printed after the job (and written to
+``DIR/profile-<stage>.txt`` with ``--out``). Up to Python 3.11 a profiler sees its own thread only, so
+several stages profile at once. From 3.12 cProfile is one ``sys.monitoring`` tool per process: one stage
+a run, and its report also counts what the other threads called while that stage worked (a second
+profiler would fail the job: an H200 run of 2026-11-27 did). A development tool: its figures are for
+finding costs, not for reporting speed (profiling slows every Python call).
 """
 
 from __future__ import annotations
@@ -31,11 +34,15 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="also write profile-<stage>.txt into this folder")
     a = p.parse_args(argv[:cut])
     job = argv[cut + 1:]
+    names = [n for n in a.stages.split(",") if n]
+    if sys.version_info >= (3, 12) and len(names) > 1:
+        p.error(f"Python {sys.version_info.major}.{sys.version_info.minor} runs one profiler per process: "
+                f"name one stage a run (--stages {names[0]})")
 
     import hps.pipeline as pipeline
     from hps.train._main import main as train
 
-    profiles = {name: cProfile.Profile() for name in a.stages.split(",") if name}
+    profiles = {name: cProfile.Profile() for name in names}
     init = pipeline.Stage.__init__
 
     def profiled_init(self, name, fn, *args, **kw):
