@@ -382,17 +382,20 @@ def test_initializer_fill_writes_rows_in_place_and_checks_shapes():
         init.fill(keys, out, np.array([0]))
 
 
+def _three_tiers():
+    """A MemPS whose keys 10, 11 are cached (dirty), 20, 21 only in its store; any other key is new."""
+    store = DictStore(W)
+    store.dump(_u([20, 21]), np.full((2, W), 5, np.float32))
+    mem = _mem(store, capacity_rows=8)
+    mem.push(_u([10, 11]), np.full((2, W), 3, np.float32))
+    return mem
+
+
 def test_take_writes_each_row_at_its_place_in_a_given_array():
     """``take(keys, out, at)`` (the CPU twin of the HBM-PS passes its slot array and the keys' slots)
     moves the same rows as ``take(keys)`` -- cached, from the store, born -- each to ``out[at[i]]``,
     other rows of ``out`` untouched; a row outside ``out`` is refused before anything moves."""
-    mems = []
-    for _ in range(2):
-        store = DictStore(W)
-        store.dump(_u([20, 21]), np.full((2, W), 5, np.float32))       # in the store only
-        mem = _mem(store, capacity_rows=8)
-        mem.push(_u([10, 11]), np.full((2, W), 3, np.float32))         # cached, dirty
-        mems.append(mem)
+    mems = [_three_tiers(), _three_tiers()]
     keys = _u([11, 20, 30, 10, 21, 31])                                 # cached, stored, born
     want = mems[0].take(keys)
     out = np.full((10, W), -1, np.float32)
@@ -410,13 +413,7 @@ def test_take_leaving_born_rows_marks_them_and_writes_the_rest(keys):
     """``take(keys, leave_born=True)`` (a GPU HBM-PS makes the rows of new keys itself): the same moves
     and counts as ``take(keys)``, every row but the born ones written, and ``born`` marks exactly the
     keys neither cached nor stored -- all of them, some, or none."""
-    mems = []
-    for _ in range(2):
-        store = DictStore(W)
-        store.dump(_u([20, 21]), np.full((2, W), 5, np.float32))       # in the store only
-        mem = _mem(store, capacity_rows=8)
-        mem.push(_u([10, 11]), np.full((2, W), 3, np.float32))         # cached, dirty
-        mems.append(mem)
+    mems = [_three_tiers(), _three_tiers()]
     k = _u(keys)
     want = mems[0].take(k)
     out = np.full((k.shape[0], W), np.nan, np.float32)

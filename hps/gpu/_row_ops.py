@@ -1,7 +1,8 @@
 """The sparse row optimizers of ``hps.model`` as asynchronous CUDA operations on the HBM-PS rows, in
 place (the device twins of ``SparseSGD`` / ``SparseAdagrad`` / ``SparseRowwiseAdagrad`` /
 ``SparseAdam.apply``): ``hps/model/_optim_cuda.py``'s launchers on a table view's values, whose kernels
-share their math with the CPU (``hps/model/_optim_kernels.py``). Same contract as ``_train_ops``:
+share their math with the CPU (``hps/model/_optim_kernels.py``); and the birth of new keys' rows on the
+device (``init_rows_async``, the twin of ``hps.mem.RowInitializer.fill``). Same contract as ``_train_ops``:
 enqueued on ``stream``, no allocation, copy or synchronisation; ``view`` from ``table.device_view()``;
 slots (u,) int64 distinct (one update per key; -1 skipped); grads (u, P) of the table dtype, the
 gradient of each key summed over the global mini-batch; rows ``[parameters (P) | state | ...]``.
@@ -12,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _launch as L
-from .._hashing import mix64
 from ..errors import InvalidInputError
 from ..model import _optim_cuda as R
 from ._train_ops import _dev, _view
@@ -62,6 +62,7 @@ def init_rows_async(keys, idx, initializer, out, stream=0) -> None:
     (an ``hps.mem.RowInitializer``: the same bits as its host ``fill``, ``hps/mem/_init_kernels_cuda.py``).
     Asynchronous; the other rows of ``out`` are not touched."""
     from ..mem import _init_kernels_cuda as IK
+    from ..mem._init_kernels import seed_base
 
     keys = _dev(keys, "keys", np.uint64, 1)
     idx = _dev(idx, "idx", np.int64, 1)
@@ -70,6 +71,6 @@ def init_rows_async(keys, idx, initializer, out, stream=0) -> None:
         raise InvalidInputError(f"out must be ({keys.shape[0]}, {initializer.row_width}) for the keys and the "
                                 f"initializer's row width, got {tuple(out.shape)}")
     if idx.shape[0]:
-        base = mix64(np.uint64(initializer.seed) ^ np.uint64(0xD1B54A32D192ED03))
-        L.launch(IK.init_rows, L.grid_rows(idx.shape[0], out.shape[1]), stream, keys, idx, np.uint64(base),
+        L.launch(IK.init_rows, L.grid_rows(idx.shape[0], out.shape[1]), stream, keys, idx,
+                 np.uint64(seed_base(np.uint64(initializer.seed))),
                  initializer.emb_dim, initializer.scale, np.float32(initializer.state_value), out)

@@ -27,7 +27,7 @@ def init_rows(keys, at, seed, emb_dim, scale, state_value, out):
     VM, 2026-11-27, indicative: 200 k rows into a contiguous array 97-118 -> 72-100 ns a row; 300 k rows
     scattered into a 2 GiB array, median 129 -> 121, where the rows' writes weigh most)."""
     golden = np.uint64(0x9E3779B97F4A7C15)
-    base = mix64(np.uint64(seed) ^ np.uint64(0xD1B54A32D192ED03))
+    base = seed_base(seed)
     inv = 1.0 / 9007199254740992.0  # 2**-53
     two52, two32 = 4503599627370496.0, 4294967296.0
     fs = np.float32(scale)
@@ -51,6 +51,13 @@ def init_rows(keys, at, seed, emb_dim, scale, state_value, out):
             out[r, j] = v
         for j in range(emb_dim, out.shape[1]):
             out[r, j] = state_value
+
+
+@njit(nogil=True, cache=True, inline="always")
+def seed_base(seed):
+    """The hash every key's draws start from (``mix64(key ^ base)``): ``mix64(seed ^ a fixed salt)``;
+    the device twin (``_init_kernels_cuda``) takes it from here."""
+    return mix64(np.uint64(seed) ^ np.uint64(0xD1B54A32D192ED03))
 
 
 @njit(nogil=True, cache=True, inline="always")

@@ -16,7 +16,7 @@ from .._hashing import mix64
 def init_rows(keys, idx, base, emb_dim, scale, state_value, out):
     """Row kernel over idx (m,) int64: out[r, :emb_dim] = the initial draws of keys[r] for r = idx[i],
     out[r, emb_dim:] = state_value. keys (n,) uint64, out (n, W) float32; ``base`` =
-    ``mix64(seed ^ 0xD1B54A32D192ED03)`` (host).
+    ``_init_kernels.seed_base(seed)`` (host).
 
     Column j's draw is ``init_rows``': ``x = mix64(mix64(key ^ base) + (j + 1) * golden) >> 11``, ``u =
     x * 2**-53`` (exact: x < 2**53), ``v = float32((2u - 1) * scale)`` (``2u - 1`` is exact, so a fused

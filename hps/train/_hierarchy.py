@@ -198,8 +198,9 @@ class ParameterHierarchy:
         its device) when they might not fit. When every key is this rank's own and the table has
         ``insert_new`` (one table, not parts), the MEM-PS writes the rows straight into the slots the
         keys claim (``MemPS.take`` into the CPU twin's slot array: no row is copied, no array allocated
-        per batch); otherwise (rows pulled from their owners, parts) they come through a host array
-        (``insert``, then ``missing`` counts the use). REQUIRES: lock held."""
+        per batch); otherwise (rows pulled from their owners, parts, a GPU table) they come through a
+        host array (``insert``, then ``missing`` counts the use) -- but for the rows of keys new to every
+        tier, which a GPU table with ``births`` makes on the device (``insert_born``). REQUIRES: lock held."""
         n = keys.shape[0]
         if not n:
             return
