@@ -54,6 +54,14 @@ def init_rows(keys, at, seed, emb_dim, scale, state_value, out):
 
 
 @njit(nogil=True, cache=True, inline="always")
+def draw_bits(h, j):
+    """The 53 random bits of column ``j`` of the key whose hash is ``h`` (``init_rows``' draw, which
+    computes it inline so its loop vectorises); the device twin calls this one, so the simulator runs
+    its uint64 arithmetic compiled, as the GPU does, not as NumPy scalars."""
+    return mix64(h + np.uint64(j + 1) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(11)
+
+
+@njit(nogil=True, cache=True, inline="always")
 def seed_base(seed):
     """The hash every key's draws start from (``mix64(key ^ base)``): ``mix64(seed ^ a fixed salt)``;
     the device twin (``_init_kernels_cuda``) takes it from here."""

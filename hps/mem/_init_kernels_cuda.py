@@ -10,6 +10,7 @@ from numba import cuda
 
 from .._grid_kernels import row0, row_step
 from .._hashing import mix64
+from ._init_kernels import draw_bits
 
 
 @cuda.jit
@@ -18,18 +19,17 @@ def init_rows(keys, idx, base, emb_dim, scale, state_value, out):
     out[r, emb_dim:] = state_value. keys (n,) uint64, out (n, W) float32; ``base`` =
     ``_init_kernels.seed_base(seed)`` (host).
 
-    Column j's draw is ``init_rows``': ``x = mix64(mix64(key ^ base) + (j + 1) * golden) >> 11``, ``u =
+    Column j's draw is ``init_rows``': ``x = draw_bits(mix64(key ^ base), j)`` (53 bits), ``u =
     x * 2**-53`` (exact: x < 2**53), ``v = float32((2u - 1) * scale)`` (``2u - 1`` is exact, so a fused
     multiply-add there changes nothing: one rounding in the product, one in the cast), and ``-scale``
     where float32 rounding reached ``scale``."""
-    golden = np.uint64(0x9E3779B97F4A7C15)
     fs = np.float32(scale)
     for i in range(row0(), idx.shape[0], row_step()):
         r = idx[i]
-        h = mix64(keys[r] ^ base)
+        h = np.uint64(mix64(keys[r] ^ base))
         for j in range(cuda.threadIdx.x, out.shape[1], cuda.blockDim.x):
             if j < emb_dim:
-                x = mix64(h + np.uint64(j + 1) * golden) >> np.uint64(11)
+                x = draw_bits(h, j)
                 u = np.float64(x) * 1.1102230246251565e-16   # 2**-53
                 v = np.float32((2.0 * u - 1.0) * scale)
                 if v >= fs:

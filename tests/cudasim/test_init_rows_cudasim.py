@@ -8,8 +8,7 @@ from hps.errors import InvalidInputError
 from hps.gpu import init_rows_async
 from hps.mem import RowInitializer
 
-# the simulator runs the kernel's uint64 hashing as NumPy scalars, which warn when they wrap (as meant)
-pytestmark = [pytest.mark.cudasim, pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")]
+pytestmark = [pytest.mark.cudasim, pytest.mark.filterwarnings("error:overflow encountered:RuntimeWarning")]
 
 
 @pytest.mark.parametrize("emb_dim,width,seed,scale,state", [(3, 3, 0, 0.01, 0.0), (4, 13, 7, 0.05, 0.1),
