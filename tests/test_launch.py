@@ -82,3 +82,10 @@ def test_grids_fill_the_device_and_stop_at_the_work(monkeypatch):
     assert _launch.grid1(0) == (1, 256)
     assert _launch.grid_rows(10**8, 49) == (8 * 132, (32, 8))
     assert _launch.grid_rows(5, 3) == (1, (4, 64))
+
+
+def test_blocks_fit_the_shared_arrays_of_the_kernels_that_size_them():
+    """The table's ``get`` keeps one slot per thread of its block in a shared array of GET_MAX_BLOCK
+    entries and is launched with ``grid1``'s BLOCK_SIZE threads: a larger block would write past it."""
+    K = pytest.importorskip("hps.table._cuda_kernels")
+    assert _launch.BLOCK_SIZE <= K.GET_MAX_BLOCK

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidInputError
-from ._train_ops import BACKWARD_CHUNK, BackwardPlan
+from ._train_ops import BACKWARD_CHUNK, BackwardPlan, chunk_bounds, chunk_pointers
 
 __all__ = ["minibatch_plans"]
 
@@ -72,18 +72,11 @@ def minibatch_plans(keys, field, weights, offsets, bounds, host_offsets, width: 
     uoff = xp.zeros(p + 1, np.int64)
     uoff[1:] = xp.cumsum(xp.bincount(ss[hpos][rank], minlength=p))
     # gradient chunks (backward_plan's, over the batch-wide groups: a group never spans mini-batches)
-    counts = xp.bincount(g, minlength=u).astype(np.int64)
-    kptr = xp.zeros(u + 1, np.int64)
-    kptr[1:] = xp.cumsum(counts)
-    cptr = xp.zeros(u + 1, np.int64)
-    cptr[1:] = xp.cumsum((counts + chunk - 1) // chunk)
+    kptr, cptr = chunk_pointers(g, u, chunk, xp)
     host = np.asarray(read(xp.concatenate([uoff, cptr[uoff]])), dtype=np.int64)
     uo, co = host[:p + 1].tolist(), host[p + 1:].tolist()
     c = co[-1]
-    ids = xp.arange(c, dtype=np.int64)
-    ckey = xp.searchsorted(cptr[1:], ids, side="right")
-    cstart = kptr[ckey] + (ids - cptr[ckey]) * chunk
-    cend = xp.minimum(cstart + chunk, kptr[ckey + 1])
+    cstart, cend = chunk_bounds(kptr, cptr, xp.arange(c, dtype=np.int64), chunk, xp)
     border = xp.sort(g * n + xp.arange(n, dtype=np.int64)) % n   # positions by (group, position)
     ex = xp.searchsorted(offsets[1:bounds[-1] + 1], border, side="right").astype(np.int64)
     fld, wts = field[border], weights[border]

@@ -194,24 +194,39 @@ def backward_plan(inv, field, weights, offsets, u: int, width: int, xp, chunk: i
     nnz, u, chunk = int(inv.shape[0]), int(u), int(chunk)
     if chunk < 1 or u < 0 or width < 1:
         raise InvalidInputError(f"need chunk >= 1, u >= 0 and width >= 1, got {chunk}, {u}, {width}")
-    cptr = xp.zeros(u + 1, np.int64)
     c = u + nnz // chunk if nnz and u else 0  # sum over keys of ceil(count / chunk) is at most this
     if c == 0:
         empty = xp.zeros(0, np.int64)
-        return BackwardPlan(empty, xp.zeros(0, np.int32), xp.zeros(0, weights.dtype), empty, empty, cptr,
-                            xp.zeros((0, width), weights.dtype))
+        return BackwardPlan(empty, xp.zeros(0, np.int32), xp.zeros(0, weights.dtype), empty, empty,
+                            xp.zeros(u + 1, np.int64), xp.zeros((0, width), weights.dtype))
     order = xp.sort(inv * nnz + xp.arange(nnz, dtype=np.int64)) % nnz
+    kptr, cptr = chunk_pointers(inv, u, chunk, xp)
+    ids = xp.arange(c, dtype=np.int64)
+    cstart, cend = chunk_bounds(kptr, cptr, ids, chunk, xp)
+    used = ids < cptr[u]  # the chunks past the last key's are empty
+    cstart, cend = xp.where(used, cstart, 0), xp.where(used, cend, 0)
+    ex = xp.searchsorted(offsets[1:], order, side="right").astype(np.int64)
+    return BackwardPlan(ex, field[order], weights[order], cstart, cend, cptr, xp.empty((c, width), weights.dtype))
+
+
+def chunk_pointers(inv, u: int, chunk: int, xp):
+    """(kptr, cptr) (u + 1,) int64 of occurrences ``inv`` (nnz,) of u keys: key i's occurrences are
+    ``kptr[i]:kptr[i + 1]`` in key order, its chunks of at most ``chunk`` of them ``cptr[i]:cptr[i + 1]``."""
     counts = xp.bincount(inv, minlength=u).astype(np.int64)
     kptr = xp.zeros(u + 1, np.int64)
     kptr[1:] = xp.cumsum(counts)
+    cptr = xp.zeros(u + 1, np.int64)
     cptr[1:] = xp.cumsum((counts + chunk - 1) // chunk)
-    ids = xp.arange(c, dtype=np.int64)
-    ckey = xp.minimum(xp.searchsorted(cptr[1:], ids, side="right"), u - 1)  # key of each chunk
-    used = ids < cptr[u]
-    cstart = xp.where(used, kptr[ckey] + (ids - cptr[ckey]) * chunk, 0)
-    cend = xp.where(used, xp.minimum(cstart + chunk, kptr[ckey + 1]), 0)
-    ex = xp.searchsorted(offsets[1:], order, side="right").astype(np.int64)
-    return BackwardPlan(ex, field[order], weights[order], cstart, cend, cptr, xp.empty((c, width), weights.dtype))
+    return kptr, cptr
+
+
+def chunk_bounds(kptr, cptr, ids, chunk: int, xp):
+    """(cstart, cend) int64 of chunks ``ids`` (:func:`chunk_pointers`): each chunk's first position in key
+    order and one past its last (chunks never cross keys). An id past the last chunk gets the last
+    key's bounds (the caller masks it)."""
+    ckey = xp.minimum(xp.searchsorted(cptr[1:], ids, side="right"), cptr.shape[0] - 2)  # key of each chunk
+    cstart = kptr[ckey] + (ids - cptr[ckey]) * chunk
+    return cstart, xp.minimum(cstart + chunk, kptr[ckey + 1])
 
 
 def pool_backward_sorted_async(grad_pooled, plan: BackwardPlan, grads, stream=0) -> None:
