@@ -130,6 +130,9 @@ def main(argv=None) -> int:
     g.add_argument("--minibatch-size", type=int, default=2048, help="scaling: global mini-batch")
     g.add_argument("--hidden", default="128,64", help="scaling: MLP hidden sizes")
     g.add_argument("--sparse-sync", default="owner", help="scaling: owner or allreduce")
+    g.add_argument("--epochs", type=int, default=1, help="scaling: epochs over the data (more work per process)")
+    g.add_argument("--cores-per-rank", type=int, default=0,
+                   help="scaling: pin each rank to its own this many CPUs (0: unpinned) and report wall-clock speedup")
     g.add_argument("--no-weak", dest="weak", action="store_false", help="scaling: strong scaling only")
     g.add_argument("--work-dir", default=None, help="scaling: where the generated data goes (a temp dir)")
     p.add_argument("--ssd-page-cache", default="direct", choices=PAGE_CACHE_MODES)

@@ -4,8 +4,9 @@
 #   mkdir -p .device && cp -r ../shared/device/* .device/     # once: the shim (numba-cuda 0.30.4 imports under
 #                                                              # NumPy 2.5 with it) and the hash-table bench
 #   device run: bash bench/device_check.sh  (carry .device, timeout ~420 s)
-# STEPS (default "tests bench big calls profile tenth"; also "table", "equiv") picks steps; the GPU image
-# has no mpiexec, zstandard or isal.
+# STEPS (default "tests bench big calls profile tenth"; also "table", "equiv", "blocking", "scaling") picks
+# steps; the GPU image has no mpiexec, zstandard or isal: "scaling" installs MPICH's and mpi4py's wheels from
+# .device/wheels (pip download mpi4py mpich --only-binary=:all: --python-version 3.12 -d .device/wheels).
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/hps-device-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/.device/shim:$PWD NUMBA_CACHE_DIR=/tmp/hps-numba-cache
@@ -46,9 +47,27 @@ tenth)
   done ;;
 profile)
   step "cProfile of the train stage, the issue's job at mini-batch 4096 (bench.profile_stages; one stage a run)"
-  timeout 90 python3 -m bench.profile_stages --stages train --top 25 --out "$OUT" -- --rows 1000000 \
+  timeout 90 python3 -m bench.profile_stages --stages train --top 40 --out "$OUT" -- --rows 524288 \
     --fields 26 --vocab-per-field 1000000 --batch-size 65536 --minibatch-size 4096 --hidden 512,256 \
     --embedding-dim 32 --no-progress --device cuda --ssd-path /tmp/hps-prof-ssd 2>&1 | tail -4 ;;
+blocking)
+  step "the same cProfile under CUDA_LAUNCH_BLOCKING=1: each launch's row then holds its GPU time too"
+  mkdir -p "$OUT/blocking"
+  CUDA_LAUNCH_BLOCKING=1 timeout 100 python3 -m bench.profile_stages --stages train --top 40 --out "$OUT/blocking" \
+    -- --rows 524288 --fields 26 --vocab-per-field 1000000 --batch-size 65536 --minibatch-size 4096 \
+    --hidden 512,256 --embedding-dim 32 --no-progress --device cuda --ssd-path /tmp/hps-prof-ssd2 2>&1 | tail -4 ;;
+scaling)
+  step "#25: strong scaling, each rank pinned to 2 cores of its own, 1 BLAS thread (bench_train scaling)"
+  if [ ! -x /tmp/mv/bin/mpiexec ]; then
+    python3 -m venv --system-site-packages --without-pip /tmp/mv &&
+      python3 -m pip install -q --no-index --no-deps --prefix /tmp/mv .device/wheels/*.whl || echo "MPI install failed"
+  fi
+  /tmp/mv/bin/python -c "from pathlib import Path; from bench.train_scaling import write_criteo; write_criteo(Path('/tmp/warm.txt'), 3000, 0)"
+  OMP_NUM_THREADS=1 timeout 60 /tmp/mv/bin/mpiexec -n 2 /tmp/mv/bin/python -m hps.train --format criteo --data /tmp/warm.txt \
+    --eval-data /tmp/warm.txt --embedding-dim 16 --hidden 256,128 --no-progress 2>&1 | tail -2  # compiles the kernels
+  timeout 300 /tmp/mv/bin/python -m bench.bench_train scaling --no-weak --rows 1000000 --epochs 2 --ranks 1,2,4,8 \
+    --cores-per-rank 2 --hidden 256,128 2>&1 | tail -40
+  cp bench/results/train-scaling.json "$OUT/scaling.json" ;;
 equiv)
   step "cpu vs cuda equivalence (shared/device/equiv.py)"
   timeout 120 python3 .device/equiv.py /tmp/equiv 2>&1 | tail -8 ;;

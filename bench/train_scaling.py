@@ -1,7 +1,8 @@
 """``python -m bench.bench_train scaling``: how the work of ``python -m hps.train`` divides over N ranks.
 
-Every configuration runs as ``mpiexec -n N`` with each rank wrapped in ``/usr/bin/time`` (whole-job CPU
-seconds and peak RSS per rank), on a Criteo-format file generated once (``--rows`` lines per part):
+Every configuration runs as ``mpiexec -n N`` with each rank under ``bench.rank_time`` (wall, whole-job CPU
+seconds and peak RSS per rank; with ``--cores-per-rank K`` each rank pinned to its own K CPUs), on a
+Criteo-format file generated once (``--rows`` lines per part):
 
 - **strong** scaling: one file, the same global batch and mini-batch at every N;
 - **weak** scaling: N files (one more part per rank), global batch and mini-batch N times larger.
@@ -17,7 +18,7 @@ from source again, about 0.3 CPU s of each process's fixed cost that an installe
 From each job's metrics (``--metrics-out``: per rank, CPU seconds of each stage outside MPI — its thread's
 and, for the train stage, the dense pass's helper threads' —
 bytes sent by kind) the benchmark models the time of a job whose ranks each have their own cores and
-a link of bandwidth W, since this development machine cannot run N ranks side by side:
+a link of bandwidth W, since a 2-core development machine cannot run N ranks side by side:
 
     T(N) = max over ranks of the busiest stage's CPU seconds + max over ranks of bytes sent / W
 
@@ -29,6 +30,10 @@ column is the least whole-job CPU ratio possible with this data when every proce
 cost: with a job of a few CPU seconds it sits above 1.25 at 4 ranks, whatever the training step does.
 ``ms/mb`` is the busiest rank's train-stage CPU per global mini-batch and ``+ms/mb`` what it exceeds
 the 1-rank job's divided by N (the cost per mini-batch that does not divide over the ranks).
+
+On a machine with the cores (``--cores-per-rank 2`` on 16 cores runs up to 8 ranks side by side) the
+wall clock is measured rather than modeled: ``wall`` is the slowest rank's, ``x wall`` the speedup over
+the smallest N (weak: N times the work). Targets there: >= 3.4x at 4 ranks and >= 6x at 8.
 """
 
 from __future__ import annotations
@@ -46,7 +51,6 @@ import numpy as np
 
 #: Link bandwidths of the model, bits per second.
 BANDWIDTHS = {"100Gb/s": 100e9, "10Gb/s": 10e9}
-TIME = "/usr/bin/time"
 
 
 def write_criteo(path: Path, lines: int, seed: int) -> Path:
@@ -86,13 +90,14 @@ def minibatches(examples: int, batch: int, minibatch: int) -> int:
     return full * math.ceil(batch / minibatch) + math.ceil(rest / minibatch)
 
 
-def run_ranks(n: int, args: list[str], work: Path, env: dict) -> dict:
-    """``mpiexec -n n`` of ``python -m hps.train args``, each rank under /usr/bin/time -> metrics with
-    ``time_per_rank`` (wall, user, sys seconds and max RSS bytes of every rank)."""
+def run_ranks(n: int, args: list[str], work: Path, env: dict, cores_per_rank: int = 0) -> dict:
+    """``mpiexec -n n`` of ``python -m hps.train args``, each rank under ``bench.rank_time`` (pinned to its
+    own ``cores_per_rank`` CPUs when > 0) -> metrics with ``time_per_rank`` (wall, user, sys seconds and max
+    RSS bytes of every rank)."""
     mpiexec = Path(sys.executable).parent / "mpiexec"
     metrics = work / f"m-{n}.json"
-    script = f'exec {TIME} -f "%e %U %S %M" -o {work}/time-{n}.$PMI_RANK "$@"'
-    cmd = [str(mpiexec if mpiexec.exists() else "mpiexec"), "-n", str(n), "sh", "-c", script, "sh",
+    cmd = [str(mpiexec if mpiexec.exists() else "mpiexec"), "-n", str(n), sys.executable, "-m", "bench.rank_time",
+           str(work / f"time-{n}"), str(cores_per_rank), "--",
            sys.executable, "-m", "hps.train", "--no-progress", "--metrics-out", str(metrics), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -121,29 +126,31 @@ def model(m: dict) -> dict:
 
 def scaling(a) -> dict:
     """Run the sweep (see the module docstring); prints a table and returns everything measured."""
-    if not Path(TIME).exists():
-        raise SystemExit(f"{TIME} is missing: apt-get install time")
     ranks = [int(x) for x in a.ranks.split(",")]
+    pin = a.cores_per_rank
+    if pin and max(ranks) * pin > len(os.sched_getaffinity(0)):
+        raise SystemExit(f"--cores-per-rank {pin} at {max(ranks)} ranks needs {max(ranks) * pin} CPUs; this process "
+                         f"may use {len(os.sched_getaffinity(0))}: lower --ranks or --cores-per-rank")
     work = Path(tempfile.mkdtemp(prefix="hps-scaling-", dir=a.work_dir))
     try:
         env = job_env()
         parts = [write_criteo(work / f"part-{i}.txt", a.rows, seed=i) for i in range(max(ranks) if a.weak else 1)]
         evals = write_criteo(work / "eval.txt", max(1, a.rows // 10), seed=1000)
-        common = ["--format", "criteo", "--epochs", "1", "--embedding-dim", str(a.embedding_dim),
+        common = ["--format", "criteo", "--epochs", str(a.epochs), "--embedding-dim", str(a.embedding_dim),
                   "--hidden", a.hidden, "--sparse-sync", a.sparse_sync]
         out = {"rows_per_part": a.rows, "batch_size": a.batch_size, "minibatch_size": a.minibatch_size,
-               "sparse_sync": a.sparse_sync, "strong": {}, "weak": {}}
+               "sparse_sync": a.sparse_sync, "epochs": a.epochs, "cores_per_rank": pin, "strong": {}, "weak": {}}
         tiny = work / "tiny.txt"
         with open(parts[0]) as src, open(tiny, "w") as dst:
             dst.writelines(line for _, line in zip(range(1000), src))
-        fixed = run_ranks(1, [*common, "--data", str(tiny), "--batch-size", str(a.batch_size),
-                              "--minibatch-size", str(a.minibatch_size)], work, env)
+        fixed = run_ranks(1, [*common[:2], "--epochs", "1", *common[4:], "--data", str(tiny), "--batch-size", str(a.batch_size),
+                              "--minibatch-size", str(a.minibatch_size)], work, env, pin)
         out["fixed_cpu_s"] = fixed["time_per_rank"][0]["cpu"]
         common += ["--eval-data", str(evals)]
         for n in ranks:
             strong = [*common, "--data", str(parts[0]), "--batch-size", str(a.batch_size),
                       "--minibatch-size", str(a.minibatch_size)]
-            out["strong"][n] = run_ranks(n, strong, work, env)
+            out["strong"][n] = run_ranks(n, strong, work, env, pin)
             if a.weak:
                 d = work / f"weak-{n}"
                 d.mkdir()
@@ -151,7 +158,7 @@ def scaling(a) -> dict:
                     (d / p.name).symlink_to(p)
                 weak = [*common, "--data", str(d), "--batch-size", str(a.batch_size * n),
                         "--minibatch-size", str(a.minibatch_size * n)]
-                out["weak"][n] = run_ranks(n, weak, work, env)
+                out["weak"][n] = run_ranks(n, weak, work, env, pin)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for kind in ("strong", "weak"):
@@ -168,6 +175,8 @@ def scaling(a) -> dict:
             for name in BANDWIDTHS:
                 m["model"][f"speedup_{name}"] = base["model"][f"T_{name}"] / m["model"][f"T_{name}"] * work_ratio
             m["job_cpu_s"] = sum(t["cpu"] for t in m["time_per_rank"])
+            m["wall_s"] = max(t["wall"] for t in m["time_per_rank"])
+            m["wall_speedup"] = max(t["wall"] for t in base["time_per_rank"]) / m["wall_s"] * work_ratio
             m["job_cpu_vs_1"] = m["job_cpu_s"] / base_cpu
             fixed = out["fixed_cpu_s"]
             beyond = base_cpu - n0 * fixed  # meaningless when the job is little more than its fixed cost
@@ -178,7 +187,9 @@ def scaling(a) -> dict:
             m["job_cpu_floor_vs_1"] = (n * fixed + work_ratio * max(beyond, 0.0)) / base_cpu
             # the train stage per global mini-batch, and what it exceeds perfect division of the 1-rank job's
             times = n if kind == "weak" else 1  # weak: the batch and mini-batch were N times larger
-            m["minibatches"] = minibatches(m["examples"], out["batch_size"] * times, out["minibatch_size"] * times)
+            e = out["epochs"]
+            m["minibatches"] = e * minibatches(m["examples"] // e, out["batch_size"] * times,
+                                               out["minibatch_size"] * times)
             train = max(c["train"] for c in m["stage_cpu_seconds"])
             ideal = max(c["train"] for c in base["stage_cpu_seconds"]) * n0 / n * work_ratio
             m["train_ms_per_minibatch"] = 1e3 * train / max(m["minibatches"], 1)
@@ -188,12 +199,12 @@ def scaling(a) -> dict:
 
 
 def report(out: dict) -> str:
-    lines = [f"# hps.train scaling: {out['rows_per_part']} lines per part, batch {out['batch_size']}, mini-batch "
+    lines = [f"# hps.train scaling: {out['rows_per_part']} lines per part, {out['epochs']} epoch(s), batch {out['batch_size']}, mini-batch "
              f"{out['minibatch_size']} (weak: x N), --sparse-sync {out['sparse_sync']}; T(N) = max busiest stage "
              "CPU s + max bytes sent / link"]
     head = (f"{'':6}{'N':>3}{'ex/s':>10}{'AUC':>8}{'busiest':>9}{'MB sent':>9}{'T 100G':>8}{'x 100G':>8}"
             f"{'T 10G':>8}{'x 10G':>7}{'job CPU':>9}{'x 1':>6}{'floor':>6}{'x 1 -fix':>9}{'RSS MB (max)':>13}"
-            f"{'ms/mb':>7}{'+ms/mb':>7}")
+            f"{'ms/mb':>7}{'+ms/mb':>7}{'wall':>7}{'x wall':>7}")
     lines.append(head)
     for kind in ("strong", "weak"):
         for n, m in out[kind].items():
@@ -206,15 +217,18 @@ def report(out: dict) -> str:
                          f"{m['job_cpu_floor_vs_1']:>6.2f}"
                          + (f"{m['job_cpu_beyond_fixed_vs_1']:>9.2f}" if m["job_cpu_beyond_fixed_vs_1"] is not None
                             else f"{'n/a':>9}") + f"{rss:>13.0f}"
-                         + f"{m['train_ms_per_minibatch']:>7.2f}{m['train_excess_ms_per_minibatch']:>7.2f}")
+                         + f"{m['train_ms_per_minibatch']:>7.2f}{m['train_excess_ms_per_minibatch']:>7.2f}"
+                         + f"{m['wall_s']:>7.1f}{m['wall_speedup']:>7.2f}")
     lines.append(f"# busiest: max over ranks of the busiest stage's CPU s outside MPI (train: with the dense pass's "
                  f"helper threads); x 100G/10G: speedup of T(N) "
-                 f"(weak: N T(1)/T(N)); job CPU: user+sys s summed over ranks (/usr/bin/time); floor: the least "
+                 f"(weak: N T(1)/T(N)); job CPU: user+sys s summed over ranks (bench.rank_time); floor: the least "
                  f"x 1 can be when the work divides perfectly and each process repeats only its fixed cost; x 1 -fix: "
                  f"the same "
                  f"ratio after taking away {out['fixed_cpu_s']:.2f} s per process (a 1-rank job on 1,000 lines); "
                  f"ms/mb: the busiest rank's train stage CPU ms per global mini-batch, +ms/mb: beyond the 1-rank "
-                 f"job's divided by N")
+                 f"job's divided by N; wall: the slowest rank's seconds, x wall: its speedup (weak: N times the "
+                 f"work) -- " + (f"each rank pinned to {out['cores_per_rank']} CPUs of its own" if out["cores_per_rank"]
+                                 else "ranks unpinned, sharing this machine's cores: not a scaling measure"))
     lines.append("# per rank: CPU seconds of each stage outside MPI (read / prepare / place / train, with its helper "
                  "threads); "
                  "seconds inside MPI calls, wall (the wait) and CPU, of the read / prepare / train threads; "

@@ -453,3 +453,13 @@ def test_trainer_collectives_need_thread_multiple(mpiexec):
     proc, _ = _run(mpiexec, 2, "thread_level.py", timeout=60)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "refused: MPI provides MPI_THREAD_SERIALIZED" in proc.stdout and "MPI_THREAD_MULTIPLE" in proc.stdout
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to pin 2 ranks apart")
+def test_ranks_pinned_apart_share_the_node_cores(mpiexec):
+    """Ranks pinned to CPUs of their own are not oversubscribed (tests/mpi/pinned_share.py): before, each
+    counted only its own CPUs and 8 ranks pinned to 2 cores of 16 yielded in MPI waits with 1 core each."""
+    proc, _ = _run(mpiexec, 2, "pinned_share.py", timeout=60)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "pinned_share: OK on 2 ranks" in proc.stdout

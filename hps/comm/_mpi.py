@@ -37,12 +37,17 @@ MPICH_SETTING_PREFIXES = ("MPIR_CVAR_", "MPICH_", "MPIR_PARAM_")
 LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
 
 
+def cpu_set() -> frozenset[int]:
+    """The CPUs this process may run on (its affinity; every CPU where the OS cannot say)."""
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return frozenset(range(os.cpu_count() or 1))
+
+
 def node_cores() -> int:
     """Cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    return len(cpu_set())
 
 
 def launched_ranks_on_node(environ=os.environ) -> int | None:

@@ -42,7 +42,7 @@ import time
 import numpy as np
 
 from ..errors import CommError, InvalidInputError
-from ._mpi import MPI, node_cores
+from ._mpi import MPI, cpu_set, node_cores
 
 #: ``--mpi-wait`` values: ``auto`` picks ``yield`` when the ranks on a node outnumber its cores (the
 #: others are what it resolves to: a :class:`Waiter`'s modes).
@@ -87,13 +87,14 @@ def poll(request) -> None:
 
 
 def node_share(comm) -> tuple[int, int]:
-    """(ranks of ``comm`` on this node, cores they may run on: the fewest any of them sees).
+    """(ranks of ``comm`` on this node, cores they may run on together: the union of their CPU sets, so
+    8 ranks each pinned to 2 cores of their own count 16, and 4 unpinned ranks on 2 cores count 2).
     Collective over ``comm``; (1, ``node_cores()``) without one."""
     if comm is None:
         return 1, node_cores()
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     try:
-        return node.Get_size(), node.allreduce(node_cores(), op=MPI.MIN)
+        return node.Get_size(), len(frozenset().union(*node.allgather(cpu_set())))
     finally:
         node.Free()
 

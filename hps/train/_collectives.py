@@ -261,7 +261,7 @@ class Collectives:
     communicating thread (:data:`CHANNELS`). ``comm=None`` (or a 1-rank communicator): one process.
 
     ``mpi_wait``: ``auto``/``spin``/``yield`` (``hps.comm.resolve_wait_mode``). ``cores_per_rank``: this
-    node's cores over its ranks (at least 1); ``ranks_on_node``: the job's ranks on this node (the memory
+    node's cores over its ranks, at most this rank's own (at least 1); ``ranks_on_node``: the job's ranks on this node (the memory
     budget's divisor). Construction is
     collective; raises CommError below MPI_THREAD_MULTIPLE.
     """
@@ -280,7 +280,7 @@ class Collectives:
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.wait_mode = resolve_wait_mode(comm, mpi_wait)
         local, cores = node_share(comm)
-        self.cores_per_rank, self.ranks_on_node = max(1, cores // local), local
+        self.cores_per_rank, self.ranks_on_node = max(1, min(node_cores(), cores // local)), local
         for name in CHANNELS:
             setattr(self, name, Channel(name, comm.Dup(), self.stats, spin=self.wait_mode == "spin"))
 
