@@ -46,26 +46,26 @@ tenth)
     save device-b16k-1of$part; [ -f "$OUT/device-b16k-1of$part.json" ] && break
   done ;;
 profile)
-  step "cProfile of the train stage, the issue's job at mini-batch 4096 (bench.profile_stages; one stage a run)"
-  timeout 90 python3 -m bench.profile_stages --stages train --top 40 --out "$OUT" -- --rows 524288 \
+  step "where the prepare, place and train stages' time goes, the issue's job at mini-batch 4096 (bench.profile_stages, sampled)"
+  timeout 90 python3 -m bench.profile_stages --stages prepare,place,train --top 45 --out "$OUT" -- --rows 1048576 \
     --fields 26 --vocab-per-field 1000000 --batch-size 65536 --minibatch-size 4096 --hidden 512,256 \
-    --embedding-dim 32 --no-progress --device cuda --ssd-path /tmp/hps-prof-ssd 2>&1 | tail -4 ;;
+    --embedding-dim 32 --no-progress --device cuda --ssd-path /tmp/hps-prof-ssd 2>&1 | grep -v "^ " | tail -8 ;;
 blocking)
-  step "the same cProfile under CUDA_LAUNCH_BLOCKING=1: each launch's row then holds its GPU time too"
+  step "the same under CUDA_LAUNCH_BLOCKING=1: each launch then waits for its kernel, so its line holds the GPU time"
   mkdir -p "$OUT/blocking"
-  CUDA_LAUNCH_BLOCKING=1 timeout 100 python3 -m bench.profile_stages --stages train --top 40 --out "$OUT/blocking" \
-    -- --rows 524288 --fields 26 --vocab-per-field 1000000 --batch-size 65536 --minibatch-size 4096 \
-    --hidden 512,256 --embedding-dim 32 --no-progress --device cuda --ssd-path /tmp/hps-prof-ssd2 2>&1 | tail -4 ;;
+  CUDA_LAUNCH_BLOCKING=1 timeout 100 python3 -m bench.profile_stages --stages prepare,place,train --top 45 \
+    --out "$OUT/blocking" -- --rows 1048576 --fields 26 --vocab-per-field 1000000 --batch-size 65536 \
+    --minibatch-size 4096 --hidden 512,256 --embedding-dim 32 --no-progress --device cuda \
+    --ssd-path /tmp/hps-prof-ssd2 2>&1 | grep -v "^ " | tail -8 ;;
 scaling)
   step "#25: strong scaling, each rank pinned to 2 cores of its own, 1 BLAS thread (bench_train scaling)"
-  if [ ! -x /tmp/mv/bin/mpiexec ]; then
-    python3 -m venv --system-site-packages --without-pip /tmp/mv &&
-      python3 -m pip install -q --no-index --no-deps --prefix /tmp/mv .device/wheels/*.whl || echo "MPI install failed"
-  fi
-  /tmp/mv/bin/python -c "from pathlib import Path; from bench.train_scaling import write_criteo; write_criteo(Path('/tmp/warm.txt'), 3000, 0)"
-  OMP_NUM_THREADS=1 timeout 60 /tmp/mv/bin/mpiexec -n 2 /tmp/mv/bin/python -m hps.train --format criteo --data /tmp/warm.txt \
+  [ -x /tmp/mv/bin/mpiexec ] || python3 -m pip install -q --no-index --no-deps --prefix /tmp/mv .device/wheels/*.whl
+  PY=$(command -v python3)  # the image's (mpiexec's folder, first on PATH below, may hold another)
+  MV="env PATH=/tmp/mv/bin:$PATH PYTHONPATH=$PYTHONPATH:$(echo /tmp/mv/lib/python3*/site-packages) LD_LIBRARY_PATH=/tmp/mv/lib"
+  $MV $PY -c "from pathlib import Path; from bench.train_scaling import write_criteo; write_criteo(Path('/tmp/warm.txt'), 3000, 0)"
+  OMP_NUM_THREADS=1 timeout 60 $MV mpiexec -n 2 $PY -m hps.train --format criteo --data /tmp/warm.txt \
     --eval-data /tmp/warm.txt --embedding-dim 16 --hidden 256,128 --no-progress 2>&1 | tail -2  # compiles the kernels
-  timeout 300 /tmp/mv/bin/python -m bench.bench_train scaling --no-weak --rows 1000000 --epochs 2 --ranks 1,2,4,8 \
+  timeout 300 $MV $PY -m bench.bench_train scaling --no-weak --rows 1000000 --epochs 2 --ranks 1,2,4,8 \
     --cores-per-rank 2 --hidden 256,128 2>&1 | tail -40
   cp bench/results/train-scaling.json "$OUT/scaling.json" ;;
 equiv)

@@ -1,27 +1,88 @@
-"""cProfile of chosen pipeline stages of one training job: where each stage's busy time goes, by
-function (wall clock, so a stage waiting on the GPU or on the GIL shows it where it waits).
+"""Where chosen pipeline stages of one training job spend their time, by function (wall clock, so a
+stage waiting on the GPU, a lock or the GIL shows it where it waits).
 
-    python -m bench.profile_stages [--stages place,train] [--top 30] [--sort tottime] [--out DIR] \\
+    python -m bench.profile_stages [--stages place,train] [--mode sample|cprofile] [--top 30] [--out DIR] \\
         -- <python -m hps.train arguments>
 
-Each named stage's work (``hps.pipeline.Stage.fn``) runs under a ``cProfile.Profile`` of its own,
-enabled while that stage works; the report of each is printed after the job (and written to
-``DIR/profile-<stage>.txt`` with ``--out``). Up to Python 3.11 a profiler sees its own thread only, so
-several stages profile at once. From 3.12 cProfile is one ``sys.monitoring`` tool per process: one stage
-a run, and its report also counts what the other threads called while that stage worked (a second
-profiler would fail the job: an H200 run of 2026-11-27 did). A development tool: its figures are for
-finding costs, not for reporting speed (profiling slows every Python call).
+Only the timed job's stages are measured: the warm-up's scratch job (``hps.train._warmup``), which
+compiles the kernels, is not (a 2026-11-27 H200 run without this filter charged the train stage with
+~4 s of kernel compiles that belong to the warm-up). Two modes:
+
+- ``sample`` (default): a sampler thread reads the named stages' threads' Python stacks
+  (``sys._current_frames``) every ``--interval`` seconds while they work, each sample weighted by the time
+  since the previous one, and reports per stage the seconds spent in each function, inclusive (anywhere
+  on the stack) and self (on top). Per thread, on every Python version; the GIL switch interval is set to
+  the sampling interval for the run so a stage busy in Python is sampled that often.
+- ``cprofile``: each named stage's work runs under a ``cProfile.Profile`` of its own. Up to Python
+  3.11 a profiler sees its own thread only. From 3.12 cProfile is one ``sys.monitoring`` tool per process:
+  one stage a run, and its report also counts what the other threads called while that stage worked.
+
+Each report is printed after the job (and written to ``DIR/profile-<stage>.txt`` with ``--out``). A
+development tool: its figures are for finding costs, not for reporting speed.
 """
 
 from __future__ import annotations
 
+import collections
 import cProfile
 import io
 import os
 import pstats
 import sys
+import threading
+import time
 
 from hps._argparse import ArgumentParser
+
+
+class Sampler:
+    """Samples the stacks of the threads in ``active`` (thread id -> stage name) every ``interval`` s."""
+
+    def __init__(self, interval: float):
+        self.interval, self.active, self.stop = interval, {}, threading.Event()
+        self.root = None  # the code of the wrapper around a stage's work: stacks are walked up to it
+        self.incl = collections.defaultdict(collections.Counter)   # stage -> function -> seconds
+        self.self_ = collections.defaultdict(collections.Counter)
+        self.total = collections.Counter()                         # stage -> seconds sampled
+        self.thread = threading.Thread(target=self._run, name="profile-sampler", daemon=True)
+
+    def _run(self) -> None:
+        last = time.perf_counter()
+        while not self.stop.wait(self.interval):
+            now = time.perf_counter()
+            weight, last = now - last, now
+            frames = sys._current_frames()
+            for tid, stage in list(self.active.items()):
+                f = frames.get(tid)
+                if f is None:
+                    continue
+                self.total[stage] += weight
+                self.self_[stage][_where(f)] += weight
+                seen = set()
+                while f is not None and f.f_code is not self.root:
+                    w = _where(f)
+                    if w not in seen:
+                        seen.add(w)
+                        self.incl[stage][w] += weight
+                    f = f.f_back
+
+    def report(self, stage: str, top: int) -> str:
+        total = self.total[stage] or 1e-12
+        lines = [f"=== stage {stage}: {self.total[stage]:.3f} s sampled while it worked (timed job only)"]
+        for title, table in (("inclusive", self.incl[stage]), ("self", self.self_[stage])):
+            lines.append(f"--- {title} seconds")
+            lines += [f"{s:9.3f} {100 * s / total:6.1f}%  {w}" for w, s in table.most_common(top)]
+        return "\n".join(lines) + "\n"
+
+
+def _where(f) -> str:
+    c = f.f_code
+    path = c.co_filename
+    for marker in ("/site-packages/", "/hps/", "/bench/"):
+        if marker in path:
+            path = path[path.index(marker) + (len("/site-packages/") if marker == "/site-packages/" else 1):]
+            break
+    return f"{path}:{c.co_firstlineno}({c.co_name})"
 
 
 def main(argv=None) -> int:
@@ -29,44 +90,74 @@ def main(argv=None) -> int:
     cut = argv.index("--") if "--" in argv else len(argv)
     p = ArgumentParser(prog="python -m bench.profile_stages", description=__doc__.split("\n\n")[0])
     p.add_argument("--stages", default="place,train", help="comma-separated stage names (place,train)")
+    p.add_argument("--mode", default="sample", choices=["sample", "cprofile"], help="(sample)")
+    p.add_argument("--interval", type=float, default=0.0005, help="sample: seconds between samples (0.0005)")
     p.add_argument("--top", type=int, default=30, help="functions listed per stage (30)")
-    p.add_argument("--sort", default="tottime", help="pstats sort key (tottime; cumtime)")
+    p.add_argument("--sort", default="tottime", help="cprofile: pstats sort key (tottime; cumtime)")
     p.add_argument("--out", default=None, help="also write profile-<stage>.txt into this folder")
     a = p.parse_args(argv[:cut])
     job = argv[cut + 1:]
     names = [n for n in a.stages.split(",") if n]
-    if sys.version_info >= (3, 12) and len(names) > 1:
+    if a.mode == "cprofile" and sys.version_info >= (3, 12) and len(names) > 1:
         p.error(f"Python {sys.version_info.major}.{sys.version_info.minor} runs one profiler per process: "
-                f"name one stage a run (--stages {names[0]})")
+                f"name one stage a run (--stages {names[0]}), or use --mode sample")
 
     import hps.pipeline as pipeline
+    import hps.train._warmup as warmup
     from hps.train._main import main as train
 
-    profiles = {name: cProfile.Profile() for name in names}
-    init = pipeline.Stage.__init__
+    warming = threading.Event()
+    sampler = Sampler(a.interval) if a.mode == "sample" else None
+    profiles = {name: cProfile.Profile() for name in names} if sampler is None else {}
+    init, warm_up = pipeline.Stage.__init__, warmup.warm_up
+
+    def quiet_warm_up(*args, **kw):  # the scratch job's stages are not measured
+        warming.set()
+        try:
+            return warm_up(*args, **kw)
+        finally:
+            warming.clear()
 
     def profiled_init(self, name, fn, *args, **kw):
-        prof = profiles.get(name)
-        if prof is not None:
+        if name in names and not warming.is_set():
             work = fn
 
-            def fn(item):  # noqa: F811 - the stage's work, profiled in its own thread
-                prof.enable()
+            def fn(item):  # noqa: F811 - the stage's work, measured in its own thread
+                if sampler is not None:
+                    sampler.active[threading.get_ident()] = name
+                else:
+                    profiles[name].enable()
                 try:
                     return work(item)
                 finally:
-                    prof.disable()
+                    if sampler is not None:
+                        sampler.active.pop(threading.get_ident(), None)
+                    else:
+                        profiles[name].disable()
+            if sampler is not None:
+                sampler.root = fn.__code__
         init(self, name, fn, *args, **kw)
 
-    pipeline.Stage.__init__ = profiled_init
+    pipeline.Stage.__init__, warmup.warm_up = profiled_init, quiet_warm_up
+    switch = sys.getswitchinterval()
+    if sampler is not None:
+        sys.setswitchinterval(a.interval)
+        sampler.thread.start()
     try:
         rc = train(job)
     finally:
-        pipeline.Stage.__init__ = init
-    for name, prof in profiles.items():
-        buf = io.StringIO()
-        pstats.Stats(prof, stream=buf).sort_stats(a.sort).print_stats(a.top)
-        text = f"=== stage {name} (sorted by {a.sort})\n{buf.getvalue()}"
+        pipeline.Stage.__init__, warmup.warm_up = init, warm_up
+        if sampler is not None:
+            sampler.stop.set()
+            sampler.thread.join()
+            sys.setswitchinterval(switch)
+    for name in names:
+        if sampler is not None:
+            text = sampler.report(name, a.top)
+        else:
+            buf = io.StringIO()
+            pstats.Stats(profiles[name], stream=buf).sort_stats(a.sort).print_stats(a.top)
+            text = f"=== stage {name} (sorted by {a.sort})\n{buf.getvalue()}"
         print(text)
         if a.out:
             os.makedirs(a.out, exist_ok=True)
