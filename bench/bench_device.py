@@ -52,6 +52,7 @@ def main(argv=None) -> int:
     p.add_argument("--sparse-optimizer", default="adagrad")
     p.add_argument("--n-parts", type=int, default=1, help="HBM-PS parts, over every visible GPU (1)")
     p.add_argument("--hbm-budget", default=None, help="--hbm-budget of the hps jobs (their default)")
+    p.add_argument("--gil-switch-interval", default=None, help="--gil-switch-interval of the hps jobs (Python's)")
     p.add_argument("--no-peer", action="store_true", help="skip the PyTorch peer")
     p.add_argument("--no-cpu", action="store_true", help="skip the --device cpu job (its host side alone is "
                    "bench_host's)")
@@ -59,7 +60,8 @@ def main(argv=None) -> int:
     job = ["--rows", str(a.rows), "--fields", str(a.fields), "--vocab-per-field", str(a.vocab_per_field),
            "--batch-size", str(a.batch_size), "--minibatch-size", str(a.minibatch_size), "--hidden", a.hidden,
            "--embedding-dim", str(a.embedding_dim), "--model", a.model, "--sparse-optimizer", a.sparse_optimizer,
-           "--n-parts", str(a.n_parts)] + (["--hbm-budget", a.hbm_budget] if a.hbm_budget else [])
+           "--n-parts", str(a.n_parts)] + (["--hbm-budget", a.hbm_budget] if a.hbm_budget else []) \
+        + (["--gil-switch-interval", a.gil_switch_interval] if a.gil_switch_interval else [])
     gpu = "CUDA simulator" if a.simulate else gpu_name()
     if gpu is None:
         raise SystemExit("no CUDA GPU: run on a machine with one, or --simulate for a tiny proof run")

@@ -4,7 +4,7 @@
 #   mkdir -p .device && cp -r ../shared/device/* .device/     # once: the shim (numba-cuda 0.30.4 imports under
 #                                                              # NumPy 2.5 with it) and the hash-table bench
 #   device run: bash bench/device_check.sh  (carry .device, timeout ~420 s)
-# STEPS (default "tests bench big calls profile tenth"; also "table", "equiv", "blocking", "scaling") picks
+# STEPS (default "tests bench big calls profile tenth"; also "table", "equiv", "blocking", "scaling", "switch") picks
 # steps; the GPU image has no mpiexec, zstandard or isal: "scaling" installs MPICH's and mpi4py's wheels from
 # .device/wheels (pip download mpi4py mpich --only-binary=:all: --python-version 3.12 -d .device/wheels).
 cd "$(dirname "$0")/.."
@@ -24,11 +24,17 @@ bench)
   timeout 150 python3 -m bench.bench_device --no-cpu 2>&1 | tail -8; save device-mb4096 ;;
 tests)
   step "gpu-marked tests"
-  timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider --durations=8 -W ignore::DeprecationWarning \
+  timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider --durations=8 -W ignore::DeprecationWarning \
     tests/gpu tests/test_model_kernels.py tests/test_model_zoo.py tests/test_comm.py 2>&1 | tee "$OUT/pytest.txt" | tail -40 ;;
 table)
   step "hash table (batches of 2^20 keys, 2^26 slots)"
   PYTHONWARNINGS=ignore timeout 90 python3 .device/table_bench.py "$OUT/table.json" 2>&1 | tail -8 ;;
+switch)
+  step "bench_device, hps alone, with --gil-switch-interval 0.0002 and 0.001 (Python's default 0.005 above)"
+  for sw in 0.0002 0.001; do
+    timeout 60 python3 -m bench.bench_device --no-cpu --no-peer --gil-switch-interval $sw 2>&1 | tail -3
+    save device-mb4096-switch$sw
+  done ;;
 big)
   step "bench_device at mini-batch 16384, batch 262144"
   timeout 90 python3 -m bench.bench_device --no-cpu --minibatch-size 16384 --batch-size 262144 2>&1 | tail -8
@@ -47,7 +53,7 @@ tenth)
   done ;;
 profile)
   step "where the prepare, place and train stages' time goes, the issue's job at mini-batch 4096 (bench.profile_stages, sampled)"
-  timeout 90 python3 -m bench.profile_stages --stages prepare,place,train --top 45 --out "$OUT" -- --rows 1048576 \
+  timeout 90 python3 -m bench.profile_stages --stages place,train --top 45 --out "$OUT" -- --rows 1048576 \
     --fields 26 --vocab-per-field 1000000 --batch-size 65536 --minibatch-size 4096 --hidden 512,256 \
     --embedding-dim 32 --no-progress --device cuda --ssd-path /tmp/hps-prof-ssd 2>&1 | grep -v "^ " | tail -8 ;;
 blocking)

@@ -150,11 +150,13 @@ def _warm(default, form):
 @dataclass(frozen=True)
 class Scratch:
     """The sizes of the warm-up's scratch job: ``examples`` per batch, ``mem_budget`` the job's budget,
-    ``hbm_budget`` an HBM-PS budget below the scratch job's table (rows leave it and come back)."""
+    ``hbm_budget`` an HBM-PS budget below the scratch job's table (rows leave it and come back);
+    ``minibatch`` examples per mini-batch (None: half a batch, or the job's own if smaller)."""
 
     examples: int
     mem_budget: int
     hbm_budget: int
+    minibatch: int | None = None
 
 
 def _scratch_batch(value, scratch: Scratch) -> int:
@@ -162,7 +164,7 @@ def _scratch_batch(value, scratch: Scratch) -> int:
 
 
 def _scratch_minibatch(value, scratch: Scratch) -> int:
-    return min(value, scratch.examples // 2)
+    return min(value, scratch.examples // 2) if scratch.minibatch is None else scratch.minibatch
 
 
 def _scratch_budget(value, scratch: Scratch) -> int:

@@ -33,7 +33,9 @@ and must be thread-safe with respect to each other.
 
 from __future__ import annotations
 
+import contextlib
 import queue
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -242,3 +244,20 @@ class Pipeline:
             lines.append(f"{name:<10} {t.busy:9.2f} {t.wait_in:10.2f} {t.wait_out:11.2f} {t.items:6d}")
         lines.append(f"bottleneck: {self.bottleneck()}")
         return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def switch_interval(seconds: float | None):
+    """``with``: the interpreter's thread switch interval (``sys.setswitchinterval``) set to ``seconds``
+    (None: left as it is), restored after. Process-wide. A stage that makes many short calls which
+    release the GIL (a GPU launch, a BLAS call) must take the GIL back each time, and waits up to the
+    interval while another stage runs Python."""
+    if seconds is None:
+        yield
+        return
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(float(seconds))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)

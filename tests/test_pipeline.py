@@ -161,3 +161,22 @@ def test_after_an_interrupt_a_stage_waiting_on_its_peers_is_left_after_the_grace
     release.set()
     time.sleep(0.2)
     assert failed == []
+
+
+def test_switch_interval_is_set_for_the_block_and_restored():
+    import sys
+
+    from hps.pipeline import switch_interval
+
+    before = sys.getswitchinterval()
+    with switch_interval(2e-4):
+        assert abs(sys.getswitchinterval() - 2e-4) < 1e-6
+    assert sys.getswitchinterval() == before
+    with switch_interval(None):
+        assert sys.getswitchinterval() == before
+    try:
+        with switch_interval(3e-4):
+            raise KeyError("inside")
+    except KeyError:
+        pass
+    assert sys.getswitchinterval() == before

@@ -166,6 +166,11 @@ class Feed:
         return feed
 
     @property
+    def local_minibatch_sizes(self) -> np.ndarray:
+        """(P,) int64 examples this rank's shards give to each mini-batch of a whole batch."""
+        return np.sum(self._local, axis=0)
+
+    @property
     def has_eval(self) -> bool:
         """Whether there is eval data (a file, or the synthetic eval split)."""
         return self._eval is not None or self.synthetic is not None

@@ -39,7 +39,7 @@ from ..formats import _checkpoint, _export
 from ..mem import MemPS, RowInitializer
 from ..metrics import auc as auc_score, logloss as logloss_score
 from ..model import ModelConfig, make_model, make_optimizers
-from ..pipeline import STOP_TIMEOUT_S, Pipeline, Stage
+from ..pipeline import STOP_TIMEOUT_S, Pipeline, Stage, switch_interval
 from ..ssd import ScratchEnv, SSDOptions, SSDStore
 from . import _build, _warmup
 from ._blas import DenseThreads
@@ -291,7 +291,7 @@ class Trainer:
         """Train every batch (after the checkpoint, with ``resume``) -> :meth:`metrics`. With ``warm_up``
         the kernels are compiled first (``_warmup``), outside the timed part. The dense model's threads
         are sized meanwhile (``_blas``: ``--blas-threads``)."""
-        with self.dense_threads.bound(self.model):
+        with self.dense_threads.bound(self.model), switch_interval(self.cfg.train.gil_switch_interval):
             return self._fit(warm_up)
 
     def _fit(self, warm_up: bool) -> dict:

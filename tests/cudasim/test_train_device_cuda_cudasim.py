@@ -226,3 +226,28 @@ def test_two_ranks_on_the_simulated_gpu_end_like_the_cpu(tmp_path, mpiexec, sync
         assert mg["peer_bytes"] > 0
     assert mg["h2d_bytes"]["mpi"] > 0 and mg["d2h_bytes"]["mpi"] > 0
     assert mg["device_dedup_batches"] == 0  # keys are exchanged on the host
+
+
+def test_the_cuda_warm_up_also_trains_a_full_size_batch_and_leaves_the_job_untouched(tmp_path, monkeypatch):
+    """On a GPU the warm-up trains the first batch once more at the job's own sizes (CuPy compiles some
+    kernels per size class: hps.train._warmup); the simulator skips it, so here it is forced on. The
+    scratch job replays the whole first batch in the job's mini-batches, and the real job ends as without
+    any warm-up."""
+    from hps.train import _feed, _warmup
+
+    replays = []
+    real_replay = _feed.Feed.replay.__func__
+    monkeypatch.setattr(_feed.Feed, "replay", classmethod(
+        lambda cls, batches, *a: replays.append((len(batches), len(batches[0]), a[-1])) or real_replay(cls, batches, *a)))
+    monkeypatch.setattr(_warmup, "simulated", lambda: False)
+    for d in ("warm", "cold"):
+        (tmp_path / d).mkdir()
+    warm, _ = run(tmp_path / "warm", "cuda")
+    assert replays[-1] == (1, 100, 50)  # one batch of the job's 100 examples, mini-batches of 50
+    monkeypatch.setattr(_warmup, "warm_up", lambda trainer, log: 0.0)
+    cold, _ = run(tmp_path / "cold", "cuda")
+    (kw, vw, dw, _), (kc, vc, dc, _) = warm, cold
+    np.testing.assert_array_equal(kw, kc)
+    np.testing.assert_array_equal(vw, vc)
+    for name in dw:
+        np.testing.assert_array_equal(dw[name], dc[name])
