@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     p.add_argument("--sparse-optimizer", default="adagrad")
     p.add_argument("--n-parts", type=int, default=1, help="HBM-PS parts, over every visible GPU (1)")
     p.add_argument("--hbm-budget", default=None, help="--hbm-budget of the hps jobs (their default)")
-    p.add_argument("--gil-switch-interval", default=None, help="--gil-switch-interval of the hps jobs (Python's)")
+    p.add_argument("--gil-switch-interval", default=None, help="--gil-switch-interval of the hps jobs (their default)")
     p.add_argument("--no-peer", action="store_true", help="skip the PyTorch peer")
     p.add_argument("--no-cpu", action="store_true", help="skip the --device cpu job (its host side alone is "
                    "bench_host's)")

@@ -111,8 +111,8 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--blas-threads", type=int, default=S, help="threads of the dense model while training "
                    "(default: sized between batches to the cores the other stages leave idle)")
     g.add_argument("--gil-switch-interval", type=float, default=S, help="seconds the interpreter lets a thread "
-                   "hold the GIL while another waits, during training (default: Python's, 0.005): lower it when "
-                   "the train stage's many short GPU calls queue behind the other stages' Python")
+                   "hold the GIL while another waits, during training (default: 0.001 with --device cuda, whose "
+                   "train stage takes the GIL back after every GPU call; else Python's, 0.005)")
     g.add_argument("--checkpoint-dir", default=S, help="write checkpoints here")
     g.add_argument("--checkpoint-every", type=int, default=S, help="batches between checkpoints (0: per epoch)")
     g.add_argument("--resume", action="store_true", default=S, help="continue from --checkpoint-dir")

@@ -40,6 +40,13 @@ from ..mem import MemPS, RowInitializer
 from ..metrics import auc as auc_score, logloss as logloss_score
 from ..model import ModelConfig, make_model, make_optimizers
 from ..pipeline import STOP_TIMEOUT_S, Pipeline, Stage, switch_interval
+
+#: ``--gil-switch-interval`` of ``--device cuda`` jobs (Python's is 0.005 s): the train stage's every GPU
+#: launch and cuBLAS call hands the GIL back and must wait to get it again while the prepare and place
+#: stages run Python. The issue's job on an H200 (``python -m bench.bench_device --no-cpu``, 2026-11-27,
+#: bench/results/gpu-h200-2026-11-27-night/): 499,758 examples/s at 0.005, 557,554 at 0.0002, 563,225 at
+#: 0.001 (one run each).
+CUDA_SWITCH_INTERVAL = 0.001
 from ..ssd import ScratchEnv, SSDOptions, SSDStore
 from . import _build, _warmup
 from ._blas import DenseThreads
@@ -291,7 +298,10 @@ class Trainer:
         """Train every batch (after the checkpoint, with ``resume``) -> :meth:`metrics`. With ``warm_up``
         the kernels are compiled first (``_warmup``), outside the timed part. The dense model's threads
         are sized meanwhile (``_blas``: ``--blas-threads``)."""
-        with self.dense_threads.bound(self.model), switch_interval(self.cfg.train.gil_switch_interval):
+        interval = self.cfg.train.gil_switch_interval
+        if interval is None and self.cfg.tiers.device == "cuda":
+            interval = CUDA_SWITCH_INTERVAL
+        with self.dense_threads.bound(self.model), switch_interval(interval):
             return self._fit(warm_up)
 
     def _fit(self, warm_up: bool) -> dict:

@@ -251,3 +251,26 @@ def test_the_cuda_warm_up_also_trains_a_full_size_batch_and_leaves_the_job_untou
     np.testing.assert_array_equal(vw, vc)
     for name in dw:
         np.testing.assert_array_equal(dw[name], dc[name])
+
+
+@pytest.mark.parametrize("given, expected", [(None, 0.001), (0.0003, 0.0003)])
+def test_a_cuda_job_trains_with_its_gil_switch_interval_and_restores_it(given, expected):
+    """--device cuda trains with the interpreter's switch interval at ``CUDA_SWITCH_INTERVAL`` unless
+    --gil-switch-interval says otherwise (``hps.train._trainer``), and leaves the process's as it was."""
+    import sys
+
+    from hps.config import Config
+    from hps.train import Trainer
+
+    before, seen = sys.getswitchinterval(), []
+    flat = dict(rows=200, fields=2, vocab_per_field=40, batch_size=100, minibatch_size=50, hidden=[4],
+                embedding_dim=3, progress=False, device="cuda", hbm_capacity=128, gil_switch_interval=given)
+    t = Trainer(Config.from_flat(flat))
+    train = t._train_batch
+    t._train_batch = lambda w: seen.append(sys.getswitchinterval()) or train(w)
+    try:
+        t.fit()
+    finally:
+        t.close()
+    assert seen and all(abs(s - expected) < 1e-9 for s in seen)
+    assert sys.getswitchinterval() == before
