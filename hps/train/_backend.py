@@ -60,9 +60,11 @@ class RowAccess(Protocol):
 
 
 class Backend(Protocol):
-    """See the module docstring. ``xp``: the array module of the step's arrays."""
+    """See the module docstring. ``xp``: the array module of the step's arrays; ``switch_interval``:
+    the GIL switch interval training runs at unless ``--gil-switch-interval`` says (None: Python's)."""
 
     xp: object
+    switch_interval: float | None
 
     def wrap(self, table):
         """The HBM-PS ``table`` as the hierarchy uses it (host arrays in and out)."""
@@ -162,6 +164,7 @@ class HostBackend:
     ``model``: the FieldModel (built over NumPy)."""
 
     xp = np
+    switch_interval = None
 
     def __init__(self, model):
         self.model = model

@@ -40,13 +40,6 @@ from ..mem import MemPS, RowInitializer
 from ..metrics import auc as auc_score, logloss as logloss_score
 from ..model import ModelConfig, make_model, make_optimizers
 from ..pipeline import STOP_TIMEOUT_S, Pipeline, Stage, switch_interval
-
-#: ``--gil-switch-interval`` of ``--device cuda`` jobs (Python's is 0.005 s): the train stage's every GPU
-#: launch and cuBLAS call hands the GIL back and must wait to get it again while the prepare and place
-#: stages run Python. The issue's job on an H200 (``python -m bench.bench_device --no-cpu``, 2026-11-27,
-#: bench/results/gpu-h200-2026-11-27-night/): 499,758 examples/s at 0.005, 557,554 at 0.0002, 563,225 at
-#: 0.001 (one run each).
-CUDA_SWITCH_INTERVAL = 0.001
 from ..ssd import ScratchEnv, SSDOptions, SSDStore
 from . import _build, _warmup
 from ._blas import DenseThreads
@@ -82,10 +75,9 @@ class Trainer:
     scratch job spills with it)."""
 
     def __init__(self, cfg: Config, coll=None, log=print, on_fatal=None, feed=None, cache_rows=None):
-        self.cfg = cfg
+        self.cfg, self.on_fatal = cfg, on_fatal
         self.coll = coll or Collectives()
         self.log = log if self.coll.rank == 0 else (lambda *a, **k: None)
-        self.on_fatal = on_fatal
         m, t = cfg.model, cfg.tiers
         self.xp = array_module(t.device)  # NumPy, CuPy, or NumPy under the CUDA simulator
         # the dense model's host threads: --blas-threads, else sized between batches to idle cores (_blas)
@@ -297,11 +289,9 @@ class Trainer:
     def fit(self, warm_up: bool = True) -> dict:
         """Train every batch (after the checkpoint, with ``resume``) -> :meth:`metrics`. With ``warm_up``
         the kernels are compiled first (``_warmup``), outside the timed part. The dense model's threads
-        are sized meanwhile (``_blas``: ``--blas-threads``)."""
-        interval = self.cfg.train.gil_switch_interval
-        if interval is None and self.cfg.tiers.device == "cuda":
-            interval = CUDA_SWITCH_INTERVAL
-        with self.dense_threads.bound(self.model), switch_interval(interval):
+        are sized meanwhile (``_blas``: ``--blas-threads``), the GIL switch interval set (the backend's)."""
+        with self.dense_threads.bound(self.model), \
+                switch_interval(self.cfg.train.gil_switch_interval or self.backend.switch_interval):
             return self._fit(warm_up)
 
     def _fit(self, warm_up: bool) -> dict:

@@ -255,7 +255,7 @@ def test_the_cuda_warm_up_also_trains_a_full_size_batch_and_leaves_the_job_untou
 
 @pytest.mark.parametrize("given, expected", [(None, 0.001), (0.0003, 0.0003)])
 def test_a_cuda_job_trains_with_its_gil_switch_interval_and_restores_it(given, expected):
-    """--device cuda trains with the interpreter's switch interval at ``CUDA_SWITCH_INTERVAL`` unless
+    """--device cuda trains with the interpreter's switch interval at ``DeviceBackend.switch_interval`` unless
     --gil-switch-interval says otherwise (``hps.train._trainer``), and leaves the process's as it was."""
     import sys
 
