@@ -143,7 +143,8 @@ def scaling(a) -> dict:
         tiny = work / "tiny.txt"
         with open(parts[0]) as src, open(tiny, "w") as dst:
             dst.writelines(line for _, line in zip(range(1000), src))
-        fixed = run_ranks(1, [*common[:2], "--epochs", "1", *common[4:], "--data", str(tiny), "--batch-size", str(a.batch_size),
+        one_epoch = [*common[:2], "--epochs", "1", *common[4:]]
+        fixed = run_ranks(1, [*one_epoch, "--data", str(tiny), "--batch-size", str(a.batch_size),
                               "--minibatch-size", str(a.minibatch_size)], work, env, pin)
         out["fixed_cpu_s"] = fixed["time_per_rank"][0]["cpu"]
         common += ["--eval-data", str(evals)]
@@ -199,7 +200,8 @@ def scaling(a) -> dict:
 
 
 def report(out: dict) -> str:
-    lines = [f"# hps.train scaling: {out['rows_per_part']} lines per part, {out['epochs']} epoch(s), batch {out['batch_size']}, mini-batch "
+    lines = [f"# hps.train scaling: {out['rows_per_part']} lines per part, {out['epochs']} epoch(s), "
+             f"batch {out['batch_size']}, mini-batch "
              f"{out['minibatch_size']} (weak: x N), --sparse-sync {out['sparse_sync']}; T(N) = max busiest stage "
              "CPU s + max bytes sent / link"]
     head = (f"{'':6}{'N':>3}{'ex/s':>10}{'AUC':>8}{'busiest':>9}{'MB sent':>9}{'T 100G':>8}{'x 100G':>8}"

@@ -178,7 +178,7 @@ class TrainConfig:
     seed: int = 0                       # in [0, MAX_SEED = 2**64 - 1]
     queue_depth: int = 1                # items waiting between two pipeline stages
     blas_threads: int | None = None     # dense model's threads while training; None = sized to idle cores
-    gil_switch_interval: float | None = None  # seconds between forced thread switches while training; None = 0.001 on cuda, else Python's
+    gil_switch_interval: float | None = None  # s between forced GIL switches in training; None = the backend's
     checkpoint_dir: str | None = _warm(None, None)
     checkpoint_every: int = _warm(0, 0)  # batches between checkpoints; 0 = end of every epoch only
     resume: bool = _warm(False, False)  # continue from checkpoint_dir
@@ -220,8 +220,7 @@ class TrainConfig:
     def __post_init__(self):
         _check_types(self)
         _positive(self, "batch_size", "minibatch_size", "epochs", "queue_depth", "blas_threads", "gil_switch_interval",
-                  "ranks_per_node",
-                  "keep_checkpoints")
+                  "ranks_per_node", "keep_checkpoints")
         _one_of("sparse-sync", self.sparse_sync, SPARSE_SYNCS)
         _one_of("mpi-wait", self.mpi_wait, MPI_WAITS)
         if not 0 <= self.seed <= MAX_SEED:

@@ -261,9 +261,9 @@ class Collectives:
     communicating thread (:data:`CHANNELS`). ``comm=None`` (or a 1-rank communicator): one process.
 
     ``mpi_wait``: ``auto``/``spin``/``yield`` (``hps.comm.resolve_wait_mode``). ``cores_per_rank``: this
-    node's cores over its ranks, at most this rank's own (at least 1); ``ranks_on_node``: the job's ranks on this node (the memory
-    budget's divisor). Construction is
-    collective; raises CommError below MPI_THREAD_MULTIPLE.
+    node's cores over its ranks, at most this rank's own (at least 1); ``ranks_on_node``: the job's ranks
+    on this node (the memory budget's divisor). Construction is collective; raises CommError below
+    MPI_THREAD_MULTIPLE.
     """
 
     def __init__(self, comm=None, mpi_wait: str = "auto"):
