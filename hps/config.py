@@ -178,7 +178,7 @@ class TrainConfig:
     seed: int = 0                       # in [0, MAX_SEED = 2**64 - 1]
     queue_depth: int = 1                # items waiting between two pipeline stages
     blas_threads: int | None = None     # dense model's threads while training; None = sized to idle cores
-    gil_switch_interval: float | None = None  # s between forced GIL switches in training; None = the backend's
+    gil_switch_interval: float | None = None  # seconds a thread may keep the GIL in training; None = the backend's
     checkpoint_dir: str | None = _warm(None, None)
     checkpoint_every: int = _warm(0, 0)  # batches between checkpoints; 0 = end of every epoch only
     resume: bool = _warm(False, False)  # continue from checkpoint_dir
