@@ -237,8 +237,12 @@ def test_the_cuda_warm_up_also_trains_a_full_size_batch_and_leaves_the_job_untou
 
     replays = []
     real_replay = _feed.Feed.replay.__func__
-    monkeypatch.setattr(_feed.Feed, "replay", classmethod(
-        lambda cls, batches, *a: replays.append((len(batches), len(batches[0]), a[-1])) or real_replay(cls, batches, *a)))
+
+    def replay(cls, batches, *a):  # (batches, examples of the first, mini-batch size) of each scratch feed
+        replays.append((len(batches), len(batches[0]), a[-1]))
+        return real_replay(cls, batches, *a)
+
+    monkeypatch.setattr(_feed.Feed, "replay", classmethod(replay))
     monkeypatch.setattr(_warmup, "simulated", lambda: False)
     for d in ("warm", "cold"):
         (tmp_path / d).mkdir()
@@ -255,8 +259,8 @@ def test_the_cuda_warm_up_also_trains_a_full_size_batch_and_leaves_the_job_untou
 
 @pytest.mark.parametrize("given, expected", [(None, 0.001), (0.0003, 0.0003)])
 def test_a_cuda_job_trains_with_its_gil_switch_interval_and_restores_it(given, expected):
-    """--device cuda trains with the interpreter's switch interval at ``DeviceBackend.switch_interval`` unless
-    --gil-switch-interval says otherwise (``hps.train._trainer``), and leaves the process's as it was."""
+    """--device cuda trains with the interpreter's switch interval at ``DeviceBackend.switch_interval``
+    unless --gil-switch-interval says otherwise (``Trainer.fit``), and leaves the process's as it was."""
     import sys
 
     from hps.config import Config
