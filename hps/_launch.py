@@ -18,7 +18,8 @@
 Under Numba's CUDA simulator there are no SMs: a launch takes at most ``SIM_MAX_BLOCKS`` blocks, so
 the simulator tests walk the grid-stride loops more than once.
 
-Thread-safe (the caches are guarded by a lock); configurations are immutable once made.
+Thread-safe (the caches are guarded by a lock; under the simulator launches are serialised); configurations
+are immutable once made.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ SIM_MAX_BLOCKS = 4
 _CACHE_LIMIT = 4096
 
 _lock = threading.Lock()
+#: Under the CUDA simulator every launch runs under this lock: the simulator runs a kernel by swapping the
+#: ``cuda`` global of its Python function for a fake module per block (thread and block indices, shared
+#: arrays), so two host threads running the same kernel at once would see each other's. On a GPU launches
+#: are asynchronous and need no lock. (A job's threads launch kernels of several tables and stages; a
+#: 2-rank HET job failed in the simulator once its train stage switched threads every millisecond.)
+_sim_lock = threading.RLock()
 _sms: dict = {}
 _configs: dict = {}
 _external: dict = {}
@@ -182,4 +189,8 @@ def launch(kernel, shape, stream, *args) -> None:
             if len(_configs) >= _CACHE_LIMIT:
                 _configs.clear()
             _configs[key] = cfg
-    cfg(*args)
+    if simulated():
+        with _sim_lock:
+            cfg(*args)
+    else:
+        cfg(*args)
