@@ -99,13 +99,13 @@ def node_share(comm) -> tuple[int, int]:
         node.Free()
 
 
-def resolve_wait_mode(comm, mode: str) -> str:
+def resolve_wait_mode(comm, mode: str, share: tuple[int, int] | None = None) -> str:
     """``"spin"`` or ``"yield"`` for ``mode`` (one of :data:`WAIT_MODES`); ``auto`` yields when the
     ranks of ``comm`` sharing this node outnumber its cores. Collective over ``comm`` (the answer is
-    the same on every rank of a node)."""
+    the same on every rank of a node), unless the caller passes the :func:`node_share` it already has."""
     if mode not in WAIT_MODES:
         raise InvalidInputError(f"mpi-wait must be one of {', '.join(WAIT_MODES)}; got {mode!r}")
-    local, cores = node_share(comm)
+    local, cores = node_share(comm) if share is None else share
     if mode != "auto":
         return mode
     return "yield" if local > cores else "spin"

@@ -278,8 +278,8 @@ class Collectives:
 
         require_thread_multiple()
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
-        self.wait_mode = resolve_wait_mode(comm, mpi_wait)
         local, cores = node_share(comm)
+        self.wait_mode = resolve_wait_mode(comm, mpi_wait, (local, cores))
         self.cores_per_rank, self.ranks_on_node = max(1, min(node_cores(), cores // local)), local
         for name in CHANNELS:
             setattr(self, name, Channel(name, comm.Dup(), self.stats, spin=self.wait_mode == "spin"))

@@ -73,15 +73,7 @@ def _scratch_run(trainer, first) -> None:
     """Train a scratch job of the same configuration on tiny slices of ``first`` (a Batch)."""
     n = min(len(first), WARMUP_EXAMPLES * WARMUP_BATCHES)
     parts = [_own(first.slice(a, min(a + WARMUP_EXAMPLES, n))) for a in range(0, n, WARMUP_EXAMPLES)]
-    working_set = max(int(np.unique(p.keys).shape[0]) for p in parts)
-    # the job's own configuration in its warm-up form (each option declares it: hps.config.WARMUP) with
-    # the job's budget (its plan holds the scratch job's smaller shares), an HBM-PS cache of two
-    # batches' working sets (rows leave it for the MEM-PS) and below, a MEM-PS cache of one batch's
-    # working set: later batches spill to SSD-PS and load back
-    hbm = hbm_budget_for(2 * working_set, trainer.row_width)
-    scratch_cfg = scratch_config(trainer.cfg, Scratch(WARMUP_EXAMPLES, trainer.plan.budget, hbm))
-    feed = Feed.replay(parts, trainer.feed.n_fields, trainer.feed.n_dense, scratch_cfg.train.minibatch_size)
-    scratch = type(trainer)(scratch_cfg, Collectives(), log=lambda *a, **k: None, feed=feed, cache_rows=working_set)
+    scratch = _scratch_job(trainer, parts, WARMUP_EXAMPLES)
     try:
         scratch.fit(warm_up=False)
         scratch.hier.sync_to_store()   # a consistent cut, as checkpoints take: the table's export
@@ -96,17 +88,25 @@ def _scratch_run(trainer, first) -> None:
 def _full_size_run(trainer, first) -> None:
     """Train a scratch job on the whole first batch once, in this rank's largest mini-batch, with room
     for its working set in HBM-PS (see the module docstring)."""
-    part = _own(first)
-    minibatch = int(trainer.feed.local_minibatch_sizes.max())
-    working_set = int(np.unique(part.keys).shape[0])
-    hbm = hbm_budget_for(2 * working_set, trainer.row_width)
-    scratch_cfg = scratch_config(trainer.cfg, Scratch(len(part), trainer.plan.budget, hbm, minibatch))
-    feed = Feed.replay([part], trainer.feed.n_fields, trainer.feed.n_dense, minibatch)
-    scratch = type(trainer)(scratch_cfg, Collectives(), log=lambda *a, **k: None, feed=feed, cache_rows=working_set)
+    scratch = _scratch_job(trainer, [_own(first)], len(first), int(trainer.feed.local_minibatch_sizes.max()))
     try:
         scratch.fit(warm_up=False)
     finally:
         scratch.close()
+
+
+def _scratch_job(trainer, parts, examples: int, minibatch: int | None = None):
+    """A scratch Trainer replaying ``parts`` (Batches) in batches of ``examples`` and mini-batches of
+    ``minibatch`` (None: the warm-up form's, ``hps._options._scratch_minibatch``): the job's own
+    configuration in its warm-up form (each option declares it: hps.config.WARMUP) with the job's budget
+    (its plan holds the scratch job's smaller shares), an HBM-PS cache of two batches' working sets (rows
+    leave it for the MEM-PS when the parts are more) and below, a MEM-PS cache of one batch's working set:
+    later batches spill to SSD-PS and load back."""
+    working_set = max(int(np.unique(p.keys).shape[0]) for p in parts)
+    hbm = hbm_budget_for(2 * working_set, trainer.row_width)
+    scratch_cfg = scratch_config(trainer.cfg, Scratch(examples, trainer.plan.budget, hbm, minibatch))
+    feed = Feed.replay(parts, trainer.feed.n_fields, trainer.feed.n_dense, scratch_cfg.train.minibatch_size)
+    return type(trainer)(scratch_cfg, Collectives(), log=lambda *a, **k: None, feed=feed, cache_rows=working_set)
 
 
 def _own(part):
