@@ -45,11 +45,11 @@ SIM_MAX_BLOCKS = 4
 _CACHE_LIMIT = 4096
 
 _lock = threading.Lock()
-#: Under the CUDA simulator every launch runs under this lock: the simulator runs a kernel by swapping the
-#: ``cuda`` global of its Python function for a fake module per block (thread and block indices, shared
-#: arrays), so two host threads running the same kernel at once would see each other's. On a GPU launches
-#: are asynchronous and need no lock. (A job's threads launch kernels of several tables and stages; a
-#: 2-rank HET job failed in the simulator once its train stage switched threads every millisecond.)
+#: Under the CUDA simulator every launch runs under this lock: the simulator keeps one global kernel
+#: context ("no support for concurrent kernel launch"), and a kernel launched while another runs is run as
+#: a device function in the other's context (its indices, its shared arrays). On a GPU launches are
+#: asynchronous and need no lock. (A job's threads launch kernels of several tables and stages; a 2-rank
+#: HET job failed in the simulator once its train stage switched threads every millisecond.)
 _sim_lock = threading.RLock()
 _sms: dict = {}
 _configs: dict = {}

@@ -1,0 +1,63 @@
+"""Two host threads launching kernels at once under the CUDA simulator (``hps._launch``'s simulator
+lock): the simulator keeps one global kernel context ("no support for concurrent kernel launch"), so
+without the lock a kernel launched while another runs is run as a device function in the other's context
+(an error, or the other launch's indices and shared arrays)."""
+
+import sys
+import threading
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from hps import _launch as L
+
+pytestmark = pytest.mark.cudasim
+
+
+@cuda.jit
+def _write_ids(out):
+    """out[i] = i through the block's shared array (as the table's ``get`` kernel passes slots)."""
+    cell = cuda.shared.array(64, dtype=np.int64)
+    t = cuda.threadIdx.x
+    cell[t] = cuda.grid(1)
+    cuda.syncthreads()
+    i = cuda.blockIdx.x * cuda.blockDim.x + (cuda.blockDim.x - 1 - t)   # a neighbour's cell
+    out[i] = cell[cuda.blockDim.x - 1 - t]
+
+
+@cuda.jit
+def _write_ids_too(out):
+    cell = cuda.shared.array(64, dtype=np.int64)
+    t = cuda.threadIdx.x
+    cell[t] = cuda.grid(1)
+    cuda.syncthreads()
+    i = cuda.blockIdx.x * cuda.blockDim.x + (cuda.blockDim.x - 1 - t)
+    out[i] = cell[cuda.blockDim.x - 1 - t]
+
+
+def test_concurrent_launches_of_one_module_each_see_their_own_shared_arrays():
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # the job's threads switch often: the race comes at once
+    wrong = []
+
+    def work(kernel, n):
+        for _ in range(20):
+            out = np.full(n, -1, np.int64)
+            try:
+                L.launch(kernel, (2, n // 2), 0, out)
+            except Exception as e:  # e.g. run in the other launch's context, as a device function
+                wrong.append(repr(e))
+                continue
+            if not np.array_equal(out, np.arange(n)):
+                wrong.append(f"{kernel.__name__}: {out}")
+
+    try:
+        threads = [threading.Thread(target=work, args=(k, n)) for k, n in ((_write_ids, 16), (_write_ids_too, 24))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(before)
+    assert wrong == []
