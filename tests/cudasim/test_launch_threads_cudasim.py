@@ -1,7 +1,9 @@
-"""Two host threads launching kernels at once under the CUDA simulator (``hps._launch``'s simulator
-lock): the simulator keeps one global kernel context ("no support for concurrent kernel launch"), so
-without the lock a kernel launched while another runs is run as a device function in the other's context
-(an error, or the other launch's indices and shared arrays)."""
+"""Threads under the CUDA simulator (``hps._launch``): two host threads launching kernels at once (the
+simulator keeps one global kernel context, "no support for concurrent kernel launch", so without
+``_sim_lock`` a kernel launched while another runs is run as a device function in the other's context:
+an error, or the other launch's indices and shared arrays), and a block's threads allocating their shared
+array (the simulator's ``cuda.shared.array`` finds-then-stores without a lock: two threads can each get
+an array of their own, then read cells nobody wrote)."""
 
 import sys
 import threading
@@ -58,6 +60,21 @@ def test_concurrent_launches_of_one_module_each_see_their_own_shared_arrays():
             t.start()
         for t in threads:
             t.join()
+    finally:
+        sys.setswitchinterval(before)
+    assert wrong == []
+
+
+def test_a_blocks_threads_share_one_shared_array_when_switching_often():
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # ~1 launch in 50 met the simulator's race without the lock
+    wrong = []
+    try:
+        for _ in range(300):
+            out = np.full(16, -1, np.int64)
+            L.launch(_write_ids, (2, 8), 0, out)
+            if not np.array_equal(out, np.arange(16)):
+                wrong.append(out)
     finally:
         sys.setswitchinterval(before)
     assert wrong == []
