@@ -4,7 +4,8 @@
 #   mkdir -p .device && cp -r ../shared/device/* .device/     # once: the shim (numba-cuda 0.30.4 imports under
 #                                                              # NumPy 2.5 with it) and the hash-table bench
 #   device run: bash bench/device_check.sh  (carry .device, timeout ~420 s)
-# STEPS (default "tests bench big calls profile tenth"; also "table", "equiv", "blocking", "scaling", "switch", "launch") picks
+# STEPS (default "tests bench big calls profile tenth"; also "table", "equiv", "blocking", "scaling", "switch", "launch",
+# "modes") picks
 # steps; the GPU image has no mpiexec, zstandard or isal: "scaling" installs MPICH's and mpi4py's wheels from
 # .device/wheels (pip download mpi4py mpich --only-binary=:all: --python-version 3.12 -d .device/wheels).
 cd "$(dirname "$0")/.."
@@ -40,8 +41,14 @@ big)
   timeout 90 python3 -m bench.bench_device --no-cpu --minibatch-size 16384 --batch-size 262144 2>&1 | tail -8
   save device-mb16384 ;;
 launch)
-  step "the host's cost of one kernel launch, alone and beside a busy thread (bench.launch_cost)"
+  step "the host's cost of one kernel launch in each launch mode, alone and beside a busy thread (bench.launch_cost)"
   timeout 90 python3 -m bench.launch_cost --out "$OUT/launch.json" 2>&1 | tail -6 ;;
+modes)
+  step "bench_device, hps alone, launching through Numba and through the driver holding the GIL (the default, driver, above)"
+  for m in numba driver-gil; do
+    HPS_CUDA_LAUNCH=$m timeout 60 python3 -m bench.bench_device --no-cpu --no-peer 2>&1 | tail -3
+    save device-mb4096-$m
+  done ;;
 calls)
   step "CUDA table: kernel against blocking call (bench.table_cuda_calls)"
   timeout 60 python3 -m bench.table_cuda_calls --out "$OUT/calls.json" 2>&1 | tail -4 ;;

@@ -4,14 +4,16 @@
 inside the pipeline, against 0.07-0.16 ms for a whole blocking table call measured alone; this separates
 the candidates.
 
-    python -m bench.launch_cost [--launches 2000] [--out FILE.json]     # needs a CUDA GPU and CuPy
+    python -m bench.launch_cost [--launches 1000] [--out FILE.json]     # needs a CUDA GPU and CuPy
 
 Cases, each the median microseconds of host time per launch over ``--launches`` launches of a kernel
 that does almost nothing (one thread writes one element), on the legacy default stream:
 
-- ``numba-<k>``: ``hps._launch.launch`` of a Numba kernel with k device-array arguments (1, 4, 8: the
-  train step's kernels take 4-9), CuPy arrays viewed once before the loop;
-- ``numba-8-views``: the same with the 8 CuPy arrays viewed at every launch (``hps._launch.arg``, as the
+- ``<mode>-<k>``: ``hps._launch.launch`` of a Numba kernel with k device-array arguments (1, 4, 8: the
+  train step's kernels take 4-9), CuPy arrays viewed once before the loop, in each launch mode of
+  ``hps._driver_launch`` (``numba``: Numba's launch; ``driver``: one ``cuLaunchKernel`` through ctypes,
+  the GIL released in the call; ``driver-gil``: the same holding the GIL);
+- ``<mode>-8-views``: the same with the 8 CuPy arrays viewed at every launch (``hps._launch.arg``, as the
   ``hps.gpu`` operations do);
 - ``cupy``: a CuPy elementwise kernel on a one-element array;
 
@@ -47,12 +49,13 @@ def _busy_sync(stop: threading.Event, cp) -> None:
 
 def main(argv=None) -> int:
     p = ArgumentParser(prog="python -m bench.launch_cost", description=__doc__.split("\n\n")[0])
-    p.add_argument("--launches", type=int, default=2000)
+    p.add_argument("--launches", type=int, default=1000)
     p.add_argument("--out", default=None, help="also write the figures here (JSON)")
     a = p.parse_args(argv)
     import cupy as cp
     from numba import cuda
 
+    from hps import _driver_launch as D
     from hps import _launch as L
 
     @cuda.jit
@@ -75,16 +78,21 @@ def main(argv=None) -> int:
     grid = L.grid1(1)
     add = cp.ElementwiseKernel("float32 x", "float32 y", "y = x + 1", "hps_launch_cost_add")
     one = cp.zeros(1, cp.float32)
-    calls = {
-        "numba-1": lambda: L.launch(touch1, grid, 0, views[0]),
-        "numba-4": lambda: L.launch(touch4, grid, 0, *views[:4]),
-        "numba-8": lambda: L.launch(touch8, grid, 0, *views),
-        "numba-8-views": lambda: L.launch(touch8, grid, 0, *[L.arg(x, "x") for x in arrays]),
-        "cupy": lambda: add(one, one),
-    }
+    calls = {}  # name -> (launch mode or None, one launch)
+    for m in D.MODES:
+        calls[f"{m}-1"] = m, lambda: L.launch(touch1, grid, 0, views[0])
+        calls[f"{m}-4"] = m, lambda: L.launch(touch4, grid, 0, *views[:4])
+        calls[f"{m}-8"] = m, lambda: L.launch(touch8, grid, 0, *views)
+        calls[f"{m}-8-views"] = m, lambda: L.launch(touch8, grid, 0, *[L.arg(x, "x") for x in arrays])
+    calls["cupy"] = None, lambda: add(one, one)
 
-    def per_launch(fn) -> float:
+    def per_launch(m, fn) -> float:
+        if m is not None:
+            D.set_mode(m)
+        fn()  # the first launch in a mode may compile (through Numba), the second run the driver path's probe
         fn()
+        if m is not None and D.mode() != m:
+            raise SystemExit(f"launch mode {m} fell back to {D.mode()} (its probe failed: see the warning)")
         cp.cuda.Device().synchronize()
         ts = []
         for _ in range(a.launches):
@@ -106,7 +114,7 @@ def main(argv=None) -> int:
         if beside == "python-0.0002":
             sys.setswitchinterval(0.0002)
         try:
-            out["us"][beside] = {name: per_launch(fn) for name, fn in calls.items()}
+            out["us"][beside] = {name: per_launch(m, fn) for name, (m, fn) in calls.items()}
         finally:
             sys.setswitchinterval(before)
             stop.set()

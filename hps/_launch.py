@@ -9,9 +9,11 @@
   blocks. :func:`grid1` is one thread per item; :func:`grid_rows` a 2-D block ``(bx, by)`` whose
   ``bx`` threads stride a row's columns (coalesced) and ``by`` rows share a block.
 - :func:`launch` enqueues a kernel on a stream through a cache of launch configurations (no
-  ``kernel[grid, block, stream]`` object per call); Numba's ``NumbaPerformanceWarning`` about small
-  grids is filtered there, where hps launches, when a configuration is first made (a grid smaller
-  than Numba's threshold is what a small batch needs), never globally.
+  ``kernel[grid, block, stream]`` object per call), on a GPU with one ``cuLaunchKernel`` call
+  (``hps._driver_launch``) once Numba has compiled the kernel for the arguments' types; Numba's
+  ``NumbaPerformanceWarning`` about small grids is filtered there, where hps launches, when a
+  configuration is first made (a grid smaller than Numba's threshold is what a small batch needs),
+  never globally.
 - :func:`stream_of` accepts 0 / None (the legacy default stream), a Numba stream, or a CuPy stream;
   :func:`view` makes a zero-copy Numba view of any ``__cuda_array_interface__`` array.
 
@@ -30,6 +32,7 @@ import warnings
 
 import numpy as np
 
+from . import _driver_launch as _driver
 from ._xp import cuda_module as cuda
 from ._xp import simulated
 from .errors import InvalidInputError, InvalidTypeError
@@ -215,7 +218,9 @@ def _lock_simulator_shared_arrays() -> None:
 
 def launch(kernel, shape, stream, *args) -> None:
     """Enqueue ``kernel(*args)`` with launch ``shape`` = (blocks, threads) from :func:`grid1` /
-    :func:`grid_rows` on ``stream`` (:func:`stream_of` form). Asynchronous."""
+    :func:`grid_rows` on ``stream`` (:func:`stream_of` form). Asynchronous. On a GPU a compiled kernel is
+    launched with one driver call (``hps._driver_launch``; ``HPS_CUDA_LAUNCH=numba``: through Numba);
+    its first launch with new argument types goes through Numba, which compiles it."""
     blocks, threads = shape
     s = stream_of(stream)
     key = (kernel, blocks, threads, s)  # holds the stream: a live key never names a freed stream
@@ -224,14 +229,15 @@ def launch(kernel, shape, stream, *args) -> None:
         with _lock, warnings.catch_warnings():
             for category in performance_warnings():
                 warnings.simplefilter("ignore", category)
-            cfg = kernel[blocks, threads, s]
+            cfg = (kernel[blocks, threads, s], None if simulated() else _driver.stream_handle(s),
+                   _driver.dim3(blocks), _driver.dim3(threads))
             if len(_configs) >= _CACHE_LIMIT:
                 _configs.clear()
             _configs[key] = cfg
-    if simulated():
+    if cfg[1] is None:  # the simulator
         with _sim_lock:
             if not _sim_shared_locked:
                 _lock_simulator_shared_arrays()
-            cfg(*args)
-    else:
-        cfg(*args)
+            cfg[0](*args)
+    elif not _driver.launch(kernel, cfg[2], cfg[3], cfg[1], args):
+        cfg[0](*args)

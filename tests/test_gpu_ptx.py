@@ -230,3 +230,45 @@ def test_cuda_table_without_gpu_raises_device_unavailable():
         pytest.skip("a GPU is present")
     with pytest.raises(DeviceUnavailableError, match="device='cuda'"):
         table.HashTable(capacity=10, dim=2, device="cuda")
+
+
+_PTX_WIDTH = {"8": 1, "16": 2, "32": 4, "64": 8}
+
+
+def _ptx_params(ptx: str) -> list:
+    """(width in bytes, "f" or "i") of every parameter of the PTX's kernel entry, in order."""
+    import re
+
+    entry = re.search(r"\.entry\s+\S+\((.*?)\)", ptx, re.S).group(1)
+    params = re.findall(r"\.param\s+\.([a-z])(8|16|32|64)\s+\S+_param_(\d+)", entry)
+    assert [int(i) for _, _, i in params] == list(range(len(params))), "unexpected PTX parameter list"
+    return [(_PTX_WIDTH[w], "f" if k == "f" else "i") for k, w, _ in params]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("name", sorted(_kernels()))
+def test_driver_launch_layout_matches_ptx(name, dtype):
+    """``hps._driver_launch`` packs each kernel's parameters in the order, width and kind the compiled
+    kernel declares (Numba's ABI: an array is meminfo, parent, size, itemsize, data, shape, strides)."""
+    from hps._driver_launch import param_layout
+
+    func = _kernels()[name].py_func
+    argtys = _arg_types(_FLOATS[np.dtype(dtype)])
+    layout = param_layout([argtys[p] for p in inspect.signature(func).parameters])
+    assert layout is not None, f"{name}: an argument kind the driver launch cannot pack"
+    assert [(w, k) for _, w, k in layout] == _ptx_params(_compile(func, argtys))
+
+
+def test_driver_launch_layout_of_every_scalar_kind():
+    """The probe kernel of ``hps._driver_launch`` (arrays of 1 and 2 dimensions, every scalar kind it
+    packs) against its PTX."""
+    from numba.cuda import types as t
+
+    from hps._driver_launch import _probe_kernel, param_layout
+
+    argtys = (t.float64[::1], t.uint64[::1], t.float32[:, :], t.int64[::1], t.int32, t.int64, t.uint64,
+              t.float32, t.float64, t.boolean)
+    layout = param_layout(argtys)
+    ptx, _ = cuda.compile_ptx(_probe_kernel().py_func, types.void(*argtys), cc=(9, 0))
+    assert [(w, k) for _, w, k in layout] == _ptx_params(ptx)
+    assert [c for c, _, _ in layout][-6:] == ["q", "q", "Q", "f4x", "d", "?7x"]
