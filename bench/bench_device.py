@@ -67,7 +67,7 @@ def main(argv=None) -> int:
         raise SystemExit("no CUDA GPU: run on a machine with one, or --simulate for a tiny proof run")
     if a.simulate:
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # inherited by the child processes
-    out = {"gpu": gpu, "job": job, "cuda_launch": os.environ.get("HPS_CUDA_LAUNCH", "driver")}  # hps._driver_launch
+    out = {"gpu": gpu, "job": job, "cuda_launch": os.environ.get("HPS_CUDA_LAUNCH", "driver-gil")}  # hps._driver_launch
     for device in ("cuda",) if a.no_cpu else ("cpu", "cuda"):
         m = run_job([*job, "--device", device])
         per_mb = m["d2h_bytes"]["minibatch"] + m["h2d_bytes"]["minibatch"]

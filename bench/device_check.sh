@@ -44,8 +44,8 @@ launch)
   step "the host's cost of one kernel launch in each launch mode, alone and beside a busy thread (bench.launch_cost)"
   timeout 90 python3 -m bench.launch_cost --out "$OUT/launch.json" 2>&1 | tail -6 ;;
 modes)
-  step "bench_device, hps alone, launching through Numba and through the driver holding the GIL (the default, driver, above)"
-  for m in numba driver-gil; do
+  step "bench_device, hps alone, launching through Numba and through the driver releasing the GIL (the default, driver-gil, above)"
+  for m in numba driver; do
     HPS_CUDA_LAUNCH=$m timeout 60 python3 -m bench.bench_device --no-cpu --no-peer 2>&1 | tail -3
     save device-mb4096-$m
   done ;;

@@ -15,12 +15,17 @@ Numba's ABI into a per-thread buffer and calls the driver directly:
   new types goes through Numba, which compiles it);
 - the function handle is Numba's for the current context (``get_cufunc``), so several GPUs work.
 
-Modes (:func:`set_mode`, or ``HPS_CUDA_LAUNCH`` at import): ``driver`` (the default: the GIL is
-released during the driver call, as CuPy does), ``driver-gil`` (``ctypes.PyDLL``: the GIL is held
-through the call, so the launching thread never waits to get it back; a driver call that blocked would
-block every thread) and ``numba`` (Numba's launch). Before the first driver launch of a process a probe
-kernel checks the path end to end (arrays of 1 and 2 dimensions, strided, every scalar kind); if it
-fails, the process warns once and launches through Numba.
+Modes (:func:`set_mode`, or ``HPS_CUDA_LAUNCH`` at import): ``driver-gil`` (the default: through
+``ctypes.PyDLL``, the GIL held through the driver call), ``driver`` (``ctypes.CDLL``: the GIL released
+during the call, as Numba's, ``cuda.core``'s and CuPy's driver calls do) and ``numba`` (Numba's launch).
+Why hold the GIL: a call that hands it back while another thread runs Python gets it back only when that
+thread is made to drop it, one switch interval later (``python -m bench.gil_convoy``: a ~65-us C call
+beside a busy Python thread costs ~1.2 ms at a 0.001-s switch interval and ~5.2 ms at 0.005, against
+~65 us holding the GIL); the training pipeline's prepare and place threads run Python beside the train
+thread, which launches. A launch normally returns in microseconds; one that blocked (a full launch queue)
+would hold every thread for as long, and no hps code takes the GIL inside the driver (no host callbacks).
+Before the first driver launch of a process a probe kernel checks the path end to end (arrays of 1 and 2
+dimensions, strided, every scalar kind); if it fails, the process warns once and launches through Numba.
 
 Thread-safe: each thread packs into its own buffers, and the caches only grow under a lock.
 """
@@ -40,7 +45,7 @@ from .errors import HpsError, InvalidInputError
 
 __all__ = ["MODES", "mode", "set_mode", "param_layout", "pack_values", "Launcher", "launcher_for", "probe"]
 
-MODES = ("driver", "driver-gil", "numba")
+MODES = ("driver-gil", "driver", "numba")
 _lock = threading.Lock()
 _check_lock = threading.Lock()
 _state = {"mode": None, "checked": False, "lib": {}}
@@ -53,10 +58,10 @@ class DriverLaunchError(HpsError):
 
 
 def mode() -> str:
-    """The launch mode of this process (``HPS_CUDA_LAUNCH``, default ``driver``)."""
+    """The launch mode of this process (``HPS_CUDA_LAUNCH``, default ``driver-gil``)."""
     m = _state["mode"]
     if m is None:
-        m = set_mode(os.environ.get("HPS_CUDA_LAUNCH", "driver"))
+        m = set_mode(os.environ.get("HPS_CUDA_LAUNCH", "driver-gil"))
     return m
 
 

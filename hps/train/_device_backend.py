@@ -173,9 +173,9 @@ class DeviceBackend:
     Thread safety: :meth:`stage` runs in the place thread, the rest in the train thread; the ledger is
     shared and thread-safe. Every kernel runs under the table's lock (:meth:`rows`)."""
 
-    #: The GIL switch interval of training (Python's is 0.005 s): the train stage's every GPU launch and
-    #: cuBLAS call hands the GIL back and must wait to get it again while the prepare and place stages
-    #: run Python. The issue's job on an H200 (``python -m bench.bench_device --no-cpu``, 2026-11-27,
+    #: The GIL switch interval of training (Python's is 0.005 s): the train stage's every CuPy operation
+    #: and cuBLAS call (and kernel launch, but for ``hps._driver_launch``'s default ``driver-gil``) hands
+    #: the GIL back and must wait to get it again while the prepare and place stages run Python. The issue's job on an H200 (``python -m bench.bench_device --no-cpu``, 2026-11-27,
     #: bench/results/gpu-h200-2026-11-27-night/): 499,758 examples/s at 0.005, 557,554 at 0.0002,
     #: 563,225 at 0.001 (one run each).
     switch_interval = 0.001
