@@ -207,15 +207,15 @@ class Launcher:
 def _arg_key(a):
     """A key of ``a``'s Numba type as a kernel argument that is cheap to compute: an array's class,
     dtype, ndim and layout (Numba's rule: "C" or "F" if contiguous and not broadcast, else "A"), a
-    scalar's class (a Python int only within int64, as Numba types it). Raises for what the driver path
-    leaves to Numba (a host array)."""
+    scalar's class (a Python int only within int64, as Numba types it); None for what the driver path
+    leaves to Numba (a host array, a wider int)."""
     cls = type(a)
-    if cls is np.ndarray:
-        raise TypeError("a host array: Numba copies it to the device and back")
+    if cls is np.ndarray:  # a host array: Numba copies it to the device and back
+        return None
     shape = getattr(a, "shape", None)
     if shape is None or cls.__module__ == "numpy":  # a Python or NumPy scalar
         if cls is int and not -(1 << 63) <= a < (1 << 63):
-            raise OverflowError("a Python int outside int64")
+            return None
         return cls
     flags, strides = a.flags, a.strides
     if 0 in strides and a.size != 0:
@@ -233,9 +233,12 @@ def launcher_for(dispatcher, args):
     """The :class:`Launcher` of ``dispatcher``'s overload for ``args``, or None (not compiled for these
     types yet, a debug or cooperative kernel, or an argument kind this module does not pack)."""
     try:
-        key = (dispatcher, tuple([_arg_key(a) for a in args]))
+        keys = tuple([_arg_key(a) for a in args])
     except Exception:  # noqa: BLE001 - an argument Numba types its own way: let Numba launch it
         return None
+    if None in keys:
+        return None
+    key = (dispatcher, keys)
     hit = _launchers.get(key, False)
     if hit is not False:
         return hit
