@@ -232,6 +232,9 @@ def _arg_key(a):
 def launcher_for(dispatcher, args):
     """The :class:`Launcher` of ``dispatcher``'s overload for ``args``, or None (not compiled for these
     types yet, a debug or cooperative kernel, or an argument kind this module does not pack)."""
+    overloads = getattr(dispatcher, "overloads", None)
+    if overloads is None:  # not a Numba CUDA dispatcher
+        return None
     try:
         keys = tuple([_arg_key(a) for a in args])
     except Exception:  # noqa: BLE001 - an argument Numba types its own way: let Numba launch it
@@ -245,9 +248,9 @@ def launcher_for(dispatcher, args):
     from numba.cuda.typing.typeof import Purpose, typeof
 
     argtypes = tuple(typeof(a, Purpose.argument) for a in args)  # Numba's own typing, once per key
-    kernel = dispatcher.overloads.get(argtypes)
-    if kernel is None and getattr(dispatcher, "specialized", False) and len(dispatcher.overloads) == 1:
-        kernel = next(iter(dispatcher.overloads.values()))
+    kernel = overloads.get(argtypes)
+    if kernel is None and getattr(dispatcher, "specialized", False) and len(overloads) == 1:
+        kernel = next(iter(overloads.values()))
     if kernel is None:
         return None  # Numba compiles it on this launch; the next one finds it
     layout = None
@@ -288,6 +291,19 @@ def launch(dispatcher, grid: tuple, block: tuple, hstream: int, args) -> bool:
         return False
     launcher(grid, block, hstream, args, m == "driver-gil")
     return True
+
+
+def performance_warnings() -> tuple:
+    """The classes of the small-grid warning a launch configuration may raise: numba-cuda's own
+    (``numba.cuda.core.errors``, what its dispatcher raises since numba-cuda 0.2x) and Numba's (older
+    numba-cuda and the simulator): two unrelated classes, so each is filtered."""
+    found = []
+    for module in ("numba.cuda.core.errors", "numba.core.errors"):
+        try:
+            found.append(__import__(module, fromlist=["NumbaPerformanceWarning"]).NumbaPerformanceWarning)
+        except (ImportError, AttributeError):
+            pass
+    return tuple(found)
 
 
 # -- the probe ---------------------------------------------------------------------------------------------
@@ -334,7 +350,10 @@ def probe(hold_gil: bool = False) -> str | None:
     scalars = (np.int32(-7), np.int64(-(2 ** 40) + 3), np.uint64(2 ** 63 + 12345), np.float32(1.5),
                np.float64(-2.25), True)
     expect = [5, 4, 32, 8, float(a[1, 2]), 9, -7, -(2 ** 40) + 3, 1.5, -2.25, 1.0, 10]
-    from ._launch import performance_warnings, view
+    from ._xp import cuda_module
+
+    def view(x):
+        return cuda_module().as_cuda_array(x, sync=False)
 
     for attempt in range(2):
         out = cp.zeros(12, cp.float64)

@@ -33,6 +33,7 @@ import warnings
 import numpy as np
 
 from . import _driver_launch as _driver
+from ._driver_launch import performance_warnings
 from ._xp import cuda_module as cuda
 from ._xp import simulated
 from .errors import InvalidInputError, InvalidTypeError
@@ -165,19 +166,6 @@ def check_len(a, n: int, name: str, what: str) -> None:
 
 
 # -- launching ---------------------------------------------------------------------------------------------
-def performance_warnings() -> tuple:
-    """The classes of the small-grid warning a launch configuration may raise: numba-cuda's own
-    (``numba.cuda.core.errors``, what its dispatcher raises since numba-cuda 0.2x) and Numba's (older
-    numba-cuda and the simulator): two unrelated classes, so each is filtered."""
-    found = []
-    for module in ("numba.cuda.core.errors", "numba.core.errors"):
-        try:
-            found.append(__import__(module, fromlist=["NumbaPerformanceWarning"]).NumbaPerformanceWarning)
-        except (ImportError, AttributeError):
-            pass
-    return tuple(found)
-
-
 _sim_shared_locked = False
 
 

@@ -61,10 +61,16 @@ def test_mode_switch():
 
 
 def test_host_arrays_and_huge_ints_are_left_to_numba():
-    class Dispatcher:  # the arguments' keys decline before any overload is looked up
-        @property
-        def overloads(self):
+    class Overloads(dict):
+        def get(self, *a):
             raise AssertionError("looked up an overload")
+
+    class Dispatcher:  # the arguments' keys decline before any overload is looked up
+        overloads = Overloads()
 
     assert D.launcher_for(Dispatcher(), (np.zeros(3),)) is None
     assert D.launcher_for(Dispatcher(), (2 ** 64 - 1,)) is None
+
+
+def test_a_launchable_that_is_not_a_numba_dispatcher_is_left_to_it():
+    assert D.launcher_for(object(), (np.float32(1),)) is None
