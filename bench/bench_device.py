@@ -67,7 +67,8 @@ def main(argv=None) -> int:
         raise SystemExit("no CUDA GPU: run on a machine with one, or --simulate for a tiny proof run")
     if a.simulate:
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # inherited by the child processes
-    out = {"gpu": gpu, "job": job, "cuda_launch": os.environ.get("HPS_CUDA_LAUNCH", "driver-gil")}  # hps._driver_launch
+    out = {"gpu": gpu, "job": job, "cuda_launch": os.environ.get("HPS_CUDA_LAUNCH", "driver-gil"),  # hps._driver_launch
+           "dense_step": os.environ.get("HPS_DENSE_STEP", "ops")}  # hps.model._dense_optim
     for device in ("cuda",) if a.no_cpu else ("cpu", "cuda"):
         m = run_job([*job, "--device", device])
         per_mb = m["d2h_bytes"]["minibatch"] + m["h2d_bytes"]["minibatch"]

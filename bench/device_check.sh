@@ -44,11 +44,13 @@ launch)
   step "the host's cost of one kernel launch in each launch mode, alone and beside a busy thread (bench.launch_cost)"
   timeout 90 python3 -m bench.launch_cost --out "$OUT/launch.json" 2>&1 | tail -6 ;;
 modes)
-  step "bench_device, hps alone, launching through Numba and through the driver releasing the GIL (the default, driver-gil, above)"
+  step "bench_device, hps alone, launching through Numba, through the driver releasing the GIL (the default, driver-gil, in 'bench'), and with each dense tensor stepped in one launch"
   for m in numba driver; do
     HPS_CUDA_LAUNCH=$m timeout 60 python3 -m bench.bench_device --no-cpu --no-peer 2>&1 | tail -3
     save device-mb4096-$m
-  done ;;
+  done
+  HPS_DENSE_STEP=kernel timeout 60 python3 -m bench.bench_device --no-cpu --no-peer 2>&1 | tail -3
+  save device-mb4096-dense-kernel ;;
 calls)
   step "CUDA table: kernel against blocking call (bench.table_cuda_calls)"
   timeout 60 python3 -m bench.table_cuda_calls --out "$OUT/calls.json" 2>&1 | tail -4 ;;

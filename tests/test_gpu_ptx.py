@@ -28,8 +28,9 @@ from hps.table import _cuda_kernels as K  # noqa: E402
 from hps.gpu import _train_kernels as T  # noqa: E402
 from hps.model import _optim_kernels_cuda as R  # noqa: E402
 from hps.mem import _init_kernels_cuda as I  # noqa: E402
+from hps.model import _dense_kernels_cuda as D  # noqa: E402
 
-MODULES = {"table": K, "train": T, "cache": C, "rows": R, "init": I}
+MODULES = {"table": K, "train": T, "cache": C, "rows": R, "init": I, "dense": D}
 
 #: Kernels whose float32 version computes in float64 on purpose (as their CPU twins do).
 F64_BY_DESIGN = {"rows.rowwise_adagrad_rows", "init.init_rows"}
@@ -114,6 +115,20 @@ def _arg_types(ftype, rows_type=None):
         "emb_dim": types.int64,
         "scale": types.float64,
         "state_value": types.float32,
+        # the dense optimizers
+        "param": ftype[::1],
+        "grad": ftype[::1],
+        "moment1": ftype[::1],
+        "moment2": ftype[::1],
+        "accum": ftype[::1],
+        "beta1": ftype,
+        "cbeta1": ftype,
+        "beta2": ftype,
+        "cbeta2": ftype,
+        "step_size": ftype,
+        "bc2_sqrt": ftype,
+        "epsilon": ftype,
+        "rate": ftype,
     }
 
 

@@ -296,3 +296,15 @@ def test_dense_kernel_steps_equal_the_numpy_steps_bit_for_bit(dtype):
     DenseAdam(0.01).step(strided, g)
     DenseAdam(0.01).step(want, g)
     np.testing.assert_array_equal(strided["W"], want["W"])
+
+
+def test_the_device_dense_step_is_chosen_by_hps_dense_step(monkeypatch):
+    from hps.model._dense_optim import device_step
+
+    monkeypatch.delenv("HPS_DENSE_STEP", raising=False)
+    assert device_step() == "ops"
+    monkeypatch.setenv("HPS_DENSE_STEP", "kernel")
+    assert device_step() == "kernel"
+    monkeypatch.setenv("HPS_DENSE_STEP", "fused")
+    with pytest.raises(InvalidInputError, match="HPS_DENSE_STEP"):
+        device_step()

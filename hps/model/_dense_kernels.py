@@ -18,6 +18,22 @@ from .._jit import njit
 from ._optim_kernels import cast_like
 
 
+@njit(nogil=True, cache=True, inline="always")
+def adam_step(p, g, m, v, b1, c1, b2, c2, step_size, bc2_sqrt, eps):
+    """One element of :func:`adam_flat` -> its new (p, m, v); the hyperparameters already in the
+    element's dtype. Inlined into the CPU loop and the CUDA kernel (``_dense_kernels_cuda``) alike."""
+    m = m * b1 + g * c1
+    v = v * b2 + (g * g) * c2
+    return p - (m * step_size) / (math.sqrt(v) / bc2_sqrt + eps), m, v
+
+
+@njit(nogil=True, cache=True, inline="always")
+def adagrad_step(p, g, acc, lr, eps):
+    """One element of :func:`adagrad_flat` -> its new (p, acc)."""
+    acc = acc + g * g
+    return p - (g * lr) / (math.sqrt(acc) + eps), acc
+
+
 @njit(nogil=True, cache=True, error_model="numpy")
 def adam_flat(p, g, m, v, b1, c1, b2, c2, step_size, bc2_sqrt, eps):
     """``m = b1 m + c1 g;  v = b2 v + c2 (g g);  p -= step_size m / (sqrt(v) / bc2_sqrt + eps)``
@@ -25,12 +41,7 @@ def adam_flat(p, g, m, v, b1, c1, b2, c2, step_size, bc2_sqrt, eps):
     b1_, c1_, b2_, c2_ = cast_like(p, b1), cast_like(p, c1), cast_like(p, b2), cast_like(p, c2)
     s_, bc_, eps_ = cast_like(p, step_size), cast_like(p, bc2_sqrt), cast_like(p, eps)
     for i in range(p.shape[0]):
-        gi = g[i]
-        mi = m[i] * b1_ + gi * c1_
-        vi = v[i] * b2_ + (gi * gi) * c2_
-        m[i] = mi
-        v[i] = vi
-        p[i] -= (mi * s_) / (math.sqrt(vi) / bc_ + eps_)
+        p[i], m[i], v[i] = adam_step(p[i], g[i], m[i], v[i], b1_, c1_, b2_, c2_, s_, bc_, eps_)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
@@ -38,7 +49,4 @@ def adagrad_flat(p, g, acc, lr, eps):
     """``acc += g g;  p -= lr g / (sqrt(acc) + eps)``, element by element."""
     lr_, eps_ = cast_like(p, lr), cast_like(p, eps)
     for i in range(p.shape[0]):
-        gi = g[i]
-        a = acc[i] + gi * gi
-        acc[i] = a
-        p[i] -= (gi * lr_) / (math.sqrt(a) + eps_)
+        p[i], acc[i] = adagrad_step(p[i], g[i], acc[i], lr_, eps_)

@@ -3,16 +3,22 @@ tensor, same shape) for checkpoints via ``state_dict()``. Formulas follow ``torc
 lr_decay = weight_decay = 0, Adam without amsgrad and weight decay) so a PyTorch peer started from the
 same values takes the same steps. Arrays may be NumPy or CuPy. Not thread-safe.
 
-A step makes no temporary array. On the host, Adam and Adagrad step a C-contiguous tensor in one pass
-of a kernel (``_dense_kernels``); elsewhere (CuPy, SGD) each elementwise operation writes into one of two
-work buffers per tensor (kept between steps, not checkpointed) or into the state. Either way every
-element is computed in the order of the formulas written out in the docstrings, one rounding per
-operation, so the bits are those of the plain expressions.
+A step makes no temporary array. Adam and Adagrad step a C-contiguous host tensor in one pass of a
+Numba CPU kernel (``_dense_kernels``: one rounding per operation, the bits of the plain NumPy
+expressions). On a GPU each elementwise operation of the formula (13 for Adam) is a CuPy operation
+writing into one of two work buffers per tensor (kept between steps, not checkpointed) or into the state,
+in the order written out in the docstrings, as SGD and any tensor that is not C-contiguous are everywhere;
+with ``HPS_DENSE_STEP=kernel`` a tensor's whole step is one CUDA launch instead (``_dense_kernels_cuda``:
+the host kernels' element function; the GPU compiler may fuse a multiply and an add, so equal to
+rounding). CuPy's operations are the default because an H200 measured them faster while a Numba launch
+cost ~0.5 ms (bench/results/gpu-h200-2026-11-27-night); ``hps._driver_launch`` launches for less now,
+unmeasured on a GPU (``bench/device_check.sh`` step ``modes`` runs the job both ways).
 """
 
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -24,8 +30,42 @@ __all__ = ["DenseSGD", "DenseAdagrad", "DenseAdam"]
 
 
 def _flat(*arrays) -> bool:
-    """Whether the host arrays can be stepped through flat views (C-contiguous, of one float dtype)."""
+    """Whether the arrays (host or device) can be stepped through flat views (C-contiguous, of one float
+    dtype)."""
     return all(a.flags.c_contiguous and a.dtype == arrays[0].dtype for a in arrays) and arrays[0].dtype.kind == "f"
+
+
+#: ``HPS_DENSE_STEP``'s values: how a device tensor's Adam or Adagrad step runs.
+DENSE_STEPS = ("ops", "kernel")
+
+
+def device_step() -> str:
+    """``HPS_DENSE_STEP``: ``ops`` (CuPy's elementwise operations, the default) or ``kernel`` (one CUDA
+    launch a tensor)."""
+    step = os.environ.get("HPS_DENSE_STEP", "ops")
+    if step not in DENSE_STEPS:
+        raise InvalidInputError(f"HPS_DENSE_STEP must be one of {', '.join(DENSE_STEPS)}, got {step!r}")
+    return step
+
+
+def launch_dense(kernel: str, p, arrays, scalars, stream=None) -> bool:
+    """Enqueue ``_dense_kernels_cuda.<kernel>(p, *arrays, *scalars)`` over the n elements of the flat
+    device arrays, on ``stream`` (None: CuPy's current one, where the gradients were made) -> True;
+    False when numba-cuda cannot be imported. Asynchronous. Under the CUDA simulator NumPy arrays stand
+    for device arrays (``hps._launch``)."""
+    from .. import _launch as L
+
+    try:
+        from . import _dense_kernels_cuda as KC
+    except Exception:  # numba-cuda missing or broken: the caller steps with CuPy's operations instead
+        return False
+    if stream is None:
+        xp = _xp_of(p)
+        stream = xp.cuda.get_current_stream() if xp is not np else 0
+    args = [L.arg(a, "dense tensor", p.dtype, 1) for a in (p, *arrays)]
+    if p.shape[0]:
+        L.launch(getattr(KC, kernel), L.grid1(p.shape[0]), stream, *args, *scalars)
+    return True
 
 
 class _DenseOptimizer:
@@ -59,8 +99,10 @@ class _DenseOptimizer:
                     a = xp.asarray(a, dtype=p.dtype)
                 self._state[s][k] = st[s] = a
             g = g.astype(p.dtype, copy=False)
-            if xp is np and _flat(p, g, *st.values()) and self._fused(p.reshape(-1), g.reshape(-1), st):
-                continue
+            if _flat(p, g, *st.values()):
+                fused = self._fused if xp is np else (self._fused_device if device_step() == "kernel" else None)
+                if fused is not None and fused(p.reshape(-1), g.reshape(-1), {s: a.reshape(-1) for s, a in st.items()}):
+                    continue
             self._update(p, g, st, xp, self._buffers(k, p, xp))
 
     def _buffers(self, name: str, p, xp):
@@ -74,8 +116,14 @@ class _DenseOptimizer:
         raise NotImplementedError
 
     def _fused(self, p, g, st) -> bool:
-        """The step of :meth:`_update` on flat C-contiguous host arrays in one kernel pass
-        (``_dense_kernels``: the same bits) -> True, or False where there is none."""
+        """The step of :meth:`_update` on flat C-contiguous host arrays (``st``: the state, flat too) in
+        one kernel pass (``_dense_kernels``: the same bits) -> True, or False where there is none."""
+        return False
+
+    def _fused_device(self, p, g, st) -> bool:
+        """:meth:`_fused` on flat C-contiguous device arrays: one CUDA kernel launch
+        (``_dense_kernels_cuda``: the same operations, to rounding) on the current CuPy stream -> True,
+        or False where there is none."""
         return False
 
     def _hyper(self) -> dict:
@@ -146,8 +194,12 @@ class DenseAdagrad(_DenseOptimizer):
         p -= step
 
     def _fused(self, p, g, st) -> bool:
-        K.adagrad_flat(p, g, st["acc"].reshape(-1), self.lr, self.eps)
+        K.adagrad_flat(p, g, st["acc"], self.lr, self.eps)
         return True
+
+    def _fused_device(self, p, g, st) -> bool:
+        t = p.dtype.type
+        return launch_dense("adagrad_dense", p, (g, st["acc"]), (t(self.lr), t(self.eps)))
 
 
 class DenseAdam(_DenseOptimizer):
@@ -196,6 +248,12 @@ class DenseAdam(_DenseOptimizer):
 
     def _fused(self, p, g, st) -> bool:
         b1, b2 = self.betas
-        K.adam_flat(p, g, st["m"].reshape(-1), st["v"].reshape(-1), b1, 1 - b1, b2, 1 - b2,
-                    *self._corrections(), self.eps)
+        K.adam_flat(p, g, st["m"], st["v"], b1, 1 - b1, b2, 1 - b2, *self._corrections(), self.eps)
         return True
+
+    def _fused_device(self, p, g, st) -> bool:
+        b1, b2 = self.betas
+        t = p.dtype.type
+        step_size, bc2_sqrt = self._corrections()
+        return launch_dense("adam_dense", p, (g, st["m"], st["v"]),
+                            (t(b1), t(1 - b1), t(b2), t(1 - b2), t(step_size), t(bc2_sqrt), t(self.eps)))
