@@ -20,7 +20,7 @@ Modes (:func:`set_mode`, or ``HPS_CUDA_LAUNCH`` at import): ``driver-gil`` (the 
 during the call, as Numba's, ``cuda.core``'s and CuPy's driver calls do) and ``numba`` (Numba's launch).
 Why hold the GIL: a call that hands it back while another thread runs Python gets it back only when that
 thread is made to drop it, one switch interval later (``python -m bench.gil_convoy``: a ~65-us C call
-beside a busy Python thread costs ~1.2 ms at a 0.001-s switch interval and ~5.2 ms at 0.005, against
+beside a busy Python thread costs ~1.2 ms at a 0.001-s switch interval and ~5.3 ms at 0.005, against
 ~65 us holding the GIL); the training pipeline's prepare and place threads run Python beside the train
 thread, which launches. A launch normally returns in microseconds; one that blocked (a full launch queue)
 would hold every thread for as long, and no hps code takes the GIL inside the driver (no host callbacks).
