@@ -74,3 +74,66 @@ def test_host_arrays_and_huge_ints_are_left_to_numba():
 
 def test_a_launchable_that_is_not_a_numba_dispatcher_is_left_to_it():
     assert D.launcher_for(object(), (np.float32(1),)) is None
+
+
+def test_a_launch_hands_the_driver_a_pointer_to_each_packed_parameter(monkeypatch):
+    """``Launcher.__call__`` without a GPU: a stand-in for ``cuLaunchKernel`` reads the parameters back
+    through the pointer array, as the driver does, with the grid, block, stream and function handle."""
+    import ctypes
+
+    argtypes = (t.float32[:, :], t.int32, t.float64, t.boolean)
+
+    class Kernel:
+        argument_types, entry_name, debug, cooperative = argtypes, "k", False, False
+
+        class _codelibrary:
+            @staticmethod
+            def get_cufunc():
+                class F:
+                    handle = 0xABC
+                return F()
+
+    seen = {}
+
+    def fake_cu_launch_kernel(handle, gx, gy, gz, bx, by, bz, shmem, stream, params, extra):
+        n = len(D.param_layout(argtypes))
+        seen.update(handle=handle, grid=(gx, gy, gz), block=(bx, by, bz), stream=stream, extra=extra,
+                    slots=[ctypes.string_at(params[i], 8) for i in range(n)])
+        return 0
+
+    monkeypatch.setattr(D, "_driver_call", lambda hold_gil: fake_cu_launch_kernel)
+    launcher = D.Launcher(Kernel(), D.param_layout(argtypes))
+    a = FakeDeviceArray((3, 2), np.float32, 0x1000, strides=(8, 4))
+    launcher((5, 1, 1), (32, 8, 1), 77, (a, np.int32(-3), 0.25, False), hold_gil=True)
+    assert (seen["handle"], seen["grid"], seen["block"], seen["stream"], seen["extra"]) == \
+        (0xABC, (5, 1, 1), (32, 8, 1), 77, None)
+    words = [struct.unpack("<q", s)[0] for s in seen["slots"][:9]]
+    assert words == [0, 0, 6, 4, 0x1000, 3, 2, 8, 4]
+    assert struct.unpack("<i", seen["slots"][9][:4]) == (-3,)
+    assert struct.unpack("<d", seen["slots"][10]) == (0.25,)
+    assert seen["slots"][11][:1] == b"\x00"
+
+    monkeypatch.setattr(D, "_driver_call", lambda hold_gil: lambda *a: 700)  # CUDA_ERROR_LAUNCH_FAILED
+    with pytest.raises(D.DriverLaunchError, match="CUDA error 700.*HPS_CUDA_LAUNCH=numba"):
+        launcher((1, 1, 1), (1, 1, 1), 0, (a, np.int32(1), 1.0, True), hold_gil=False)
+
+
+def test_a_failed_probe_warns_once_and_leaves_every_launch_to_numba(monkeypatch):
+    class Dispatcher:
+        overloads = {}
+
+    launched = []
+    monkeypatch.setattr(D, "launcher_for", lambda d, args: lambda *a: launched.append(a))
+    monkeypatch.setitem(D._state, "checked", False)
+    monkeypatch.setitem(D._state, "mode", "driver-gil")
+    monkeypatch.setattr(D, "probe", lambda hold_gil: "probe kernel read [0.0], expected [5]")
+    with pytest.warns(RuntimeWarning, match="failed its check.*launching through Numba"):
+        assert D.launch(Dispatcher(), (1, 1, 1), (1, 1, 1), 0, ()) is False
+    assert D.mode() == "numba" and launched == []
+    assert D.launch(Dispatcher(), (1, 1, 1), (1, 1, 1), 0, ()) is False  # no second probe, no warning
+
+    monkeypatch.setitem(D._state, "checked", False)
+    monkeypatch.setitem(D._state, "mode", "driver-gil")
+    monkeypatch.setattr(D, "probe", lambda hold_gil: None)
+    assert D.launch(Dispatcher(), (2, 1, 1), (64, 1, 1), 0, ("x",)) is True
+    assert launched == [((2, 1, 1), (64, 1, 1), 0, ("x",), True)]
