@@ -4,14 +4,14 @@
 #   mkdir -p .device && cp -r ../shared/device/* .device/     # once: the shim (numba-cuda 0.30.4 imports under
 #                                                              # NumPy 2.5 with it) and the hash-table bench
 #   device run: bash bench/device_check.sh  (carry .device, timeout ~420 s)
-# STEPS (default "tests bench big calls profile tenth"; also "table", "equiv", "blocking", "scaling", "switch", "launch",
-# "modes") picks
+# STEPS (default "launch tests modes bench big profile tenth", ~6 min on an H200 by the night's step times; also
+# "calls", "table", "equiv", "blocking", "scaling", "switch") picks
 # steps; the GPU image has no mpiexec, zstandard or isal: "scaling" installs MPICH's and mpi4py's wheels from
 # .device/wheels (pip download mpi4py mpich --only-binary=:all: --python-version 3.12 -d .device/wheels).
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/hps-device-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/.device/shim:$PWD NUMBA_CACHE_DIR=/tmp/hps-numba-cache
-STEPS=${STEPS:-"tests bench big calls profile tenth"}
+STEPS=${STEPS:-"launch tests modes bench big profile tenth"}
 step() { echo; echo "=== $(date +%T) $*"; }
 save() { for f in bench/results/device-*.json; do [ -f "$f" ] && mv "$f" "$OUT/$1.json"; done; }
 {
@@ -42,7 +42,7 @@ big)
   save device-mb16384 ;;
 launch)
   step "the host's cost of one kernel launch in each launch mode, alone and beside a busy thread (bench.launch_cost)"
-  timeout 90 python3 -m bench.launch_cost --out "$OUT/launch.json" 2>&1 | tail -6 ;;
+  timeout 120 python3 -m bench.launch_cost --launches 300 --out "$OUT/launch.json" 2>&1 | tail -6 ;;
 modes)
   step "bench_device, hps alone, launching through Numba, through the driver releasing the GIL (the default, driver-gil, in 'bench'), and with each dense tensor stepped in one launch"
   for m in numba driver; do
