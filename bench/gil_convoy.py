@@ -15,20 +15,14 @@ intervals of 0.005 s (Python's) and 0.001 s (hps's on ``--device cuda``).
 from __future__ import annotations
 
 import ctypes
-import json
 import statistics
 import sys
-import threading
 import time
 
 from hps._argparse import ArgumentParser
 
-
-def _busy(stop: threading.Event) -> None:
-    x = 0
-    while not stop.is_set():
-        for i in range(1000):
-            x += i
+from . import _beside
+from ._jobs import write_result
 
 
 def _per_call(fn, n: int) -> dict:
@@ -52,16 +46,8 @@ def main(argv=None) -> int:
         for interval in (0.005, 0.001):
             sys.setswitchinterval(interval)
             for beside in ("quiet", "busy Python thread"):
-                stop = threading.Event()
-                other = threading.Thread(target=_busy, args=(stop,), daemon=True) if beside != "quiet" else None
-                if other is not None:
-                    other.start()
-                try:
+                with _beside.beside(None if beside == "quiet" else _beside.python_loop):
                     case = {name: _per_call(fn, a.calls) for name, fn in calls.items()}
-                finally:
-                    stop.set()
-                    if other is not None:
-                        other.join()
                 out[f"switch {interval}, {beside}"] = case
                 print(f"switch interval {interval} s, {beside}: "
                       + "; ".join(f"{k} median {v['median_us']} us, mean {v['mean_us']} us" for k, v in case.items()),
@@ -69,8 +55,7 @@ def main(argv=None) -> int:
     finally:
         sys.setswitchinterval(before)
     if a.out:
-        with open(a.out, "w") as f:
-            json.dump(out, f, indent=1)
+        write_result(a.out, "gil_convoy", argv, out)
     return 0
 
 

@@ -33,12 +33,8 @@ import numpy as np
 
 from hps._argparse import ArgumentParser
 
-
-def _busy_python(stop: threading.Event) -> None:
-    x = 0
-    while not stop.is_set():
-        for i in range(1000):
-            x += i * i
+from . import _beside
+from ._jobs import write_result
 
 
 def _busy_sync(stop: threading.Event, cp) -> None:
@@ -104,26 +100,18 @@ def main(argv=None) -> int:
 
     out = {"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "launches": a.launches, "us": {}}
     for beside in ("quiet", "python", "sync", "python-0.0002"):
-        stop = threading.Event()
-        other = None
-        if beside != "quiet":
-            target = _busy_sync if beside == "sync" else _busy_python
-            other = threading.Thread(target=target, args=(stop, cp) if beside == "sync" else (stop,), daemon=True)
-            other.start()
+        target = {"quiet": None, "sync": _busy_sync}.get(beside, _beside.python_loop)
         before = sys.getswitchinterval()
         if beside == "python-0.0002":
             sys.setswitchinterval(0.0002)
         try:
-            out["us"][beside] = {name: per_launch(m, fn) for name, (m, fn) in calls.items()}
+            with _beside.beside(target, *((cp,) if beside == "sync" else ())):
+                out["us"][beside] = {name: per_launch(m, fn) for name, (m, fn) in calls.items()}
         finally:
             sys.setswitchinterval(before)
-            stop.set()
-            if other is not None:
-                other.join()
         print(beside, json.dumps({k: round(v, 1) for k, v in out["us"][beside].items()}), flush=True)
     if a.out:
-        with open(a.out, "w") as f:
-            json.dump(out, f, indent=1)
+        write_result(a.out, "launch_cost", argv, out)
     return 0
 
 
