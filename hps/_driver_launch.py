@@ -13,7 +13,8 @@ Numba's ABI into a per-thread buffer and calls the driver directly:
   ``tests/test_gpu_ptx.py`` checks this layout against the PTX of every kernel;
 - the overload is the one Numba compiled for the arguments' Numba types (a kernel's first launch with
   new types goes through Numba, which compiles it);
-- the function handle is Numba's for the current context (``get_cufunc``), so several GPUs work.
+- the function handle is Numba's (``get_cufunc``), taken once per thread (no context lookup a launch):
+  a ``CUkernel`` of CUDA 12's library API, which the driver loads into the context current at launch.
 
 Modes (:func:`set_mode`, or ``HPS_CUDA_LAUNCH`` at import): ``driver-gil`` (the default: through
 ``ctypes.PyDLL``, the GIL held through the driver call), ``driver`` (``ctypes.CDLL``: the GIL released
