@@ -95,9 +95,8 @@ def param_layout(argtypes) -> list | None:
     module does not pack (Numba then launches it)."""
     out = []
     for ty in argtypes:
-        ndim = getattr(ty, "ndim", None)
-        if ndim is not None and hasattr(ty, "dtype") and hasattr(ty, "layout"):
-            out += [("Q", 8, "i")] * (5 + 2 * int(ndim))
+        if _is_array(ty):
+            out += [("Q", 8, "i")] * (5 + 2 * int(ty.ndim))
             continue
         code = _scalar_code(ty)
         if code is None:
@@ -129,6 +128,7 @@ def _array_fields(a) -> tuple:
 
 
 def _is_array(ty) -> bool:
+    """Whether Numba type ``ty`` is an array's (it has ``ndim`` and a ``layout``)."""
     return getattr(ty, "ndim", None) is not None and hasattr(ty, "layout")
 
 

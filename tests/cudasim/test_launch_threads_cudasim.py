@@ -17,8 +17,7 @@ from hps import _launch as L
 pytestmark = pytest.mark.cudasim
 
 
-@cuda.jit
-def _write_ids(out):
+def _ids_through_shared(out):
     """out[i] = i through the block's shared array (as the table's ``get`` kernel passes slots)."""
     cell = cuda.shared.array(64, dtype=np.int64)
     t = cuda.threadIdx.x
@@ -28,14 +27,9 @@ def _write_ids(out):
     out[i] = cell[cuda.blockDim.x - 1 - t]
 
 
-@cuda.jit
-def _write_ids_too(out):
-    cell = cuda.shared.array(64, dtype=np.int64)
-    t = cuda.threadIdx.x
-    cell[t] = cuda.grid(1)
-    cuda.syncthreads()
-    i = cuda.blockIdx.x * cuda.blockDim.x + (cuda.blockDim.x - 1 - t)
-    out[i] = cell[cuda.blockDim.x - 1 - t]
+#: two kernels of one module and one function: two dispatchers, as two tables' kernels are
+_write_ids = cuda.jit(_ids_through_shared)
+_write_ids_too = cuda.jit(_ids_through_shared)
 
 
 def test_concurrent_launches_of_one_module_each_see_their_own_shared_arrays():
@@ -52,7 +46,7 @@ def test_concurrent_launches_of_one_module_each_see_their_own_shared_arrays():
                 wrong.append(repr(e))
                 continue
             if not np.array_equal(out, np.arange(n)):
-                wrong.append(f"{kernel.__name__}: {out}")
+                wrong.append(f"{n} ids: {out}")
 
     try:
         threads = [threading.Thread(target=work, args=(k, n)) for k, n in ((_write_ids, 16), (_write_ids_too, 24))]
