@@ -12,11 +12,14 @@
   ones (:class:`DenseAdam` default, :class:`DenseAdagrad`, :class:`DenseSGD`) update the model's named
   tensors and checkpoint via ``state_dict()``.
 - :func:`init_embeddings` — key-seeded initial embeddings (same on every rank and tier).
+- :func:`flat_views`, :func:`flat_of` — dense tensors as views of one buffer (``_flat``): the models' dense
+  parameters and gradients are, so the dense optimizer steps them in one pass.
 """
 
 from ._base import FieldModel
 from ._config import ModelConfig
 from ._dense_optim import DenseAdagrad, DenseAdam, DenseSGD
+from ._flat import flat_of, flat_views
 from ._init import init_embeddings
 from ._models import DCN, DLRM, MODELS, CTRModel, DeepFM, WideDeep, dense_shapes, make_model
 from ._optim import make_dense_optimizer, make_optimizers, make_sparse_optimizer
@@ -34,6 +37,8 @@ __all__ = [
     "dense_shapes",
     "ModelConfig",
     "init_embeddings",
+    "flat_views",
+    "flat_of",
     "SparseAdagrad",
     "SparseRowwiseAdagrad",
     "SparseAdam",

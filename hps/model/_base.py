@@ -18,6 +18,7 @@ from ..errors import InvalidInputError
 from . import _layers as L
 from ._chunks import CHUNK_ROWS, ChunkThreads, chunk_bounds
 from ._config import ModelConfig
+from ._flat import flat_of, flat_views
 
 __all__ = ["FieldModel"]
 
@@ -58,13 +59,17 @@ class FieldModel:
         self._runner = ChunkThreads(1)
         self._scratch_bufs: list = []     # per chunk: the pooled pass keeps every chunk's ctx at once
         self._local = threading.local()   # per thread: a fused chunk needs its buffers only while it runs
-        self.params: dict = {}
         parts = self._parts(self.cfg)
         rng = np.random.default_rng(seed)
+        init = {}
         for attr, part in parts.items():
             setattr(self, attr, part)
-            for k, v in (part.init(rng) if part is not None else {}).items():
-                self.params[k] = xp.asarray(v.astype(self.dtype))
+            init.update(part.init(rng) if part is not None else {})
+        #: the dense parameters, views of one flat buffer in this order (``_flat``: the optimizer steps it whole)
+        self._dense_shapes = {k: v.shape for k, v in init.items()}
+        self.params: dict = flat_views(xp, self._dense_shapes, self.dtype)
+        for k, v in init.items():
+            self.params[k][...] = xp.asarray(v.astype(self.dtype))
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, xp=np) -> "FieldModel":
@@ -144,14 +149,15 @@ class FieldModel:
         return {k: _to_host(v).copy() for k, v in self.params.items()}
 
     def load_state_dict(self, state: dict) -> None:
-        """Replace the dense parameters; names and shapes must match exactly."""
+        """Set the dense parameters to ``state``'s values, in place (the arrays stay views of one buffer,
+        and whoever holds them sees the values); names and shapes must match exactly."""
         if set(state) != set(self.params):
             raise InvalidInputError(f"state names {sorted(state)} != model names {sorted(self.params)}")
         for k, v in state.items():
             if tuple(v.shape) != tuple(self.params[k].shape):
                 raise InvalidInputError(f"{k}: shape {tuple(v.shape)} != {tuple(self.params[k].shape)}")
         for k, v in state.items():
-            self.params[k] = self.xp.asarray(np.asarray(_to_host(v), dtype=self.dtype))
+            self.params[k][...] = self.xp.asarray(np.asarray(_to_host(v), dtype=self.dtype))
 
     # -- threads ---------------------------------------------------------------------------------
     @property
@@ -231,7 +237,7 @@ class FieldModel:
             z[r0:r1], probs[r0:r1] = z_c, p_c
             p_c -= y[r0:r1]
             p_c /= scale                                              # d loss / d z
-            grads: dict = {}
+            grads = self._grad_targets() if i == 0 else {}
             d_pooled[r0:r1] = self._network_backward(ctx, p_c[:, None], grads, ws)
             return grads
 
@@ -277,11 +283,16 @@ class FieldModel:
 
         def backward(i):
             r0, r1 = bounds[i]
-            grads: dict = {}
+            grads = self._grad_targets() if i == 0 else {}
             d_pooled[r0:r1] = self._network_backward(ctxs[i], dz[r0:r1], grads, scratch[i])
             return grads
 
         return d_pooled, self._sum_grads(self._runner.run(backward, len(bounds)))
+
+    def _grad_targets(self) -> dict:
+        """Where the first chunk of a pass writes its dense gradients: ``{name: view}`` of a new flat buffer
+        laid out as :attr:`params` (``_flat``), so the pass's gradients reach the optimizer as one buffer."""
+        return flat_views(self.xp, self._dense_shapes, self.dtype)
 
     def _sum_grads(self, per_chunk: list) -> dict:
         """The chunks' dense gradients summed in chunk order, into the first chunk's (new) arrays."""
@@ -289,6 +300,8 @@ class FieldModel:
         for g in per_chunk[1:]:
             for k in out:
                 out[k] += g[k]
+        if flat_of(out) is not None and list(out) == list(self.params):  # the pass's flat buffer (_grad_targets)
+            return out
         return {k: out[k] for k in self.params}
 
     def _thread_scratch(self):

@@ -3,8 +3,10 @@ tensor, same shape) for checkpoints via ``state_dict()``. Formulas follow ``torc
 lr_decay = weight_decay = 0, Adam without amsgrad and weight decay) so a PyTorch peer started from the
 same values takes the same steps. Arrays may be NumPy or CuPy. Not thread-safe.
 
-A step makes no temporary array. Adam and Adagrad step a C-contiguous host tensor in one pass of a
-Numba CPU kernel (``_dense_kernels``: one rounding per operation, the bits of the plain NumPy
+A step makes no temporary array. When the parameters and the gradients are each views of one flat
+buffer in the same order (``_flat``: the models' are), the optimizer keeps its state that way too and
+steps the three buffers at once: one kernel call (or one set of CuPy operations) for all tensors, the
+same bits. Adam and Adagrad step a C-contiguous host tensor (or buffer) in one pass of a Numba CPU kernel (``_dense_kernels``: one rounding per operation, the bits of the plain NumPy
 expressions). On a GPU each elementwise operation of the formula (13 for Adam) is a CuPy operation
 writing into one of two work buffers per tensor (kept between steps, not checkpointed) or into the state,
 in the order written out in the docstrings, as SGD and any tensor that is not C-contiguous are everywhere;
@@ -24,6 +26,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from . import _dense_kernels as K
+from ._flat import flat_of
 from ._row_optim import _check_lr, _xp_of
 
 __all__ = ["DenseSGD", "DenseAdagrad", "DenseAdam"]
@@ -78,13 +81,16 @@ class _DenseOptimizer:
     def __init__(self):
         self.t = 0
         self._state: dict[str, dict] = {s: {} for s in self._slots}
-        self._work: dict = {}  # param name -> (two arrays like it): each step's intermediate values
+        self._work: dict = {}  # param name (None: the flat buffer) -> (two arrays like it): a step's values
+        self._tiled = None     # (parameters' buffer, {slot: state buffer}, {slot: its views}): _step_tiled
 
     def step(self, params: dict, grads: dict) -> None:
         """One step. params/grads: dicts name -> array (same names, shapes); params updated in place."""
         if set(grads) != set(params):
             raise InvalidInputError(f"grad names {sorted(grads)} != param names {sorted(params)}")
         self.t += 1
+        if self._step_tiled(params, grads):
+            return
         for k, p in params.items():
             g = grads[k]
             if g.shape != p.shape:
@@ -105,7 +111,48 @@ class _DenseOptimizer:
                     continue
             self._update(p, g, st, xp, self._buffers(k, p, xp))
 
-    def _buffers(self, name: str, p, xp):
+    def _step_tiled(self, params: dict, grads: dict) -> bool:
+        """The step of every tensor at once when ``params`` and ``grads`` are intact :class:`~._flat.Tiled`
+        dicts of one layout (``_flat``), the state kept as views of buffers laid out alike (made on the
+        first such step) -> True; False (nothing done) otherwise."""
+        pb, gb = flat_of(params), flat_of(grads)
+        if (pb is None or gb is None or params.layout != grads.layout or pb.dtype.kind != "f"
+                or gb.dtype != pb.dtype or _xp_of(gb) is not _xp_of(pb)):
+            return False
+        xp = _xp_of(pb)
+        if self._tiled is None or self._tiled[0] is not pb or not self._state_intact(params.views):
+            made = {s: self._tile_state(s, params.views, pb, xp) for s in self._slots}
+            self._tiled = (pb, {s: m[0] for s, m in made.items()}, {s: m[1] for s, m in made.items()})
+        st = self._tiled[1]
+        fused = self._fused if xp is np else (self._fused_device if device_step() == "kernel" else None)
+        if fused is None or not fused(pb, gb, st):
+            self._update(pb, gb, st, xp, self._buffers(None, pb, xp))
+        return True
+
+    def _state_intact(self, views) -> bool:
+        """Whether every slot's state still holds the views :meth:`_tile_state` made (a caller may have put
+        other arrays in it, e.g. a checkpoint's: then it is laid out anew)."""
+        made = self._tiled[2]
+        return all(self._state[s].get(k) is made[s][i] for s in self._slots for i, (k, _) in enumerate(views))
+
+    def _tile_state(self, slot: str, views, pb, xp):
+        """Slot ``slot``'s state of the tensors ``views`` (``(name, parameter)`` in buffer order) as views of
+        one new buffer like ``pb`` (their values kept: a checkpoint's, or those of earlier steps; a new
+        one at the slot's start)."""
+        flat, at, made = xp.empty_like(pb), 0, []
+        for k, p in views:
+            view = flat[at:at + p.size].reshape(p.shape)
+            a = self._state[slot].get(k)
+            if a is None:
+                view.fill(self._slot_init)
+            else:
+                view[...] = xp.asarray(a, dtype=p.dtype)
+            self._state[slot][k] = view
+            made.append(view)
+            at += p.size
+        return flat, made
+
+    def _buffers(self, name: str | None, p, xp):
         w = self._work.get(name)
         if w is None or w[0].shape != p.shape or w[0].dtype != p.dtype or _xp_of(w[0]) is not xp:
             w = self._work[name] = (xp.empty_like(p), xp.empty_like(p))
@@ -145,6 +192,7 @@ class _DenseOptimizer:
             if k in state:
                 setattr(self, k, tuple(float(b) for b in state[k]) if k == "betas" else float(state[k]))
         self._state = {s: {k: np.array(a) for k, a in state.get(s, {}).items()} for s in self._slots}
+        self._tiled = None
 
 
 class DenseSGD(_DenseOptimizer):

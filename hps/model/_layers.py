@@ -72,6 +72,15 @@ def _matmul(ws, name, a, b):
     return ws.xp.matmul(a, b, out=ws.get(name, (a.shape[0], b.shape[1]), a.dtype))
 
 
+def _module(a):
+    """NumPy or CuPy: the array module of ``a``."""
+    if isinstance(a, np.ndarray):
+        return np
+    import cupy
+
+    return cupy
+
+
 # -- ReLU --------------------------------------------------------------------------------------
 def relu_backward(y, dy):
     """Gradient through a ReLU whose OUTPUT was ``y``: ``dy * (y > 0)``."""
@@ -109,11 +118,19 @@ class Linear:
         return y, x
 
     def backward(self, p, x, dy, grads, dx_cols: int | None = None, ws=None):
-        """Adds the W and b gradients into ``grads`` (new arrays, never ``ws`` buffers); returns d x
-        (n, fan_in), or only its first ``dx_cols`` columns (0: none, returns None), into ``ws``
-        buffer ``"{w}.dx"``."""
-        grads[self.w] = x.T @ dy
-        grads[self.b] = dy.sum(axis=0)
+        """Adds the W and b gradients into ``grads``: written into the arrays it already holds under
+        their names (a pass's flat gradient buffer, ``FieldModel._grad_targets``), else as new arrays,
+        never ``ws`` buffers. Returns d x (n, fan_in), or only its first ``dx_cols`` columns (0: none,
+        returns None), into ``ws`` buffer ``"{w}.dx"``."""
+        gw, gb = grads.get(self.w), grads.get(self.b)
+        if gw is None:
+            grads[self.w] = x.T @ dy
+        else:
+            _module(x).matmul(x.T, dy, out=gw)
+        if gb is None:
+            grads[self.b] = dy.sum(axis=0)
+        else:
+            dy.sum(axis=0, out=gb)
         if dx_cols == 0:
             return None
         W = p[self.w] if dx_cols is None else p[self.w][:dx_cols]

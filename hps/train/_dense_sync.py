@@ -42,6 +42,7 @@ import numpy as np
 from ..comm import Compression
 from ..comm._ordered import fold_parts
 from ..errors import InternalError, InvalidInputError
+from ..model import flat_of, flat_views
 from ._dense_shard import DenseShard
 from ._features import Feature
 
@@ -124,8 +125,9 @@ class DenseSync(Feature):
             self._sharded(grads)
             return
         if self.coll.size > 1:
-            names = list(grads)
-            flat = self.be.to_host(self.be.xp.concatenate([grads[k].ravel() for k in names]))
+            flat = flat_of(grads)  # the pass's gradients in one buffer already (``hps.model._flat``)
+            names = list(grads) if flat is None else [k for k, _ in grads.layout]   # the buffer's order
+            flat = self.be.to_host(self.be.xp.concatenate([grads[k].ravel() for k in names]) if flat is None else flat)
             n = flat.shape[0]
             riders = self._take_riders()
             if riders:  # one all-reduce of [dense gradients | riders' buffers]
@@ -138,12 +140,10 @@ class DenseSync(Feature):
             for r, buf in riders:
                 r.apply(flat[off:off + buf.shape[0]])
                 off += buf.shape[0]
-            flat = self.be.to_device(flat[:n])
-            off = 0
-            for k in names:
-                size = grads[k].size
-                grads[k] = flat[off:off + size].reshape(grads[k].shape)
-                off += size
+            summed = flat_views(self.be.xp, {k: grads[k].shape for k in names}, flat.dtype,
+                                self.be.to_device(flat[:n]))
+            grads.update(summed)  # the caller's dict holds the sums, as the optimizer steps them: one buffer
+            grads = summed
         self.dense_opt.step(self.params, grads)
         self.after_step()
 
