@@ -97,7 +97,9 @@ def _apply(fast: RowCache, ref: RefCache, version: int, op) -> None:
         _, keys, pin, dirty = op
         r = _rows(keys, version)
         freq = [1 + (k % 3) for k in keys]
-        _same_eviction(lambda: fast.put(_u(keys), r, dirty=dirty, pin=pin, freq=np.array(freq)),
+        # distinct keys none of which is cached: what MemPS inserts, vouching for it (absent=True)
+        absent = len(set(keys)) == len(keys) and not any(k in ref.e for k in keys)
+        _same_eviction(lambda: fast.put(_u(keys), r, dirty=dirty, pin=pin, freq=np.array(freq), absent=absent),
                        lambda: ref.put(keys, r, [dirty] * len(keys), pin, freq), follow_ghost)
     elif kind == "unpin":
         keys = op[1]
@@ -285,6 +287,19 @@ def test_working_set_larger_than_budget():
     with pytest.raises(CacheBudgetError, match="5 rows"):
         c.put(_u([1, 2, 3, 4, 5]), np.zeros((5, 1)), pin=True)
     assert len(c) == 0
+
+
+@pytest.mark.parametrize("pin", [True, False])
+def test_absent_keys_are_checked_against_the_budget_without_a_probe(pin):
+    """``put(absent=True)`` (the caller vouches no key is cached) counts every key as new: the same
+    refusal, the cache left as it was, as the probing check's."""
+    c = RowCache(4, 1)
+    c.put(_u([1, 2]), np.zeros((2, 1)), pin=True)
+    with pytest.raises(CacheBudgetError, match="5 rows"):
+        c.put(_u([3, 4, 5]), np.zeros((3, 1)), pin=pin, absent=True)
+    assert len(c) == 2 and c.n_pinned == 2
+    c.put(_u([3, 4]), np.ones((2, 1)), pin=pin, absent=True)
+    assert len(c) == 4 and c.n_pinned == (4 if pin else 2) and c.contains(_u([3, 4])).all()
 
 
 def test_dirty_flags_and_flush():

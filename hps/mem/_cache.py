@@ -253,7 +253,7 @@ class RowCache:
         self._n.left(ev)
         return ev
 
-    def put(self, keys, rows, dirty=False, pin: bool = False, freq=None, at=None) -> Evicted:
+    def put(self, keys, rows, dirty=False, pin: bool = False, freq=None, at=None, absent: bool = False) -> Evicted:
         """Insert or assign rows, evicting as needed; -> the evicted rows (dump the dirty ones).
 
         keys (n,), rows (n, W) (with ``at`` (n,) int64: (m, W) C order, the row of ``keys[i]`` being
@@ -261,7 +261,7 @@ class RowCache:
         int or (n,) int64 accesses to add (default 1 each). Later duplicates win. With ``pin`` every
         distinct key gets one pin. Raises CacheBudgetError, leaving the cache unchanged, when the
         call cannot fit: with ``pin``, rows pinned afterwards > capacity; without, pinned rows +
-        new rows > capacity."""
+        new rows > capacity. ``absent``: the keys are vouched distinct and uncached (MemPS's inserts): no probe."""
         k = as_keys(keys)
         n = k.shape[0]
         r, a = self._rows_in(rows, at, n)
@@ -274,12 +274,12 @@ class RowCache:
             if n == 0:
                 return self._empty_evicted(0)
             s = self._s
-            n_new, ws = K.put_check(s.st, s.pins, s.stamp, s.mkeys, s.mvals, k, bool(pin))
+            n_new, ws = ((n, self.n_pinned + n) if absent  # every key new: what put_check would count
+                         else K.put_check(s.st, s.pins, s.stamp, s.mkeys, s.mvals, k, bool(pin)))
             if ws > self.capacity_rows and (pin or n_new > 0):
                 raise self._budget_error(int(ws))
             self._grow_for(int(n_new))
-            # Room for n victims, not n_new: without pins a call can evict its own earlier keys
-            # and insert them again.
+            # room for n victims, not n_new: without pins a call can evict its own earlier keys, insert them again
             ev = self._empty_evicted(n)
             n_ev = self._s.put(k, r, d, f, bool(pin), ev, a)
             self._n.inserted += int(n_new)

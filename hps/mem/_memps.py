@@ -239,9 +239,9 @@ class MemPS:
             ev = self.cache.make_room(b - a)
             self._dump_evicted(ev)
             if at is None:
-                left = self.cache.put(keys[a:b], rows[a:b], dirty=dirty, pin=pin, freq=freq[a:b])
+                left = self.cache.put(keys[a:b], rows[a:b], dirty=dirty, pin=pin, freq=freq[a:b], absent=True)
             else:
-                left = self.cache.put(keys[a:b], rows, dirty=dirty, pin=pin, freq=freq[a:b], at=at[a:b])
+                left = self.cache.put(keys[a:b], rows, dirty=dirty, pin=pin, freq=freq[a:b], at=at[a:b], absent=True)
             if left.keys.shape[0]:  # make_room freed b - a slots: nothing may be evicted here
                 raise InternalError(f"MEM-PS: inserting {b - a} rows after making room for them evicted "
                                     f"{left.keys.shape[0]} more")
