@@ -6,9 +6,10 @@ same values takes the same steps. Arrays may be NumPy or CuPy. Not thread-safe.
 A step makes no temporary array. When the parameters and the gradients are each views of one flat
 buffer in the same order (``_flat``: the models' are), the optimizer keeps its state that way too and
 steps the three buffers at once: one kernel call (or one set of CuPy operations) for all tensors, the
-same bits. Adam and Adagrad step a C-contiguous host tensor (or buffer) in one pass of a Numba CPU kernel (``_dense_kernels``: one rounding per operation, the bits of the plain NumPy
-expressions). On a GPU each elementwise operation of the formula (13 for Adam) is a CuPy operation
-writing into one of two work buffers per tensor (kept between steps, not checkpointed) or into the state,
+same bits. Adam and Adagrad step a C-contiguous host tensor (or buffer) in one pass of a Numba CPU
+kernel (``_dense_kernels``: one rounding per operation, the bits of the plain NumPy expressions). On a
+GPU each elementwise operation of the formula (13 for Adam) is a CuPy operation writing into one of
+two work buffers per tensor or buffer (kept between steps, not checkpointed) or into the state,
 in the order written out in the docstrings, as SGD and any tensor that is not C-contiguous are everywhere;
 with ``HPS_DENSE_STEP=kernel`` a tensor's whole step is one CUDA launch instead (``_dense_kernels_cuda``:
 the host kernels' element function; the GPU compiler may fuse a multiply and an add, so equal to
