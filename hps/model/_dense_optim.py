@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from . import _dense_kernels as K
-from ._flat import flat_of
+from ._flat import flat_of, flat_views
 from ._row_optim import _check_lr, _xp_of
 
 __all__ = ["DenseSGD", "DenseAdagrad", "DenseAdam"]
@@ -83,7 +83,7 @@ class _DenseOptimizer:
         self.t = 0
         self._state: dict[str, dict] = {s: {} for s in self._slots}
         self._work: dict = {}  # param name (None: the flat buffer) -> (two arrays like it): a step's values
-        self._tiled = None     # (parameters' buffer, {slot: state buffer}, {slot: its views}): _step_tiled
+        self._tiled = None     # (parameters' buffer, {slot: its state's Tiled}): _step_tiled
 
     def step(self, params: dict, grads: dict) -> None:
         """One step. params/grads: dicts name -> array (same names, shapes); params updated in place."""
@@ -121,37 +121,32 @@ class _DenseOptimizer:
                 or gb.dtype != pb.dtype or _xp_of(gb) is not _xp_of(pb)):
             return False
         xp = _xp_of(pb)
-        if self._tiled is None or self._tiled[0] is not pb or not self._state_intact(params.views):
-            made = {s: self._tile_state(s, params.views, pb, xp) for s in self._slots}
-            self._tiled = (pb, {s: m[0] for s, m in made.items()}, {s: m[1] for s, m in made.items()})
-        st = self._tiled[1]
+        if self._tiled is None or self._tiled[0] is not pb or not self._state_intact():
+            self._tiled = (pb, {s: self._tile_state(s, params, xp) for s in self._slots})
+        st = {s: t.flat for s, t in self._tiled[1].items()}
         fused = self._fused if xp is np else (self._fused_device if device_step() == "kernel" else None)
         if fused is None or not fused(pb, gb, st):
             self._update(pb, gb, st, xp, self._buffers(None, pb, xp))
         return True
 
-    def _state_intact(self, views) -> bool:
+    def _state_intact(self) -> bool:
         """Whether every slot's state still holds the views :meth:`_tile_state` made (a caller may have put
         other arrays in it, e.g. a checkpoint's: then it is laid out anew)."""
-        made = self._tiled[2]
-        return all(self._state[s].get(k) is made[s][i] for s in self._slots for i, (k, _) in enumerate(views))
+        return all(self._state[s].get(k) is v for s, t in self._tiled[1].items() for k, v in t.views)
 
-    def _tile_state(self, slot: str, views, pb, xp):
-        """Slot ``slot``'s state of the tensors ``views`` (``(name, parameter)`` in buffer order) as views of
-        one new buffer like ``pb`` (their values kept: a checkpoint's, or those of earlier steps; a new
-        one at the slot's start)."""
-        flat, at, made = xp.empty_like(pb), 0, []
-        for k, p in views:
-            view = flat[at:at + p.size].reshape(p.shape)
+    def _tile_state(self, slot: str, params, xp):
+        """Slot ``slot``'s state of the tensors of ``params`` (a :class:`~._flat.Tiled`) as the views of a
+        new buffer laid out alike (``flat_views``), their values kept (a checkpoint's, or those of earlier
+        steps; a new one at the slot's start) -> that :class:`~._flat.Tiled`."""
+        t = flat_views(xp, dict(params.layout), params.flat.dtype)
+        for k, view in t.views:
             a = self._state[slot].get(k)
             if a is None:
                 view.fill(self._slot_init)
             else:
-                view[...] = xp.asarray(a, dtype=p.dtype)
-            self._state[slot][k] = view
-            made.append(view)
-            at += p.size
-        return flat, made
+                view[...] = xp.asarray(a, dtype=view.dtype)
+        self._state[slot].update(t)
+        return t
 
     def _buffers(self, name: str | None, p, xp):
         w = self._work.get(name)

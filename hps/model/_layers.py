@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _kernels
+from ._row_optim import _xp_of
 
 __all__ = ["init_weight", "Scratch", "buffer", "Linear", "MLP", "CrossNet", "relu_backward", "fm", "fm_backward",
            "fm_backward_add", "DotInteraction", "pool", "pool_backward", "scatter_add_for"]
@@ -72,15 +73,6 @@ def _matmul(ws, name, a, b):
     return ws.xp.matmul(a, b, out=ws.get(name, (a.shape[0], b.shape[1]), a.dtype))
 
 
-def _module(a):
-    """NumPy or CuPy: the array module of ``a``."""
-    if isinstance(a, np.ndarray):
-        return np
-    import cupy
-
-    return cupy
-
-
 # -- ReLU --------------------------------------------------------------------------------------
 def relu_backward(y, dy):
     """Gradient through a ReLU whose OUTPUT was ``y``: ``dy * (y > 0)``."""
@@ -126,7 +118,7 @@ class Linear:
         if gw is None:
             grads[self.w] = x.T @ dy
         else:
-            _module(x).matmul(x.T, dy, out=gw)
+            _xp_of(x).matmul(x.T, dy, out=gw)
         if gb is None:
             grads[self.b] = dy.sum(axis=0)
         else:
