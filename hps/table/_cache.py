@@ -14,7 +14,7 @@ Policy, the same on both backends (``_cache_kernels_cpu.py`` / ``_cache_kernels_
   go first (the LFU stage), then the least recently used, then the smaller key, i.e. ascending
   ``(score, key)``, a total order, so the choice does not depend on the slot layout and the CPU and
   the GPU choose the same keys. The victims' keys and rows come back in key order in one blocking
-  call (one copy of each array on the GPU), and are erased. Dirtiness is not tracked: every victim's
+  call (one copy of each array on the GPU, sorted there when CuPy is installed), and are erased. Dirtiness is not tracked: every victim's
   row comes back.
 
 On the CPU a radix select too: one streaming pass histograms the eligible slots by a first digit of
@@ -197,18 +197,18 @@ def victim_slots(impl, n: int, protect: int, n_live: int, s):
     ``s``; reads back the number of eligible slots (8 bytes)."""
     from . import _cache_kernels_cuda as C
 
-    cuda = impl.cuda
+    alloc = impl.alloc
     c_score, c_key, c_slot = impl.entries(n_live, protect, s)
     m = int(impl._read(impl.counts, s)[0])
     if m <= n:
         return c_slot[:m]
-    prefix = cuda.to_device(np.zeros(2, np.uint64))
-    rank = cuda.to_device(np.array([n], np.int64))
-    hist = cuda.to_device(np.zeros(C.N_BINS, np.int64))
+    prefix = alloc.to_device(np.zeros(2, np.uint64), s)
+    rank = alloc.to_device(np.array([n], np.int64), s)
+    hist = alloc.to_device(np.zeros(C.N_BINS, np.int64), s)
     for pas in range(C.N_PASSES):
         L.launch(C.radix_hist, L.grid1(m), s, c_score, c_key, np.int64(m), prefix, np.int64(pas), hist)
         L.launch(C.radix_pick, (1, 1), s, hist, prefix, rank, np.int64(pas))
-    out = cuda.device_array(n, dtype=np.int64)
+    out = alloc.empty(n, np.int64)
     impl._zero(impl.counts, s)
     L.launch(C.select_upto, L.grid1(m), s, c_score, c_key, c_slot, np.int64(m), prefix, out, impl.counts)
     got = int(impl._read(impl.counts, s)[0])

@@ -272,15 +272,16 @@ class CudaTableImpl:
         s = self.enter(stream)
         slots = victim_slots(self, n, protect, n_live, s)
         k = slots.shape[0]
-        keys = self.cuda.device_array(k, dtype=np.uint64)
-        rows = self.cuda.device_array((k, self.dim), dtype=self.dtype)
+        keys, rows, by_key = self.alloc.empty(k, np.uint64), self.alloc.empty((k, self.dim), self.dtype), None
         if k:
             L.launch(K.gather_keys, L.grid1(k), s, self.tkeys, slots, keys)
+            by_key = self.alloc.key_order(keys, slots, s)   # None without CuPy: sorted on the host below
+            keys, slots = by_key or (keys, slots)
             L.launch(K.gather_rows, L.grid_rows(k, self.dim), s, self.tvals, slots, rows)
             L.launch(C.erase_slots, L.grid_rows(k, self.dim), s, self.tstate, self.tvals, self.tscore, slots)
         hk, hr = keys.copy_to_host(stream=s), rows.copy_to_host(stream=s)  # the one batched transfer
         self.sync(s)
-        return in_key_order(hk, hr)
+        return (hk, hr) if by_key is not None else in_key_order(hk, hr)
 
     def settle(self) -> np.ndarray:
         """(4,) int64 host counts of the asynchronous calls since the last settle (``PENDING`` order),
@@ -395,9 +396,8 @@ class CudaTableImpl:
     def entries(self, n_live: int, protect: int, s):
         """Device (scores (n_live,) uint64, keys, slots int64) of the live slots last used before batch
         ``protect`` (2**32: all), compacted in no particular order; their number lands in counts[0]."""
-        cuda = self.cuda
-        out = (cuda.device_array(n_live, dtype=np.uint64), cuda.device_array(n_live, dtype=np.uint64),
-               cuda.device_array(n_live, dtype=np.int64))
+        out = (self.alloc.empty(n_live, np.uint64), self.alloc.empty(n_live, np.uint64),
+               self.alloc.empty(n_live, np.int64))
         self._zero(self.counts, s)
         L.launch(K.live_entries, L.grid1(self.n_slots), s, self.tkeys, self.tstate, self.tscore, np.uint64(protect),
                  *out, self.counts)

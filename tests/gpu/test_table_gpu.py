@@ -181,6 +181,28 @@ def test_partitioned_cuda_matches_single_cpu():
     assert len(parted) == len(single)
 
 
+def test_evictions_come_back_as_on_the_cpu_in_key_order():
+    """``evict`` on the GPU (its victims sorted by key on the device when CuPy is installed, else on the
+    host) against the CPU table: the same victims and rows, in ascending key order, round after round."""
+    rng = np.random.default_rng(5)
+    n, dim = N * 2, 16
+    keys = np.unique(rng.integers(0, 2**63, n, dtype=np.uint64))
+    rows = rng.standard_normal((keys.shape[0], dim)).astype(np.float32)
+    gpu, cpu = HashTable(2 * n, dim, device="cuda"), HashTable(2 * n, dim)
+    for t in (gpu, cpu):
+        t.insert(keys, rows)
+    for batch in range(1, 6):
+        used = keys[rng.random(keys.shape[0]) < 0.3]
+        for t in (gpu, cpu):
+            t.lookup(used, batch)
+        gk, gr = gpu.evict(n // 8, protect_from=batch)
+        ck, cr = cpu.evict(n // 8, protect_from=batch)
+        assert gk.shape[0] == n // 8 and bool((gk[1:] > gk[:-1]).all())
+        np.testing.assert_array_equal(gk, ck)
+        np.testing.assert_array_equal(gr, cr)
+    assert_same(gpu, cpu)
+
+
 def test_async_calls_take_device_arrays_only():
     """Asynchronous calls enqueue and return: a host array would need a copy behind the caller's back."""
     from numba import cuda
