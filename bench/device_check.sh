@@ -5,7 +5,7 @@
 #                                                              # NumPy 2.5 with it) and the hash-table bench
 #   device run: bash bench/device_check.sh  (carry .device, timeout ~420 s)
 # STEPS (default "launch tests modes bench big profile tenth", ~6 min on an H200 by the night's step times; also
-# "calls", "table", "equiv", "blocking", "scaling", "switch", "nographs") picks
+# "calls", "table", "equiv", "blocking", "scaling", "switch") picks
 # steps; the GPU image has no mpiexec, zstandard or isal: "scaling" installs MPICH's and mpi4py's wheels from
 # .device/wheels (pip download mpi4py mpich --only-binary=:all: --python-version 3.12 -d .device/wheels).
 cd "$(dirname "$0")/.."
@@ -43,10 +43,6 @@ big)
 launch)
   step "the host's cost of one kernel launch in each launch mode, alone and beside a busy thread (bench.launch_cost)"
   timeout 120 python3 -m bench.launch_cost --launches 300 --out "$OUT/launch.json" 2>&1 | tail -6 ;;
-nographs)
-  step "bench_device, hps alone, with the network's pass run eagerly (HPS_CUDA_GRAPHS=0) instead of as CUDA graphs"
-  HPS_CUDA_GRAPHS=0 timeout 60 python3 -m bench.bench_device --no-cpu --no-peer 2>&1 | tail -3
-  save device-mb4096-nographs ;;
 modes)
   step "bench_device, hps alone, launching through Numba, through the driver releasing the GIL (the default, driver-gil, in 'bench'), and with each dense tensor stepped in one launch"
   for m in numba driver; do
