@@ -29,14 +29,15 @@ from hps.config import PAGE_CACHE_MODES
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def run_job(args: list[str], ranks: int = 1) -> dict:
-    """Run one training job in a child process; returns its metrics plus wall time and peak RSS."""
+def run_job(args: list[str], ranks: int = 1, env: dict | None = None) -> dict:
+    """Run one training job in a child process (``env``: variables added to its environment); returns its
+    metrics plus wall time and peak RSS."""
     with tempfile.TemporaryDirectory(prefix="hps-bench-") as tmp:
         metrics = Path(tmp) / "m.json"
         cmd = train_command(args, metrics, ranks)
         before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         t = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env} if env else None)
         wall = time.perf_counter() - t
         if proc.returncode != 0:
             raise SystemExit(f"job failed ({' '.join(cmd)}):\n{proc.stderr[-4000:]}")

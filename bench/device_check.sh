@@ -4,14 +4,14 @@
 #   mkdir -p .device && cp -r ../shared/device/* .device/     # once: the shim (numba-cuda 0.30.4 imports under
 #                                                              # NumPy 2.5 with it) and the hash-table bench
 #   device run: bash bench/device_check.sh  (carry .device, timeout ~420 s)
-# STEPS (default "launch tests modes bench big profile tenth", ~6 min on an H200 by the night's step times; also
-# "calls", "table", "equiv", "blocking", "scaling", "switch") picks
+# STEPS (default "tests bench big profile tenth", ~6 min on an H200 by 2026-11-28's step times; also "launch",
+# "modes", "calls", "table", "equiv", "blocking", "scaling", "switch") picks
 # steps; the GPU image has no mpiexec, zstandard or isal: "scaling" installs MPICH's and mpi4py's wheels from
 # .device/wheels (pip download mpi4py mpich --only-binary=:all: --python-version 3.12 -d .device/wheels).
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/hps-device-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/.device/shim:$PWD NUMBA_CACHE_DIR=/tmp/hps-numba-cache
-STEPS=${STEPS:-"launch tests modes bench big profile tenth"}
+STEPS=${STEPS:-"tests bench big profile tenth"}
 step() { echo; echo "=== $(date +%T) $*"; }
 save() { for f in bench/results/device-*.json; do [ -f "$f" ] && mv "$f" "$OUT/$1.json"; done; }
 {
@@ -21,8 +21,9 @@ nproc
 python3 -c "import numba, numpy, cupy, torch; from numba import cuda; print('numba', numba.__version__, 'numpy', numpy.__version__, 'cupy', cupy.__version__, 'torch', torch.__version__, 'gpu', cuda.get_current_device().name)"
 for s in $STEPS; do case $s in
 bench)
-  step "bench_device: the issue's job (2 M rows, 26 fields, dim 32, mini-batch 4096) on cuda beside the PyTorch peer (first run compiles)"
-  timeout 150 python3 -m bench.bench_device --no-cpu 2>&1 | tail -8; save device-mb4096 ;;
+  step "bench_device: the issue's job (2 M rows, 26 fields, dim 32, mini-batch 4096) on cuda, with the dense step in one launch, and the PyTorch peer, three rounds in turn"
+  timeout 200 python3 -m bench.bench_device --no-cpu --repeat 3 --variant dense-kernel:HPS_DENSE_STEP=kernel 2>&1 \
+    | grep -v -i "warn\|sparse_coo" | tail -20; save device-mb4096 ;;
 tests)
   step "gpu-marked tests"
   timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider --durations=8 -W ignore::DeprecationWarning \
@@ -37,8 +38,9 @@ switch)
     save device-mb4096-switch$sw
   done ;;
 big)
-  step "bench_device at mini-batch 16384, batch 262144"
-  timeout 90 python3 -m bench.bench_device --no-cpu --minibatch-size 16384 --batch-size 262144 2>&1 | tail -8
+  step "bench_device at mini-batch 16384, batch 262144, two rounds"
+  timeout 120 python3 -m bench.bench_device --no-cpu --repeat 2 --minibatch-size 16384 --batch-size 262144 2>&1 \
+    | grep -v -i "warn\|sparse_coo" | tail -10
   save device-mb16384 ;;
 launch)
   step "the host's cost of one kernel launch in each launch mode, alone and beside a busy thread (bench.launch_cost)"
