@@ -78,8 +78,7 @@ def main(argv=None) -> int:
     gpu = "CUDA simulator" if a.simulate else gpu_name()
     if gpu is None:
         raise SystemExit("no CUDA GPU: run on a machine with one, or --simulate for a tiny proof run")
-    if a.simulate:
-        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # inherited by the child processes
+    sim = {"NUMBA_ENABLE_CUDASIM": "1"} if a.simulate else {}  # the jobs' environment, not this process's
     out = {"gpu": gpu, "job": job, "cuda_launch": os.environ.get("HPS_CUDA_LAUNCH", "driver-gil"),  # hps._driver_launch
            "dense_step": os.environ.get("HPS_DENSE_STEP", "ops")}  # hps.model._dense_optim
     variants = dict(_variant(v) for v in a.variant)
@@ -89,11 +88,11 @@ def main(argv=None) -> int:
         print("torch peer skipped: it trains --model ctr with --sparse-optimizer adagrad only")
         a.no_peer = True
     if not a.no_cpu:
-        out["cpu"] = _hps_job(job, "cpu")
+        out["cpu"] = _hps_job(job, "cpu", sim)
     runs: dict = {name: [] for name in ("cuda", *variants, *(() if a.no_peer else ("torch",)))}
     for _ in range(a.repeat):
         for name, env in (("cuda", {}), *variants.items()):
-            runs[name].append(_hps_job(job, "cuda", env, name))
+            runs[name].append(_hps_job(job, "cuda", {**sim, **env}, name))
         if not a.no_peer:
             peer = train_peer(a.rows, a.fields, a.vocab_per_field, a.embedding_dim, a.minibatch_size,
                               tuple(int(h) for h in a.hidden.split(",")), device="cpu" if a.simulate else "cuda")

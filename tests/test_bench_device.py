@@ -3,6 +3,7 @@ ratios are taken within a round, and the summary is each figure's median and ran
 in for (a real round needs a GPU, or minutes of the CUDA simulator)."""
 
 import itertools
+import os
 
 import pytest
 
@@ -29,10 +30,14 @@ def jobs(monkeypatch):
     return order
 
 
-def test_rounds_run_every_job_in_turn_and_report_medians_and_ranges(jobs, capsys):
+def test_rounds_run_every_job_in_turn_and_report_medians_and_ranges(jobs, capsys, monkeypatch):
+    monkeypatch.delenv("NUMBA_ENABLE_CUDASIM", raising=False)
     assert B.main([*TINY, "--repeat", "3", "--variant", "k:HPS_DENSE_STEP=kernel,HPS_X=1"]) == 0
     assert [n for n, _ in jobs] == ["cuda", "k", "torch"] * 3
-    assert jobs[1][1] == {"HPS_DENSE_STEP": "kernel", "HPS_X": "1"} and jobs[0][1] == {}
+    sim = {"NUMBA_ENABLE_CUDASIM": "1"}   # --simulate: the jobs' environment, never this process's (it would
+    assert jobs[0][1] == sim               # put every CUDA kernel imported after it in the simulator)
+    assert jobs[1][1] == {**sim, "HPS_DENSE_STEP": "kernel", "HPS_X": "1"}
+    assert "NUMBA_ENABLE_CUDASIM" not in os.environ
     out = capsys.readouterr().out
     # cuda ran at 100, 120, 140 and k at 110, 130, 150: k / cuda in its round 1.1, 1.083, 1.071
     assert "cuda 120 (100-140); k 130 (110-150); torch 1,000 (1,000-1,000)" in out
@@ -42,7 +47,7 @@ def test_rounds_run_every_job_in_turn_and_report_medians_and_ranges(jobs, capsys
 
 def test_one_round_is_the_old_single_run(jobs):
     assert B.main([*TINY, "--no-peer"]) == 0
-    assert jobs == [("cuda", {})]
+    assert jobs == [("cuda", {"NUMBA_ENABLE_CUDASIM": "1"})]
 
 
 @pytest.mark.parametrize("bad", [["--variant", "k"], ["--variant", "k:A=1,B"], ["--variant", ":A=1"],
