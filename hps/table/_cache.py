@@ -14,8 +14,8 @@ Policy, the same on both backends (``_cache_kernels_cpu.py`` / ``_cache_kernels_
   go first (the LFU stage), then the least recently used, then the smaller key, i.e. ascending
   ``(score, key)``, a total order, so the choice does not depend on the slot layout and the CPU and
   the GPU choose the same keys. The victims' keys and rows come back in key order in one blocking
-  call (one copy of each array on the GPU, sorted there when CuPy is installed), and are erased. Dirtiness is not tracked: every victim's
-  row comes back.
+  call (one copy of each array on the GPU, sorted there when CuPy is installed), and are erased.
+  Dirtiness is not tracked: every victim's row comes back.
 
 On the CPU a radix select too: one streaming pass histograms the eligible slots by a first digit of
 the score (its count and last batch, 16 bits), the slots below the digit that holds the ``n``-th
