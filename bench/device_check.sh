@@ -4,14 +4,14 @@
 #   mkdir -p .device && cp -r ../shared/device/* .device/     # once: the shim (numba-cuda 0.30.4 imports under
 #                                                              # NumPy 2.5 with it) and the hash-table bench
 #   device run: bash bench/device_check.sh  (carry .device, timeout ~420 s)
-# STEPS (default "tests bench big profile tenth", ~6 min on an H200 by 2026-11-28's step times; also "launch",
+# STEPS (default "tests graphs bench big profile tenth", ~6 min on an H200 by 2026-11-28's step times; also "launch",
 # "modes", "calls", "table", "equiv", "blocking", "scaling", "switch") picks
 # steps; the GPU image has no mpiexec, zstandard or isal: "scaling" installs MPICH's and mpi4py's wheels from
 # .device/wheels (pip download mpi4py mpich --only-binary=:all: --python-version 3.12 -d .device/wheels).
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/hps-device-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/.device/shim:$PWD NUMBA_CACHE_DIR=/tmp/hps-numba-cache
-STEPS=${STEPS:-"tests bench big profile tenth"}
+STEPS=${STEPS:-"tests graphs bench big profile tenth"}
 step() { echo; echo "=== $(date +%T) $*"; }
 save() { for f in bench/results/device-*.json; do [ -f "$f" ] && mv "$f" "$OUT/$1.json"; done; }
 {
@@ -42,6 +42,11 @@ big)
   timeout 120 python3 -m bench.bench_device --no-cpu --repeat 2 --minibatch-size 16384 --batch-size 262144 2>&1 \
     | grep -v -i "warn\|sparse_coo" | tail -10
   save device-mb16384 ;;
+graphs)
+  step "what a CUDA graph of the dense part would save: hps's eager pass against PyTorch eager and replayed, alone and beside a Python thread (bench.graph_probe)"
+  for mb in 4096 16384; do
+    timeout 90 python3 -m bench.graph_probe --minibatch $mb --out "$OUT/graph-probe-$mb.json" 2>&1 | tail -3
+  done ;;
 launch)
   step "the host's cost of one kernel launch in each launch mode, alone and beside a busy thread (bench.launch_cost)"
   timeout 120 python3 -m bench.launch_cost --launches 300 --out "$OUT/launch.json" 2>&1 | tail -6 ;;
