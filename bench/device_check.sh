@@ -1,17 +1,18 @@
 #!/bin/bash
-# One call on a lent GPU machine: correctness first, then the figures. Everything lands in $OUT (log.txt,
-# pytest.txt, device-mb*.json, table.json); each step has its own timeout so the call ends inside ~6.5 min.
+# One call on a lent GPU machine: correctness first, then the figures. Everything lands in $OUT/all.tgz (log.txt,
+# pytest.txt, device-mb*.json, ...); each step has its own timeout so the call ends inside ~6.5 min.
 #   mkdir -p .device && cp -r ../shared/device/* .device/     # once: the shim (numba-cuda 0.30.4 imports under
 #                                                              # NumPy 2.5 with it) and the hash-table bench
 #   device run: bash bench/device_check.sh  (carry .device, timeout ~420 s)
-# STEPS (default "tests graphs bench big profile tenth", ~6 min on an H200 by 2026-11-28's step times; also "launch",
+# STEPS (default "tests graphs bench big tenth", ~6.5 min on an H200 by 2026-11-28's step times; also "profile", "launch",
 # "modes", "calls", "table", "equiv", "blocking", "scaling", "switch") picks
 # steps; the GPU image has no mpiexec, zstandard or isal: "scaling" installs MPICH's and mpi4py's wheels from
 # .device/wheels (pip download mpi4py mpich --only-binary=:all: --python-version 3.12 -d .device/wheels).
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/hps-device-out}; mkdir -p "$OUT"
+[ -z "$(ls -A "$OUT")" ] && PACK=1 || PACK=  # an empty $OUT ends as one archive (below); never touch files of others
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/.device/shim:$PWD NUMBA_CACHE_DIR=/tmp/hps-numba-cache
-STEPS=${STEPS:-"tests graphs bench big profile tenth"}
+STEPS=${STEPS:-"tests graphs bench big tenth"}
 step() { echo; echo "=== $(date +%T) $*"; }
 save() { for f in bench/results/device-*.json; do [ -f "$f" ] && mv "$f" "$OUT/$1.json"; done; }
 {
@@ -99,3 +100,6 @@ equiv)
 esac; done
 step done
 } 2>&1 | tee "$OUT/log.txt"
+# one archive: the device tool brings back at most eight files (2026-11-28's first call lost its log); only
+# when $OUT was empty at the start, so everything in it is this script's
+[ -n "$PACK" ] && (cd "$OUT" && tar czf all.tgz -- * && find . -mindepth 1 -maxdepth 1 ! -name all.tgz -exec rm -rf {} +)
