@@ -33,6 +33,7 @@ import time
 from hps._argparse import ArgumentParser
 
 from . import _beside
+from ._jobs import write_result
 
 
 def _timed(step, steps: int, repeats: int, sync) -> float:
@@ -123,7 +124,7 @@ def main(argv=None) -> int:
     p.add_argument("--hidden", default="512,256")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--out", default=None, help="write the figures here as JSON")
+    p.add_argument("--out", default=None, help="also write the figures to this JSON file (with the command)")
     a = p.parse_args(argv)
     a.hidden = tuple(int(h) for h in a.hidden.split(","))
     sys.setswitchinterval(0.001)  # --device cuda's (DeviceBackend.switch_interval)
@@ -137,8 +138,7 @@ def main(argv=None) -> int:
         out["us_per_step"][cond] = got
         print(cond, json.dumps(got), flush=True)
     if a.out:
-        with open(a.out, "w") as f:
-            json.dump(out, f, indent=1)
+        write_result(a.out, "graph_probe", argv, out)
     return 0
 
 
