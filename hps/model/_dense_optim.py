@@ -107,7 +107,7 @@ class _DenseOptimizer:
                 self._state[s][k] = st[s] = a
             g = g.astype(p.dtype, copy=False)
             if _flat(p, g, *st.values()):
-                fused = self._fused if xp is np else (self._fused_device if device_step() == "kernel" else None)
+                fused = self._fused_for(xp)
                 if fused is not None and fused(p.reshape(-1), g.reshape(-1), {s: a.reshape(-1) for s, a in st.items()}):
                     continue
             self._update(p, g, st, xp, self._buffers(k, p, xp))
@@ -124,10 +124,15 @@ class _DenseOptimizer:
         if self._tiled is None or self._tiled[0] is not pb or not self._state_intact():
             self._tiled = (pb, {s: self._tile_state(s, params, xp) for s in self._slots})
         st = {s: t.flat for s, t in self._tiled[1].items()}
-        fused = self._fused if xp is np else (self._fused_device if device_step() == "kernel" else None)
+        fused = self._fused_for(xp)
         if fused is None or not fused(pb, gb, st):
             self._update(pb, gb, st, xp, self._buffers(None, pb, xp))
         return True
+
+    def _fused_for(self, xp):
+        """The one-pass step of a flat tensor on ``xp``: the host kernel on NumPy, the one-launch step on a
+        GPU with ``HPS_DENSE_STEP=kernel``, else None (the elementwise operations of :meth:`_update`)."""
+        return self._fused if xp is np else (self._fused_device if device_step() == "kernel" else None)
 
     def _state_intact(self) -> bool:
         """Whether every slot's state still holds the views :meth:`_tile_state` made (a caller may have put

@@ -16,6 +16,8 @@ otherwise. NumPy and CuPy arrays alike. Not thread-safe (as a dict).
 
 from __future__ import annotations
 
+import math
+
 __all__ = ["Tiled", "flat_views", "flat_of"]
 
 
@@ -35,7 +37,7 @@ def flat_views(xp, shapes: dict, dtype, flat=None) -> Tiled:
     """A :class:`Tiled` of views, one after the other in the order of ``shapes`` (``{name: shape}``), of a
     new uninitialised 1-D ``xp`` buffer of ``dtype`` exactly as long as they are together, or of ``flat``
     (such a buffer, C-contiguous; its length is checked by the slicing: a short one fails to reshape)."""
-    sizes = [_size(s) for s in shapes.values()]
+    sizes = [math.prod(int(d) for d in s) for s in shapes.values()]
     if flat is None:
         flat = xp.empty(sum(sizes), dtype=dtype)
     views, at = {}, 0
@@ -54,10 +56,3 @@ def flat_of(d) -> object | None:
         if dict.get(d, k) is not v:
             return None
     return d.flat
-
-
-def _size(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n
