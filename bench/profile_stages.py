@@ -13,7 +13,9 @@ compiles the kernels, is not (a 2026-11-27 H200 run without this filter charged 
   since the previous one, and reports per stage the seconds spent in each function, inclusive (anywhere
   on the stack) and self (on top). Per thread, on every Python version; the GIL switch interval is set to
   the sampling interval for the run so a stage busy in Python is sampled that often.
-- ``cprofile``: each named stage's work runs under a ``cProfile.Profile`` of its own. Up to Python
+- ``cprofile``: each named stage's work runs under a ``cProfile.Profile`` of its own, timed by the wall
+  clock or (``--clock thread``) by the thread's CPU clock, which leaves out the time a thread waits for
+  a core: what to read where ranks outnumber the cores. Up to Python
   3.11 a profiler sees its own thread only. From 3.12 cProfile is one ``sys.monitoring`` tool per process:
   one stage a run, and its report also counts what the other threads called while that stage worked.
 
@@ -94,6 +96,8 @@ def main(argv=None) -> int:
     p.add_argument("--interval", type=float, default=0.0005, help="sample: seconds between samples (0.0005)")
     p.add_argument("--top", type=int, default=30, help="functions listed per stage (30)")
     p.add_argument("--sort", default="tottime", help="cprofile: pstats sort key (tottime; cumtime)")
+    p.add_argument("--clock", default="wall", choices=["wall", "thread"],
+                   help="cprofile: time functions by the wall clock or by the thread's CPU clock (wall)")
     p.add_argument("--out", default=None, help="also write profile-<stage>.txt into this folder")
     a = p.parse_args(argv[:cut])
     job = argv[cut + 1:]
@@ -108,7 +112,8 @@ def main(argv=None) -> int:
 
     warming = threading.Event()
     sampler = Sampler(a.interval) if a.mode == "sample" else None
-    profiles = {name: cProfile.Profile() for name in names} if sampler is None else {}
+    timer = time.thread_time if a.clock == "thread" else time.perf_counter
+    profiles = {name: cProfile.Profile(timer) for name in names} if sampler is None else {}
     init, warm_up = pipeline.Stage.__init__, warmup.warm_up
 
     def quiet_warm_up(*args, **kw):  # the scratch job's stages are not measured

@@ -42,14 +42,15 @@ import warnings
 
 import numpy as np
 
-from .errors import HpsError, InvalidInputError
+from ._env_mode import EnvMode
+from .errors import HpsError
 
 __all__ = ["MODES", "mode", "set_mode", "param_layout", "pack_values", "Launcher", "launcher_for", "probe"]
 
 MODES = ("driver-gil", "driver", "numba")
 _lock = threading.Lock()
 _check_lock = threading.Lock()
-_state = {"mode": None, "checked": False, "lib": {}}
+_state = {"checked": False, "lib": {}}
 #: (dispatcher, the arguments' type keys: ``_arg_key``) -> Launcher, or None where the driver path does not apply
 _launchers: dict = {}
 
@@ -58,20 +59,17 @@ class DriverLaunchError(HpsError):
     """``cuLaunchKernel`` returned an error: the message has the CUDA error code."""
 
 
+_MODE = EnvMode("HPS_CUDA_LAUNCH", MODES, "driver-gil", "launch mode")
+
+
 def mode() -> str:
     """The launch mode of this process (``HPS_CUDA_LAUNCH``, default ``driver-gil``)."""
-    m = _state["mode"]
-    if m is None:
-        m = set_mode(os.environ.get("HPS_CUDA_LAUNCH", "driver-gil"))
-    return m
+    return _MODE.get()
 
 
 def set_mode(m: str) -> str:
     """Launch through ``m`` (one of :data:`MODES`) from now on; returns it."""
-    if m not in MODES:
-        raise InvalidInputError(f"HPS_CUDA_LAUNCH / launch mode must be one of {', '.join(MODES)}, got {m!r}")
-    _state["mode"] = m
-    return m
+    return _MODE.set(m)
 
 
 # -- the parameter layout ----------------------------------------------------------------------------------

@@ -125,7 +125,7 @@ def test_a_failed_probe_warns_once_and_leaves_every_launch_to_numba(monkeypatch)
     launched = []
     monkeypatch.setattr(D, "launcher_for", lambda d, args: lambda *a: launched.append(a))
     monkeypatch.setitem(D._state, "checked", False)
-    monkeypatch.setitem(D._state, "mode", "driver-gil")
+    monkeypatch.setattr(D._MODE, "_mode", "driver-gil")
     monkeypatch.setattr(D, "probe", lambda hold_gil: "probe kernel read [0.0], expected [5]")
     with pytest.warns(RuntimeWarning, match="failed its check.*launching through Numba"):
         assert D.launch(Dispatcher(), (1, 1, 1), (1, 1, 1), 0, ()) is False
@@ -133,7 +133,7 @@ def test_a_failed_probe_warns_once_and_leaves_every_launch_to_numba(monkeypatch)
     assert D.launch(Dispatcher(), (1, 1, 1), (1, 1, 1), 0, ()) is False  # no second probe, no warning
 
     monkeypatch.setitem(D._state, "checked", False)
-    monkeypatch.setitem(D._state, "mode", "driver-gil")
+    monkeypatch.setattr(D._MODE, "_mode", "driver-gil")
     monkeypatch.setattr(D, "probe", lambda hold_gil: None)
     assert D.launch(Dispatcher(), (2, 1, 1), (64, 1, 1), 0, ("x",)) is True
     assert launched == [((2, 1, 1), (64, 1, 1), 0, ("x",), True)]

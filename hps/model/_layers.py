@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import _cublas
 from . import _kernels
 from ._row_optim import _xp_of
 
@@ -66,11 +67,19 @@ def buffer(xp, ws, name: str, shape, dtype):
     return xp.empty(shape, dtype=dtype) if ws is None else ws.get(name, shape, dtype)
 
 
+def matmul_into(xp, a, b, out):
+    """``a @ b`` of 2-D arrays written into ``out`` -> ``out``; on the GPU through ``hps._cublas`` (CuPy's
+    ``matmul`` unless ``HPS_CUDA_GEMM`` picks cuBLAS called with the GIL held)."""
+    if xp is np:
+        return np.matmul(a, b, out=out)
+    return _cublas.matmul(a, b, out)
+
+
 def _matmul(ws, name, a, b):
     """``a @ b``, into the buffer ``name`` of ``ws`` when given."""
     if ws is None:
         return a @ b
-    return ws.xp.matmul(a, b, out=ws.get(name, (a.shape[0], b.shape[1]), a.dtype))
+    return matmul_into(ws.xp, a, b, ws.get(name, (a.shape[0], b.shape[1]), a.dtype))
 
 
 # -- ReLU --------------------------------------------------------------------------------------
@@ -118,7 +127,7 @@ class Linear:
         if gw is None:
             grads[self.w] = x.T @ dy
         else:
-            _xp_of(x).matmul(x.T, dy, out=gw)
+            matmul_into(_xp_of(x), x.T, dy, gw)
         if gb is None:
             grads[self.b] = dy.sum(axis=0)
         else:
