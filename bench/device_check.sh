@@ -22,9 +22,9 @@ nproc
 python3 -c "import numba, numpy, cupy, torch; from numba import cuda; print('numba', numba.__version__, 'numpy', numpy.__version__, 'cupy', cupy.__version__, 'torch', torch.__version__, 'gpu', cuda.get_current_device().name)"
 for s in $STEPS; do case $s in
 bench)
-  step "bench_device: the issue's job (2 M rows, 26 fields, dim 32, mini-batch 4096) on cuda, with its products through cuBLAS holding the GIL, with those and the dense step in one launch, and the PyTorch peer, three rounds in turn"
+  step "bench_device: the issue's job (2 M rows, 26 fields, dim 32, mini-batch 4096) on cuda, with its products through cuBLAS holding the GIL, with those and the dense step and the layers' bias, ReLU and mask in hps launches (the GIL held), and the PyTorch peer, three rounds in turn"
   timeout 270 python3 -m bench.bench_device --no-cpu --repeat 3 --variant gemm:HPS_CUDA_GEMM=cublas-gil \
-    --variant gemm+dense:HPS_CUDA_GEMM=cublas-gil,HPS_DENSE_STEP=kernel 2>&1 \
+    --variant held:HPS_CUDA_GEMM=cublas-gil,HPS_DENSE_STEP=kernel,HPS_CUDA_LAYERS=kernel 2>&1 \
     | grep -v -i "warn\|sparse_coo" | tail -20; save device-mb4096 ;;
 tests)
   step "gpu-marked tests"

@@ -1,4 +1,4 @@
-"""Where chosen pipeline stages of one training job spend their time, by function (wall clock, so a
+"""Where chosen pipeline stages of one training job spend their time, by function (by default the wall clock, so a
 stage waiting on the GPU, a lock or the GIL shows it where it waits).
 
     python -m bench.profile_stages [--stages place,train] [--mode sample|cprofile] [--top 30] [--out DIR] \\
@@ -102,6 +102,8 @@ def main(argv=None) -> int:
     a = p.parse_args(argv[:cut])
     job = argv[cut + 1:]
     names = [n for n in a.stages.split(",") if n]
+    if a.clock == "thread" and a.mode != "cprofile":
+        p.error("--clock thread times cProfile's calls: use it with --mode cprofile")
     if a.mode == "cprofile" and sys.version_info >= (3, 12) and len(names) > 1:
         p.error(f"Python {sys.version_info.major}.{sys.version_info.minor} runs one profiler per process: "
                 f"name one stage a run (--stages {names[0]}), or use --mode sample")

@@ -40,13 +40,13 @@ import numpy as np
 from ._env_mode import EnvMode
 from .errors import HpsError
 
-__all__ = ["MODES", "mode", "set_mode", "GemmPlan", "gemm_plan", "matmul", "probe"]
+__all__ = ["MODES", "mode", "set_mode", "GemmPlan", "gemm_plan", "matmul", "column_sums", "probe"]
 
 MODES = ("cupy", "cublas-gil", "cublas")
 OP_N, OP_T = 0, 1  # cublasOperation_t
 _INT_MAX = 2 ** 31 - 1
 _lock = threading.Lock()
-_state = {"checked": False, "lib": {}, "handles": {}}
+_state = {"checked": False, "lib": {}, "handles": {}, "ones": {}}
 _ONE = {np.dtype(np.float32): ctypes.c_float(1.0), np.dtype(np.float64): ctypes.c_double(1.0)}
 _ZERO = {np.dtype(np.float32): ctypes.c_float(0.0), np.dtype(np.float64): ctypes.c_double(0.0)}
 
@@ -208,20 +208,55 @@ def _gemm(lib, a, b, out, plan: GemmPlan) -> None:
     _check_status(status, "cublasSgemm_v2" if out.dtype == np.float32 else "cublasDgemm_v2")
 
 
+def _active() -> str | None:
+    """The cuBLAS mode products take now, or None for CuPy's (the mode, or a failed probe)."""
+    if _MODE.get() == "cupy" or not (_state["checked"] or _check()):
+        return None
+    m = _MODE.get()
+    return None if m == "cupy" else m
+
+
 def matmul(a, b, out):
     """``out[...] = a @ b`` for 2-D CuPy arrays, asynchronous on the current stream -> ``out``: through
     cuBLAS (:func:`mode`) where :func:`gemm_plan` has a plan and the probe passed, else CuPy's
     ``matmul``. REQUIRES ``out`` not to overlap ``a`` or ``b``."""
-    m = _MODE.get()
-    if m != "cupy" and (_state["checked"] or _check()):
-        m = _MODE.get()
-        plan = _plan_of(a, b, out) if m != "cupy" else None
-        if plan is not None:
-            _gemm(_lib(m == "cublas-gil"), a, b, out, plan)
-            return out
+    m = _active()
+    plan = _plan_of(a, b, out) if m else None
+    if plan is not None:
+        _gemm(_lib(m == "cublas-gil"), a, b, out, plan)
+        return out
     import cupy
 
     return cupy.matmul(a, b, out=out)
+
+
+def _ones(n: int, dtype, device: int):
+    """A (1, n) row of ones on ``device`` (kept, and grown to twice the largest n asked so far)."""
+    import cupy
+
+    key = (device, np.dtype(dtype))
+    row = _state["ones"].get(key)
+    if row is None or row.shape[1] < n:
+        with cupy.cuda.Device(device):
+            row = cupy.ones((1, 2 * n), dtype)
+            cupy.cuda.get_current_stream().synchronize()  # ready for whichever stream multiplies by it
+        _state["ones"][key] = row
+    return row[:, :n]
+
+
+def column_sums(x, out):
+    """``out[...] = x.sum(axis=0)`` for a 2-D CuPy array ``x`` (n, m) and ``out`` (m,) -> ``out``: in a
+    cuBLAS mode the product of a row of ones and ``x`` (:func:`matmul`'s path: one ``gemm``, the GIL
+    held in ``cublas-gil``), else CuPy's ``sum``. The same sums in another order: they agree to rounding."""
+    m = _active()
+    if m and x.ndim == 2 and out.ndim == 1 and x.shape[0]:
+        row = out.reshape(1, -1)
+        ones = _ones(x.shape[0], x.dtype, x.data.device_id)
+        plan = _plan_of(ones, x, row)
+        if plan is not None:
+            _gemm(_lib(m == "cublas-gil"), ones, x, row, plan)
+            return out
+    return x.sum(axis=0, out=out)
 
 
 # -- the probe --------------------------------------------------------------------------------------------

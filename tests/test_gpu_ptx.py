@@ -29,8 +29,9 @@ from hps.gpu import _train_kernels as T  # noqa: E402
 from hps.model import _optim_kernels_cuda as R  # noqa: E402
 from hps.mem import _init_kernels_cuda as I  # noqa: E402
 from hps.model import _dense_kernels_cuda as D  # noqa: E402
+from hps.model import _layer_kernels_cuda as LK  # noqa: E402
 
-MODULES = {"table": K, "train": T, "cache": C, "rows": R, "init": I, "dense": D}
+MODULES = {"table": K, "train": T, "cache": C, "rows": R, "init": I, "dense": D, "layers": LK}
 
 #: Kernels whose float32 version computes in float64 on purpose (as their CPU twins do).
 F64_BY_DESIGN = {"rows.rowwise_adagrad_rows", "init.init_rows"}
@@ -129,6 +130,13 @@ def _arg_types(ftype, rows_type=None):
         "bc2_sqrt": ftype,
         "epsilon": ftype,
         "rate": ftype,
+        # the MLP's elementwise steps
+        "y": ftype[:, ::1],
+        "bias": ftype[::1],
+        "relu": types.boolean,
+        "zero": ftype,
+        "act": ftype[:, ::1],
+        "dy": ftype[:, ::1],
     }
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _cublas
+from .._env_mode import EnvMode
 from . import _kernels
 from ._row_optim import _xp_of
 
@@ -70,8 +71,8 @@ def buffer(xp, ws, name: str, shape, dtype):
 def matmul_into(xp, a, b, out):
     """``a @ b`` of 2-D arrays written into ``out`` -> ``out``; on the GPU through ``hps._cublas`` (CuPy's
     ``matmul`` unless ``HPS_CUDA_GEMM`` picks cuBLAS called with the GIL held)."""
-    if xp is np:
-        return np.matmul(a, b, out=out)
+    if isinstance(out, np.ndarray):
+        return xp.matmul(a, b, out=out)
     return _cublas.matmul(a, b, out)
 
 
@@ -82,6 +83,30 @@ def _matmul(ws, name, a, b):
     return matmul_into(ws.xp, a, b, ws.get(name, (a.shape[0], b.shape[1]), a.dtype))
 
 
+#: ``HPS_CUDA_LAYERS``: how a CuPy pass applies a layer's bias and ReLU and masks the ReLU's gradient:
+#: ``ops`` (CuPy's operations, two each) or ``kernel`` (one hps launch each, the GIL held through it:
+#: ``_layer_kernels_cuda``; the same bits).
+LAYER_STEP = EnvMode("HPS_CUDA_LAYERS", ("ops", "kernel"), "ops", "layer step")
+
+
+def _launch_layer(kernel: str, *args) -> None:
+    """Enqueue ``_layer_kernels_cuda.<kernel>(*args)`` over the elements of its (n, m) arrays, on CuPy's
+    current stream (NumPy arrays under the CUDA simulator: ``hps._launch``, stream 0)."""
+    from .. import _launch as L
+    from . import _layer_kernels_cuda as KC
+
+    a = args[0]
+    xp = _xp_of(a)
+    stream = xp.cuda.get_current_stream() if xp is not np else 0
+    dev = [x if np.isscalar(x) else L.arg(x, "activations", a.dtype, x.ndim) for x in args]
+    if a.size:
+        L.launch(getattr(KC, kernel), L.grid1(a.size), stream, *dev)
+
+
+def _kernels_on(x) -> bool:
+    return not isinstance(x, np.ndarray) and LAYER_STEP.get() == "kernel"
+
+
 # -- ReLU --------------------------------------------------------------------------------------
 def relu_backward(y, dy):
     """Gradient through a ReLU whose OUTPUT was ``y``: ``dy * (y > 0)``."""
@@ -90,7 +115,10 @@ def relu_backward(y, dy):
 
 def _relu_backward_(y, dy):
     """:func:`relu_backward` in place into ``dy`` (an array the pass owns); returns it."""
-    dy *= y > 0
+    if _kernels_on(dy) and dy.flags.c_contiguous and y.flags.c_contiguous:
+        _launch_layer("relu_mask", y, dy)
+    else:
+        dy *= y > 0
     return dy
 
 
@@ -111,11 +139,16 @@ class Linear:
         return {self.w: init_weight(rng, self.fan_in, self.fan_out, self.relu_follows),
                 self.b: np.zeros(self.fan_out)}
 
-    def forward(self, p, x, ws=None):
-        """x (n, fan_in) -> (n, fan_out) (the bias added in place; into ``ws`` buffer ``"{w}.y"``);
-        ctx is x."""
+    def forward(self, p, x, ws=None, relu: bool = False):
+        """x (n, fan_in) -> (n, fan_out) (the bias added in place, then the ReLU when ``relu``; into ``ws``
+        buffer ``"{w}.y"``); ctx is x."""
         y = _matmul(ws, self.w + ".y", x, p[self.w])
+        if _kernels_on(y) and y.flags.c_contiguous:
+            _launch_layer("bias_act", y, p[self.b], relu, y.dtype.type(0))
+            return y, x
         y += p[self.b]
+        if relu:
+            _xp_of(y).maximum(y, 0, out=y)
         return y, x
 
     def backward(self, p, x, dy, grads, dx_cols: int | None = None, ws=None):
@@ -130,8 +163,10 @@ class Linear:
             matmul_into(_xp_of(x), x.T, dy, gw)
         if gb is None:
             grads[self.b] = dy.sum(axis=0)
-        else:
+        elif isinstance(dy, np.ndarray):
             dy.sum(axis=0, out=gb)
+        else:
+            _cublas.column_sums(dy, gb)
         if dx_cols == 0:
             return None
         W = p[self.w] if dx_cols is None else p[self.w][:dx_cols]
@@ -166,9 +201,7 @@ class MLP:
         acts, h = [], x
         for layer in self.layers:
             acts.append(h)
-            h, _ = layer.forward(p, h, ws)
-            if layer.relu_follows:
-                xp.maximum(h, 0, out=h)
+            h, _ = layer.forward(p, h, ws, relu=layer.relu_follows)
         acts.append(h)
         return h, acts
 
