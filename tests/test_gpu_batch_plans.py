@@ -28,16 +28,19 @@ def test_one_pass_over_the_batch_equals_every_minibatch_planned_alone(seed):
     bounds = np.unique(np.concatenate([[0, n], cuts, cuts[:1]]))  # an empty mini-batch now and then
     if seed % 2:
         bounds = np.sort(np.concatenate([bounds, bounds[1:2]]))
-    reads = []
+    reads, ups = [], []
     plans = minibatch_plans(keys, field, weights, offsets, bounds, offsets, 4, np,
-                            read=lambda a: reads.append(a.nbytes) or a.copy(), chunk=3)
+                            read=lambda a: reads.append(a.nbytes) or a.copy(),
+                            upload=lambda h: ups.append(h.nbytes) or h.copy(), chunk=3)
     assert len(plans) == len(bounds) - 1 and reads == [16 * len(bounds)]
-    for j, (uk, inv, bp) in enumerate(plans):
+    assert ups == ([8 * len(bounds)] if offsets[bounds[-1]] else [])
+    for j, (uk, inv, off, bp) in enumerate(plans):
         a, b = int(bounds[j]), int(bounds[j + 1])
         ka, kb = int(offsets[a]), int(offsets[b])
         wk, winv = unique_inverse(keys[ka:kb], np)
         np.testing.assert_array_equal(uk, wk)
         np.testing.assert_array_equal(inv, winv)
+        np.testing.assert_array_equal(off, offsets[a:b + 1] - ka)
         want = backward_plan(winv, field[ka:kb], weights[ka:kb], offsets[a:b + 1] - ka, wk.shape[0], 4, np, chunk=3)
         c = int(want.cptr[-1])  # the chunks in use; the per-mini-batch plan allocates a tail of empty ones
         np.testing.assert_array_equal(bp.cptr, want.cptr)
@@ -52,8 +55,10 @@ def test_a_batch_without_keys_and_bad_bounds():
     offsets = np.zeros(4, np.int64)
     e = np.zeros(0, np.uint64)
     plans = minibatch_plans(e, e.astype(np.int32), e.astype(np.float32), offsets, [0, 2, 3], offsets, 2, np,
-                            read=lambda a: pytest.fail("nothing to read"))
-    assert [(uk.shape[0], inv.shape[0], bp.cptr.tolist()) for uk, inv, bp in plans] == [(0, 0, [0])] * 2
+                            read=lambda a: pytest.fail("nothing to read"), upload=lambda h: pytest.fail("nor to send"))
+    assert [(uk.shape[0], inv.shape[0], off.tolist(), bp.cptr.tolist()) for uk, inv, off, bp in plans] == [
+        (0, 0, [0, 0, 0], [0]), (0, 0, [0, 0], [0])]
     for bad in ([1, 3], [0, 2, 1], [0]):
         with pytest.raises(InvalidInputError):
-            minibatch_plans(e, e.astype(np.int32), e.astype(np.float32), offsets, bad, offsets, 2, np, read=None)
+            minibatch_plans(e, e.astype(np.int32), e.astype(np.float32), offsets, bad, offsets, 2, np, read=None,
+                            upload=None)

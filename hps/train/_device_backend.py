@@ -236,7 +236,7 @@ class DeviceBackend:
         mini-batch (examples ``bounds[j]:bounds[j + 1]``, (P + 1,) host) built on the device from slices
         of ``raw`` (:meth:`upload`): its distinct keys and inverse (the host plan's order), its offsets
         rebased, the order of its gradient sums, all mini-batches in one pass over the batch
-        (``hps.gpu.minibatch_plans``); nothing goes up, and 2 (P + 1) offsets come down (``plan``). On
+        (``hps.gpu.minibatch_plans``); the P + 1 bounds go up and 2 (P + 1) offsets come down (``plan``). On
         the ``place`` stream, after it waited (on the device) for ``raw.uploaded``; the batch's ``ready``
         is the event recorded after them, which :meth:`begin_batch` waits for. Asynchronous but for
         those two reads of sizes, which wait for the place stream only, and with several HBM-PS parts the partition of every mini-batch's keys (:meth:`_split`,
@@ -245,12 +245,13 @@ class DeviceBackend:
         with st.on(st.place):
             st.wait(raw.uploaded, st.place)
             plans = minibatch_plans(raw.keys, raw.field, raw.weights, raw.offsets, bounds, raw.host_offsets, self.P,
-                                    self.xp, read=lambda a: self.ledger.to_host(a, "plan", stream=st.place))
-            for j, (keys, inv, bwd) in enumerate(plans):
+                                    self.xp, read=lambda a: self.ledger.to_host(a, "plan", stream=st.place),
+                                    upload=lambda h: self.ledger.to_device(h, "plan", stream=st.place))
+            for j, (keys, inv, offsets, bwd) in enumerate(plans):
                 a, b = int(bounds[j]), int(bounds[j + 1])
                 ka, kb = int(raw.host_offsets[a]), int(raw.host_offsets[b])
                 out.append(DevicePlan(keys=keys, inv=inv, field=raw.field[ka:kb], weights=raw.weights[ka:kb],
-                                      offsets=raw.offsets[a:b + 1] - ka, labels=raw.labels[a:b],
+                                      offsets=offsets, labels=raw.labels[a:b],
                                       dense=None if raw.dense is None else raw.dense[a:b], bwd=bwd))
         return self._split(StagedBatch(out, st.record(st.place)), table)
 

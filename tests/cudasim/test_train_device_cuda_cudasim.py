@@ -96,13 +96,14 @@ def assert_ledger(m, width, batches, ranks=1, fetched=None, written=None, n_part
 def assert_device_dedup(m, batches, n_parts=1):
     """Every one of ``batches`` had its keys deduplicated on the device (``hps/train/_device_batch.py``):
     its raw arrays went up once (``plan`` is their bytes, plus at most 7 bytes of alignment for each of
-    its 6 arrays: no plan and no working set went up besides), the host uploaded nothing else but rows
+    its 6 arrays, plus its mini-batches' P + 1 bounds, 8 B each: no plan and no working set went up
+    besides), the host uploaded nothing else but rows
     (``fetch``), within 1.25x the raw bytes, and only misses came down (``plan``: 8 B a key fetched;
     with ``n_parts`` parts also n_parts counts for every mini-batch's and every working set's partition),
     besides the mini-batches' offsets (:func:`plan_offsets`)."""
     h2d, d2h = m["h2d_bytes"], m["d2h_bytes"]
     assert m["device_dedup_batches"] == batches
-    assert 0 <= h2d["plan"] - m["batch_bytes"] <= 7 * 6 * batches
+    assert 0 <= h2d["plan"] - m["batch_bytes"] - 8 * (m["minibatches"] + batches) <= 7 * 6 * batches
     assert sum(h2d.values()) - h2d["fetch"] <= 1.25 * m["batch_bytes"]
     counts = 8 * n_parts * (m["minibatches"] + batches) if n_parts > 1 else 0
     assert d2h["plan"] == 8 * m["hbm_fetched_rows"] + counts + plan_offsets(m)
