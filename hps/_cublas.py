@@ -143,8 +143,10 @@ def _address(x) -> int:
 def _library_path() -> str:
     """The libcublas CuPy loaded (so both use one copy), else the soname for the loader to find."""
     try:
-        from cupy_backends.cuda.libs import cublas  # noqa: F401  (loads CuPy's libcublas)
-    except ImportError:
+        import cupy
+
+        cupy.cuda.device.get_cublas_handle()  # CuPy loads its libcublas (lazily, at its first use)
+    except Exception:  # noqa: BLE001 - then the loader looks the soname up
         pass
     try:
         with open("/proc/self/maps") as f:
