@@ -1,18 +1,18 @@
 #!/bin/bash
 # One call on a lent GPU machine: correctness first, then the figures. Everything lands in $OUT/all.tgz (log.txt,
-# pytest.txt, device-mb*.json, ...); each step has its own timeout so the call ends inside ~7.5 min.
+# pytest.txt, device-mb*.json, ...); each step has its own timeout so the call ends inside ~7 min.
 #   mkdir -p .device && cp -r ../shared/device/* .device/     # once: the shim (numba-cuda 0.30.4 imports under
 #                                                              # NumPy 2.5 with it) and the hash-table bench
 #   device run: bash bench/device_check.sh  (carry .device, timeout ~500 s)
-# STEPS (default "tests graphs bench big tenth", ~7.5 min on an H200 by 2026-11-28's step times, bench now running
-# three jobs a round; also "profile", "launch", "modes", "calls", "table", "equiv", "blocking", "scaling", "switch") picks
+# STEPS (default "tests bench big tenth", ~7 min on an H200 by 2026-11-28's step times, bench now running four jobs a
+# round; also "graphs", "profile", "launch", "modes", "calls", "table", "equiv", "blocking", "scaling", "switch") picks
 # steps; the GPU image has no mpiexec, zstandard or isal: "scaling" installs MPICH's and mpi4py's wheels from
 # .device/wheels (pip download mpi4py mpich --only-binary=:all: --python-version 3.12 -d .device/wheels).
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/hps-device-out}; mkdir -p "$OUT"
 [ -z "$(ls -A "$OUT")" ] && PACK=1 || PACK=  # an empty $OUT ends as one archive (below); never touch files of others
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/.device/shim:$PWD NUMBA_CACHE_DIR=/tmp/hps-numba-cache
-STEPS=${STEPS:-"tests graphs bench big tenth"}
+STEPS=${STEPS:-"tests bench big tenth"}
 step() { echo; echo "=== $(date +%T) $*"; }
 save() { for f in bench/results/device-*.json; do [ -f "$f" ] && mv "$f" "$OUT/$1.json"; done; }
 {
@@ -22,9 +22,9 @@ nproc
 python3 -c "import numba, numpy, cupy, torch; from numba import cuda; print('numba', numba.__version__, 'numpy', numpy.__version__, 'cupy', cupy.__version__, 'torch', torch.__version__, 'gpu', cuda.get_current_device().name)"
 for s in $STEPS; do case $s in
 bench)
-  step "bench_device: the issue's job (2 M rows, 26 fields, dim 32, mini-batch 4096) on cuda, with its products through cuBLAS holding the GIL, with those and the dense step and the layers' bias, ReLU and mask in hps launches (the GIL held), and the PyTorch peer, three rounds in turn"
-  timeout 270 python3 -m bench.bench_device --no-cpu --repeat 3 --variant gemm:HPS_CUDA_GEMM=cublas-gil \
-    --variant held:HPS_CUDA_GEMM=cublas-gil,HPS_DENSE_STEP=kernel,HPS_CUDA_LAYERS=kernel 2>&1 \
+  step "bench_device: the issue's job (2 M rows, 26 fields, dim 32, mini-batch 4096) on cuda; with its products through cuBLAS, the dense step and the layers' bias, ReLU and mask in hps launches, all holding the GIL (held); with those and the pass as CUDA graphs (graphs); and the PyTorch peer, two rounds in turn"
+  H=HPS_CUDA_GEMM=cublas-gil,HPS_DENSE_STEP=kernel,HPS_CUDA_LAYERS=kernel
+  timeout 220 python3 -m bench.bench_device --no-cpu --repeat 2 --variant held:$H --variant graphs:$H,HPS_CUDA_GRAPHS=1 2>&1 \
     | grep -v -i "warn\|sparse_coo" | tail -20; save device-mb4096 ;;
 tests)
   step "gpu-marked tests"

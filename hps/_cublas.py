@@ -12,9 +12,10 @@ it costs the other threads microseconds.
 Modes (:func:`mode`, ``HPS_CUDA_GEMM``): ``cupy`` (the default until a GPU has measured the others:
 CuPy's ``matmul``), ``cublas-gil`` (``ctypes.PyDLL``: the GIL held through the call) and ``cublas``
 (``ctypes.CDLL``: released, as CuPy does; isolates what holding it is worth). One cuBLAS handle per
-device for the process (cuBLAS's default workspace and math mode, pointer mode host: what CuPy's
-``matmul`` uses without ``CUPY_TF32``), set to the caller's current CuPy stream before a call; a lock
-makes setting the stream and the call one step, so threads may share it. The library is the one CuPy
+device for the process (a work space of its own, so products can be captured into CUDA graphs; cuBLAS's
+default math mode and pointer mode host: what CuPy's ``matmul`` uses without ``CUPY_TF32``), set to the
+caller's current CuPy stream before a call; a lock makes setting the stream and the call one step, so
+threads may share it. The library is the one CuPy
 loaded (found in ``/proc/self/maps``), else ``libcublas.so.12``.
 
 A row-major product ``C = A @ B`` is cuBLAS's column-major ``C^T = B^T A^T``: :func:`gemm_plan` maps
@@ -167,9 +168,11 @@ def _lib(hold_gil: bool):
         vp, i = ctypes.c_void_p, ctypes.c_int
         lib.cublasCreate_v2.argtypes = [ctypes.POINTER(vp)]
         lib.cublasSetStream_v2.argtypes = [vp, vp]
+        lib.cublasSetWorkspace_v2.argtypes = [vp, vp, ctypes.c_size_t]
         for name in ("cublasSgemm_v2", "cublasDgemm_v2"):
             getattr(lib, name).argtypes = [vp, i, i, i, i, i, vp, vp, i, vp, i, vp, vp, i]
-        for fn in (lib.cublasCreate_v2, lib.cublasSetStream_v2, lib.cublasSgemm_v2, lib.cublasDgemm_v2):
+        for fn in (lib.cublasCreate_v2, lib.cublasSetStream_v2, lib.cublasSetWorkspace_v2, lib.cublasSgemm_v2,
+                   lib.cublasDgemm_v2):
             fn.restype = i
         _state["lib"][hold_gil] = lib
     return lib
@@ -181,13 +184,31 @@ def _check_status(status: int, call: str) -> None:
                           "CuPy instead")
 
 
+#: The work space of hps's handle (cuBLAS's recommendation for Hopper; 4 MiB suffice before it).
+WORKSPACE_BYTES = 32 << 20
+
+
 class _Handle:
-    """hps's cuBLAS handle on one device and the stream it was last set to."""
+    """hps's cuBLAS handle on one device, its work space and the stream it was last set to.
+
+    The work space is the handle's own, allocated once (outside any stream capture) and set again after
+    every ``cublasSetStream`` (which goes back to cuBLAS's default pool): so a product captured into a
+    CUDA graph (``hps/model/_graphs.py``) allocates nothing. REQUIRES the process's products not to
+    execute on two streams at once (one work space): hps's one train thread makes them in stream order."""
 
     def __init__(self, lib):
+        import cupy
+
         h = ctypes.c_void_p()
         _check_status(lib.cublasCreate_v2(ctypes.byref(h)), "cublasCreate_v2")
         self.ptr, self.stream = h.value, None
+        self.workspace = cupy.empty(WORKSPACE_BYTES, cupy.uint8)
+
+    def set_stream(self, lib, stream: int) -> None:
+        _check_status(lib.cublasSetStream_v2(self.ptr, stream), "cublasSetStream_v2")
+        _check_status(lib.cublasSetWorkspace_v2(self.ptr, self.workspace.data.ptr, WORKSPACE_BYTES),
+                      "cublasSetWorkspace_v2")
+        self.stream = stream
 
 
 def _gemm(lib, a, b, out, plan: GemmPlan) -> None:
@@ -203,8 +224,7 @@ def _gemm(lib, a, b, out, plan: GemmPlan) -> None:
             with cupy.cuda.Device(dev):
                 h = _state["handles"][dev] = _Handle(lib)
         if h.stream != stream:
-            _check_status(lib.cublasSetStream_v2(h.ptr, stream), "cublasSetStream_v2")
-            h.stream = stream
+            h.set_stream(lib, stream)
         status = fn(h.ptr, plan.transa, plan.transb, plan.m, plan.n, plan.k, ctypes.byref(one), b.data.ptr,
                     plan.lda, a.data.ptr, plan.ldb, ctypes.byref(zero), out.data.ptr, plan.ldc)
     _check_status(status, "cublasSgemm_v2" if out.dtype == np.float32 else "cublasDgemm_v2")

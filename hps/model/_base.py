@@ -19,6 +19,7 @@ from . import _layers as L
 from ._chunks import CHUNK_ROWS, ChunkThreads, chunk_bounds
 from ._config import ModelConfig
 from ._flat import flat_of, flat_views
+from ._graphs import PassGraphs
 
 __all__ = ["FieldModel"]
 
@@ -59,6 +60,7 @@ class FieldModel:
         self._runner = ChunkThreads(1)
         self._scratch_bufs: list = []     # per chunk: the pooled pass keeps every chunk's ctx at once
         self._local = threading.local()   # per thread: a fused chunk needs its buffers only while it runs
+        self._graphs = PassGraphs.for_model(self)  # on a GPU: the pooled pass as CUDA graphs (None: eagerly)
         parts = self._parts(self.cfg)
         rng = np.random.default_rng(seed)
         init = {}
@@ -261,16 +263,27 @@ class FieldModel:
             device accumulator), so no host value is read here.
 
         Returns ``(grad_pooled (n, F * row_params) xp, C-contiguous, dense_grads dict)``, the dict
-        with the keys and shapes of :attr:`params`; both new arrays. Asynchronous on a GPU (nothing
-        reads back). On the host the chunks' forwards run first, then ``loss_grad`` once, then their
-        backwards (:meth:`forward_backward` interleaves them, which keeps each chunk in cache).
+        with the keys and shapes of :attr:`params`. Asynchronous on a GPU (nothing reads back). On the
+        host both are new arrays; the chunks' forwards run first, then ``loss_grad`` once, then their
+        backwards (:meth:`forward_backward` interleaves them, which keeps each chunk in cache). On a
+        GPU with ``HPS_CUDA_GRAPHS=1`` the pass of a shape seen before replays as two CUDA graphs
+        (``_graphs``; the products through cuBLAS, ``HPS_CUDA_GEMM``), and both are
+        that graph's arrays: the same every call of that shape, valid until its next call.
         """
-        xp = self.xp
+        if self._graphs is not None:
+            out = self._graphs.run(pooled, dense, loss_grad)
+            if out is not None:
+                return out
+        scratch = self._scratch(len(chunk_bounds(pooled.shape[0], self.chunk_rows)))
+        z, ctxs = self._pooled_forward(pooled, dense, scratch)
+        return self._pooled_backward(ctxs, loss_grad(self.xp.ascontiguousarray(z))[:, None], scratch)
+
+    def _pooled_forward(self, pooled, dense, scratch):
+        """:meth:`forward_backward_pooled`'s forward: (logits z (n,), every chunk's ctx), the chunks'
+        activations in ``scratch`` (one :class:`~hps.model._layers.Scratch` per chunk)."""
         n = pooled.shape[0]
         bounds = chunk_bounds(n, self.chunk_rows)
-        scratch = self._scratch(len(bounds))
-        z = xp.empty(n, dtype=self.dtype)
-        d_pooled = xp.empty(pooled.shape, dtype=self.dtype)
+        z = self.xp.empty(n, dtype=self.dtype)
 
         def forward(i):
             r0, r1 = bounds[i]
@@ -278,8 +291,13 @@ class FieldModel:
             z[r0:r1] = z_c
             return ctx
 
-        ctxs = self._runner.run(forward, len(bounds))
-        dz = loss_grad(xp.ascontiguousarray(z))[:, None]
+        return z, self._runner.run(forward, len(bounds))
+
+    def _pooled_backward(self, ctxs, dz, scratch):
+        """:meth:`forward_backward_pooled`'s backward from ``dz`` (n, 1) -> (grad_pooled, dense_grads)."""
+        n = dz.shape[0]
+        bounds = chunk_bounds(n, self.chunk_rows)
+        d_pooled = self.xp.empty((n, self.n_fields * self.row_params), dtype=self.dtype)
 
         def backward(i):
             r0, r1 = bounds[i]
