@@ -98,7 +98,7 @@ def _launch_layer(kernel: str, *args) -> None:
     a = args[0]
     xp = _xp_of(a)
     stream = xp.cuda.get_current_stream() if xp is not np else 0
-    dev = [x if np.isscalar(x) else L.arg(x, "activations", a.dtype, x.ndim) for x in args]
+    dev = [x if np.isscalar(x) else L.arg(x, f"{kernel} array", a.dtype, x.ndim) for x in args]
     if a.size:
         L.launch(getattr(KC, kernel), L.grid1(a.size), stream, *dev)
 
