@@ -94,17 +94,20 @@ class PassGraphs:
             if key not in self.seen or len(self.graphs) >= MAX_SHAPES:
                 self.seen.add(key)
                 return None
+            if _cublas.mode() == "cupy":
+                return self._give_up("the products went back to CuPy's matmul, which cannot be captured")
             try:
-                if _cublas.mode() == "cupy":
-                    raise RuntimeError("the products went back to CuPy's matmul, which cannot be captured")
                 g = self.graphs[key] = _Graphs(self.model, pooled, dense)
             except Exception as e:  # noqa: BLE001 - any refusal of the driver or CuPy: eager from now on
-                self.off = True
-                warnings.warn(f"hps: capturing the network's pass as a CUDA graph failed ({type(e).__name__}: "
-                              f"{e}); training goes on without graphs (HPS_CUDA_GRAPHS=0 skips the attempt)",
-                              RuntimeWarning, stacklevel=3)
-                return None
+                return self._give_up(f"{type(e).__name__}: {e}")
         return g.replay(pooled, dense, loss_grad)
+
+    def _give_up(self, why: str) -> None:
+        """Turn graphs off for good, warning once why; None (the caller runs the pass eagerly)."""
+        self.off = True
+        warnings.warn(f"hps: capturing the network's pass as a CUDA graph failed ({why}); training goes on "
+                      "without graphs (HPS_CUDA_GRAPHS=0 skips the attempt)", RuntimeWarning, stacklevel=4)
+        return None
 
 
 class _Graphs:
