@@ -153,11 +153,11 @@ def _hps_job(job: list, device: str, env: dict | None = None, name: str | None =
           f"the device)\n"
           f"      stage busy seconds: {busy}; bottleneck {m['bottleneck']}; HBM-PS rows fetched "
           f"{m['hbm_fetched_rows']:,} ({m['hbm_born_rows']:,} born on the device), evicted "
-          f"{m['hbm_evicted_rows']:,}, table {m['table_rows']:,}", flush=True)
-    return {k: m[k] for k in ("examples_per_sec", "auc", "examples", "h2d_bytes", "d2h_bytes", "peer_bytes",
-                              "minibatches", "command", "stage_seconds", "bottleneck", "hbm_fetched_rows",
-                              "hbm_born_rows", "hbm_evicted_rows", "table_rows", "batch_bytes",
-                              "device_dedup_batches", "h2d_per_raw_byte")}
+          f"{m['hbm_evicted_rows']:,}, table {m['table_rows']:,}; GPU paths {m.get('gpu_paths')}", flush=True)
+    return {**{k: m[k] for k in ("examples_per_sec", "auc", "examples", "h2d_bytes", "d2h_bytes", "peer_bytes",
+                                 "minibatches", "command", "stage_seconds", "bottleneck", "hbm_fetched_rows",
+                                 "hbm_born_rows", "hbm_evicted_rows", "table_rows", "batch_bytes",
+                                 "device_dedup_batches", "h2d_per_raw_byte")}, "gpu_paths": m.get("gpu_paths")}
 
 
 def _ratios(a: list, b: list) -> list:

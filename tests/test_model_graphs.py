@@ -45,6 +45,7 @@ def test_a_shape_runs_eagerly_first_then_replays_its_one_capture(graphs):
     assert graphs.run(_pooled(8), None, None) is None
     assert graphs.run(_pooled(8), None, None) == ("replayed", (8, 8))
     assert [c.shape for c in _Captured.made] == [(16, 8), (8, 8)]
+    assert graphs.stats() == {"shapes": 2, "replays": 3, "off": False}
 
 
 def test_shapes_past_the_limit_run_eagerly(graphs):

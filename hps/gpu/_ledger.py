@@ -162,7 +162,8 @@ def transfer_metrics(per_rank: list) -> dict:
     """``h2d_bytes`` / ``d2h_bytes`` (purpose -> bytes, summed over ranks), ``peer_bytes`` (between
     the GPUs of a rank, summed), ``minibatches`` (rank 0's count: every rank runs every global
     mini-batch), ``batch_bytes`` and ``device_dedup_batches`` (the batches staged: raw bytes, and how
-    many had their keys deduplicated on the device; summed) from the ledgers' ``metrics()`` of every
+    many had their keys deduplicated on the device; summed) and ``gpu_paths`` (rank 0's, None on the CPU:
+    how the host drove the GPU, ``DeviceBackend.transfers``) from the ledgers' ``metrics()`` of every
     rank (None for a rank on the CPU: zeros)."""
     zero = TransferLedger().metrics()
     per = [m or zero for m in per_rank]
@@ -171,4 +172,5 @@ def transfer_metrics(per_rank: list) -> dict:
             "peer_bytes": sum(m["peer_bytes"] for m in per),
             "minibatches": per[0]["minibatches"],
             "batch_bytes": sum(m["batch_bytes"] for m in per),
-            "device_dedup_batches": sum(m["device_dedup_batches"] for m in per)}
+            "device_dedup_batches": sum(m["device_dedup_batches"] for m in per),
+            "gpu_paths": per[0].get("gpu_paths")}

@@ -251,6 +251,10 @@ class FieldModel:
                                     self.use_cpu_kernels)
         return loss, probs, grad_rows, grads
 
+    def cuda_graphs(self) -> dict | None:
+        """What the pooled pass did as CUDA graphs (``_graphs.PassGraphs.stats``), None where none are made."""
+        return None if self._graphs is None else self._graphs.stats()
+
     def forward_backward_pooled(self, pooled, dense, loss_grad):
         """The network's forward and backward on pooled input already on the device, without
         synchronising (GPU-resident training pools straight from the HBM-PS and keeps the loss there).

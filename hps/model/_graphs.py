@@ -62,6 +62,7 @@ class PassGraphs:
         self.graphs: dict = {}
         self.seen: set = set()
         self.off = False
+        self.replays = 0
 
     @classmethod
     def for_model(cls, model):
@@ -100,7 +101,12 @@ class PassGraphs:
                 g = self.graphs[key] = _Graphs(self.model, pooled, dense)
             except Exception as e:  # noqa: BLE001 - any refusal of the driver or CuPy: eager from now on
                 return self._give_up(f"{type(e).__name__}: {e}")
+        self.replays += 1
         return g.replay(pooled, dense, loss_grad)
+
+    def stats(self) -> dict:
+        """``{"shapes": captured, "replays": passes replayed, "off": whether a capture failed}``."""
+        return {"shapes": len(self.graphs), "replays": self.replays, "off": self.off}
 
     def _give_up(self, why: str) -> None:
         """Turn graphs off for good, warning once why; None (the caller runs the pass eagerly)."""

@@ -389,4 +389,14 @@ class DeviceBackend:
         return got["loss"]
 
     def transfers(self) -> dict:
-        return self.ledger.metrics()
+        """The ledger's metrics, and ``gpu_paths``: how the host drove the GPU (the modes in effect at the
+        end: a probe that failed shows as the fallback) and what the network's CUDA graphs did."""
+        from .. import _cublas, _driver_launch, _launch
+        from ..model._dense_optim import device_step
+        from ..model._layers import LAYER_STEP
+
+        host = self.xp is np   # the CUDA simulator: NumPy arrays, kernels run as Python
+        paths = {"launch": "simulator" if _launch.simulated() else _driver_launch.mode(),
+                 "gemm": "numpy" if host else _cublas.mode(), "layers": "numpy" if host else LAYER_STEP.get(),
+                 "dense_step": device_step(), "graphs": self.model.cuda_graphs()}
+        return {**self.ledger.metrics(), "gpu_paths": paths}

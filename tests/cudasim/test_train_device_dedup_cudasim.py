@@ -37,6 +37,8 @@ def test_a_table_that_fits_trains_like_the_cpu_with_odd_sized_arrays(tmp_path, n
     assert_device_dedup(mg, batches=6)
     assert mg["h2d_bytes"]["plan"] > mg["batch_bytes"]  # some array needed padding
     assert mc["device_dedup_batches"] == 0 and mc["batch_bytes"] == 0  # the CPU stages nothing
+    assert mc["gpu_paths"] is None and mg["gpu_paths"] == {"launch": "simulator", "gemm": "numpy", "layers": "numpy",
+                                                           "dense_step": "ops", "graphs": None}
 
 
 def test_the_host_path_remains_where_keys_are_needed_on_the_host(tmp_path, no_warm_up):
