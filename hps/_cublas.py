@@ -238,14 +238,22 @@ def _active() -> str | None:
     return None if m == "cupy" else m
 
 
+def _gemm_if_planned(a, b, out) -> bool:
+    """Enqueue ``out = a @ b`` through cuBLAS if a cuBLAS mode is on (its probe passed) and the arrays
+    have a plan -> whether it did."""
+    m = _active()
+    plan = _plan_of(a, b, out) if m else None
+    if plan is None:
+        return False
+    _gemm(_lib(m == "cublas-gil"), a, b, out, plan)
+    return True
+
+
 def matmul(a, b, out):
     """``out[...] = a @ b`` for 2-D CuPy arrays, asynchronous on the current stream -> ``out``: through
     cuBLAS (:func:`mode`) where :func:`gemm_plan` has a plan and the probe passed, else CuPy's
     ``matmul``. REQUIRES ``out`` not to overlap ``a`` or ``b``."""
-    m = _active()
-    plan = _plan_of(a, b, out) if m else None
-    if plan is not None:
-        _gemm(_lib(m == "cublas-gil"), a, b, out, plan)
+    if _gemm_if_planned(a, b, out):
         return out
     import cupy
 
@@ -270,13 +278,8 @@ def column_sums(x, out):
     """``out[...] = x.sum(axis=0)`` for a 2-D CuPy array ``x`` (n, m) and ``out`` (m,) -> ``out``: in a
     cuBLAS mode the product of a row of ones and ``x`` (:func:`matmul`'s path: one ``gemm``, the GIL
     held in ``cublas-gil``), else CuPy's ``sum``. The same sums in another order: they agree to rounding."""
-    m = _active()
-    if m and x.ndim == 2 and out.ndim == 1 and x.shape[0]:
-        row = out.reshape(1, -1)
-        ones = _ones(x.shape[0], x.dtype, x.data.device_id)
-        plan = _plan_of(ones, x, row)
-        if plan is not None:
-            _gemm(_lib(m == "cublas-gil"), ones, x, row, plan)
+    if x.ndim == 2 and out.ndim == 1 and x.shape[0] and _active():
+        if _gemm_if_planned(_ones(x.shape[0], x.dtype, x.data.device_id), x, out.reshape(1, -1)):
             return out
     return x.sum(axis=0, out=out)
 
