@@ -132,3 +132,9 @@ def test_a_failed_probe_warns_once_and_leaves_the_products_to_cupy(fake_cupy, mo
         _cublas.matmul(a, b, out)
     _cublas.matmul(a, b, out)
     assert probes == [False] and _cublas.mode() == "cupy" and (out == 3).all()
+
+
+def test_a_failed_cublas_call_raises_a_typed_error_naming_it():
+    _cublas._check_status(0, "cublasSgemm_v2")   # success: nothing
+    with pytest.raises(_cublas.CublasError, match="cublasSgemm_v2 failed with cuBLAS status 13.*HPS_CUDA_GEMM=cupy"):
+        _cublas._check_status(13, "cublasSgemm_v2")
