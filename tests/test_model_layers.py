@@ -114,6 +114,34 @@ def test_pool_forward_and_gradients(use_kernels):
     _check_grad(lambda: float((L.pool(np, rows, *args, len(b), 3, use_kernels) * R).sum()), rows, d)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("d", [1, 8, 37])
+def test_pool_kernels_add_in_csr_order_bit_for_bit(dtype, d):
+    """The Numba kernels (vectorised over a row's columns) add each column's occurrences in CSR order:
+    the bits of a loop over the occurrences in that order, in the rows' dtype (several keys of one
+    field in an example, weights not 1, a row view of wider rows as the model passes)."""
+    rng = np.random.default_rng(d)
+    n, F, u = 40, 3, 17
+    counts = rng.integers(0, 6, n)
+    off = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    nnz = int(off[-1])
+    inv, f = rng.integers(0, u, nnz).astype(np.int64), rng.integers(0, F, nnz).astype(np.int32)
+    w = rng.normal(size=nnz).astype(dtype)
+    rows = rng.normal(size=(u, d + 3)).astype(dtype)[:, :d]
+    want = np.zeros((n, F * d), dtype)
+    for e in range(n):
+        for k in range(off[e], off[e + 1]):
+            want[e, f[k] * d:(f[k] + 1) * d] += w[k] * rows[inv[k]]
+    got = L.pool(np, np.ascontiguousarray(rows), inv, f, w, off, n, F, True)
+    assert got.tobytes() == want.tobytes()
+    g = rng.normal(size=(n, F * d)).astype(dtype)
+    want_b = np.zeros((u, d), dtype)
+    for e in range(n):
+        for k in range(off[e], off[e + 1]):
+            want_b[inv[k]] += w[k] * g[e, f[k] * d:(f[k] + 1) * d]
+    assert L.pool_backward(np, g, u, inv, f, w, off, F, True).tobytes() == want_b.tobytes()
+
+
 def test_linear_backward_only_first_input_columns():
     rng = np.random.default_rng(6)
     lin = L.Linear("W", "b", 4, 2)

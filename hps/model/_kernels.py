@@ -27,15 +27,22 @@ def pool_fields(emb_rows, inv, field, weights, offsets, out):
     weights (nnz,) float; offsets (n + 1,) int64 (absolute positions in inv/field/weights, so a chunk of
     examples passes ``offsets[r0:r1 + 1]`` and ``out[r0:r1]``); out (n, F * d) float, ZEROED by the caller.
     ``out[e, f*d:(f+1)*d] = sum_{k in e, field[k] == f} weights[k] * emb_rows[inv[k]]``.
+
+    The column loop runs over two row views (``dst``, ``src``) indexed from 0, so the compiler
+    vectorises it (each column still adds its occurrences in CSR order: the same bits); indexing the
+    2-D arrays with ``base + j`` kept it scalar (on the shared 2-core VM, 2026-11-28: 4,096 examples
+    x 26 fields, d 32, 45 k rows, 25.0 -> 14.3 ms, indicative).
     """
     d = emb_rows.shape[1]
     for e in range(offsets.shape[0] - 1):
+        o = out[e]
         for k in range(offsets[e], offsets[e + 1]):
             base = field[k] * d
-            r = inv[k]
+            dst = o[base:base + d]
+            src = emb_rows[inv[k]]
             w = weights[k]
             for j in range(d):
-                out[e, base + j] += w * emb_rows[r, j]
+                dst[j] += w * src[j]
 
 
 @njit(nogil=True, cache=True)
@@ -44,13 +51,16 @@ def pool_fields_backward(grad_pooled, inv, field, weights, offsets, out):
 
     grad_pooled (n, F * d) float; inv, field, weights, offsets as in :func:`pool_fields`;
     out (u, d) float, ZEROED by the caller.
-    ``out[inv[k]] += weights[k] * grad_pooled[e(k), field[k]*d:(field[k]+1)*d]``.
+    ``out[inv[k]] += weights[k] * grad_pooled[e(k), field[k]*d:(field[k]+1)*d]``. Row views as in
+    :func:`pool_fields` (vectorised; the same bits: 7.2 -> 4.4 ms on that shape).
     """
     d = out.shape[1]
     for e in range(offsets.shape[0] - 1):
+        gp = grad_pooled[e]
         for k in range(offsets[e], offsets[e + 1]):
             base = field[k] * d
-            r = inv[k]
+            src = gp[base:base + d]
+            dst = out[inv[k]]
             w = weights[k]
             for j in range(d):
-                out[r, j] += w * grad_pooled[e, base + j]
+                dst[j] += w * src[j]
