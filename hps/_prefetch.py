@@ -24,10 +24,12 @@ from ._hashing import mix64
 from ._jit import njit
 
 
-def _emit_prefetch(context, builder, aryty, ary, idx, offset, rw):
+def _emit_prefetch(context, builder, aryty, ary, idxty, idx, offset, rw):
     """``llvm.prefetch`` of the byte ``offset`` past the start of ``ary[idx]`` (rw 0 read, 1 write;
-    locality 3 = keep in all cache levels, cache type 1 = data)."""
+    locality 3 = keep in all cache levels, cache type 1 = data). ``idx`` (of Numba type ``idxty``) is
+    widened to intp first: a strided array's address multiplies it by an intp stride."""
     ary = context.make_array(aryty)(context, builder, ary)
+    idx = context.cast(builder, idx, idxty, types.intp)
     index = [idx] + [context.get_constant(types.intp, 0)] * (aryty.ndim - 1)
     ptr = cgutils.get_item_pointer(context, builder, aryty, ary, index, wraparound=False)
     i8p = ir.IntType(8).as_pointer()
@@ -46,7 +48,7 @@ def prefetch(typingctx, arr, idx):
     sig = types.void(arr, idx)
 
     def codegen(context, builder, signature, args):
-        _emit_prefetch(context, builder, signature.args[0], args[0], args[1],
+        _emit_prefetch(context, builder, signature.args[0], args[0], signature.args[1], args[1],
                        context.get_constant(types.intp, 0), 0)
         return context.get_dummy_value()
 
@@ -62,7 +64,7 @@ def _prefetch_write_at(typingctx, arr, idx, offset):
     sig = types.void(arr, idx, types.intp)
 
     def codegen(context, builder, signature, args):
-        _emit_prefetch(context, builder, signature.args[0], args[0], args[1], args[2], 1)
+        _emit_prefetch(context, builder, signature.args[0], args[0], signature.args[1], args[1], args[2], 1)
         return context.get_dummy_value()
 
     return sig, codegen

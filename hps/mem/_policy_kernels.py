@@ -3,7 +3,9 @@ device functions that place, visit and evict rows (the only writers of the lists
 Device functions and the state's constants only; the operations that use them are in
 ``_cache_kernels``, the key -> slot map and ghost cells in ``_map_kernels``.
 
-State layout (all arrays owned by the host class, passed in as arguments; C = capacity in rows):
+State layout (all arrays owned by the host class, passed in as arguments; C = capacity in rows; the
+per-slot ones but ``rows`` and ``free`` are the fields of one record a slot, ``_slots.SLOT_RECORD``,
+each passed as a strided array):
 
 - ``st`` (N_STATE,) int64: scalars, indexed by the ``ST_*`` constants below.
 - ``skey`` (C,) uint64: key of each slot; ``rows`` (C, W): the row; ``dirty`` (C,) bool.

@@ -3,7 +3,8 @@
 A cache of a large budget starts with ``INITIAL_SLOTS`` slots and doubles its arrays as rows
 arrive, up to the capacity (amortised O(1) per row); a lowered capacity shrinks them. Memory
 follows the data: a 4 GiB budget over 10 k rows holds about 10 k rows' worth of arrays. The
-kernels see plain arrays of the current size (layout: ``_policy_kernels``) and never resize.
+kernels see arrays of the current size (layout: ``_policy_kernels``; the per-slot state is one
+record a slot, ``SLOT_RECORD``, its fields strided arrays) and never resize.
 
 Growth and shrinking resize each array in place (a view of address space reserved up to the cache's
 capacity, ``_reserve.Reserved``: growing copies nothing, so the old and the new array are never both in
@@ -33,13 +34,21 @@ from ._reserve import Reserved
 NO_AT = np.empty(0, dtype=np.int64)
 #: Slots a cache allocates at first (fewer when its capacity is smaller); it doubles from there.
 INITIAL_SLOTS = 4096
-#: The per-slot state arrays besides the row (names as in ``_policy_kernels``; ``free`` is the free stack).
-_PER_SLOT = (("skey", np.uint64), ("dirty", np.bool_), ("pins", np.int32), ("freq", np.int64), ("where", np.int8),
-             ("stamp", np.int64), ("prev", np.int32), ("nxt", np.int32), ("bkt", np.int32), ("free", np.int32))
-_SLOT_NAMES = (*(name for name, _ in _PER_SLOT[:-1]), "rows")   # what grows with the slots, but the stack
-#: Bytes of per-slot state besides the row: skey u64, dirty b1, pins i32, freq i64, where i8,
-#: stamp i64, prev/nxt/bkt i32, one free-stack entry i32.
-SLOT_STATE_BYTES = 8 + 1 + 4 + 8 + 1 + 8 + 4 + 4 + 4 + 4
+#: The per-slot state besides the row (names as in ``_policy_kernels``), one record a slot: a kernel's
+#: visit of a slot reads and writes several of them (its key, frequency, stamp, list links, pins...),
+#: and as fields of one 48-byte record they share one or two cache lines where arrays of their own
+#: cost a line each (the kernels take each field as a strided view: their code is unchanged).
+#: ``python -m bench.memps_churn``, 6 interleaved pairs against separate arrays (2-core VM, 2026-11-28):
+#: push 572-723 ns a row against 762-893 (0.68-0.83x), take within the spread. A 64-byte record (one line
+#: each) and the key map as (key, slot) records of 16 bytes measured no better; not kept.
+SLOT_RECORD = np.dtype([("skey", np.uint64), ("freq", np.int64), ("stamp", np.int64), ("pins", np.int32),
+                        ("prev", np.int32), ("nxt", np.int32), ("bkt", np.int32), ("dirty", np.bool_),
+                        ("where", np.int8)], align=True)
+_FIELDS = SLOT_RECORD.names
+#: What grows with the slots (the records and the rows) and the free stack (int32 slots).
+_GROWING = ("meta", "rows", "free")
+#: Bytes of per-slot state besides the row: its record and one free-stack entry.
+SLOT_STATE_BYTES = SLOT_RECORD.itemsize + 4
 #: Bytes of one key-map cell (key u64, slot i32) and of one ghost cell (key, frequency: 2 x u64).
 MAP_CELL_BYTES, GHOST_CELL_BYTES = 12, 16
 
@@ -91,13 +100,13 @@ class CacheSlots:
         self.ghost_factor = float(ghost_factor)
         lim = max(n, int(limit or n))
         self.st = np.zeros(P.N_STATE, dtype=np.int64)
-        self._res = {name: Reserved(lim, dt) for name, dt in _PER_SLOT}
+        self._res = {"meta": Reserved(lim, SLOT_RECORD), "free": Reserved(lim, np.int32)}
         self._res["rows"] = Reserved(lim, dtype, (int(row_width),))
         self._res["mkeys"] = Reserved(map_cells(lim), np.uint64)
         self._res["mvals"] = Reserved(map_cells(lim), np.int32)
         self._res["ghost"] = Reserved(ghost_cells(lim, ghost_factor), np.uint64, (2,))   # (key's tag, freq) per cell
-        for name in (*_SLOT_NAMES, "free"):
-            setattr(self, name, self._res[name].view(n))
+        for name in _GROWING:
+            self._bind(name, self._res[name].view(n))
         self.skey[:] = EMPTY_KEY
         self.prev[:] = -1
         self.nxt[:] = -1
@@ -114,14 +123,16 @@ class CacheSlots:
         SK.spread_ghost(self.ghost, 0)
         SK.fold_ghost(self.ghost, self.ghost.shape[0])
 
-    def _per_slot(self):
-        return (self.skey, self.dirty, self.pins, self.freq, self.where, self.stamp, self.prev, self.nxt,
-                self.bkt)
+    def _bind(self, name: str, a: np.ndarray) -> None:
+        """Make ``a`` the array ``name`` (``meta``: the records, whose fields the kernels take as arrays)."""
+        setattr(self, name, a)
+        if name == "meta":
+            for f in _FIELDS:
+                setattr(self, f, a[f])
 
     @property
     def nbytes(self) -> int:
-        arrays = (self.st, self.rows, self.bhead, self.btail, self.free, self.mkeys, self.mvals, self.ghost,
-                  *self._per_slot())
+        arrays = (self.st, self.rows, self.meta, self.bhead, self.btail, self.free, self.mkeys, self.mvals, self.ghost)
         return sum(a.nbytes for a in arrays)
 
     @property
@@ -182,8 +193,8 @@ class CacheSlots:
             return
         SK.compact(self.st, self.skey, self.rows, self.dirty, self.pins, self.freq, self.where, self.stamp,
                    self.prev, self.nxt, self.bkt, self.bhead, self.btail, self.free, n)
-        for name in (*_SLOT_NAMES, "free"):   # compact left the free slots below n on the stack
-            setattr(self, name, self._res[name].view(n))
+        for name in _GROWING:   # compact left the free slots below n on the stack
+            self._bind(name, self._res[name].view(n))
         self.n = n
         g = ghost_cells(n, self.ghost_factor)
         if g < self.ghost.shape[0]:
@@ -198,7 +209,7 @@ class CacheSlots:
         """``resize`` to ``n > self.n`` slots: take every longer view first (the only step that can
         fail), then lay out the new slots, the free stack, the ghost cells and the map."""
         old, top, old_g = self.n, self.n_free, self.ghost.shape[0]
-        sizes = {name: (n, lim) for name in (*_SLOT_NAMES, "free")}
+        sizes = {name: (n, lim) for name in _GROWING}
         g = ghost_cells(n, self.ghost_factor)
         if g != old_g:
             sizes["ghost"] = (g, ghost_cells(lim, self.ghost_factor))
@@ -209,11 +220,11 @@ class CacheSlots:
         try:
             for name, (size, reserve) in sizes.items():
                 now = getattr(self, name).shape[0]
-                setattr(self, name, self._res[name].view(size, reserve))   # the new part reads as zeros
+                self._bind(name, self._res[name].view(size, reserve))   # the new part reads as zeros
                 taken.append((name, now))
         except BaseException as e:
             for name, now in taken:   # back to the old length (of a new mapping, if one was made)
-                setattr(self, name, self._res[name].view(now))
+                self._bind(name, self._res[name].view(now))
             if isinstance(e, OSError):
                 raise CacheBudgetError(
                     f"the system refused the memory to grow a DRAM cache from {old:,} to {n:,} slots "
