@@ -44,7 +44,7 @@ def main(argv=None) -> int:
             c0 = time.thread_time()
             mem.take(k, out=out[:k.shape[0]])
             c1 = time.thread_time()
-            mem.push(k, out[:k.shape[0]], unpin=False, distinct=True)
+            mem.push(k, out[:k.shape[0]], unpin=False, distinct=True, absent=True)   # as the HBM-PS's write-back
             c_take += c1 - c0
             c_push += time.thread_time() - c1
     n = args.rounds * B

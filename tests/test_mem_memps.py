@@ -131,6 +131,40 @@ def test_push_of_distinct_keys_skips_the_dedup_and_changes_nothing(capacity, bat
 
 
 @settings(max_examples=40, deadline=None)
+@given(capacity=st.integers(4, 12), batches=st.lists(st.sets(st.integers(0, 40), min_size=1, max_size=10),
+                                                    min_size=1, max_size=12))
+def test_push_of_keys_vouched_absent_changes_nothing(capacity, batches):
+    """``push(distinct=True, absent=True)`` (the HBM-PS's write-back of owned rows: exclusive tiers) leaves
+    the tier as ``push(distinct=True)`` does when the keys are indeed not cached: the same cache
+    rows, dirty rows, counters and store; and a wrong vouch (keys cached) still lands every row."""
+    mems = [_mem(DictStore(W), capacity) for _ in range(3)]
+    for step, ks in enumerate(batches):
+        k = _u(sorted(ks, key=lambda x: (x * 7919) % 41))
+        rows = np.arange(k.shape[0] * W, dtype=np.float32).reshape(-1, W) + step
+        for m in mems[:2]:
+            m.take(k)   # exclusive: the rows leave the MEM-PS when the HBM-PS fetches them
+        mems[0].push(k, rows, unpin=False, distinct=True)
+        mems[1].push(k, rows, unpin=False, distinct=True, absent=True)
+        mems[2].push(k, rows, unpin=False, distinct=True, absent=True)   # cached ones among them
+    a, b = (m.cache.dirty_rows() for m in mems[:2])
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    sa, sb = (m.stats() for m in mems[:2])
+    np.testing.assert_array_equal(sa.pop("per_batch_hit_rate"), sb.pop("per_batch_hit_rate"))
+    assert sa == sb
+    keys = _u(range(41))
+    np.testing.assert_array_equal(mems[2].read(keys), mems[0].read(keys))
+    for m in mems:
+        m.flush()
+    for m in mems[1:]:
+        assert mems[0].store.d.keys() == m.store.d.keys()
+        for x in mems[0].store.d:
+            np.testing.assert_array_equal(mems[0].store.d[x], m.store.d[x])
+    with pytest.raises(InvalidInputError, match="distinct"):
+        mems[0].push(k, rows, absent=True)
+
+
+@settings(max_examples=40, deadline=None)
 @given(capacity=st.integers(3, 10), batches=st.lists(st.lists(st.integers(0, 30), min_size=1, max_size=9),
                                                     min_size=1, max_size=10), distinct=st.booleans())
 def test_push_reading_rows_in_place_equals_push_of_the_gathered_rows(capacity, batches, distinct):

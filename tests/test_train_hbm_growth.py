@@ -47,7 +47,7 @@ class _Rows:
         out[at] = rows
         return out
 
-    def push(self, keys, rows, unpin=False, distinct=False, at=None):
+    def push(self, keys, rows, unpin=False, distinct=False, at=None, absent=False):
         """``MemPS.push``'s interface: the row of ``keys[i]`` is ``rows[at[i]]`` (``at`` None: ``rows[i]``)."""
         self.pushed.append((keys.copy(), rows.copy() if at is None else rows[at]))
 

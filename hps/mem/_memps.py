@@ -325,12 +325,13 @@ class MemPS:
             self.cache._take_unchecked(k, rows, at, slots)  # validated above (rows_at); nothing cached since
         return (rows, born) if leave_born else rows
 
-    def push(self, keys, rows, unpin: bool = True, distinct: bool = False, at=None) -> None:
+    def push(self, keys, rows, unpin: bool = True, distinct: bool = False, at=None, absent: bool = False) -> None:
         """Write ``rows`` (n, row_width) of ``keys`` (n,) back (dirty; later duplicates win) and,
         with ``unpin``, drop the pin ``pull`` took on each distinct key that holds one. Keys not
         cached are inserted dirty (unpinned), dumping evicted dirty rows to the store first.
-        ``distinct``: the caller vouches that no key repeats (rows evicted from the HBM-PS), so they
-        are not deduplicated again (the result is the same; a repeated key would then be a bug).
+        ``distinct``: no key repeats (rows evicted from the HBM-PS): no dedup (a repeated key: a bug).
+        ``absent`` (with ``distinct``): none is cached either (owned rows leaving the HBM-PS: exclusive
+        tiers), so no lookup first; the same result (an insert assigns a cached key; counted as new).
         ``at`` (n,) int64: the row of ``keys[i]`` is ``rows[at[i]]`` of ``rows`` (m, row_width) C order,
         read in place (the CPU twin's slot array and its victims' slots: no gather)."""
         k = as_keys(keys)
@@ -338,10 +339,12 @@ class MemPS:
             r = check_rows(rows, k.shape[0], self.row_width, self.dtype, "rows")
         else:
             r, at = rows_at(rows, at, k.shape[0], self.row_width, self.dtype)
+        if absent and not distinct:
+            raise InvalidInputError("MemPS.push: absent=True needs distinct=True (keys vouched distinct)")
         with self._lock:
             if k.shape[0] == 0:
                 return
-            found = self.cache.update(k, r, at)
+            found = np.zeros(k.shape[0], np.bool_) if absent else self.cache.update(k, r, at)
             if not found.all():
                 sel = None if not found.any() else np.flatnonzero(~found)  # no copy in the usual case
                 nk = k if sel is None else k[sel]

@@ -179,18 +179,19 @@ class ParameterHierarchy:
 
     def _write_back(self, keys: np.ndarray, rows: np.ndarray, at: np.ndarray | None = None) -> None:
         """The owner takes the rows of evicted ``keys`` (k,) (distinct, host; the row of ``keys[i]`` is
-        ``rows[at[i]]``, ``at`` None: ``rows[i]``) back into its MEM-PS, dirty; replicas are dropped
-        (bit-identical). No row is copied on the way (a rank that owns only some selects them through
-        ``at``). REQUIRES: lock held."""
+        ``rows[at[i]]``, ``at`` None: ``rows[i]``) back into its MEM-PS, dirty (``absent``: the tiers
+        are exclusive, no owned resident key is cached there); replicas are dropped (bit-identical). No
+        row is copied on the way (a rank that owns only some selects them through ``at``). REQUIRES:
+        lock held."""
         if not keys.shape[0]:
             return
         mine = self.owned_mask(keys)
         if mine.all():
-            self.memps.push(keys, _host(rows), unpin=False, distinct=True, at=at)
+            self.memps.push(keys, _host(rows), unpin=False, distinct=True, at=at, absent=True)
         elif mine.any():
             if at is None:
                 at = np.arange(keys.shape[0], dtype=np.int64)
-            self.memps.push(keys[mine], _host(rows), unpin=False, distinct=True, at=at[mine])
+            self.memps.push(keys[mine], _host(rows), unpin=False, distinct=True, at=at[mine], absent=True)
 
     def _admit(self, keys: np.ndarray, index: int) -> None:
         """Fetch the rows of the non-resident ``keys`` and insert them, each counting its first use in
