@@ -21,10 +21,10 @@ unmeasured on a GPU (``bench/device_check.sh`` step ``modes`` runs the job both 
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 
+from .._env_mode import EnvMode
 from ..errors import InvalidInputError
 from . import _dense_kernels as K
 from ._flat import flat_of, flat_views
@@ -43,13 +43,13 @@ def _flat(*arrays) -> bool:
 DENSE_STEPS = ("ops", "kernel")
 
 
+_DENSE_STEP = EnvMode("HPS_DENSE_STEP", DENSE_STEPS, "ops", "dense step")
+
+
 def device_step() -> str:
-    """``HPS_DENSE_STEP``: ``ops`` (CuPy's elementwise operations, the default) or ``kernel`` (one CUDA
+    """``HPS_DENSE_STEP`` now: ``ops`` (CuPy's elementwise operations, the default) or ``kernel`` (one CUDA
     launch a tensor)."""
-    step = os.environ.get("HPS_DENSE_STEP", "ops")
-    if step not in DENSE_STEPS:
-        raise InvalidInputError(f"HPS_DENSE_STEP must be one of {', '.join(DENSE_STEPS)}, got {step!r}")
-    return step
+    return _DENSE_STEP.read()
 
 
 def launch_dense(kernel: str, p, arrays, scalars, stream=None) -> bool:

@@ -41,17 +41,18 @@ Not thread-safe: the model's one training thread calls it.
 
 from __future__ import annotations
 
-import os
 import warnings
 
 from .. import _cublas
-from ..errors import InvalidInputError
+from .._env_mode import EnvMode
 from . import _layers as L
 
 __all__ = ["PassGraphs", "MAX_SHAPES"]
 
 #: Shapes captured per model; a shape past them runs eagerly.
 MAX_SHAPES = 4
+#: ``HPS_CUDA_GRAPHS``: 1 captures the pass as graphs (read at each model's start)
+_GRAPHS = EnvMode("HPS_CUDA_GRAPHS", ("0", "1"), "0", "CUDA graphs")
 
 
 class PassGraphs:
@@ -70,9 +71,7 @@ class PassGraphs:
         products go through cuBLAS (``HPS_CUDA_GEMM``); else None (the model runs eagerly; a request for
         graphs with CuPy's products warns that it cannot be met)."""
         xp = model.xp
-        want = os.environ.get("HPS_CUDA_GRAPHS", "0")
-        if want not in ("0", "1"):
-            raise InvalidInputError(f"HPS_CUDA_GRAPHS must be 0 or 1, got {want!r}")
+        want = _GRAPHS.read()
         if getattr(xp, "__name__", "") != "cupy" or want == "0":
             return None
         if _cublas.mode() == "cupy":
