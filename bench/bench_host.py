@@ -6,6 +6,12 @@ the read, prepare and place stages set the rate on any machine, with or without 
     python -m bench.bench_host --rows 2000000 --mem-budget 32GB   # the GPU job of docs/gpu.md, whole
     python -m bench.bench_host --rows 2000000 --mem-budget 10GB   # the same on the 2-core VM (23.5 GiB)
     python -m bench.bench_host --out bench/results/host-<date>.json [any hps.train flag]
+    python -m hps.convert --format synthetic --rows 1000000 --fields 26 --vocab-per-field 1000000 \
+        --batch-size 65536 --out DIR && python -m bench.bench_host --format parquet --data DIR
+
+The last pair is the job's data pre-hashed (``hps.convert``): the reader keeps up (it reads Parquet, it
+does not generate), so prepare alone sets the rate. With ``--data`` the job's synthetic-only options
+(``--rows``, ``--fields``, ``--vocab-per-field``) are left out.
 
 Prints examples/s over the pipeline (``Trainer.fit``'s timed part), each stage's busy seconds and the
 bottleneck; the target (``--device cpu``, 2 cores) is >= 1 M examples/s once the reader keeps up. The
@@ -23,6 +29,8 @@ import sys
 JOB = ["--rows", "200000", "--fields", "26", "--vocab-per-field", "1000000", "--batch-size", "65536",
        "--minibatch-size", "4096", "--hidden", "512,256", "--embedding-dim", "32", "--model", "ctr",
        "--sparse-optimizer", "adagrad", "--no-progress"]
+#: the options of JOB that only synthetic data takes (each followed by its value)
+_SYNTHETIC = ("--rows", "--fields", "--vocab-per-field")
 
 
 def _null_step(self, w) -> float:
@@ -30,6 +38,15 @@ def _null_step(self, w) -> float:
     for j in self.features.order(w):
         w.staged[j] = None
     return 0.0
+
+
+def job_args(argv: list) -> list:
+    """``hps.train``'s arguments: JOB, then ``argv`` (later ones win); with ``--data`` in ``argv`` JOB's
+    synthetic-only options are left out (the data is given)."""
+    job = JOB
+    if "--data" in argv:
+        job = [a for i, a in enumerate(JOB) if a not in _SYNTHETIC and (i == 0 or JOB[i - 1] not in _SYNTHETIC)]
+    return [*job, *argv]
 
 
 def main(argv=None) -> int:
@@ -43,7 +60,7 @@ def main(argv=None) -> int:
         i = argv.index("--out")
         out, argv = argv[i + 1], argv[:i] + argv[i + 2:]
     Trainer._train_batch = _null_step   # this process only: the benchmark's own trainer
-    m = run(parse_config([*JOB, *argv]))
+    m = run(parse_config(job_args(argv)))
     busy = ", ".join(f"{k} {v:.2f}" for k, v in m["stage_seconds"].items())
     print(f"host side (null device step): {m['examples_per_sec']:,.0f} examples/s over {m['examples']:,} "
           f"examples; stage busy seconds: {busy}; bottleneck {m['bottleneck']}")
