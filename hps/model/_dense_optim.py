@@ -41,8 +41,6 @@ def _flat(*arrays) -> bool:
 
 #: ``HPS_DENSE_STEP``'s values: how a device tensor's Adam or Adagrad step runs.
 DENSE_STEPS = ("ops", "kernel")
-
-
 _DENSE_STEP = EnvMode("HPS_DENSE_STEP", DENSE_STEPS, "ops", "dense step")
 
 
