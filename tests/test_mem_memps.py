@@ -160,8 +160,9 @@ def test_push_of_keys_vouched_absent_changes_nothing(capacity, batches):
         assert mems[0].store.d.keys() == m.store.d.keys()
         for x in mems[0].store.d:
             np.testing.assert_array_equal(mems[0].store.d[x], m.store.d[x])
-    with pytest.raises(InvalidInputError, match="distinct"):
-        mems[0].push(k, rows, absent=True)
+    for bad in ({}, {"unpin": False}, {"distinct": True}):   # absent needs distinct and no unpin
+        with pytest.raises(InvalidInputError, match="absent=True needs distinct=True and unpin=False"):
+            mems[0].push(k, rows, absent=True, **bad)
 
 
 @settings(max_examples=40, deadline=None)

@@ -261,7 +261,7 @@ class RowCache:
         int or (n,) int64 accesses to add (default 1 each). Later duplicates win. With ``pin`` every
         distinct key gets one pin. Raises CacheBudgetError, leaving the cache unchanged, when the
         call cannot fit: with ``pin``, rows pinned afterwards > capacity; without, pinned rows +
-        new rows > capacity. ``absent``: the keys are vouched distinct and uncached (MemPS's inserts): no probe."""
+        new rows > capacity. ``absent``: keys vouched distinct, uncached: no budget probe (a cached one is assigned)."""
         k = as_keys(keys)
         n = k.shape[0]
         r, a = self._rows_in(rows, at, n)

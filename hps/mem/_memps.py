@@ -330,8 +330,8 @@ class MemPS:
         with ``unpin``, drop the pin ``pull`` took on each distinct key that holds one. Keys not
         cached are inserted dirty (unpinned), dumping evicted dirty rows to the store first.
         ``distinct``: no key repeats (rows evicted from the HBM-PS): no dedup (a repeated key: a bug).
-        ``absent`` (with ``distinct``): none is cached either (owned rows leaving the HBM-PS: exclusive
-        tiers), so no lookup first; the same result (an insert assigns a cached key; counted as new).
+        ``absent`` (with ``distinct``, without ``unpin``): none is cached either (owned rows leaving the
+        HBM-PS: exclusive tiers): no lookup first. A key cached after all is assigned (its row lands).
         ``at`` (n,) int64: the row of ``keys[i]`` is ``rows[at[i]]`` of ``rows`` (m, row_width) C order,
         read in place (the CPU twin's slot array and its victims' slots: no gather)."""
         k = as_keys(keys)
@@ -339,8 +339,8 @@ class MemPS:
             r = check_rows(rows, k.shape[0], self.row_width, self.dtype, "rows")
         else:
             r, at = rows_at(rows, at, k.shape[0], self.row_width, self.dtype)
-        if absent and not distinct:
-            raise InvalidInputError("MemPS.push: absent=True needs distinct=True (keys vouched distinct)")
+        if absent and (unpin or not distinct):
+            raise InvalidInputError("MemPS.push: absent=True needs distinct=True and unpin=False")
         with self._lock:
             if k.shape[0] == 0:
                 return

@@ -40,7 +40,9 @@ INITIAL_SLOTS = 4096
 #: cost a line each (the kernels take each field as a strided view: their code is unchanged).
 #: ``python -m bench.memps_churn``, 6 interleaved pairs against separate arrays (2-core VM, 2026-11-28):
 #: push 572-723 ns a row against 762-893 (0.68-0.83x), take within the spread. A 64-byte record (one line
-#: each) and the key map as (key, slot) records of 16 bytes measured no better; not kept.
+#: each) and the key map as (key, slot) records of 16 bytes measured no better; not kept. NumPy flags a
+#: field view of one slot contiguous, so a cache shrunk to one slot (a budget all but spent) compiles its
+#: kernels once more, for contiguous arrays (the same results).
 SLOT_RECORD = np.dtype([("skey", np.uint64), ("freq", np.int64), ("stamp", np.int64), ("pins", np.int32),
                         ("prev", np.int32), ("nxt", np.int32), ("bkt", np.int32), ("dirty", np.bool_),
                         ("where", np.int8)], align=True)
