@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._keys import EMPTY_KEY
 from ..errors import CacheBudgetError
 from . import _cache_kernels as K
 from . import _policy_kernels as P
@@ -109,9 +108,7 @@ class CacheSlots:
         self._res["ghost"] = Reserved(ghost_cells(lim, ghost_factor), np.uint64, (2,))   # (key's tag, freq) per cell
         for name in _GROWING:
             self._bind(name, self._res[name].view(n))
-        self.skey[:] = EMPTY_KEY
-        self.prev[:] = -1
-        self.nxt[:] = -1
+        SK.free_slots_from(self.skey, self.prev, self.nxt, 0)
         self.bhead = np.full(P.N_BUCKETS + 1, -1, dtype=np.int32)   # the LFU classes, then the LRU part
         self.btail = np.full(P.N_BUCKETS + 1, -1, dtype=np.int32)
         self.mkeys = self._res["mkeys"].view(map_cells(n))
@@ -233,9 +230,7 @@ class CacheSlots:
                     f"({slots_bytes(n, self.rows.shape[1] * self.rows.itemsize, self.ghost_factor):,} B): {e}; "
                     "the cache is as it was: lower the memory budget (--mem-budget) or free memory") from e
             raise
-        self.skey[old:] = EMPTY_KEY
-        self.prev[old:] = -1
-        self.nxt[old:] = -1
+        SK.free_slots_from(self.skey, self.prev, self.nxt, old)
         # new slots go *under* the free ones: the stack of a cache allocated at full size
         self.free[n - old:n - old + top] = self.free[:top].copy()
         self.free[:n - old] = np.arange(n - 1, old - 1, -1, dtype=np.int32)

@@ -16,6 +16,17 @@ from ._policy_kernels import ST_FREE_TOP, W_FREE, W_LFU, W_LRU
 
 
 @njit(nogil=True, cache=True, _nrt=False)
+def free_slots_from(skey, prev, nxt, start):
+    """Lay out slots ``start`` and up as free (no key, in no list; their other fields zero already): one
+    pass over their records (three NumPy fills of the strided fields made three)."""
+    empty = np.uint64(0xFFFFFFFFFFFFFFFF)
+    for s in range(start, skey.shape[0]):
+        skey[s] = empty
+        prev[s] = -1
+        nxt[s] = -1
+
+
+@njit(nogil=True, cache=True, _nrt=False)
 def rebuild_map(skey, where, mkeys, mvals):
     """Empty the map ``mkeys``/``mvals`` (M,) and insert the key of every cached slot (``where`` not
     ``W_FREE``). REQUIRES: M a power of two above the number of cached slots."""
