@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import sys
 
-#: the job of the device comparison (bench/bench_device.py), at a size a 2-core box runs in a minute
-JOB = ["--rows", "200000", "--fields", "26", "--vocab-per-field", "1000000", "--batch-size", "65536",
-       "--minibatch-size", "4096", "--hidden", "512,256", "--embedding-dim", "32", "--model", "ctr",
-       "--sparse-optimizer", "adagrad", "--no-progress"]
-#: the options of JOB that only synthetic data takes (each followed by its value)
-_SYNTHETIC = ("--rows", "--fields", "--vocab-per-field")
+#: the job's synthetic data (options only ``--format synthetic`` takes), at a size a 2-core box runs in a minute
+_DATA = ["--rows", "200000", "--fields", "26", "--vocab-per-field", "1000000"]
+#: the job of the device comparison (bench/bench_device.py)
+JOB = [*_DATA, "--batch-size", "65536", "--minibatch-size", "4096", "--hidden", "512,256", "--embedding-dim", "32",
+       "--model", "ctr", "--sparse-optimizer", "adagrad", "--no-progress"]
 
 
 def _null_step(self, w) -> float:
@@ -43,10 +42,7 @@ def _null_step(self, w) -> float:
 def job_args(argv: list) -> list:
     """``hps.train``'s arguments: JOB, then ``argv`` (later ones win); with ``--data`` in ``argv`` JOB's
     synthetic-only options are left out (the data is given)."""
-    job = JOB
-    if "--data" in argv:
-        job = [a for i, a in enumerate(JOB) if a not in _SYNTHETIC and (i == 0 or JOB[i - 1] not in _SYNTHETIC)]
-    return [*job, *argv]
+    return [*(JOB[len(_DATA):] if "--data" in argv else JOB), *argv]
 
 
 def main(argv=None) -> int:

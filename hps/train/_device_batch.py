@@ -14,8 +14,8 @@ no feature that reads a batch's keys on the host), per batch:
   of the uploaded arrays, all mini-batches in one pass over the batch (``DeviceBackend.stage_uploaded``
   with ``hps.gpu.minibatch_plans``, on the place stage's stream, after the upload's event; the train
   stage waits for the place stage's event): the mini-batches' bounds go up (``plan``, 8 (P + 1) bytes),
-  and their offsets in the batch's distinct keys and gradient chunks come down (``plan``, 16 (P + 1)). The plans equal the
-  host's (the host's key order), so ``--device cuda`` still equals ``cpu``.
+  and their offsets in the batch's distinct keys and gradient chunks come down (``plan``, 16 (P + 1)). The
+  plans equal the host's (the host's key order), so ``--device cuda`` still equals ``cpu``.
 
 **On the host** otherwise: ``sync.plan`` computes every mini-batch's unique keys and inverse (and with
 several ranks exchanges them with their owners), and the place stage uploads those plans
