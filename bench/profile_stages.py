@@ -6,7 +6,9 @@ stage waiting on the GPU, a lock or the GIL shows it where it waits).
 
 Only the timed job's stages are measured: the warm-up's scratch job (``hps.train._warmup``), which
 compiles the kernels, is not (a 2026-11-27 H200 run without this filter charged the train stage with
-~4 s of kernel compiles that belong to the warm-up). Two modes:
+~4 s of kernel compiles that belong to the warm-up). The stages: ``read`` (the source: each step of the batch
+iterator, in the read thread; with ``--readers`` above 1 the parsing runs in the reader pool's threads, which
+are not measured), ``prepare``, ``place``, ``train``. Two modes:
 
 - ``sample`` (default): a sampler thread reads the named stages' threads' Python stacks
   (``sys._current_frames``) every ``--interval`` seconds while they work, each sample weighted by the time
@@ -36,13 +38,16 @@ import time
 
 from hps._argparse import ArgumentParser
 
+#: The stages of a training job's pipeline (``hps.train._trainer``): the source, then the three stages.
+STAGES = ("read", "prepare", "place", "train")
+
 
 class Sampler:
     """Samples the stacks of the threads in ``active`` (thread id -> stage name) every ``interval`` s."""
 
     def __init__(self, interval: float):
         self.interval, self.active, self.stop = interval, {}, threading.Event()
-        self.root = None  # the code of the wrapper around a stage's work: stacks are walked up to it
+        self.roots = set()  # the codes of the wrappers around the stages' work: stacks are walked up to one
         self.incl = collections.defaultdict(collections.Counter)   # stage -> function -> seconds
         self.self_ = collections.defaultdict(collections.Counter)
         self.total = collections.Counter()                         # stage -> seconds sampled
@@ -61,7 +66,7 @@ class Sampler:
                 self.total[stage] += weight
                 self.self_[stage][_where(f)] += weight
                 seen = set()
-                while f is not None and f.f_code is not self.root:
+                while f is not None and f.f_code not in self.roots:
                     w = _where(f)
                     if w not in seen:
                         seen.add(w)
@@ -75,6 +80,25 @@ class Sampler:
             lines.append(f"--- {title} seconds")
             lines += [f"{s:9.3f} {100 * s / total:6.1f}%  {w}" for w, s in table.most_common(top)]
         return "\n".join(lines) + "\n"
+
+
+class _Measured:
+    """An iterator over ``source`` whose every step is ``step(it)`` (the read stage's ``next``, measured);
+    ``close`` reaches the source's iterator, as the pipeline's would."""
+
+    def __init__(self, source, step):
+        self._it, self._step = iter(source), step
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._step(self._it)
+
+    def close(self) -> None:
+        close = getattr(self._it, "close", None)
+        if close is not None:
+            close()
 
 
 def _where(f) -> str:
@@ -91,7 +115,8 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     cut = argv.index("--") if "--" in argv else len(argv)
     p = ArgumentParser(prog="python -m bench.profile_stages", description=__doc__.split("\n\n")[0])
-    p.add_argument("--stages", default="place,train", help="comma-separated stage names (place,train)")
+    p.add_argument("--stages", default="place,train",
+                   help=f"comma-separated, among {','.join(STAGES)} (place,train)")
     p.add_argument("--mode", default="sample", choices=["sample", "cprofile"], help="(sample)")
     p.add_argument("--interval", type=float, default=0.0005, help="sample: seconds between samples (0.0005)")
     p.add_argument("--top", type=int, default=30, help="functions listed per stage (30)")
@@ -102,6 +127,9 @@ def main(argv=None) -> int:
     a = p.parse_args(argv[:cut])
     job = argv[cut + 1:]
     names = [n for n in a.stages.split(",") if n]
+    unknown = sorted(set(names) - set(STAGES))
+    if unknown or not names:
+        p.error(f"--stages takes names among {','.join(STAGES)}, got {a.stages!r}")
     if a.clock == "thread" and a.mode != "cprofile":
         p.error("--clock thread times cProfile's calls: use it with --mode cprofile")
     if a.mode == "cprofile" and sys.version_info >= (3, 12) and len(names) > 1:
@@ -116,7 +144,7 @@ def main(argv=None) -> int:
     sampler = Sampler(a.interval) if a.mode == "sample" else None
     timer = time.thread_time if a.clock == "thread" else time.perf_counter
     profiles = {name: cProfile.Profile(timer) for name in names} if sampler is None else {}
-    init, warm_up = pipeline.Stage.__init__, warmup.warm_up
+    init, warm_up, pipeline_init = pipeline.Stage.__init__, warmup.warm_up, pipeline.Pipeline.__init__
 
     def quiet_warm_up(*args, **kw):  # the scratch job's stages are not measured
         warming.set()
@@ -125,27 +153,36 @@ def main(argv=None) -> int:
         finally:
             warming.clear()
 
+    def measured(name, work):
+        """``work`` measured as stage ``name``'s work, in the thread that calls it."""
+        def fn(*args):
+            if sampler is not None:
+                sampler.active[threading.get_ident()] = name
+            else:
+                profiles[name].enable()
+            try:
+                return work(*args)
+            finally:
+                if sampler is not None:
+                    sampler.active.pop(threading.get_ident(), None)
+                else:
+                    profiles[name].disable()
+        if sampler is not None:
+            sampler.roots.add(fn.__code__)
+        return fn
+
     def profiled_init(self, name, fn, *args, **kw):
         if name in names and not warming.is_set():
-            work = fn
-
-            def fn(item):  # noqa: F811 - the stage's work, measured in its own thread
-                if sampler is not None:
-                    sampler.active[threading.get_ident()] = name
-                else:
-                    profiles[name].enable()
-                try:
-                    return work(item)
-                finally:
-                    if sampler is not None:
-                        sampler.active.pop(threading.get_ident(), None)
-                    else:
-                        profiles[name].disable()
-            if sampler is not None:
-                sampler.root = fn.__code__
+            fn = measured(name, fn)
         init(self, name, fn, *args, **kw)
 
-    pipeline.Stage.__init__, warmup.warm_up = profiled_init, quiet_warm_up
+    def profiled_pipeline(self, source_name, source, *args, **kw):
+        if source_name in names and not warming.is_set():  # the read stage's work: the source's next()
+            source = _Measured(source, measured(source_name, next))
+        pipeline_init(self, source_name, source, *args, **kw)
+
+    pipeline.Stage.__init__, pipeline.Pipeline.__init__ = profiled_init, profiled_pipeline
+    warmup.warm_up = quiet_warm_up
     switch = sys.getswitchinterval()
     if sampler is not None:
         sys.setswitchinterval(a.interval)
@@ -153,7 +190,7 @@ def main(argv=None) -> int:
     try:
         rc = train(job)
     finally:
-        pipeline.Stage.__init__, warmup.warm_up = init, warm_up
+        pipeline.Stage.__init__, pipeline.Pipeline.__init__, warmup.warm_up = init, pipeline_init, warm_up
         if sampler is not None:
             sampler.stop.set()
             sampler.thread.join()
@@ -161,6 +198,8 @@ def main(argv=None) -> int:
     for name in names:
         if sampler is not None:
             text = sampler.report(name, a.top)
+        elif not profiles[name].getstats():  # pstats refuses an empty profile
+            text = f"=== stage {name}: no work measured (the job did not reach it)\n"
         else:
             buf = io.StringIO()
             pstats.Stats(profiles[name], stream=buf).sort_stats(a.sort).print_stats(a.top)
