@@ -67,6 +67,21 @@ def test_probe_rejects_the_wrong_format(tmp_path):
     assert st.examples == 2 and st.malformed == 0
 
 
+def test_a_directory_of_wrong_files_is_named_in_a_few_words(tmp_path):
+    """A directory of many files in another format (``--data DIR``): the message names the first files and
+    counts the rest (it listed every file), for each format that reads lines."""
+    for i in range(40):
+        (tmp_path / f"f{i:02d}.txt").write_text("not,data\n" * 3)
+    for reader in (CriteoReader(tmp_path, batch_size=4), LibsvmReader(tmp_path, batch_size=4, n_fields=2)):
+        with pytest.raises(InvalidInputError) as e:
+            reader.probe()
+        msg = str(e.value)
+        assert f"{tmp_path / 'f00.txt'}, {tmp_path / 'f01.txt'}, {tmp_path / 'f02.txt'} and 37 more files" in msg
+        assert not any(f"f{i:02d}.txt" in msg for i in range(3, 40))
+    with pytest.raises(InvalidInputError, match=r"no valid libsvm line in .*f02.txt and 37 more files; cannot infer"):
+        LibsvmReader(tmp_path, batch_size=4)   # n_fields inferred from the first valid line: there is none
+
+
 def test_float32_overflow_is_a_malformed_value(tmp_path):
     """1e39 is finite in float64 but inf in float32: the line is malformed, not a later NaN loss."""
     p = _libsvm(tmp_path, ["1 1:1e39", "0 1:-1e39", "1 1:3.4e38", "0 1:1e-39"])

@@ -36,7 +36,7 @@ from ._dense import SAMPLE_ROWS, check_transform, sample_stats
 from ._dense import apply as dense_apply
 from ._parallel import check_readers, ordered_map
 from ._shards import Segment, check_shard, plan_segments, region_lines, seek_segment, share_bounds
-from ._sources import compression, expand_paths, open_source
+from ._sources import compression, expand_paths, name_files, open_source
 
 #: Default size of one read (bytes). 16 MiB keeps parsed arrays of one chunk around 30 MB.
 DEFAULT_CHUNK_BYTES = 16 << 20
@@ -425,7 +425,7 @@ class TextReader:
     def _check(self, st: ReaderStats, final: bool) -> None:
         """Raises when ``st`` has too many malformed lines or (``final``) no example at all."""
         n = st.lines - st.blank
-        files, want = ", ".join(map(str, self.paths)), self.format_description
+        files, want = name_files(self.paths), self.format_description
         if self.n_shards > 1:
             files += f" (shard {self.shard} of {self.n_shards})"
         first = f" (first: {'; '.join(st.first_malformed()[:3])})" if st.malformed else ""

@@ -16,7 +16,7 @@ from ._batch import Batch, check_n_fields, make_keys
 from ._chunks import (BAD_FEATURE, BAD_LABEL, BAD_NUMBER, DEFAULT_CHUNK_BYTES,
                       DEFAULT_MAX_MALFORMED, TextReader, iter_line_chunks)
 from ._parse_kernels import parse_libsvm
-from ._sources import open_source
+from ._sources import name_files, open_source
 
 _CODES = np.array([BAD_LABEL, BAD_NUMBER, BAD_FEATURE], dtype=np.int32)
 _FORMAT = ("libsvm/libFM: a label (1, 0 or -1), then space-separated idx:value features (idx an "
@@ -67,7 +67,7 @@ class LibsvmReader(TextReader):
                     (_, n_ok, _, _), _, offsets, *_ = _parse_chunk(buf, n, False, bad_line, bad_code)
                     if n_ok:
                         return max(1, int(offsets[1] - offsets[0]))
-        raise InvalidInputError(f"no valid libsvm line in {', '.join(map(str, self.paths))}; "
+        raise InvalidInputError(f"no valid libsvm line in {name_files(self.paths)}; "
                                 f"cannot infer n_fields; expected {_FORMAT}")
 
     def _parse(self, buf: np.ndarray, n_lines: int, bad_line: np.ndarray, bad_code: np.ndarray):

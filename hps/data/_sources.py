@@ -5,6 +5,8 @@ name), a glob pattern (``*``, ``?``, ``[``; sorted matches) or a sequence of any
 files, in order. A missing file, an empty directory or a pattern that matches nothing raises
 :class:`DataFileNotFoundError` naming it.
 
+``name_files(paths)``: the files as an error message names them (the first few, then how many more).
+
 ``open_source(path)``: a binary, read-only, *streaming* file object (``read(n)``, ``readline()``) of
 the file's bytes — decompressed on the fly when its name ends in ``.gz`` (gzip, also multi-member;
 through ``isal`` when installed) or ``.zst`` (zstandard, also multi-frame). Nothing is read whole
@@ -59,6 +61,19 @@ def expand_paths(path) -> list[Path]:
     if not out:
         raise InvalidInputError("no data file given")
     return out
+
+
+#: Files an error message names one by one (:func:`name_files`); the others are counted.
+NAMED_FILES = 3
+
+
+def name_files(paths) -> str:
+    """``paths`` as a message names them: all of them when few, else the first :data:`NAMED_FILES`
+    and how many more (a directory of thousands of files must not make a message of thousands of names)."""
+    names = [str(p) for p in paths]
+    if len(names) <= NAMED_FILES + 1:
+        return ", ".join(names)
+    return f"{', '.join(names[:NAMED_FILES])} and {len(names) - NAMED_FILES} more files"
 
 
 class _Decompressed:
