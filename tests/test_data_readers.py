@@ -175,6 +175,29 @@ def test_ordered_map_keeps_the_order_and_stops_its_threads():
     assert not [t for t in threading.enumerate() if t.name.startswith("hps-reader")]
 
 
+def test_the_producers_failure_comes_after_the_units_it_made(tmp_path):
+    """The units' producer failing (a file cut short, found while cutting the next unit) is raised in its
+    turn: with several readers the units before it are delivered (and their errors raised) first."""
+    def units():
+        yield from range(6)
+        raise InvalidInputError("the file ends early")
+
+    def work(u):
+        if u == 4:
+            raise InvalidInputError("unit 4 is malformed")
+        return u
+
+    for readers in (1, 2, 4):
+        got = []
+        with pytest.raises(InvalidInputError, match="unit 4 is malformed"):
+            for r in ordered_map(work, units(), readers):
+                got.append(r)
+        assert got == [0, 1, 2, 3]
+    assert list(ordered_map(lambda u: u, range(3), 3)) == [0, 1, 2]
+    with pytest.raises(InvalidInputError, match="ends early"):
+        list(ordered_map(lambda u: u, units(), 3))
+
+
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True])
 def test_bad_reader_counts_are_refused(tmp_path, bad):
     with pytest.raises(InvalidInputError, match="readers"):

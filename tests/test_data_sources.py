@@ -87,6 +87,39 @@ def test_truncated_compressed_file_is_one_clear_error(tmp_path, suffix):
         list(open_dataset(p, "criteo", 64).batches())
 
 
+@pytest.mark.parametrize("suffix", [".gz", ".zst"])
+def test_damaged_compressed_file_is_one_clear_error(tmp_path, suffix):
+    """Bytes changed inside the compressed stream: the codecs raise their own errors (isal's IsalError,
+    zlib.error, zstandard's ZstdError), which must come out typed and naming the file."""
+    text = _criteo_lines(np.random.default_rng(0), 2000)
+    p = _write(tmp_path / f"a.txt{suffix}", text)
+    if suffix == ".zst":   # with its checksum, as the zstd tool writes by default
+        p.write_bytes(zstandard.ZstdCompressor(write_checksum=True).compress(text.encode()))
+    data = bytearray(p.read_bytes())
+    data[40:80] = bytes(b ^ 0x5A for b in data[40:80])
+    p.write_bytes(bytes(data))
+    with pytest.raises(InvalidInputError, match=f"a.txt{suffix}: damaged"):
+        list(open_dataset(p, "criteo", 64).batches())
+
+
+def test_a_zstandard_file_may_start_with_a_skippable_frame(tmp_path):
+    """pzstd writes a skippable frame (magic 0x184D2A50) first: the file is read, not refused."""
+    text = _criteo_lines(np.random.default_rng(2), 30)
+    skippable = bytes([0x50, 0x2A, 0x4D, 0x18]) + (4).to_bytes(4, "little") + b"\0\0\0\0"
+    (tmp_path / "p.txt.zst").write_bytes(skippable + zstandard.ZstdCompressor().compress(text.encode()))
+    _write(tmp_path / "plain.txt", text)
+    assert _all(open_dataset(tmp_path / "p.txt.zst", "criteo", 8)).keys.tolist() == \
+        _all(open_dataset(tmp_path / "plain.txt", "criteo", 8)).keys.tolist()
+
+
+def test_an_empty_data_path_is_refused_not_read_as_the_working_directory(tmp_path, monkeypatch):
+    _write(tmp_path / "a.txt", _criteo_lines(np.random.default_rng(3), 5))
+    monkeypatch.chdir(tmp_path)   # a directory holding data: "" must not read it
+    for empty in ("", " ", ["", "a.txt"]):
+        with pytest.raises(InvalidInputError, match="an empty data path"):
+            expand_paths(empty)
+
+
 def test_files_dirs_globs_and_errors(tmp_path):
     rng = np.random.default_rng(1)
     d = tmp_path / "d"
@@ -183,6 +216,28 @@ def test_parquet_shards(tmp_path, k):
     assert len(whole) == 207
     parts = [b for s in range(k) for b in open_dataset(paths, "parquet", 1000, shard=(s, k)).batches()]
     np.testing.assert_array_equal(Batch.concat(parts).keys, whole.keys)
+
+
+def test_parquet_boolean_dense_column_with_nulls_reads_them_as_zero(tmp_path):
+    t = pa.table({"click": [1, 0, 1], "x": ["a", "b", "c"], "v": pa.array([True, None, False])})
+    pq.write_table(t, tmp_path / "b.parquet")
+    got = _all(open_dataset(tmp_path / "b.parquet", "parquet", 8, dense_columns=["v"]))
+    assert got.dense[:, 0].tolist() == [1.0, 0.0, 0.0]
+
+
+def test_parquet_nested_categorical_and_damaged_pages_are_clear_errors(tmp_path):
+    t = pa.table({"click": [1, 0], "x": pa.array([[1, 2], [3]]), "y": ["a", "b"]})
+    pq.write_table(t, tmp_path / "n.parquet")
+    with pytest.raises(InvalidInputError, match=r"column 'x' is list<.*--ignore-columns"):
+        open_dataset(tmp_path / "n.parquet", "parquet", 8)
+    assert len(_all(open_dataset(tmp_path / "n.parquet", "parquet", 8, ignore_columns=["x"]))) == 2
+    big = pa.table({"click": np.arange(20000) % 2, "x": [f"v{i}" for i in range(20000)]})
+    pq.write_table(big, tmp_path / "c.parquet", compression="snappy")
+    data = bytearray((tmp_path / "c.parquet").read_bytes())
+    data[200:2000] = b"\xff" * 1800    # inside the first column chunk's pages; the footer intact
+    (tmp_path / "c.parquet").write_bytes(bytes(data))
+    with pytest.raises(InvalidInputError, match="c.parquet cannot be read"):
+        list(open_dataset(tmp_path / "c.parquet", "parquet", 8).batches())
 
 
 def test_parquet_malformed_and_errors(tmp_path):

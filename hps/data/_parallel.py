@@ -10,8 +10,10 @@ the first reported ones, the checks that stop a pass, cutting batches) stays in 
 dataset yields the same batches, counts and errors with any number of readers.
 
 A unit whose ``work`` raised re-raises in the consumer when its turn comes (the units before it are
-delivered first, as with one reader); the units still in flight are cancelled or waited for — each
-is one bounded call — so a failure never hangs and nothing runs on after the iteration ends.
+delivered first, as with one reader), and so does the producer's own failure (a file that cannot be
+read further: the units it made before are delivered first); the units still in flight are cancelled
+or waited for — each is one bounded call — so a failure never hangs and nothing runs on after the
+iteration ends.
 """
 
 from __future__ import annotations
@@ -45,16 +47,22 @@ def ordered_map(work: Callable, units: Iterable, readers: int) -> Iterator:
     pool = ThreadPoolExecutor(readers, thread_name_prefix="hps-reader")
     pending: deque = deque()
     it = iter(units)
+    failed = None  # the producer's error: raised after the units it made before failing, as with one reader
     try:
         more = True
         while True:
             while more and len(pending) < readers * WINDOW_PER_READER:
-                u = next(it, _END)
+                try:
+                    u = next(it, _END)
+                except Exception as e:  # noqa: BLE001 - re-raised below, in its turn
+                    failed, u = e, _END
                 if u is _END:
                     more = False
                     break
                 pending.append(pool.submit(work, u))
             if not pending:
+                if failed is not None:
+                    raise failed
                 return
             yield pending.popleft().result()
     finally:

@@ -55,13 +55,17 @@ def _plain(arr):
     return arr.dictionary_decode() if pa.types.is_dictionary(arr.type) else arr
 
 
-def _numbers(arr, name: str) -> np.ndarray:
-    """(n,) float64 of a numeric/boolean Arrow array, NaN where null."""
+def _numbers(arr, name: str, null: float | None = None) -> np.ndarray:
+    """(n,) float64 of a numeric/boolean Arrow array, NaN where null (``null``: that value instead; filled
+    after the cast, so a boolean column with nulls fills too)."""
     pa, pc = _arrow()
     try:
-        return pc.cast(_plain(arr), pa.float64()).to_numpy(zero_copy_only=False)
+        x = pc.cast(_plain(arr), pa.float64())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
         raise InvalidInputError(f"column {name!r} ({arr.type}) is not numeric: {e}") from None
+    if null is not None and x.null_count:
+        x = pc.fill_null(x, null)
+    return x.to_numpy(zero_copy_only=False)
 
 
 def text_buffers(arr):
@@ -101,8 +105,7 @@ def arrow_examples(rb, plan: ColumnPlan):
         labels[y == 1.0] = 1.0
     dense = np.empty((n, len(plan.dense)), dtype=np.float32)
     for j, name in enumerate(plan.dense):
-        col = rb.column(name)
-        x = _numbers(col.fill_null(0) if col.null_count else col, name)
+        x = _numbers(rb.column(name), name, null=0.0)
         bad = ~(np.abs(x) < _F32_MAX)  # NaN, inf and beyond float32
         code[bad & (code == 0)] = BAD_NUMBER
         dense[:, j] = np.where(bad, 0.0, x)
@@ -145,6 +148,11 @@ class ParquetReader(TextReader):
                     or pa.types.is_decimal(t)):
                 raise InvalidInputError(f"{self.paths[0]}: column {name!r} is {t}; the label and dense "
                                         "columns must be numeric or boolean")
+        for name in plan.categorical:  # hashed as text: a list, struct or map has none
+            if pa.types.is_nested(schema.field(name).type):
+                raise InvalidInputError(f"{self.paths[0]}: column {name!r} is {schema.field(name).type}; a "
+                                        "categorical column must hold one value a row (numbers, text or "
+                                        "binary): leave it out with --ignore-columns")
         self._plan = plan
         self.label = label
         self.categorical_columns, self.dense_columns = list(plan.categorical), list(plan.dense)
@@ -177,9 +185,8 @@ class ParquetReader(TextReader):
 
     def _units(self, seg: Segment, chunk_bytes: int, max_chunks: int | None = None) -> Iterator[_Rows]:
         """Record batches of ``chunk_bytes // BYTES_PER_ROW`` rows of one segment (decoded by
-        pyarrow, with its threads, in the iterating thread), in order."""
-        import pyarrow.parquet as pq
-
+        pyarrow, with its threads, in the iterating thread), in order. A file that cannot be decoded
+        raises InvalidInputError naming it."""
         groups = self._group_rows[self.paths.index(seg.path)]
         starts = np.concatenate([[0], np.cumsum(groups)]).astype(np.int64)
         use = [i for i in range(len(groups)) if starts[i] < seg.stop and starts[i + 1] > seg.start]
@@ -188,6 +195,17 @@ class ParquetReader(TextReader):
         columns = [c for c, k in zip(self.header, self._plan.kind) if k != 3]  # not IGNORE
         row = int(starts[use[0]])
         rows_per_read = max(1, chunk_bytes // BYTES_PER_ROW)
+        pa, _ = _arrow()
+        try:
+            yield from self._record_batches(seg, use, columns, row, rows_per_read, max_chunks)
+        except (pa.ArrowException, OSError) as e:  # a damaged page, a file cut short since it was opened
+            raise InvalidInputError(f"{seg.path} cannot be read ({e}); check the file, or leave it out") from None
+
+    def _record_batches(self, seg: Segment, use: list, columns: list, row: int, rows_per_read: int,
+                        max_chunks: int | None) -> Iterator[_Rows]:
+        """:meth:`_units` of the row groups ``use`` of ``seg`` (the first starting at ``row``)."""
+        import pyarrow.parquet as pq
+
         with pq.ParquetFile(seg.path) as pf:
             for k, rb in enumerate(pf.iter_batches(batch_size=rows_per_read, row_groups=use, columns=columns)):
                 a, b = max(seg.start, row), min(seg.stop, row + rb.num_rows)

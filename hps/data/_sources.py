@@ -3,15 +3,17 @@
 ``expand_paths(path)``: a file, a directory (its regular files not starting with ``.``, sorted by
 name), a glob pattern (``*``, ``?``, ``[``; sorted matches) or a sequence of any of these -> the data
 files, in order. A missing file, an empty directory or a pattern that matches nothing raises
-:class:`DataFileNotFoundError` naming it.
+:class:`DataFileNotFoundError` naming it; an empty path (``--data ""``: ``Path("")`` is the working
+directory) raises InvalidInputError.
 
 ``name_files(paths)``: the files as an error message names them (the first few, then how many more).
 
 ``open_source(path)``: a binary, read-only, *streaming* file object (``read(n)``, ``readline()``) of
 the file's bytes — decompressed on the fly when its name ends in ``.gz`` (gzip, also multi-member;
-through ``isal`` when installed) or ``.zst`` (zstandard, also multi-frame). Nothing is read whole
-into memory. A compressed file cannot be cut into byte ranges (``hps.data._shards``): it is read
-whole by one shard.
+through ``isal`` when installed) or ``.zst`` (zstandard, also multi-frame, skippable frames included:
+``pzstd`` starts its files with one). A damaged or cut file raises InvalidInputError naming it. Nothing
+is read whole into memory. A compressed file cannot be cut into byte ranges (``hps.data._shards``): it
+is read whole by one shard.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ def compression(path) -> str | None:
 
 
 def _expand_one(text: str) -> list[Path]:
+    if not text.strip():  # Path("") is ".": an unset variable (--data "$DATA") must not read the working directory
+        raise InvalidInputError("an empty data path was given; name a file, a directory or a glob pattern")
     p = Path(text)
     if p.is_dir():
         paths = sorted(q for q in p.iterdir() if q.is_file() and not q.name.startswith("."))
@@ -76,6 +80,21 @@ def name_files(paths) -> str:
     return f"{', '.join(names[:NAMED_FILES])} and {len(names) - NAMED_FILES} more files"
 
 
+def _damaged_data_errors() -> tuple:
+    """The exceptions a decompressing read raises on damaged or cut data: EOFError, OSError, ValueError
+    and the codecs' own, which derive from Exception alone (zlib's, isal's ``IsalError``, zstandard's
+    ``ZstdError``)."""
+    import zlib
+
+    errors = [EOFError, OSError, ValueError, zlib.error]
+    for module, name in (("isal.isal_zlib", "error"), ("zstandard", "ZstdError")):
+        try:
+            errors.append(getattr(__import__(module, fromlist=[name]), name))
+        except ImportError:  # pragma: no cover - both are dependencies
+            pass
+    return tuple(errors)
+
+
 class _Decompressed:
     """A decompressing stream whose ``read`` / ``readline`` turn a damaged or truncated file's errors
     into one InvalidInputError naming the file (the libraries raise EOFError, zlib or zstd errors)."""
@@ -88,7 +107,7 @@ class _Decompressed:
             return fn(*args)
         except HpsError:
             raise
-        except (EOFError, OSError, ValueError) as e:
+        except _damaged_data_errors() as e:
             if isinstance(e, FileNotFoundError):
                 raise
             raise InvalidInputError(f"{self._path}: damaged or truncated {self._kind} data ({e}); "
@@ -137,7 +156,11 @@ class _ZstdReader:
                 break
             while data:
                 self._in_frame = True
-                self._buf += self._d.decompress(data)
+                try:
+                    self._buf += self._d.decompress(data)
+                except _damaged_data_errors() as e:
+                    raise InvalidInputError(f"{self._path}: damaged zstandard data ({e}); check the file "
+                                            "(zstd -t)") from None
                 data = b""
                 if self._d.eof:  # a frame ended: the rest of the input starts the next one
                     data = self._d.unused_data
@@ -165,6 +188,12 @@ class _ZstdReader:
         self._f.close()
 
 
+def _skippable_frame(head: bytes) -> bool:
+    """Whether a zstandard file starts with a skippable frame (magic 0x184D2A50-5F, little-endian:
+    ``pzstd`` writes one first), which a reader passes over as any frame."""
+    return len(head) == 4 and 0x50 <= head[0] <= 0x5F and head[1:] == b"\x2a\x4d\x18"
+
+
 def open_source(path):
     """Binary stream (``read(n)``, ``readline()``, ``close()``, a context manager) of the
     (decompressed) bytes of ``path``; the caller closes it. Raises InvalidInputError when a ``.gz`` /
@@ -176,7 +205,7 @@ def open_source(path):
     magic = COMPRESSIONS[Path(path).suffix.lower()][1]
     with open(path, "rb") as f:
         head = f.read(len(magic))
-    if head and head != magic:
+    if head and head != magic and not (kind == "zstandard" and _skippable_frame(head)):
         raise InvalidInputError(f"{path} is named like a {kind} file but is not {kind} data; rename it "
                                 f"(plain text needs no suffix) or recompress it")
     if kind == "gzip":
