@@ -55,10 +55,10 @@ def _resume(tmp_path, ck):
 
 def test_keep_checkpoints_keeps_the_k_newest(runs, tmp_path):
     _, ck = runs
-    assert sorted(p.name for p in ck.iterdir()) == ["LATEST", OLDER, NEWEST]
+    assert sorted(p.name for p in ck.iterdir()) == ["LATEST", "LOCK", OLDER, NEWEST]
     assert (ck / "LATEST").read_text().strip() == NEWEST
     run_cli(tmp_path, "one", "--checkpoint-dir", str(tmp_path / "ck1"), "--checkpoint-every", "2")
-    assert sorted(p.name for p in (tmp_path / "ck1").iterdir()) == ["LATEST", NEWEST]
+    assert sorted(p.name for p in (tmp_path / "ck1").iterdir()) == ["LATEST", "LOCK", NEWEST]
 
 
 def test_every_flipped_bit_is_caught(runs, tmp_path):
@@ -222,7 +222,7 @@ def test_disk_full_while_checkpointing_is_one_line_and_leaves_the_previous_check
     assert len(err.strip().splitlines()) == 1, err
     assert "DiskFullError" in err and "no space left on the device while writing checkpoint ckpt-00000003" in err
     assert f"the previous checkpoint {ck / 'ckpt-00000001'} is intact" in err
-    assert sorted(p.name for p in ck.iterdir()) == ["LATEST", "ckpt-00000001"]
+    assert sorted(p.name for p in ck.iterdir()) == ["LATEST", "LOCK", "ckpt-00000001"]
     monkeypatch.undo()
     resumed, _ = _resume(tmp_path, ck)
     assert_same_model(runs[0], resumed, 0.0)
@@ -249,4 +249,39 @@ def test_a_complete_save_removes_what_killed_saves_left(tmp_path):
     stale.mkdir(parents=True)
     (stale / SPARSE).write_bytes(b"partial")
     run_cli(tmp_path, "run", "--checkpoint-dir", str(ck), "--checkpoint-every", "2")
-    assert sorted(p.name for p in ck.iterdir()) == ["LATEST", NEWEST]
+    assert sorted(p.name for p in ck.iterdir()) == ["LATEST", "LOCK", NEWEST]
+
+
+def test_one_job_at_a_time_writes_into_a_checkpoint_directory(tmp_path, capsys):
+    """A second job on a --checkpoint-dir in use stops at once, naming the holder (its pruning would
+    remove the first's unfinished checkpoint, its --resume load the first's model); the lock goes
+    with the job."""
+    from hps.errors import StoreLockedError
+    from hps.train._collectives import Collectives
+
+    ck = tmp_path / "ck"
+    with _checkpoint.locked(ck, Collectives().main):
+        assert f"pid {os.getpid()}" in (ck / "LOCK").read_text()
+        with pytest.raises(StoreLockedError, match=rf"{ck} is in use by another job \(pid {os.getpid()} on"):
+            with _checkpoint.locked(ck, Collectives().main):
+                pass
+        assert main([*SMALL, "--checkpoint-dir", str(ck)]) != 0
+        assert "give each job its own --checkpoint-dir" in capsys.readouterr().err
+        assert not (ck / "LATEST").exists()        # the refused job wrote nothing
+    run_cli(tmp_path, "after", "--checkpoint-dir", str(ck), "--checkpoint-every", "2")  # free again
+    assert (ck / NEWEST).is_dir()
+
+
+def test_a_directory_named_like_a_checkpoint_that_is_not_one_is_left_alone(tmp_path):
+    """hps removes only checkpoints it wrote: a ckpt-N directory without a readable meta.json stays,
+    and one in the way of a checkpoint being saved stops the save instead of being replaced."""
+    ck = tmp_path / "ck"
+    for name in ("ckpt-00000099", NEWEST):
+        (ck / name).mkdir(parents=True)
+        (ck / name / "notes.txt").write_text("mine")
+    with pytest.raises(AssertionError):       # the save of batch 5 finds NEWEST in its way: the job fails
+        run_cli(tmp_path, "run", "--checkpoint-dir", str(ck), "--checkpoint-every", "2")
+    assert (ck / NEWEST / "notes.txt").read_text() == "mine"
+    shutil.rmtree(ck / NEWEST)
+    run_cli(tmp_path, "run2", "--checkpoint-dir", str(ck), "--checkpoint-every", "2")
+    assert (ck / "ckpt-00000099" / "notes.txt").read_text() == "mine" and (ck / NEWEST / META).is_file()

@@ -181,3 +181,15 @@ def test_plots_draw_the_eval_curve_beside_the_loss_and_name_the_run(tmp_path):
     _, m = run_cli(tmp_path, "p", "--eval-every", "3", "--plots", str(tmp_path / "plots"))
     assert (tmp_path / "plots" / "loss.png").stat().st_size > 0 and m["run_name"].startswith("ctr on synthetic")
     assert not math.isnan(m["eval_curve"][0]["auc"])
+
+
+def test_the_best_checkpoint_is_found_in_the_checkpoint_directory_of_the_resumed_run(tmp_path):
+    """The best checkpoint's record (kept in checkpoints) names it as the run that saved it did, maybe
+    relative to another working directory: the export takes it by name from this run's directory."""
+    c = TrainingControl(every=1, patience=2, window=1, checkpoint_dir="ck")   # relative, as given then
+    c.after_batch(0, 100, lambda: (0.7, 0.5), lambda: None)
+    c.after_batch(1, 100, lambda: (0.6, 0.6), lambda: None)
+    moved = TrainingControl(every=1, patience=2, window=1, checkpoint_dir=str(tmp_path / "elsewhere" / "ck"))
+    moved.load_state(c.state())
+    path, record = moved.export_choice()
+    assert path == str(tmp_path / "elsewhere" / "ck" / "ckpt-00000000") and record["best"]

@@ -3,6 +3,7 @@
 Checkpoint layout under ``--checkpoint-dir`` (a directory every rank can reach)::
 
     LATEST                          name of the newest complete checkpoint (switched atomically)
+    LOCK                            flock'ed by the job writing here; "pid P on HOST" of that job
     ckpt-00000041/                  state after global batch 41
         meta.json                   batch position, ranks, row width, model name, CHECKPOINT_VERSION,
                                     and the size + CRC-32 of every file below; itself checksummed
@@ -13,11 +14,14 @@ Checkpoint layout under ``--checkpoint-dir`` (a directory every rank can reach):
                                     ``hps.predict`` can score a checkpoint (``_export.read_model``);
                                     absent in checkpoints of older versions
 
-A checkpoint is written into ``.tmp-ckpt-…``, fsynced, renamed into place, and only then named in
-``LATEST`` (write temp, fsync, rename — the LevelDB manifest switch), so a crash at any moment leaves
-the previous checkpoint usable. Then all but the ``keep`` newest checkpoints are removed. A save that
-fails (e.g. ENOSPC: :class:`~hps.errors.DiskFullError`) removes what it wrote; the previous
-checkpoint stays as it was. HDF5 files are written through ``_h5out`` (a full disk is one error).
+One job writes into a checkpoint directory at a time: it holds ``LOCK`` (an flock, :func:`locked`) from
+start to end, so a second job there stops at once (its pruning would remove the first's unfinished
+checkpoint, its ``--resume`` load the first's model). A checkpoint is written into ``.tmp-ckpt-…``,
+fsynced, renamed into place, and only then named in ``LATEST`` (write temp, fsync, rename — the LevelDB
+manifest switch), so a crash at any moment leaves the previous checkpoint usable. Then all but the
+``keep`` newest checkpoints are removed (a ``ckpt-…`` holding other files than a checkpoint's is someone
+else's and stays). A save that fails (e.g. ENOSPC: :class:`~hps.errors.DiskFullError`) removes what it
+wrote; the previous checkpoint stays as it was. HDF5 files are written through ``_h5out`` (a full disk is one error).
 
 ``load`` checks every file it reads against meta.json before using it. When the newest checkpoint is
 damaged (:class:`~hps.errors.CorruptionError`) it falls back to the next older complete one, if one
@@ -32,12 +36,18 @@ import errno
 import os
 import re
 import shutil
+import socket
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import CorruptionError, DiskFullError, HpsError, InvalidInputError
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - non-POSIX: no lock
+    fcntl = None
+
+from ..errors import CorruptionError, DiskFullError, HpsError, InvalidInputError, StoreLockedError
 from ._h5out import h5_output
 from ._manifest import (CHECKPOINT_VERSION, EXPORT_META, FILES_KEY, META_FILE, file_record, read_meta, verify_file,
                         write_meta)
@@ -48,6 +58,8 @@ __all__ = ["CHECKPOINT_VERSION", "save", "load", "latest", "last_checkpoint"]
 #: the ``--export`` directory, which every rank reaches). Written to disk: never rename.
 BEST_DIR = ".best-checkpoint"
 _LATEST = "LATEST"
+#: The lock file of a checkpoint directory (:func:`locked`). Written to disk: never rename.
+LOCK_FILE = "LOCK"
 _DENSE = "dense.h5"
 _NAME = re.compile(r"ckpt-(\d+)")
 _SPACE_ERRNOS = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
@@ -60,6 +72,45 @@ def fsync_path(path: Path, directory: bool = False) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@contextmanager
+def locked(root, coll):
+    """Hold checkpoint directory ``root`` (created when missing; None: nothing to hold) for this job while
+    the block runs: rank 0 takes an exclusive flock on ``root/LOCK`` and writes who holds it there.
+    Collective over ``coll``: every rank raises StoreLockedError, naming the holder, when another job
+    holds it. The lock goes with the process (a killed job holds nothing); the file stays."""
+    fd, problem = None, None
+    if root and coll.rank == 0 and fcntl is not None:
+        try:
+            fd = _take_lock(Path(root))
+        except StoreLockedError as e:
+            problem = str(e)
+    if root:
+        problems = coll.allgather(problem)
+        if problems[0] is not None:
+            raise StoreLockedError(problems[0])
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # closing the file releases its flock
+
+
+def _take_lock(root: Path) -> int:
+    """The flock'ed ``root/LOCK`` (an fd, "pid P on HOST" written in it). Raises StoreLockedError."""
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 256, 0).decode(errors="replace").strip() or "its pid unknown"
+        os.close(fd)
+        raise StoreLockedError(f"--checkpoint-dir {root} is in use by another job ({holder}); give each job "
+                               "its own --checkpoint-dir, or wait for that job to end") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+    return fd
 
 
 def checkpoint_name(index: int) -> str:
@@ -180,6 +231,9 @@ def _commit(root: Path, tmp: Path, name: str) -> None:
     with _undo_on_error(root, name, tmp):
         fsync_path(tmp, directory=True)
         if final.exists():
+            if not _is_checkpoint(final):
+                raise InvalidInputError(f"{final} is in the way of this job's checkpoint and holds files that "
+                                        "are no checkpoint's; move it, or give another --checkpoint-dir")
             shutil.rmtree(final)  # the same batch, written by an earlier run into this directory
         os.rename(tmp, final)
     with _undo_on_error(root, name, final, latest_tmp):
@@ -199,17 +253,32 @@ def point_latest(root, name: str) -> None:
 
 def _prune(root: Path, name: str, keep: int, pinned=()) -> None:
     """Keep ``name``, the ``keep - 1`` newest checkpoints before it and those named in ``pinned``;
-    remove every other ``ckpt-*`` (later ones are from an earlier run into this directory) and every
-    ``.tmp-ckpt-*`` (a save that was killed before it could remove its own: only a complete save
-    reaches here)."""
+    remove every other ``ckpt-*`` checkpoint (later ones are from an earlier run into this directory;
+    a directory of that name holding other files than a checkpoint's is not hps's and stays)
+    and every ``.tmp-ckpt-*`` (a save that was killed before it could remove its own: only a complete
+    save reaches here)."""
     current = _index(name)
     older = _newest_first(root, below=current)[:keep - 1]
     for d in _newest_first(root):
-        if d.name != name and d not in older and d.name not in pinned:
+        if d.name != name and d not in older and d.name not in pinned and _is_checkpoint(d):
             shutil.rmtree(d, ignore_errors=True)
     for d in root.iterdir():
         if d.name.startswith(".tmp-") and _NAME.fullmatch(d.name[len(".tmp-"):]) and d.is_dir():
             shutil.rmtree(d, ignore_errors=True)
+
+
+_FILE_NAME = re.compile(rf"{re.escape(META_FILE)}|{re.escape(_DENSE)}|{re.escape(EXPORT_META)}|"
+                        r"sparse-rank\d+-of-\d+\.h5")
+
+
+def _is_checkpoint(d: Path) -> bool:
+    """Whether directory ``d`` holds a checkpoint's files and nothing else (intact or damaged: hps wrote
+    it); a directory holding any other name is someone else's."""
+    try:
+        names = [p.name for p in d.iterdir()]
+    except OSError:
+        return False
+    return bool(names) and all(_FILE_NAME.fullmatch(n) for n in names)
 
 
 def _index(name: str) -> int:

@@ -156,8 +156,11 @@ class TrainingControl:
         model, unless that is the model as it is."""
         best = self.best
         if self.patience and best and best.get("checkpoint") and best["batch"] != self.last:
-            return best["checkpoint"], {"batch": best["batch"], "eval_auc": best["auc"], "best": True,
-                                        "source": f"the best model (checkpoint {best['checkpoint']})"}
+            # by its name in this run's directory: a resume from another working directory, or of a
+            # directory moved since, finds it where the path recorded at the time would not
+            path = os.path.join(self.checkpoint_dir, os.path.basename(best["checkpoint"]))
+            return path, {"batch": best["batch"], "eval_auc": best["auc"], "best": True,
+                          "source": f"the best model (checkpoint {path})"}
         auc = self.curve[-1]["auc"] if self.curve and self.curve[-1]["batch"] == self.last else None
         return None, {"batch": self.last, "eval_auc": auc, "best": False, "source": "the model at the end of training"}
 

@@ -6,6 +6,7 @@ import json
 import time
 
 from ..errors import InvalidInputError
+from ..formats import _checkpoint
 from ._collectives import Collectives
 from ._control import summary as control_summary
 from ._inputs import check_same_inputs
@@ -55,6 +56,12 @@ def run(cfg, comm=None, log=print, on_fatal=None) -> dict:
     check_same_inputs(coll.main, cfg)  # the same files on every rank, or byte-range shards go wrong
     say = log if coll.rank == 0 else (lambda *a, **k: None)
     check_outputs(cfg.train)
+    with _checkpoint.locked(cfg.train.checkpoint_dir, coll.main):  # one job per --checkpoint-dir
+        return _train(cfg, coll, say, log, on_fatal)
+
+
+def _train(cfg, coll, say, log, on_fatal) -> dict:
+    """:func:`run`'s job, its checks made and its checkpoint directory held."""
     started = time.time()
     trainer = Trainer(cfg, coll, log=log, on_fatal=on_fatal)  # it says most things on rank 0 only
     try:
