@@ -285,3 +285,12 @@ def test_a_directory_named_like_a_checkpoint_that_is_not_one_is_left_alone(tmp_p
     shutil.rmtree(ck / NEWEST)
     run_cli(tmp_path, "run2", "--checkpoint-dir", str(ck), "--checkpoint-every", "2")
     assert (ck / "ckpt-00000099" / "notes.txt").read_text() == "mine" and (ck / NEWEST / META).is_file()
+
+
+def test_a_resume_with_other_layer_widths_says_what_to_do(runs, tmp_path, capsys):
+    ck = _copy(runs[1], tmp_path)
+    args = [a for a in SMALL if a not in ("--hidden", "16,8")]
+    assert main([*args, "--hidden", "32,8", "--epochs", "2", "--checkpoint-dir", str(ck), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert f"checkpoint {ck / NEWEST} holds a ctr model of other shapes" in err and "--hidden" in err
+    assert "Traceback" not in err

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -222,6 +223,29 @@ def test_a_pid_now_used_by_another_program_is_recognised(tmp_path, other_program
     d.release()
     assert len(said) == 1 and f"process {other_program} is now another program" in said[0]
     assert _tree(rank_dir) == []  # its JOB lists no directory it made: the empty one stays
+
+
+def test_a_killed_job_not_yet_reaped_is_recognised(tmp_path):
+    """A job killed with kill -9 whose parent has not reaped it yet (a zombie, state Z in
+    /proc/<pid>/stat) runs no more: its directory is reclaimed at once, not refused."""
+    proc = subprocess.Popen(["sleep", "600"])
+    try:
+        ticks = _ssd_dir._start_ticks(proc.pid)
+        if ticks is None:
+            pytest.skip("no /proc/<pid>/stat here")
+        os.kill(proc.pid, signal.SIGKILL)
+        for _ in range(200):  # until the kernel has made it a zombie (not reaped: no wait yet)
+            if (_ssd_dir._stat_fields(proc.pid) or ["?"])[0] == "Z":
+                break
+            time.sleep(0.01)
+        rank_dir = _job_dir(tmp_path, pid=proc.pid, start_ticks=ticks, boot_id=_ssd_dir._boot_id())
+        said = []
+        _ssd_dir.SSDDir.claim(tmp_path / "ssd", 0, 1, log=said.append).release()
+        assert len(said) == 1 and f"process {proc.pid} has exited" in said[0]
+        assert _tree(rank_dir) == []
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_a_job_that_may_still_run_is_refused(tmp_path, other_program):

@@ -408,7 +408,12 @@ def load(root, coll, store, model, dense_opt, warn=lambda msg: None, extra=None,
         with h5py.File(d / _sparse_name(coll.rank, coll.size), "r") as h:
             extra(h)
     params, opt = _read_dense(d / _DENSE)
-    model.load_state_dict(params)
+    try:
+        model.load_state_dict(params)
+    except InvalidInputError as e:  # e.g. another --hidden: name the checkpoint and what to do
+        raise InvalidInputError(f"checkpoint {d} holds a {model.name} model of other shapes ({e}); resume "
+                                "with the model options it was written with (--hidden and the model's "
+                                "own, e.g. --cross-layers)") from None
     if opt is not None and dense_opt is not None:
         dense_opt.load_state_dict(opt)
     return dict(meta, path=str(d))

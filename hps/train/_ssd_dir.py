@@ -15,10 +15,10 @@ hps never deletes what it did not create:
   (``O_EXCL``) and locked. A second job on the same path finds it:
 
   - locked: the job runs. :class:`~hps.errors.StoreLockedError` naming it (pid, host).
-  - made on this host by a job that provably died (``kill -9``, a crash, a reboot): its pid is gone,
-    the machine booted since, or the pid is now another program (its start time differs from the
-    one in ``JOB``). The new job **reclaims** the directory — under the old ``JOB``'s lock, so two
-    jobs cannot both — removing the SSD-PS's own files (``hps.ssd``'s ``is_store_file``: named by
+  - made on this host by a job that provably died (``kill -9``, a crash, a reboot): its pid is gone
+    or has exited (a zombie its parent has not reaped yet), the machine booted since, or the pid is
+    now another program (its start time differs from the one in ``JOB``). The new job **reclaims**
+    the directory — under the old ``JOB``'s lock, so two jobs cannot both — removing the SSD-PS's own files (``hps.ssd``'s ``is_store_file``: named by
     its format), ``store/`` and ``JOB``, and says so in one line. Only if everything there is
     hps's: a file or directory of another name means someone else wrote there, so nothing is
     removed and the job is refused (InvalidInputError naming what is foreign).
@@ -180,12 +180,21 @@ def _boot_id() -> str | None:
         return None
 
 
-def _start_ticks(pid: int) -> int | None:
-    """When process ``pid`` started (clock ticks after boot, /proc/<pid>/stat field 22), or None."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after "pid (comm)" (field 3, the state, first), or None."""
     try:
         stat = (_PROC / str(pid) / "stat").read_text()
-        return int(stat[stat.rindex(")") + 2:].split()[19])  # fields 3.. follow "pid (comm)"
-    except (OSError, ValueError, IndexError):
+        return stat[stat.rindex(")") + 2:].split()
+    except (OSError, ValueError):
+        return None
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks after boot, /proc/<pid>/stat field 22), or None."""
+    fields = _stat_fields(pid)
+    try:
+        return int(fields[19]) if fields else None
+    except (ValueError, IndexError):
         return None
 
 
@@ -202,6 +211,9 @@ def _gone(info: dict) -> str | None:
         return f"process {pid} is gone"
     except PermissionError:
         pass  # it exists, another user's
+    fields = _stat_fields(pid)
+    if fields and fields[0] in ("Z", "X"):  # killed, not yet reaped by its parent: it runs no more
+        return f"process {pid} has exited"
     ticks = info.get("start_ticks")
     if ticks is not None and _start_ticks(pid) not in (None, ticks):
         return f"process {pid} is now another program"
