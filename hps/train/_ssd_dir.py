@@ -15,13 +15,13 @@ hps never deletes what it did not create:
   (``O_EXCL``) and locked. A second job on the same path finds it:
 
   - locked: the job runs. :class:`~hps.errors.StoreLockedError` naming it (pid, host).
-  - made on this host by a job that provably died (``kill -9``, a crash, a reboot): its pid is gone
-    or has exited (a zombie its parent has not reaped yet), the machine booted since, or the pid is
-    now another program (its start time differs from the one in ``JOB``). The new job **reclaims**
-    the directory — under the old ``JOB``'s lock, so two jobs cannot both — removing the SSD-PS's own files (``hps.ssd``'s ``is_store_file``: named by
-    its format), ``store/`` and ``JOB``, and says so in one line. Only if everything there is
-    hps's: a file or directory of another name means someone else wrote there, so nothing is
-    removed and the job is refused (InvalidInputError naming what is foreign).
+  - made on this host by a job that provably died (``kill -9``, a crash, a reboot): its pid is gone or has
+    exited (a zombie its parent has not reaped yet), the machine booted since, or the pid is now another
+    program (its start time differs from the one in ``JOB``). The new job **reclaims** the directory —
+    under the old ``JOB``'s lock, so two jobs cannot both — removing the SSD-PS's own files (``hps.ssd``'s
+    ``is_store_file``: named by its format), ``store/`` and ``JOB``, and says so in one line. Only if
+    everything there is hps's: a file or directory of another name means someone else wrote there, so
+    nothing is removed and the job is refused (InvalidInputError naming what is foreign).
   - kept with ``--keep-ssd``, made on another host (whether that job runs cannot be told from
     here), or of a process that may still run: InvalidInputError saying which, nothing touched.
 
