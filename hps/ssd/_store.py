@@ -169,9 +169,11 @@ class SSDStore:
 
     def delete(self, keys) -> int:
         """Forget ``keys`` (n,) uint64 -> how many were live. Loads miss them at once; their rows
-        count as stale, so compaction reclaims the space. Not durable by itself: the files still
-        hold the rows until compaction merges them, so a store reopened before that finds the
-        keys again (the trainer's SSD-PS is scratch space, never reopened)."""
+        count as stale, so compaction reclaims the space. Not durable (no tombstone is written): a
+        store reopened finds a deleted key again in the files that still hold a copy of it — its
+        newest copy, or, once a compaction has merged the file holding that one away, an older copy
+        another file keeps (the trainer's SSD-PS is scratch space, never reopened; a ``--keep-ssd``
+        store of a job with ``--expire-after`` is the case to mind)."""
         k = np.unique(as_keys(keys))
         with self._dump_mu:
             n = self._cat.delete(k, self.path)
