@@ -294,3 +294,14 @@ def test_a_resume_with_other_layer_widths_says_what_to_do(runs, tmp_path, capsys
     err = capsys.readouterr().err
     assert f"checkpoint {ck / NEWEST} holds a ctr model of other shapes" in err and "--hidden" in err
     assert "Traceback" not in err
+
+
+def test_a_resume_takes_the_dense_learning_rate_of_its_command_line(runs, tmp_path):
+    """The dense optimizer's state and step come from the checkpoint, its hyperparameters from the job's
+    options, as the rows' --lr: the same command resumes exactly, another --dense-lr trains with it."""
+    full, ck0 = runs
+    same, _ = _resume(tmp_path, _copy(ck0, tmp_path))
+    assert_same_model(full, same, 0.0)
+    other, _ = run_cli(tmp_path, "other", "--epochs", "2", "--checkpoint-dir", str(_copy(ck0, tmp_path / "o")),
+                       "--resume", "--dense-lr", "0.05")
+    assert max(float(abs(other[2][k] - full[2][k]).max()) for k in full[2]) > 1e-4   # the dense part differs
