@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hps.errors import CorruptionError, StoreFormatError
+from hps.errors import CorruptionError, InvalidInputError, StoreFormatError
 from hps.ssd import SSDStore
 from hps.formats import _checkpoint
 from hps.train import main
@@ -270,6 +270,10 @@ def test_one_job_at_a_time_writes_into_a_checkpoint_directory(tmp_path, capsys):
         assert not (ck / "LATEST").exists()        # the refused job wrote nothing
     run_cli(tmp_path, "after", "--checkpoint-dir", str(ck), "--checkpoint-every", "2")  # free again
     assert (ck / NEWEST).is_dir()
+    (tmp_path / "file").write_text("")
+    with pytest.raises(InvalidInputError, match="cannot write --checkpoint-dir"):   # typed, on every rank
+        with _checkpoint.locked(tmp_path / "file" / "ck", Collectives().main):
+            pass
 
 
 def test_a_directory_named_like_a_checkpoint_that_is_not_one_is_left_alone(tmp_path):

@@ -85,11 +85,14 @@ def locked(root, coll):
         try:
             fd = _take_lock(Path(root))
         except StoreLockedError as e:
-            problem = str(e)
+            problem = (True, str(e))
+        except OSError as e:  # every rank stops, not rank 0 alone
+            problem = (False, f"cannot write --checkpoint-dir {root} ({e}); give a directory this job can write")
     if root:
         problems = coll.allgather(problem)
         if problems[0] is not None:
-            raise StoreLockedError(problems[0])
+            held, message = problems[0]
+            raise (StoreLockedError if held else InvalidInputError)(message)
     try:
         yield
     finally:
