@@ -159,6 +159,27 @@ def test_an_export_by_more_ranks_is_replaced_whole(exported, tmp_path):
     assert_same_model(load_export(exported[0], first_order=True), load_export(d, first_order=True), 0.0)
 
 
+def test_files_of_the_exports_names_that_no_export_wrote_are_not_replaced(exported, tmp_path, capsys):
+    """A directory without model.json whose dense.h5 (or a shard) hps did not write (no "model" attribute):
+    the job stops before training, naming it, and writes nothing there; the hps files a killed switch left
+    are replaced."""
+    import h5py
+
+    d = tmp_path / "mine"
+    d.mkdir()
+    with h5py.File(d / "dense.h5", "w") as h:
+        h.create_dataset("weights", data=np.arange(3.0))
+    assert main([*SMALL, "--export", str(d)]) != 0
+    assert "holds dense.h5 that no hps export wrote" in capsys.readouterr().err
+    assert sorted(p.name for p in d.iterdir()) == ["dense.h5"]
+    with h5py.File(d / "dense.h5", "r") as h:
+        assert h["weights"][()].tolist() == [0.0, 1.0, 2.0]
+    killed = _copy(exported[0], tmp_path, "killed")
+    (killed / "model.json").unlink()                      # as a switch killed after its first step
+    assert main([*SMALL, "--export", str(killed)]) == 0
+    assert_same_model(load_export(exported[0], first_order=True), load_export(killed, first_order=True), 0.0)
+
+
 # -- exports of older layouts: read, with a warning -----------------------------------------------------------
 
 def _old_layout(src, tmp_path, model_json):

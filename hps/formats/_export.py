@@ -18,7 +18,9 @@ files into ``DIR``, removes the shards of an earlier export by another number of
 ``model.json`` into place, fsyncs ``DIR`` and removes the empty ``.tmp-export``. A job killed at any
 moment leaves ``DIR`` holding the earlier export, the new one, or an incomplete one that
 :func:`read_model` refuses in one line; never a damaged file that reads as a model. Files of ``DIR``
-that hps did not write are never touched. Running out of space is one ``DiskFullError``.
+that hps did not write are never touched; one of an export's names that no export wrote (a ``dense.h5``
+or shard without the "model" attribute, in a ``DIR`` without ``model.json``) stops the job before it
+trains (:func:`check_export_dir`). Running out of space is one ``DiskFullError``.
 
 **Reading** (:func:`read_model`, :func:`load_export`): the directory may be an export, a checkpoint
 (``ckpt-…`` with ``model.json``, written by this version on) or a ``--checkpoint-dir`` (its LATEST
@@ -69,6 +71,15 @@ def export(directory, coll, store, model, meta: dict | None = None, source=None)
     def undo(*paths):
         return undo_on_error(paths, f"the export {d}", lambda: "the earlier export, if any, is intact")
 
+    problem = None
+    if coll.rank == 0:
+        try:
+            check_export_dir(d)
+        except InvalidInputError as e:
+            problem = str(e)
+    problem = coll.allgather(problem)[0]   # every rank stops before writing
+    if problem:
+        raise InvalidInputError(problem)
     if coll.rank == 0:
         with undo(tmp):
             d.mkdir(parents=True, exist_ok=True)
@@ -137,6 +148,38 @@ def _write_shard(rows_h5: Path, out: Path, model) -> None:
                 first[a:a + _STEP] = rows[:, D]
         dst.attrs["embedding_dim"] = D
         dst.attrs["model"] = model.name
+
+
+def check_export_dir(directory) -> None:
+    """Raise InvalidInputError when ``directory`` holds files an export would replace or remove that no
+    hps export wrote (:func:`_foreign_files`), naming them: nothing of the user's is overwritten."""
+    d = Path(directory)
+    foreign = _foreign_files(d)
+    if foreign:
+        raise InvalidInputError(f"--export {d} holds {', '.join(foreign)} that no hps export wrote (no "
+                                f"{EXPORT_META}, no model attribute); the export would replace them: move "
+                                "them, or export into another directory")
+
+
+def _foreign_files(d: Path) -> list[str]:
+    """The files of ``d`` an export would replace or remove (``dense.h5``, shards) that no hps export
+    wrote, when ``d`` has no model.json: an export interrupted mid-switch leaves hps's own there (each
+    with its "model" attribute); a file without it is someone else's. Empty when ``d`` is new or an export."""
+    if not d.is_dir() or (d / EXPORT_META).exists():
+        return []
+    import h5py
+
+    out = []
+    for p in sorted(d.iterdir()):
+        if p.is_file() and (p.name == _DENSE or _SHARD.fullmatch(p.name)):
+            try:
+                with h5py.File(p, "r") as h:
+                    ours = "model" in h.attrs or "embedding_dim" in h.attrs
+            except OSError:
+                ours = False
+            if not ours:
+                out.append(p.name)
+    return out
 
 
 def _switch(d: Path, tmp: Path, files: dict) -> None:

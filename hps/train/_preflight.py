@@ -21,6 +21,7 @@ from .._options import format_bytes
 from ..cli import check_writable
 from ..comm import SPARSE_KEYS
 from ..errors import InvalidInputError
+from ..formats._export import check_export_dir
 from ..mem import unique_keys
 from ..table import DEFAULT_MAX_LOAD_FACTOR, slots_for
 
@@ -39,6 +40,8 @@ def check_outputs(tc) -> None:
     for flag, path in (("--plots", tc.plots), ("--export", tc.export), ("--checkpoint-dir", tc.checkpoint_dir)):
         if path:
             check_writable(flag, Path(path), is_dir=True)
+    if tc.export:   # before training, not after: files of the export's names no export wrote
+        check_export_dir(tc.export)
 
 
 def memory_floor(n_fields: int, n_dense: int, model, minibatch_share: int, tiers) -> dict:
