@@ -180,6 +180,19 @@ def test_resume_restores_admission_and_expiry_state(tmp_path):
         assert mr[k] == mf[k], k
 
 
+def test_a_resume_without_the_admission_the_checkpoint_had_is_refused(tmp_path, capsys):
+    """Either way round: a checkpoint with admission/expiry state and a job without the feature, or the
+    reverse, is refused naming the options (the run would not go on as the checkpointed one)."""
+    ck = tmp_path / "ck"
+    run_cli(tmp_path, "with", "--admit-after", "2", "--checkpoint-dir", str(ck))
+    assert main([*SMALL, "--epochs", "2", "--checkpoint-dir", str(ck), "--resume"]) == 2
+    assert "holds admission/expiry state: resume with the --admit-after" in capsys.readouterr().err
+    plain = tmp_path / "plain"
+    run_cli(tmp_path, "without", "--checkpoint-dir", str(plain))
+    assert main([*SMALL, "--epochs", "2", "--admit-after", "2", "--checkpoint-dir", str(plain), "--resume"]) == 2
+    assert "holds no admission/expiry state" in capsys.readouterr().err
+
+
 def test_expire_after_below_the_residency_window_is_refused(capsys):
     assert main([*SMALL, "--expire-after", "2"]) == 2
     assert "--expire-after must be at least 3" in capsys.readouterr().err

@@ -71,6 +71,19 @@ def shared_keys(keys: np.ndarray) -> np.ndarray:
     return keys | SHARED_LOW
 
 
+class NoFeatureFilter(Feature):
+    """A job without admission or expiry: a resume from a checkpoint that holds their state (written
+    with ``--admit-after`` / ``--expire-after``) is refused, as :class:`FeatureFilter` refuses one that
+    lacks it: the run would go on without the feature the checkpointed run had."""
+
+    name = "no_feature_filter"
+
+    def read_checkpoint(self, h) -> None:
+        if CHECKPOINT_GROUP in h:
+            raise InvalidInputError(f"checkpoint {h.filename} holds admission/expiry state: resume with the "
+                                    "--admit-after and --expire-after of the run that wrote it")
+
+
 class FeatureFilter(Feature):
     """One rank's admission and expiry state (see the module docstring). ``coll``: Collectives;
     ``admit_after``: K; ``expire_after``: B (0 = never); ``sketch_width``: w (a power of two);

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..errors import InvalidInputError
 from ..gpu import Placement
-from ._admission import FeatureFilter
+from ._admission import FeatureFilter, NoFeatureFilter
 from ._backend import HostBackend
 from ._control import TrainingControl, best_dir, run_name
 from ._control_feature import ControlFeature
@@ -68,6 +68,8 @@ def features(cfg, coll, feed, sync, dense, hot, opts, row_width: int, predict, l
     out = [sync, dense]
     if tc.admit_after > 1 or tc.expire_after:
         out.append(FeatureFilter(coll, tc.admit_after, tc.expire_after, tc.admit_sketch_width, window=WINDOW))
+    else:   # a resume refuses a checkpoint with admission/expiry state, as that feature refuses one without
+        out.append(NoFeatureFilter())
     if tc.fae is not None:
         fae = FaeOptions(tc.fae, tc.hot_bytes, tc.fae_sample_rate, tc.fae_holdout, tc.minibatch_size, tc.seed,
                          tc.batch_size)
