@@ -65,3 +65,22 @@ def test_the_trainer_finds_the_same_directory_unwritable(unwritable):
         check_outputs(TrainConfig(export=str(unwritable / "m")))
     check_writable("--out", unwritable.parent / "fine.csv", is_dir=False)  # its parent is fine
     assert os.listdir(unwritable.parent) == ["locked"]  # the tries leave nothing behind
+
+
+def test_a_failed_run_leaves_out_as_it_was_and_the_data_is_never_out(model, tmp_path, capsys):
+    """The scores go to a temporary file renamed over --out at the end: a run that fails (a malformed line
+    under --strict, after good batches) leaves an existing --out as it was and nothing beside it; --out
+    naming a --data file is refused before anything is written (it was truncated to a header)."""
+    data = tmp_path / "d.csv"
+    data.write_text((model / "a.csv").read_text() + "2,s1,0.5\n")   # a bad label on the last line
+    out = tmp_path / "keep.csv"
+    out.write_text("precious\n")
+    argv = ["--model-dir", str(model / "model"), "--data", str(data), "--batch-size", "100", "--strict"]
+    assert predict_main([*argv, "--out", str(out)]) == 2
+    assert out.read_text() == "precious\n" and sorted(p.name for p in tmp_path.iterdir()) == ["d.csv", "keep.csv"]
+    before = data.read_text()
+    assert predict_main([*argv, "--out", str(data)]) == 2
+    assert "is one of the --data files" in capsys.readouterr().err and data.read_text() == before
+    good = ["--model-dir", str(model / "model"), "--data", str(model / "a.csv")]
+    assert predict_main([*good, "--out", str(out)]) == 0     # success replaces it
+    assert out.read_text().startswith("label,probability\n") and len(out.read_text().splitlines()) == 601

@@ -16,13 +16,14 @@ job's own evaluation scored it with, so the Predictor reproduces the job's eval 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
 from ..data import DEFAULT_MAX_MALFORMED, Batch, ReaderStats, column_names, is_converted, open_dataset
-from ..data import converted_source
+from ..data import converted_source, expand_paths
 from ..errors import InvalidInputError, StoreFormatError
 from ..mem import RowInitializer
 from ..metrics import auc as auc_score
@@ -143,19 +144,30 @@ class Predictor:
     def write_csv(self, data, out, batch_size: int = DEFAULT_BATCH, **read) -> dict:
         """Score ``data`` into the CSV file ``out`` (``label,probability`` per valid example, in input
         order; only ``probability`` when the data has no labels), batch by batch. Returns
-        ``{"examples", "malformed", "auc"}`` (auc None without labels or with one class)."""
+        ``{"examples", "malformed", "auc"}`` (auc None without labels or with one class). The scores go
+        into a temporary file beside ``out``, renamed over it once every example is scored: a run that
+        fails leaves ``out`` as it was. Raises InvalidInputError when ``out`` is one of the data files."""
+        out = Path(out)
+        if any(out.resolve() == p.resolve() for p in expand_paths(data)):
+            raise InvalidInputError(f"--out {out} is one of the --data files: the scores would replace the data; "
+                                    "give another file")
         labelled = self._read_options(data)[2]
         labels, probs, n = [], [], 0
-        with open(out, "w") as f:
-            f.write("label,probability\n" if labelled else "probability\n")
-            for b in self.batches(data, batch_size, **read):
-                p = self.predict_batch(b)
-                cols = np.column_stack([b.labels, p]) if labelled else p[:, None]
-                np.savetxt(f, cols, fmt=["%d", "%.9g"] if labelled else ["%.9g"], delimiter=",")
-                n += len(b)
-                if labelled:
-                    labels.append(b.labels)
-                    probs.append(p)
+        tmp = out.with_name(f".{out.name}.hps-tmp-{os.getpid()}")
+        try:
+            with open(tmp, "w") as f:
+                f.write("label,probability\n" if labelled else "probability\n")
+                for b in self.batches(data, batch_size, **read):
+                    p = self.predict_batch(b)
+                    cols = np.column_stack([b.labels, p]) if labelled else p[:, None]
+                    np.savetxt(f, cols, fmt=["%d", "%.9g"] if labelled else ["%.9g"], delimiter=",")
+                    n += len(b)
+                    if labelled:
+                        labels.append(b.labels)
+                        probs.append(p)
+            os.replace(tmp, out)
+        finally:
+            tmp.unlink(missing_ok=True)  # ours; gone already when the rename made it ``out``
         auc = None
         if labelled and n:
             y = np.concatenate(labels)
