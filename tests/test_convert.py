@@ -195,6 +195,20 @@ def test_column_options_must_match_the_conversion(tmp_path):
     assert open_dataset(tmp_path / "out", "parquet", 10, dense_columns=["x"]).n_dense == 1
 
 
+def test_data_standardized_with_its_own_statistics_is_refused_where_others_are_given(tmp_path):
+    """A conversion standardizes with its own data's statistics; read as eval or scoring data of a job that
+    trained on another (the training data's statistics given), it would be on another scale: refused."""
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    a, b = _csv(tmp_path / "a"), _csv(tmp_path / "b", n=500)   # other rows: other statistics
+    for src, out in ((a, "ca"), (b, "cb")):
+        convert("csv", src, tmp_path / out, {"dense_columns": ["x"], "dense_transform": "standardize"},
+                max_malformed=0.1)
+    stats = open_dataset(tmp_path / "ca", "parquet", 10).dense_stats
+    assert open_dataset(tmp_path / "ca", "parquet", 10, dense_stats=stats).n_dense == 1   # its own: fine
+    with pytest.raises(InvalidInputError, match="standardized .* with its own dense statistics"):
+        open_dataset(tmp_path / "cb", "parquet", 10, dense_stats=stats)
+
+
 def test_a_model_trained_from_a_conversion_scores_raw_and_converted_data_alike(tmp_path, criteo):
     from hps.predict import Predictor
 

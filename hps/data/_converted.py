@@ -144,6 +144,13 @@ class ConvertedReader(TextReader):
             raise InvalidInputError(f"{self.paths[0].parent}: converted with --dense-transform {done}, not "
                                     f"{dense_transform}: convert the source again to change it")
         self.dense_transform, self.dense_stats = done, src.get("dense_stats")
+        if dense_stats is not None and done == "standardize" and dense_stats != self.dense_stats:
+            # the training data's statistics (eval data, predict): the stored values were standardized with
+            # other ones, so they would be scored on another scale
+            raise InvalidInputError(f"{self.paths[0].parent} was standardized (--dense-transform standardize) "
+                                    "with its own dense statistics, not those of the training data: give its "
+                                    "source data (standardized with the training data's), or convert it without "
+                                    "--dense-transform")
         self.categorical_columns = list(src.get("categorical_columns") or [])
         self.dense_columns = list(src.get("dense_columns") or [])
         self.label = label
