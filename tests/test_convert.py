@@ -187,6 +187,19 @@ def test_a_failed_conversion_leaves_out_as_it_was(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt"]
 
 
+def test_out_in_a_missing_directory_or_the_working_directory(tmp_path, criteo, capsys, monkeypatch):
+    """--out a/b/c without a/b: one line naming the directory (it was an OSError naming a temporary path);
+    --out . (empty): the conversion goes there (it converted everything, then failed to remove ".")."""
+    assert convert_main(["--format", "criteo", "--data", str(criteo), "--out", str(tmp_path / "a" / "b" / "c"),
+                         "--max-malformed", "0.1", "--no-progress"]) == 2
+    assert f"its directory {tmp_path / 'a' / 'b'} does not exist" in capsys.readouterr().err
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    assert convert_main(["--format", "criteo", "--data", str(criteo), "--out", ".", "--max-malformed", "0.1",
+                         "--no-progress"]) == 0
+    assert open_dataset(tmp_path / "here", "parquet", 10).rows > 0
+
+
 def test_column_options_must_match_the_conversion(tmp_path):
     src = _csv(tmp_path)
     convert("csv", src, tmp_path / "out", {"dense_columns": ["x"]}, max_malformed=0.1)

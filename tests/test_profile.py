@@ -103,3 +103,27 @@ def test_cli_writes_the_profile_and_reports_the_interval(tmp_path, capsys):
         import h5py
         h5py.File(tmp_path / "x.h5", "w").close()
         read_profile(tmp_path / "x.h5")
+
+
+def test_an_out_that_cannot_be_written_stops_before_the_profiling_and_a_failed_write_keeps_the_old(
+        tmp_path, capsys, monkeypatch):
+    """--out in a missing directory or naming a directory: one line, exit 2, before any work (it was
+    h5py's traceback after the profiling); the file is written beside and renamed, so a write that fails
+    leaves an existing profile as it was."""
+    job = ["--rows", "2000", "--fields", "2", "--vocab-per-field", "300", "--hot-bytes", "4KiB"]
+    for out, why in ((tmp_path / "missing" / "p.h5", "does not exist"), (tmp_path, "is a directory")):
+        assert main([*job, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert why in err and err.count("\n") == 1
+    out = tmp_path / "p.h5"
+    out.write_bytes(b"an earlier profile")
+    import hps.profile._profile as P
+
+    def broken(path, prof):
+        open(path, "wb").write(b"half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(P, "_write_profile", broken)
+    with pytest.raises(OSError):
+        P.write_profile(out, None)
+    assert out.read_bytes() == b"an earlier profile" and sorted(p.name for p in tmp_path.iterdir()) == ["p.h5"]

@@ -209,7 +209,9 @@ def convert(fmt: str, data, out, options: dict | None = None, *, rows_per_file: 
     ``out`` (see the module docstring); ``rows_per_file``: rows per file (None:
     ``DEFAULT_ROWS_PER_FILE``); ``progress``: a callable taking rows written so far (or None).
     Returns the manifest. Raises InvalidInputError (bad ``out``, bad data) before ``out`` changes."""
-    out = Path(out)
+    out = Path(out).resolve()   # "." too: the conversion is assembled beside out, in its parent
+    if not out.parent.is_dir():
+        raise InvalidInputError(f"--out {out}: its directory {out.parent} does not exist; create it first")
     options = dict(options or {})
     rows_per_file = DEFAULT_ROWS_PER_FILE if rows_per_file is None else rows_per_file
     if int(rows_per_file) < 1:

@@ -16,13 +16,13 @@ job's own evaluation scored it with, so the Predictor reproduces the job's eval 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
 from ..data import DEFAULT_MAX_MALFORMED, Batch, ReaderStats, column_names, is_converted, open_dataset
+from .._written import written_whole
 from ..data import converted_source, expand_paths
 from ..errors import InvalidInputError, StoreFormatError
 from ..mem import RowInitializer
@@ -153,21 +153,16 @@ class Predictor:
                                     "give another file")
         labelled = self._read_options(data)[2]
         labels, probs, n = [], [], 0
-        tmp = out.with_name(f".{out.name}.hps-tmp-{os.getpid()}")
-        try:
-            with open(tmp, "w") as f:
-                f.write("label,probability\n" if labelled else "probability\n")
-                for b in self.batches(data, batch_size, **read):
-                    p = self.predict_batch(b)
-                    cols = np.column_stack([b.labels, p]) if labelled else p[:, None]
-                    np.savetxt(f, cols, fmt=["%d", "%.9g"] if labelled else ["%.9g"], delimiter=",")
-                    n += len(b)
-                    if labelled:
-                        labels.append(b.labels)
-                        probs.append(p)
-            os.replace(tmp, out)
-        finally:
-            tmp.unlink(missing_ok=True)  # ours; gone already when the rename made it ``out``
+        with written_whole(out) as tmp, open(tmp, "w") as f:
+            f.write("label,probability\n" if labelled else "probability\n")
+            for b in self.batches(data, batch_size, **read):
+                p = self.predict_batch(b)
+                cols = np.column_stack([b.labels, p]) if labelled else p[:, None]
+                np.savetxt(f, cols, fmt=["%d", "%.9g"] if labelled else ["%.9g"], delimiter=",")
+                n += len(b)
+                if labelled:
+                    labels.append(b.labels)
+                    probs.append(p)
         auc = None
         if labelled and n:
             y = np.concatenate(labels)

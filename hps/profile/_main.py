@@ -6,8 +6,9 @@ Exit codes as ``python -m hps.train``: 0 done, 2 bad input, 1 failure.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-from ..cli import build_profile_parser
+from ..cli import build_profile_parser, check_writable
 from ..config import DataConfig, ModelOptions, parse_bytes
 from ..data import format_options
 from ..errors import HpsError, InvalidInputError
@@ -27,6 +28,7 @@ def run(args) -> int:
     data_opts = {k: getattr(args, k) for k in ("format", "data", "rows", "fields", "vocab_per_field", "zipf",
                                                 "n_dense", "libsvm_fields", "label_column") if hasattr(args, k)}
     d = DataConfig(**data_opts)
+    check_writable("--out", Path(args.out), is_dir=False)   # before the profiling, not after it
     row_bytes = args.row_bytes if args.row_bytes is not None else default_row_bytes()
     prof = profile(d.data, d.format, parse_bytes(args.hot_bytes), row_bytes, args.sample_rate, args.confidence,
                    args.exact, args.seed, format_options(d, args.seed, args.batch_size), args.chunks,

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 
 from .._options import PROFILE_CONFIDENCE, PROFILE_SAMPLE_RATE
+from .._written import written_whole
 from ..data import open_dataset
 from ..errors import InvalidInputError
 from ..mem import unique_counts
@@ -164,7 +165,13 @@ _ARRAYS = ("hot_keys", "hot_counts")
 
 
 def write_profile(path, prof: Profile) -> None:
-    """Write ``prof`` as HDF5 to ``path`` (replaced if it exists)."""
+    """Write ``prof`` as HDF5 to ``path``: into a temporary file beside it, renamed over ``path`` once
+    whole (an existing file is replaced then, never left half-written)."""
+    with written_whole(path) as tmp:
+        _write_profile(tmp, prof)
+
+
+def _write_profile(path, prof: Profile) -> None:
     import h5py
 
     with h5py.File(path, "w") as f:
