@@ -127,3 +127,21 @@ def test_an_out_that_cannot_be_written_stops_before_the_profiling_and_a_failed_w
     with pytest.raises(OSError):
         P.write_profile(out, None)
     assert out.read_bytes() == b"an earlier profile" and sorted(p.name for p in tmp_path.iterdir()) == ["p.h5"]
+
+
+def test_csv_columns_are_read_as_the_training_run_reads_them(tmp_path):
+    """--ignore-columns / --dense-columns as hps.train's: the profile's hot keys are keys of the model
+    (without them every column was hashed as a field: no hot key was one the run trained)."""
+    from hps.train import load_export
+    from hps.train import main as train_main
+
+    rng = np.random.default_rng(0)
+    rows = [f"{i},{rng.integers(0, 2)},s{rng.zipf(1.5) % 50},{rng.random():.3f}" for i in range(3000)]
+    (tmp_path / "d.csv").write_text("id,click,site,x\n" + "\n".join(rows) + "\n")
+    cols = ["--ignore-columns", "id", "--dense-columns", "x"]
+    assert main(["--data", str(tmp_path / "d.csv"), *cols, "--hot-bytes", "4KiB", "--sample-rate", "100",
+                 "--out", str(tmp_path / "p.h5")]) == 0
+    assert train_main(["--data", str(tmp_path / "d.csv"), *cols, "--batch-size", "1000", "--minibatch-size", "250",
+                       "--no-progress", "--export", str(tmp_path / "m")]) == 0
+    hot = read_profile(tmp_path / "p.h5").hot_keys
+    assert hot.shape[0] > 0 and np.isin(hot, load_export(tmp_path / "m")[0]).all()

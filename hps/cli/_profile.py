@@ -40,6 +40,11 @@ def build_parser() -> ArgumentParser:
     for flag, typ in (("--rows", int), ("--fields", int), ("--vocab-per-field", int), ("--zipf", float),
                       ("--n-dense", int), ("--libsvm-fields", int), ("--label-column", str)):
         g.add_argument(flag, type=typ, default=S)
+    # the columns as the training run reads them, or its keys are not the profile's
+    g.add_argument("--ignore-columns", default=S, help="csv, parquet: columns to drop, comma separated")
+    g.add_argument("--dense-columns", default=S, help="csv, parquet: numeric columns, comma separated")
+    g.add_argument("--categorical-columns", default=S, help="csv, parquet: the fields in order, comma separated")
+    g.add_argument("--int-as-categorical", action="store_true", default=S, help="criteo: also bucketize the integers")
     g.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
                    help="synthetic: the training run's --batch-size (the data is generated per batch)")
     return p

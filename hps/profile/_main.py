@@ -26,7 +26,11 @@ def default_row_bytes() -> int:
 
 def run(args) -> int:
     data_opts = {k: getattr(args, k) for k in ("format", "data", "rows", "fields", "vocab_per_field", "zipf",
-                                                "n_dense", "libsvm_fields", "label_column") if hasattr(args, k)}
+                                                "n_dense", "libsvm_fields", "label_column", "int_as_categorical")
+                 if hasattr(args, k)}
+    for k in ("ignore_columns", "dense_columns", "categorical_columns"):  # comma separated, as hps.train's
+        if hasattr(args, k):
+            data_opts[k] = tuple(c.strip() for c in getattr(args, k).split(",") if c.strip())
     d = DataConfig(**data_opts)
     check_writable("--out", Path(args.out), is_dir=False)   # before the profiling, not after it
     row_bytes = args.row_bytes if args.row_bytes is not None else default_row_bytes()
