@@ -6,6 +6,7 @@ cannot tell for root, read-only mounts or immutable directories."""
 import os
 import subprocess
 
+import numpy as np
 import pytest
 
 from hps.errors import InvalidInputError
@@ -84,3 +85,12 @@ def test_a_failed_run_leaves_out_as_it_was_and_the_data_is_never_out(model, tmp_
     good = ["--model-dir", str(model / "model"), "--data", str(model / "a.csv")]
     assert predict_main([*good, "--out", str(out)]) == 0     # success replaces it
     assert out.read_text().startswith("label,probability\n") and len(out.read_text().splitlines()) == 601
+
+
+def test_predictor_rows_take_a_list_of_keys(model):
+    from hps import Predictor
+
+    pred = Predictor(model / "model")
+    rows, found = pred.rows([1, 2])   # a list indexed by the found mask raised TypeError
+    assert rows.shape[0] == 2 and found.shape == (2,)
+    np.testing.assert_array_equal(rows, pred.rows(np.array([1, 2], np.uint64))[0])

@@ -378,3 +378,25 @@ def test_page_cache_modes_read_the_same_rows(tmp_path, mode):
                 np.testing.assert_array_equal(s.load(q)[0], rows_for(q))
         finally:
             shutil.rmtree(path, ignore_errors=True)
+
+
+def test_load_into_refuses_rows_outside_out_and_bad_arguments_are_typed(tmp_path):
+    """load_into's ``at`` is checked against ``out`` (the read path writes unchecked: row 2 of a 1-row view
+    was written into its parent, and -1 wrapped); arguments that are no numbers, and a compaction after
+    close, raise hps errors as the other calls do."""
+    s = SSDStore(tmp_path / "s", 3)
+    s.dump(np.array([7], np.uint64), np.full((1, 3), 9, np.float32))
+    big = np.zeros((4, 3), np.float32)
+    for at in ([2], [-1]):
+        with pytest.raises(InvalidInputError, match=r"at in \[0, 1\)"):
+            s.load_into(np.array([7], np.uint64), big[:1], np.array(at))
+    assert not big.any()
+    assert s.load_into(np.array([7], np.uint64), big, np.array([2])).tolist() == [True] and big[2, 0] == 9
+    with pytest.raises(InvalidInputError, match="chunk_rows"):
+        list(s.iter_rows(chunk_rows=0))
+    s.close()
+    with pytest.raises(StoreError, match="is closed"):
+        s.compact()
+    for kw in ({"dim": "a"}, {"dim": 0}, {"dim": 3, "rows_per_file": 2.5}):
+        with pytest.raises(InvalidInputError):
+            SSDStore(tmp_path / "t", **kw)

@@ -429,3 +429,22 @@ def test_cpu_table_faults_its_slot_arrays_in_when_built():
     assert touched < 8, f"{touched} page faults while inserting into a new table"
     got, found = table.get(keys[::4096])
     assert found.all() and (got == 1).all()
+
+
+def test_arguments_that_are_no_numbers_and_capacities_no_machine_holds_are_typed_errors():
+    from hps.errors import InvalidInputError
+
+    for args in (("abc", 2), (float("inf"), 2), (4, 0), (2.5, 2)):
+        with pytest.raises(InvalidInputError, match="must be a positive integer"):
+            HashTable(*args)
+    with pytest.raises(InvalidInputError, match="max_load_factor"):
+        HashTable(4, 2, max_load_factor="x")
+    with pytest.raises(InvalidInputError, match="more than this machine can allocate"):
+        HashTable(2**62, 2)
+    t = HashTable(4, 2)
+    t.insert(np.arange(3, dtype=np.uint64), np.ones((3, 2), np.float32))
+    with pytest.raises(InvalidInputError, match="the table is unchanged"):
+        t.reserve(2**62)
+    with pytest.raises(InvalidInputError, match="must be a positive integer"):
+        t.reserve("x")
+    assert len(t) == 3 and t.get(np.arange(3, dtype=np.uint64))[1].all()

@@ -22,6 +22,7 @@ from typing import Iterator
 import numpy as np
 
 from ..data import DEFAULT_MAX_MALFORMED, Batch, ReaderStats, column_names, is_converted, open_dataset
+from .._keys import as_keys
 from .._written import written_whole
 from ..data import converted_source, expand_paths
 from ..errors import InvalidInputError, StoreFormatError
@@ -80,6 +81,7 @@ class Predictor:
     def rows(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Parameter rows of ``keys`` (u,) uint64 -> ``(rows (u, row_params) float32, found (u,) bool)``;
         keys not in the export get the ``unknown`` default. Host arrays; blocking."""
+        keys = as_keys(keys)   # a list too: indexed by the found mask below
         rows, found = self.table.get(keys)
         if self.unknown == "init" and not found.all():
             rows[~found] = self._init(keys[~found])

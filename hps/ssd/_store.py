@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._checks import positive_int
 from .._keys import as_keys, check_rows
 from ..errors import InvalidInputError, StoreError
 from . import _format as F
@@ -100,14 +101,10 @@ class SSDStore:
     def __init__(self, path, dim: int, dtype=np.float32, rows_per_file: int = 65536, *,
                  options: SSDOptions | None = None, env=None):
         self.path = os.fspath(path)
-        self.dim = int(dim)
+        self.dim = positive_int(dim, "dim")
         self.dtype = np.dtype(dtype)
-        self.rows_per_file = int(rows_per_file)
+        self.rows_per_file = positive_int(rows_per_file, "rows_per_file")
         self.options = options if options is not None else SSDOptions()
-        if self.dim < 1:
-            raise InvalidInputError(f"dim must be >= 1, got {dim}")
-        if self.rows_per_file < 1:
-            raise InvalidInputError(f"rows_per_file must be >= 1, got {rows_per_file}")
         self._code = F.dtype_code(self.dtype)
         self._disk_dtype = F.DTYPE_CODES[self._code]
         self._dump_mu = threading.Lock()
@@ -195,9 +192,14 @@ class SSDStore:
         dtype is its disk dtype."""
         k = as_keys(keys)
         at = np.asarray(at, dtype=np.int64)
+        if not isinstance(out, np.ndarray) or not out.flags.writeable:
+            raise InvalidInputError(f"load_into needs out a writable NumPy array, got {type(out).__name__}")
         if at.shape != k.shape or out.ndim != 2 or out.shape[1] != self.dim or out.dtype != self.dtype:
             raise InvalidInputError(f"load_into needs at of shape {k.shape} and out of (m, {self.dim}) "
                                     f"{self.dtype}; got at {at.shape}, out {out.shape} {out.dtype}")
+        if k.shape[0] and (int(at.min()) < 0 or int(at.max()) >= out.shape[0]):  # the read path writes unchecked
+            raise InvalidInputError(f"load_into needs at in [0, {out.shape[0]}) (rows of out), got "
+                                    f"{int(at.min())}..{int(at.max())}")
         if out.dtype == self._disk_dtype and out.flags.c_contiguous:
             return self._read_into(k, out, at)
         tmp = np.zeros((k.shape[0], self.dim), dtype=self._disk_dtype)
@@ -224,6 +226,7 @@ class SSDStore:
     def iter_rows(self, chunk_rows: int = 1 << 16):
         """Yield (keys (m,) uint64, rows (m, dim)) chunks of every live row, file by file: a snapshot
         of the dumps acknowledged before the call (files stay readable until the generator ends)."""
+        chunk_rows = positive_int(chunk_rows, "chunk_rows")
         keys, loc, files = self._cat.snapshot(self.path)
         nread = 0
         try:
@@ -238,7 +241,9 @@ class SSDStore:
             self._unlink(self._cat.release(files.values(), nread))
 
     def compact(self) -> int:
-        """Merge every file more than ``stale_fraction`` stale now -> number of files removed."""
+        """Merge every file more than ``stale_fraction`` stale now -> number of files removed. Raises
+        StoreError on a closed store, as the other data calls do."""
+        self._cat.reserve(0, self.path)   # raises on a closed store
         return self._compactor.run(force=True)
 
     def index_bytes(self, n_more: int = 0) -> int:

@@ -53,6 +53,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._checks import allocated, positive_int, unit_fraction
 from ..errors import HashTableFullError, InvalidInputError, InvalidTypeError
 from ._cache import CacheOps
 from ._rows import RowOps
@@ -110,12 +111,8 @@ class HashTable(CacheOps, RowOps):
 
     def __init__(self, capacity: int, dim: int, device: str = "cpu", dtype=np.float32,
                  max_load_factor: float = DEFAULT_MAX_LOAD_FACTOR):
-        if int(capacity) != capacity or capacity <= 0:
-            raise InvalidInputError(f"capacity must be a positive integer, got {capacity!r}")
-        if int(dim) != dim or dim <= 0:
-            raise InvalidInputError(f"dim must be a positive integer, got {dim!r}")
-        if not 0.0 < max_load_factor <= 1.0:
-            raise InvalidInputError(f"max_load_factor must be in (0, 1], got {max_load_factor!r}")
+        capacity, dim = positive_int(capacity, "capacity"), positive_int(dim, "dim")
+        max_load_factor = unit_fraction(max_load_factor, "max_load_factor")
         try:
             dt = np.dtype(dtype)
         except TypeError as e:
@@ -125,7 +122,9 @@ class HashTable(CacheOps, RowOps):
         self._dim, self._dtype = int(dim), dt
         self._max_load_factor = float(max_load_factor)
         self._set_capacity(int(capacity))
-        self._impl = _make_impl(device, slots_for(self._capacity, self._max_load_factor), self._dim, dt)
+        n_slots = slots_for(self._capacity, self._max_load_factor)
+        self._impl = allocated(lambda: _make_impl(device, n_slots, self._dim, dt),
+                               f"capacity {capacity:,} needs {n_slots:,} slots of {self._dim} x {dt}")
         self._size = 0
         self._tombstones = 0
         self._maybe_new = 0      # keys of asynchronous inserts not yet settled (upper bound of new ones)
@@ -312,8 +311,7 @@ class HashTable(CacheOps, RowOps):
         The entries move on the table's device (no host round trip); the new slot array is allocated
         before anything changes, so an allocation failure leaves the table as it was. Needs, for a
         moment, the old and the new slot arrays plus ``len(self)`` rows of scratch. Blocking."""
-        if int(capacity) != capacity or capacity <= 0:
-            raise InvalidInputError(f"capacity must be a positive integer, got {capacity!r}")
+        capacity = positive_int(capacity, "capacity")
         with self._lock:
             if capacity <= self._capacity:
                 return
@@ -321,7 +319,8 @@ class HashTable(CacheOps, RowOps):
             self._check_no_view("reserve")
             n_slots = slots_for(int(capacity), self._max_load_factor)
             if n_slots != self._impl.n_slots:   # on the CPU all but the rows' copy before the row path waits
-                plan = (self._impl.regrow(n_slots),) if self.device == "cpu" else ()
+                plan = allocated(lambda: (self._impl.regrow(n_slots),) if self.device == "cpu" else (),
+                                 f"capacity {capacity:,} needs {n_slots:,} slots (the table is unchanged)")
                 with self._rows:
                     self._rebuild(n_slots, *plan)
             self._set_capacity(int(capacity))
