@@ -145,3 +145,15 @@ def test_csv_columns_are_read_as_the_training_run_reads_them(tmp_path):
                        "--no-progress", "--export", str(tmp_path / "m")]) == 0
     hot = read_profile(tmp_path / "p.h5").hot_keys
     assert hot.shape[0] > 0 and np.isin(hot, load_export(tmp_path / "m")[0]).all()
+    # the profile records how it read the data; --fae refuses one read otherwise than its run reads
+    assert main(["--data", str(tmp_path / "d.csv"), "--hot-bytes", "4KiB", "--sample-rate", "100",
+                 "--out", str(tmp_path / "q.h5")]) == 0
+    job = ["--data", str(tmp_path / "d.csv"), *cols, "--batch-size", "1000", "--minibatch-size", "250", "--no-progress"]
+    assert train_main([*job, "--fae", str(tmp_path / "q.h5")]) == 2
+    assert train_main([*job, "--fae", str(tmp_path / "p.h5")]) == 0
+    import h5py
+
+    with h5py.File(tmp_path / "q.h5", "a") as f:   # a profile of an older hps: nothing recorded, nothing checked
+        del f.attrs["reader"]
+    assert read_profile(tmp_path / "q.h5").reader == ""
+    assert train_main([*job, "--fae", str(tmp_path / "q.h5")]) == 0

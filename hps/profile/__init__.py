@@ -3,8 +3,8 @@
 from ._estimate import CHUNK_ENTRIES, CHUNKS, ChunkSample, Estimate, search_threshold, t_quantile
 from ._kernels import examples_all_hot
 from ._profile import (PROFILE_FORMAT, PROFILE_VERSION, SAMPLER_BLOCKS, Profile, digest, hot_mask, profile,
-                       read_profile, row_bytes_of, write_profile)
+                       read_profile, reader_record, row_bytes_of, write_profile)
 
-__all__ = ["profile", "Profile", "read_profile", "write_profile", "hot_mask", "digest", "row_bytes_of",
+__all__ = ["profile", "Profile", "read_profile", "write_profile", "hot_mask", "digest", "reader_record", "row_bytes_of",
            "examples_all_hot", "ChunkSample", "Estimate", "search_threshold", "t_quantile", "CHUNKS",
            "CHUNK_ENTRIES", "SAMPLER_BLOCKS", "PROFILE_FORMAT", "PROFILE_VERSION"]

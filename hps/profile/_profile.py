@@ -69,6 +69,7 @@ class Profile:
     seed: int
     seconds: float              # profiling wall time (without the exact pass)
     actual: int | None = None   # with exact: keys of the whole data at threshold_fraction
+    reader: str = ""            # the reader options that shaped the keys (reader_record; "": not recorded)
 
     @property
     def inside(self) -> bool | None:
@@ -145,7 +146,7 @@ def profile(data, fmt: str, hot_bytes: int, row_bytes: int, sample_rate: float =
                    float(confidence), float(sample_rate), 0 if sample.exact else sample.n, sample.m,
                    int(logged.shape[0]), logged_hot, int(offsets.shape[0] - 1), total,
                    float(hot_inputs.mean()), budget, int(row_bytes), int(hot_bytes), bool(truncated), int(seed),
-                   time.perf_counter() - t0)
+                   time.perf_counter() - t0, reader=reader_record(fmt, opts))
     if exact:
         prof.actual = exact_hot_size(data, fmt, opts, est.cutoff, total)
     return prof
@@ -200,13 +201,23 @@ def read_profile(path) -> Profile:
                                     f"up to {PROFILE_VERSION}: upgrade hps or profile again")
         vals = {name: np.asarray(f[name][...]) for name in _ARRAYS}
         for fl in fields(Profile):
-            if fl.name not in _ARRAYS:
+            if fl.name not in _ARRAYS and (fl.name in f.attrs or fl.name != "reader"):  # older: no reader
                 v = f.attrs[fl.name]
                 vals[fl.name] = v.item() if hasattr(v, "item") else v
     if vals["actual"] == -1:
         vals["actual"] = None
     vals["truncated"] = bool(vals["truncated"])
     return Profile(**vals)
+
+
+def reader_record(fmt: str, fmt_options: dict | None) -> str:
+    """The format and reader options that shape a data set's keys (all but the dense transform), as
+    text a profile records and ``--fae PROFILE`` compares with its run's."""
+    import json
+
+    opts = {k: list(v) if isinstance(v, tuple) else v for k, v in (fmt_options or {}).items()
+            if k != "dense_transform"}
+    return json.dumps({"format": fmt, **opts}, sort_keys=True)
 
 
 def digest(hot_keys: np.ndarray) -> str:

@@ -41,7 +41,7 @@ import numpy as np
 from ..data import Batch, open_dataset, share_bounds
 from ..errors import InvalidInputError
 from ..metrics import logloss as logloss_score
-from ..profile import digest, examples_all_hot, profile, read_profile, row_bytes_of
+from ..profile import digest, examples_all_hot, profile, read_profile, reader_record, row_bytes_of
 from ._features import Feature
 from ._feed import LocalBatch, empty_batch, format_options
 from ._sync import unique_inverse
@@ -304,6 +304,10 @@ class FaeFeature(Feature):
                                    fmt_options=format_options(d, o.seed, o.batch_size))
                 else:
                     prof = read_profile(o.profile)
+                    run = reader_record(d.format, format_options(d, o.seed, o.batch_size))
+                    if prof.reader and prof.reader != run:  # its keys are not this run's
+                        raise InvalidInputError(f"--fae {o.profile} profiled data read as {prof.reader}; this "
+                                                f"run reads {run}: profile again with the run's reader options")
             except InvalidInputError as e:
                 problem = str(e)
         problem = main.allgather(problem)[0]
