@@ -309,3 +309,8 @@ def test_a_resume_takes_the_dense_learning_rate_of_its_command_line(runs, tmp_pa
     other, _ = run_cli(tmp_path, "other", "--epochs", "2", "--checkpoint-dir", str(_copy(ck0, tmp_path / "o")),
                        "--resume", "--dense-lr", "0.05")
     assert max(float(abs(other[2][k] - full[2][k]).max()) for k in full[2]) > 1e-4   # the dense part differs
+
+
+def test_checkpoint_every_without_a_directory_says_it_writes_nothing(tmp_path, capsys):
+    run_cli(tmp_path, "run", "--checkpoint-every", "2")
+    assert "hps: warning: --checkpoint-every without --checkpoint-dir writes no checkpoint" in capsys.readouterr().out

@@ -73,6 +73,9 @@ def _train(cfg, coll, say, log, on_fatal) -> dict:
             f"MEM-PS cache {trainer.memps.cache.capacity_rows:,} rows, SSD-PS {trainer.ssd_dir}")
         for w in trainer.feed.warnings:
             say(f"hps: warning: {w}")
+        tc = cfg.train
+        if tc.checkpoint_every and not tc.checkpoint_dir and tc.consistency != "het":  # het: it sets the cuts
+            say("hps: warning: --checkpoint-every without --checkpoint-dir writes no checkpoint")
         say(trainer.describe_model())
         metrics = trainer.fit()
         exported = None
