@@ -7,6 +7,8 @@
 - **An error is one line.** An unknown flag names the closest real one (difflib); any other argparse
   error (a bad value, a missing flag) is its message alone, not the whole usage text before it. Exit
   code 2, as argparse's.
+
+``comma_names(text)``: a comma-separated flag value (``--dense-columns hour,cnt``) as a tuple of names.
 """
 
 from __future__ import annotations
@@ -55,3 +57,9 @@ def _closest(flag: str, known: list[str]) -> str | None:
     extended = [k for k in known if k.startswith(flag)]
     close = difflib.get_close_matches(flag, extended or known, n=1, cutoff=0.0 if extended else 0.6)
     return close[0] if close else None
+
+
+def comma_names(text) -> tuple:
+    """The names of a comma-separated flag value, blanks dropped (``"a, b,"`` -> ``("a", "b")``;
+    empty or None -> ``()``)."""
+    return tuple(c.strip() for c in text.split(",") if c.strip()) if text else ()

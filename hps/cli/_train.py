@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from .._argparse import ArgumentParser
+from .._argparse import ArgumentParser, comma_names
 from .._options import DEFAULT_BATCH_SIZE, DEFAULT_BUDGET_FRACTION
 from ..config import (COMPRESS_MODES, CONSISTENCIES, DENSE_OPTIMIZERS, DENSE_SYNCS, DEVICES, FORMATS,
                       HET_POLICIES, LR_DECAYS, MODELS, MPI_WAITS, PAGE_CACHE_MODES, SPARSE_OPTIMIZERS,
@@ -221,7 +221,7 @@ def parse_config(argv=None) -> Config:
             values[key] = values[key][0] if len(values[key]) == 1 else tuple(values[key])
     for key in ("ignore_columns", "dense_columns", "categorical_columns"):
         if isinstance(values.get(key), str):
-            values[key] = tuple(c.strip() for c in values[key].split(",") if c.strip())
+            values[key] = comma_names(values[key])
     for key in ("hidden", "bottom_mlp", "top_mlp"):
         if isinstance(values.get(key), str):
             try:

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import sys
 
+from .._argparse import comma_names
 from ..cli import EXIT_BAD_INPUT, EXIT_FAILED, build_convert_parser
 from ..config import DataConfig
 from ..data import format_options
 from ..errors import HpsError, InvalidInputError
 from ._write import convert
-
-
-def _columns(text):
-    return tuple(c.strip() for c in text.split(",") if c.strip()) if text else ()
 
 
 def main(argv=None) -> int:
@@ -22,8 +19,9 @@ def main(argv=None) -> int:
         data = a.data[0] if a.data and len(a.data) == 1 else (tuple(a.data) if a.data else None)
         d = DataConfig(format=a.format, data=data, rows=a.rows, fields=a.fields, vocab_per_field=a.vocab_per_field,
                        zipf=a.zipf, n_dense=a.n_dense, drift=a.drift, label_column=a.label_column,
-                       ignore_columns=_columns(a.ignore_columns), dense_columns=_columns(a.dense_columns),
-                       categorical_columns=_columns(a.categorical_columns) if a.categorical_columns else None,
+                       ignore_columns=comma_names(a.ignore_columns),
+                       dense_columns=comma_names(a.dense_columns),
+                       categorical_columns=comma_names(a.categorical_columns) if a.categorical_columns else None,
                        int_as_categorical=a.int_as_categorical, libsvm_fields=a.libsvm_fields,
                        strict=a.strict, max_malformed=a.max_malformed, readers=a.readers,
                        dense_transform=a.dense_transform)

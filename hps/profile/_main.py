@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from .._argparse import comma_names
 from ..cli import build_profile_parser, check_writable
 from ..config import DataConfig, ModelOptions, parse_bytes
 from ..data import format_options
@@ -30,7 +31,7 @@ def run(args) -> int:
                  if hasattr(args, k)}
     for k in ("ignore_columns", "dense_columns", "categorical_columns"):  # comma separated, as hps.train's
         if hasattr(args, k):
-            data_opts[k] = tuple(c.strip() for c in getattr(args, k).split(",") if c.strip())
+            data_opts[k] = comma_names(getattr(args, k))
     d = DataConfig(**data_opts)
     check_writable("--out", Path(args.out), is_dir=False)   # before the profiling, not after it
     row_bytes = args.row_bytes if args.row_bytes is not None else default_row_bytes()
