@@ -448,3 +448,6 @@ def test_arguments_that_are_no_numbers_and_capacities_no_machine_holds_are_typed
     with pytest.raises(InvalidInputError, match="must be a positive integer"):
         t.reserve("x")
     assert len(t) == 3 and t.get(np.arange(3, dtype=np.uint64))[1].all()
+    for args in (("x", 4, 2), (2, "abc", 2), (0, 4, 2)):   # the partitioned table checks alike
+        with pytest.raises(InvalidInputError, match="must be a positive integer"):
+            PartitionedHashTable(*args)

@@ -27,6 +27,7 @@ import math
 
 import numpy as np
 
+from .._checks import positive_int
 from .._hashing import PART_SALT, group_by_owner, owner_of
 from .._keys import as_keys, check_rows
 from ..errors import HashTableFullError, InvalidInputError
@@ -55,12 +56,8 @@ class PartitionedHashTable(RowOps):
     def __init__(self, n_parts: int, capacity: int, dim: int, device: str = "cpu", dtype=np.float32,
                  max_load_factor: float = DEFAULT_MAX_LOAD_FACTOR, part_capacity: int | None = None,
                  gpus: int | None = None):
-        if int(n_parts) != n_parts or n_parts <= 0:
-            raise InvalidInputError(f"n_parts must be a positive integer, got {n_parts!r}")
-        if int(capacity) != capacity or capacity <= 0:
-            raise InvalidInputError(f"capacity must be a positive integer, got {capacity!r}")
-        self.n_parts = int(n_parts)
-        self._capacity = int(capacity)
+        self.n_parts = positive_int(n_parts, "n_parts")
+        self._capacity = positive_int(capacity, "capacity")
         if part_capacity is None:
             part_capacity = _default_part_capacity(self._capacity, self.n_parts)
         self.part_capacity = int(part_capacity)
@@ -280,8 +277,7 @@ class PartitionedHashTable(RowOps):
         rule for the new capacity), keeping every entry; never shrinks (see :meth:`HashTable.reserve`).
         Parts grow one by one on their devices; if one fails (out of memory) the parts already grown
         keep their entries and the logical capacities stay as they were."""
-        if int(capacity) != capacity or capacity <= 0:
-            raise InvalidInputError(f"capacity must be a positive integer, got {capacity!r}")
+        capacity = positive_int(capacity, "capacity")
         if part_capacity is None:
             part_capacity = _default_part_capacity(int(capacity), self.n_parts)
         pc = int(part_capacity)

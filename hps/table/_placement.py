@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 
+from .._checks import positive_int
 from .._xp import simulated
 from ..errors import InvalidInputError
 
@@ -42,13 +43,9 @@ class Placement:
     """
 
     def __init__(self, n_parts: int, gpus: int | None = None):
-        if int(n_parts) != n_parts or n_parts < 1:
-            raise InvalidInputError(f"n_parts must be a positive integer, got {n_parts!r}")
+        n_parts = positive_int(n_parts, "n_parts")
         visible = visible_gpus()
-        if gpus is None:
-            gpus = max(1, visible)
-        if int(gpus) != gpus or gpus < 1:
-            raise InvalidInputError(f"gpus must be a positive integer, got {gpus!r}")
+        gpus = positive_int(max(1, visible) if gpus is None else gpus, "gpus")
         self.simulated = simulated()
         if gpus > max(1, visible) and not self.simulated:
             raise InvalidInputError(f"--gpus {gpus}: only {visible} GPU(s) visible to this process "
