@@ -121,6 +121,10 @@ def checkpoint_name(index: int) -> str:
     return f"ckpt-{index:08d}"
 
 
+#: The name of a rank's sparse file (:func:`_sparse_name`), in a checkpoint and an export; groups rank, ranks.
+_SHARD = re.compile(r"sparse-rank(\d+)-of-(\d+)\.h5")
+
+
 def _sparse_name(rank: int, size: int) -> str:
     return f"sparse-rank{rank}-of-{size}.h5"
 
@@ -270,8 +274,7 @@ def _prune(root: Path, name: str, keep: int, pinned=()) -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
-_FILE_NAME = re.compile(rf"{re.escape(META_FILE)}|{re.escape(_DENSE)}|{re.escape(EXPORT_META)}|"
-                        r"sparse-rank\d+-of-\d+\.h5")
+_FILE_NAME = re.compile(rf"{re.escape(META_FILE)}|{re.escape(_DENSE)}|{re.escape(EXPORT_META)}|{_SHARD.pattern}")
 
 
 def _is_checkpoint(d: Path) -> bool:

@@ -34,7 +34,6 @@ is still one CorruptionError naming it.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import warnings
 from pathlib import Path
@@ -42,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CorruptionError, InvalidInputError, StoreFormatError
-from ._checkpoint import (_DENSE, _LATEST, BEST_DIR, fsync_path, _read_dense, _sparse_name, last_checkpoint,
+from ._checkpoint import (_DENSE, _LATEST, _SHARD, BEST_DIR, fsync_path, _read_dense, _sparse_name, last_checkpoint,
                           undo_on_error)
 from ._h5out import h5_output
 from ._manifest import (EXPORT_META, EXPORT_VERSION, FILES_KEY, META_FILE, file_record, read_checked, read_meta,
@@ -54,7 +53,6 @@ __all__ = ["export", "export_trained", "read_model", "load_export"]
 TMP_DIR = ".tmp-export"
 #: Export versions this code reads: 1 (no checksums) and EXPORT_VERSION (checksummed model.json).
 READABLE_EXPORTS = (1, EXPORT_VERSION)
-_SHARD = re.compile(r"sparse-rank(\d+)-of-(\d+)\.h5")
 _STEP = 1 << 18  # rows converted at a time
 
 
