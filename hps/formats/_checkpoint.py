@@ -420,8 +420,6 @@ def load(root, coll, store, model, dense_opt, warn=lambda msg: None, extra=None,
         raise InvalidInputError(f"checkpoint {d} holds a {model.name} model of other shapes ({e}); resume "
                                 "with the model options it was written with (--hidden and the model's "
                                 "own, e.g. --cross-layers)") from None
-    if opt is not None and dense_opt is not None:  # its state and step; this job's hyperparameters (its
-        own = dense_opt.state_dict()                # options: a resume with another --dense-lr uses it, as --lr)
-        dense_opt.load_state_dict(dict(opt, **{k: v for k, v in own.items()
-                                                if k not in ("name", "step") and not isinstance(v, dict)}))
+    if opt is not None and dense_opt is not None:  # this job's hyperparameters: another --dense-lr is used, as --lr
+        dense_opt.load_state_dict(opt, hyperparameters=False)
     return dict(meta, path=str(d))

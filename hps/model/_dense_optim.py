@@ -182,13 +182,14 @@ class _DenseOptimizer:
             d[s] = {k: (a.get() if hasattr(a, "get") else np.array(a)) for k, a in self._state[s].items()}
         return d
 
-    def load_state_dict(self, state: dict) -> None:
-        """Restore a :meth:`state_dict` (of the same optimizer kind; hyperparameters are taken too)."""
+    def load_state_dict(self, state: dict, hyperparameters: bool = True) -> None:
+        """Restore a :meth:`state_dict` (of the same optimizer kind); its hyperparameters too, unless
+        ``hyperparameters`` is False (this optimizer's own stay: a resumed job's options)."""
         if state.get("name") != self.name:
             raise InvalidInputError(f"state of optimizer {state.get('name')!r} loaded into {self.name!r}")
         self.t = int(state["step"])
         for k in self._hyper():
-            if k in state:
+            if hyperparameters and k in state:
                 setattr(self, k, tuple(float(b) for b in state[k]) if k == "betas" else float(state[k]))
         self._state = {s: {k: np.array(a) for k, a in state.get(s, {}).items()} for s in self._slots}
         self._tiled = None
