@@ -21,9 +21,9 @@ from typing import Iterator
 
 import numpy as np
 
-from ..data import DEFAULT_MAX_MALFORMED, Batch, ReaderStats, column_names, is_converted, open_dataset
 from .._keys import as_keys
 from .._written import written_whole
+from ..data import DEFAULT_MAX_MALFORMED, Batch, ReaderStats, column_names, is_converted, open_dataset
 from ..data import converted_source, expand_paths
 from ..errors import InvalidInputError, StoreFormatError
 from ..mem import RowInitializer
