@@ -1,9 +1,12 @@
-"""Crash tests: a child process dumps in a loop (optionally compacting) and is killed with SIGKILL at
-random moments; every reopen must return every acknowledged row with its newest value.
+"""Crash tests: a child process dumps and deletes in a loop (optionally compacting) and is killed with
+SIGKILL at random moments; every reopen must return every acknowledged row with its newest value, and
+none of an acknowledged delete's keys.
 
-The child prints ``ACK <gen> <k1,k2,...>;`` only after ``dump`` returned. Row values encode (gen, key),
-so the parent can tell which dump a recovered row came from. A key may also hold the value of the one
-dump that was in flight at the kill (never acknowledged, possibly durable) - never an older one.
+The child prints ``ACK <gen> <k1,k2,...>;`` only after ``dump`` returned, ``DEL <gen> ...;`` after
+``delete`` did (every third generation). Row values encode (gen, key), so the parent can tell which
+dump a recovered row came from. A key may also hold the value of the one dump that was in flight at
+the kill (never acknowledged, possibly durable), or be gone by the delete in flight - never hold an
+older value (a deleted key's older copies stay in the files until compaction merges them away).
 """
 
 import os
@@ -45,8 +48,11 @@ while True:
     rows[:, 0] = gen
     rows[:, 1] = k
     rows[:, 2] = gen * 7.0 + k
-    s.dump(k, rows)
-    sys.stdout.write("ACK %%d %%s;\n" %% (gen, ",".join(map(str, k.tolist()))))
+    if gen %% 3 == 2:
+        s.delete(k)
+    else:
+        s.dump(k, rows)
+    sys.stdout.write("%%s %%d %%s;\n" %% ("DEL" if gen %% 3 == 2 else "ACK", gen, ",".join(map(str, k.tolist()))))
     sys.stdout.flush()
     if compact and gen %% 5 == 0:
         s.compact()
@@ -79,11 +85,21 @@ def _run_and_kill(path, gen0, compact, rng):
     assert p.returncode == -signal.SIGKILL, err
     acks = []
     for line in lines:
-        if line.startswith("ACK ") and line.endswith(";\n"):
+        if line[:4] in ("ACK ", "DEL ") and line.endswith(";\n"):
             g, ks = line[4:-2].split(" ")
             acks.append((int(g), np.array(ks.split(","), dtype=np.uint64)))
     compactions = sum(1 for line in lines if line.startswith("CMP "))
     return acks, compactions
+
+
+def _deletes(gen) -> bool:
+    return gen % 3 == 2
+
+
+def _keys(gen):
+    """The keys of generation ``gen``, as the child draws them."""
+    rng = np.random.default_rng(gen)
+    return rng.choice(N_KEYS, size=int(rng.integers(1, 400)), replace=False).astype(np.uint64)
 
 
 def _check(path, latest, inflight_gen):
@@ -93,13 +109,16 @@ def _check(path, latest, inflight_gen):
         rows, found = s.load(keys)
         st = s.stats()
         assert st["recovered_rows"] == found.sum()
+    may_go = np.zeros(N_KEYS, dtype=bool)    # the delete in flight may have removed its keys
+    if _deletes(inflight_gen):
+        may_go[_keys(inflight_gen).astype(np.int64)] = True
     acked = latest >= 0
-    assert found[acked].all(), "an acknowledged row was lost"
+    assert found[acked & ~may_go].all(), "an acknowledged row was lost"
     # every row is internally consistent (never torn / wrong data)
     np.testing.assert_array_equal(rows[found, 1], keys[found].astype(np.float64))
     np.testing.assert_array_equal(rows[found, 2], rows[found, 0] * 7.0 + rows[found, 1])
     gens = np.where(found, rows[:, 0], -1).astype(np.int64)
-    ok = (gens == latest) | (gens == inflight_gen)
+    ok = (gens == latest) | (gens == inflight_gen) | (may_go & ~found)
     bad = np.flatnonzero(~ok)
     assert bad.size == 0, (f"key {bad[:5]} holds gen {gens[bad[:5]]}, newest acknowledged "
                            f"{latest[bad[:5]]} (in flight {inflight_gen})")
@@ -113,16 +132,17 @@ def test_sigkill_loses_no_acknowledged_row(tmp_path, compact):
     path = tmp_path / "store"
     latest = np.full(N_KEYS, -1, dtype=np.int64)
     gen0 = 0
-    total_acks = total_cmp = 0
+    total_acks = total_cmp = total_dels = 0
     for _ in range(5):
         acks, n_cmp = _run_and_kill(path, gen0, compact, rng)
         total_cmp += n_cmp
         for g, ks in acks:
-            latest[ks.astype(np.int64)] = g
+            latest[ks.astype(np.int64)] = -1 if _deletes(g) else g
         total_acks += len(acks)
+        total_dels += sum(_deletes(g) for g, _ in acks)
         inflight = (acks[-1][0] + 1) if acks else gen0
         gens = _check(path, latest, inflight)
-        latest = np.maximum(latest, gens)     # the in-flight dump, if it landed, is now the newest
+        latest = gens     # latest or the in-flight dump (_check says so), or gone by the delete in flight
         gen0 = inflight + 1
-    assert total_acks > 10
+    assert total_acks > 10 and total_dels > 3
     assert total_cmp > 0 or not compact

@@ -13,7 +13,9 @@ The file format is documented in :mod:`hps.ssd._format`.
 from ._env import PosixEnv, ScratchEnv
 from ._format import (
     DTYPE_CODES,
+    FLAG_TOMBSTONES,
     FLAG_VERSIONS,
+    FORMAT_TOMBSTONES,
     FORMAT_V1,
     FORMAT_VERSION,
     HEADER_SIZE,
@@ -37,6 +39,7 @@ __all__ = [
     "STORE_MAGIC",
     "FORMAT_VERSION",
     "FORMAT_V1",
+    "FORMAT_TOMBSTONES",
     "HEADER_STRUCT",
     "HEADER_V2_STRUCT",
     "MANIFEST_MAGIC",
@@ -45,5 +48,6 @@ __all__ = [
     "HEADER_SIZE",
     "STORE_STRUCT",
     "FLAG_VERSIONS",
+    "FLAG_TOMBSTONES",
     "DTYPE_CODES",
 ]

@@ -1,8 +1,8 @@
 """``Catalog``: the in-memory state of an open SSD-PS store, and the only owner of it.
 
 It holds the key index (key -> (file seq, slot), a :class:`~hps._index.KeyIndex`), the file table
-(one :class:`FileMeta` per parameter file: stale-row counter, read references, the block crcs),
-the next sequence number and the counters. ``SSDStore``, compaction and recovery change it only
+(one :class:`FileMeta` per parameter or tombstone file: stale-row counter, read references, the
+block crcs), the next sequence number and the counters. ``SSDStore``, compaction and recovery change it only
 through the methods below; none of them does file I/O.
 
 Concurrency: thread-safe. Every method holds the catalog's lock ``_mu`` for O(batch) in-memory work.
@@ -27,15 +27,23 @@ INDEX_START_KEYS = 1024
 
 
 class FileMeta:
-    """One parameter file. ``layout``: its :class:`~hps.ssd._format.Layout`; ``crcs`` (n_blocks,)
-    uint32 block crcs (format 2; None for format 1, whose rows crc is in its header). Mutable fields
-    (stale, refs, obsolete, compacting) change only under the catalog's lock."""
+    """One parameter or tombstone file. ``layout``: its :class:`~hps.ssd._format.Layout`; ``crcs``
+    (n_blocks,) uint32 block crcs (format 2; None for format 1, whose rows crc is in its header, and
+    for tombstone files); ``horizon``: no row of the file is an older copy of a key deleted before
+    this version (a dump's file: its seq; a merged file: the catalog's ``delete_horizon`` when its
+    rows were found live; a file read on open: its lowest row version). Mutable fields (stale,
+    refs, obsolete, compacting) change only under the catalog's lock."""
 
-    __slots__ = ("seq", "layout", "crcs", "stale", "refs", "obsolete", "compacting")
+    __slots__ = ("seq", "layout", "crcs", "horizon", "stale", "refs", "obsolete", "compacting")
 
-    def __init__(self, seq: int, layout: F.Layout, crcs=None, stale: int = 0):
+    def __init__(self, seq: int, layout: F.Layout, crcs=None, stale: int = 0, horizon: int | None = None):
         self.seq, self.layout, self.crcs = seq, layout, crcs
+        self.horizon = seq if horizon is None else horizon
         self.stale, self.refs, self.obsolete, self.compacting = stale, 0, False, False
+
+    @property
+    def tombstones(self) -> bool:
+        return self.layout.tombstones
 
     @property
     def n_rows(self) -> int:
@@ -59,7 +67,8 @@ class Catalog:
         self._index = index
         self._files = files
         self._next_seq = next_seq
-        self._total_rows = sum(f.n_rows for f in files.values())
+        self._delete_horizon = next_seq   # every delete of a lower sequence number is committed
+        self._total_rows = sum(f.n_rows for f in files.values() if not f.tombstones)   # rows on disk
         self._stats = dict(bytes_read=0, bytes_written=0, compactions=0, recovered_rows=0,
                            recovered_files=0, discarded_files=0, compaction_errors=0)
         self._stats.update(stats)
@@ -127,11 +136,13 @@ class Catalog:
                     doomed.append(f.seq)
         return doomed
 
-    def live_mask(self, f: FileMeta, keys) -> np.ndarray:
-        """(n,) bool: which rows of ``f`` (``keys`` = its keys section) are the live copy of their key."""
+    def live_mask(self, f: FileMeta, keys):
+        """-> ((n,) bool: which rows of ``f`` (``keys`` = its keys section) are the live copy of their
+        key, the horizon of a file of those rows: every delete before it was committed)."""
         with self._mu:
             loc, found = self._index.lookup(keys)
-        return found & (loc[:, 0] == f.seq) & (loc[:, 1] == np.arange(keys.shape[0]))
+            horizon = self._delete_horizon
+        return found & (loc[:, 0] == f.seq) & (loc[:, 1] == np.arange(keys.shape[0])), horizon
 
     # -- writes ----------------------------------------------------------------------------------------
     def reserve(self, n_files: int, path) -> int:
@@ -170,7 +181,7 @@ class Catalog:
         """REQUIRES: ``_mu`` held."""
         for f in written:
             self._files[f.seq] = f
-            self._total_rows += f.n_rows
+            self._total_rows += 0 if f.tombstones else f.n_rows
             self._stats["bytes_written"] += f.size
 
     def _add_stale(self, fseqs) -> None:
@@ -181,11 +192,13 @@ class Catalog:
         for s, c in zip(useq.tolist(), counts.tolist()):
             self._files[s].stale += c
 
-    def delete(self, keys, path) -> int:
-        """Drop ``keys`` from the index; their rows become stale (compaction reclaims them) ->
-        keys that were live. REQUIRES: the store's dump lock held (no dump is staged meanwhile)."""
+    def commit_delete(self, tombstones: FileMeta, keys) -> int:
+        """Enter the durable tombstone file of ``keys`` and drop them from the index; their rows become
+        stale (compaction reclaims them) -> keys that were live. REQUIRES: ``changing()`` and the
+        store's dump lock held (no dump is staged meanwhile), the file and manifest durable."""
         with self._mu:
-            self._check_open(path)
+            self._add_files([tombstones])
+            self._delete_horizon = tombstones.seq + 1   # deletes commit in order (the dump lock)
             loc, found = self._index.lookup(keys)
             if found.any():
                 self._index.erase(keys[found])
@@ -206,13 +219,35 @@ class Catalog:
                 return []
             if not force and self._total_rows <= ratio * len(self._index):
                 return []
-            victims = [f for f in self._files.values() if not f.compacting and f.n_rows > 0 and
-                       (f.stale > stale_fraction * f.n_rows or f.version == F.FORMAT_V1)]
+            victims = [f for f in self._files.values() if not f.compacting and f.n_rows > 0 and not f.tombstones
+                       and (f.stale > stale_fraction * f.n_rows or f.version == F.FORMAT_V1)]
             victims.sort(key=lambda f: f.seq)
             for f in victims:
                 f.compacting = True
                 f.refs += 1
             return victims
+
+    def pick_tombstones(self, min_files: int) -> list[FileMeta]:
+        """The tombstone files, marked compacting and referenced, when there are at least ``min_files``."""
+        with self._mu:
+            tombs = [f for f in self._files.values() if f.tombstones and not f.compacting]
+            if self._closed or len(tombs) < max(1, min_files):
+                return []
+            for f in tombs:
+                f.compacting = True
+                f.refs += 1
+            return sorted(tombs, key=lambda f: f.seq)
+
+    def tombstones_needed(self, keys, versions) -> np.ndarray:
+        """(n,) bool: which tombstone entries (key, version) may still hide a row on disk from a
+        reopen: the key has no live row (a live one is newer than every tombstone of its key) and a
+        row file's ``horizon`` is not after the entry (the file may hold an older copy of the key).
+        REQUIRES: no row file is being merged (the compaction's lock held)."""
+        with self._mu:
+            horizon = min((f.horizon for f in self._files.values() if not f.tombstones), default=None)
+            if horizon is None:
+                return np.zeros(keys.shape[0], dtype=np.bool_)
+            return ~self._index.lookup(keys)[1] & (versions >= horizon)
 
     def all_stale(self, f: FileMeta) -> bool:
         with self._mu:
@@ -232,7 +267,7 @@ class Catalog:
                 self._add_stale(new[~still, 0])   # rewritten by a dump meanwhile: the merged copy is stale
             for f in group:
                 del self._files[f.seq]
-                self._total_rows -= f.n_rows
+                self._total_rows -= 0 if f.tombstones else f.n_rows
                 f.compacting = False
                 f.obsolete = True
                 f.refs -= 1
@@ -258,7 +293,8 @@ class Catalog:
         with self._mu:
             live = len(self._index)
             return dict(files=len(self._files), disk_bytes=sum(f.size for f in self._files.values()),
-                        live_rows=live, stale_rows=self._total_rows - live, **self._stats)
+                        live_rows=live, stale_rows=self._total_rows - live,
+                        tombstones=sum(f.n_rows for f in self._files.values() if f.tombstones), **self._stats)
 
     def index_bytes(self, n_more: int = 0, block_rows: int = 1) -> int:
         """DRAM held by the key index and the block crc tables (grows with the table); with

@@ -114,20 +114,27 @@ class FileIO:
         return wait
 
     # -- writing -----------------------------------------------------------------------------------------
-    def write_param(self, seq: int, keys, versions, rows) -> FileMeta:
-        """Write one format-2 parameter file: temp name, fsync, rename into place (directory not
-        fsynced). keys (n,) '<u8', versions (n,) '<u8' or None, rows (n, dim) disk dtype, C order."""
+    def write_param(self, seq: int, keys, versions, rows, horizon: int | None = None) -> FileMeta:
+        """Write one format-2 parameter file, or a tombstone file (format 3) when ``rows`` is None:
+        temp name, fsync, rename into place (directory not fsynced). keys (n,) '<u8', versions (n,)
+        '<u8' or None, rows (n, dim) disk dtype, C order, or None; ``horizon``: see ``FileMeta``."""
         n, bb = keys.shape[0], self.options.block_bytes
-        lay = F.Layout(F.FORMAT_VERSION, n, self.row_bytes, versions is not None, bb)
-        crcs = F.block_crcs(rows, bb)
+        flags = F.FLAG_VERSIONS if versions is not None else 0
+        if rows is None:
+            flags, bb = flags | F.FLAG_TOMBSTONES, 0
+            lay = F.Layout(F.FORMAT_TOMBSTONES, n, self.row_bytes, versions is not None)
+            crcs, rows = None, b""
+        else:
+            lay = F.Layout(F.FORMAT_VERSION, n, self.row_bytes, versions is not None, bb)
+            crcs = F.block_crcs(rows, bb)
         meta = np.zeros(lay.rows_offset - F.HEADER_SIZE, dtype=np.uint8)
         meta[:8 * n] = keys.view(np.uint8)
         if versions is not None:
             meta[lay.versions_offset - F.HEADER_SIZE:][:8 * n] = versions.view(np.uint8)
-        meta[lay.crcs_offset - F.HEADER_SIZE:][:4 * lay.n_blocks] = crcs.astype("<u4").view(np.uint8)
-        flags = F.FLAG_VERSIONS if versions is not None else 0
+        if crcs is not None:
+            meta[lay.crcs_offset - F.HEADER_SIZE:][:4 * lay.n_blocks] = crcs.astype("<u4").view(np.uint8)
         header = F.pack_header(self.code, self.dim, flags, seq, n, F.crc32(meta), bb)
-        pad = lay.size - lay.rows_offset - n * self.row_bytes
+        pad = lay.size - lay.rows_offset - n * self.row_bytes if crcs is not None else 0
         tmp, final = self.p(F.tmp_name(seq)), self.p(F.param_name(seq))
         env = self.env
         try:
@@ -135,7 +142,8 @@ class FileIO:
             try:
                 env.write(h, header)
                 env.write(h, meta)
-                env.write(h, rows)
+                if len(rows):
+                    env.write(h, rows)
                 if pad:
                     env.write(h, bytes(pad))
                 env.fsync(h)
@@ -147,7 +155,7 @@ class FileIO:
         except BaseException:
             self.unlink_quietly([F.tmp_name(seq)])
             raise
-        return FileMeta(seq, lay, crcs)
+        return FileMeta(seq, lay, crcs, horizon=horizon)
 
     def write_manifest(self, next_seq: int, entries) -> None:
         """Replace ``MANIFEST`` by one listing ``entries`` ((n, 2) uint64 (seq, size)): write the temp

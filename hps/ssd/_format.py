@@ -45,6 +45,19 @@ Parameter file, format 2 (little-endian)::
 A load reads only the blocks that hold asked rows (adjacent ones in one read) and checks each
 block's crc; the header, keys, versions and block crcs are checked when the store is opened.
 
+Tombstone file, format 3 (written by ``delete``; the same name pattern, header and keys section)::
+
+    header with format_version 3, flags & FLAG_TOMBSTONES, block_bytes 0 | keys (n,) uint64 |
+    versions (n,) uint64 only when flags & FLAG_VERSIONS (tombstones merged by compaction); no crcs,
+    no rows, no padding: file size = the end of the keys (versions) section. meta_crc = crc32 of
+    bytes [64, file size).
+
+Each entry says "key k has no row as of version v": on open it takes part in the newest-version
+rule like a row, and a key whose newest entry is a tombstone is not in the store. Format-2 readers
+refuse a tombstone file (its version is newer than theirs); a store that never deleted a key holds
+none and stays readable by them. Compaction merges tombstone files into one, dropping the entries
+no older row on disk needs any more (the key has a newer live row, or every row file is newer).
+
 Parameter file, format 1 (read, never written; compaction rewrites it as format 2)::
 
     header (HEADER_STRUCT = ``<8sHHIIQQII``: as above but keys_crc u32 | data_crc u32 in the last
@@ -85,6 +98,8 @@ MANIFEST_MAGIC = b"HPSMANIF"
 FORMAT_V1 = 1
 #: The format this code writes: block checksums, a manifest. Readers refuse newer versions.
 FORMAT_VERSION = 2
+#: Header version of tombstone files (rows-less files of deleted keys); the newest version read.
+FORMAT_TOMBSTONES = 3
 #: Header of a format-1 file: magic, version, dtype code, dim, flags, seq, n_rows, keys_crc, data_crc.
 HEADER_STRUCT = struct.Struct("<8sHHIIQQII")
 #: Header of a format-2 file: magic, version, dtype code, dim, flags, seq, n_rows, meta_crc, block_bytes.
@@ -101,6 +116,8 @@ STORE_STRUCT = struct.Struct("<8sHHI4xI")
 MANIFEST_STRUCT = struct.Struct("<8sH6xQQ")
 #: Header flag: the file has a per-row versions section (files written by compaction).
 FLAG_VERSIONS = 1
+#: Header flag: a tombstone file (format 3): keys (and versions) only, no rows.
+FLAG_TOMBSTONES = 2
 #: dtype code -> dtype of the rows. Written to disk, never renumber.
 DTYPE_CODES = {1: np.dtype("<f4"), 2: np.dtype("<f8"), 3: np.dtype("<f2"), 4: np.dtype("<i4"),
                5: np.dtype("<i8")}
@@ -156,9 +173,9 @@ def _with_crc(body: bytes) -> bytes:
 
 
 def _check_version(version: int, where: str) -> None:
-    if version > FORMAT_VERSION:
+    if version > FORMAT_TOMBSTONES:
         raise StoreFormatError(f"{where}: format version {version} is newer than this reader "
-                               f"({FORMAT_VERSION}); upgrade hps")
+                               f"({FORMAT_TOMBSTONES}); upgrade hps")
 
 
 # -- STORE -------------------------------------------------------------------------------------------
@@ -212,13 +229,19 @@ def align_up(n: int, a: int) -> int:
 
 
 class Layout:
-    """Where the sections of a parameter file lie (both formats).
+    """Where the sections of a parameter file lie (formats 1, 2 and 3, the tombstone files).
 
-    ``versions_offset`` (-1 without versions), ``crcs_offset`` (format 2; -1 in format 1),
-    ``rows_offset``, ``n_blocks`` (format 2; 0 in format 1), ``size`` (the file's bytes)."""
+    ``versions_offset`` (-1 without versions), ``crcs_offset`` (formats 2, 3; -1 in format 1),
+    ``rows_offset`` (a tombstone file's size), ``n_blocks`` (format 2; 0 in formats 1 and 3),
+    ``size`` (the file's bytes)."""
 
     __slots__ = ("version", "n_rows", "row_bytes", "block_bytes", "versions_offset", "crcs_offset",
                  "rows_offset", "n_blocks", "size")
+
+    @property
+    def tombstones(self) -> bool:
+        """A tombstone file (keys of deleted rows, no rows)."""
+        return self.version == FORMAT_TOMBSTONES
 
     def __init__(self, version: int, n_rows: int, row_bytes: int, has_versions: bool, block_bytes: int = 0):
         self.version, self.n_rows, self.row_bytes, self.block_bytes = version, n_rows, row_bytes, block_bytes
@@ -231,6 +254,9 @@ class Layout:
             self.crcs_offset, self.n_blocks = -1, 0
             self.rows_offset = off
             self.size = off + n_rows * row_bytes
+        elif version == FORMAT_TOMBSTONES:
+            self.crcs_offset, self.n_blocks = off, 0
+            self.rows_offset = self.size = off
         else:
             self.crcs_offset = off
             self.n_blocks = -(-(n_rows * row_bytes) // block_bytes)
@@ -240,16 +266,16 @@ class Layout:
 
 def pack_header(code: int, dim: int, flags: int, seq: int, n_rows: int, meta_crc: int,
                 block_bytes: int) -> bytes:
-    """A format-2 header."""
+    """A format-2 header, or format 3 (a tombstone file) when ``flags & FLAG_TOMBSTONES``."""
     buf = bytearray(HEADER_SIZE)
-    HEADER_V2_STRUCT.pack_into(buf, 0, MAGIC, FORMAT_VERSION, code, dim, flags, seq, n_rows, meta_crc,
-                               block_bytes)
+    version = FORMAT_TOMBSTONES if flags & FLAG_TOMBSTONES else FORMAT_VERSION
+    HEADER_V2_STRUCT.pack_into(buf, 0, MAGIC, version, code, dim, flags, seq, n_rows, meta_crc, block_bytes)
     struct.pack_into("<I", buf, HEADER_CRC_OFFSET, crc32(memoryview(buf)[:HEADER_CRC_OFFSET]))
     return bytes(buf)
 
 
 class Header:
-    """Decoded, checked header of a parameter file (format 1 or 2).
+    """Decoded, checked header of a parameter file (format 1, 2 or 3).
 
     ``meta_crc``: crc32 of bytes [HEADER_SIZE, rows_offset); ``data_crc`` (format 1): crc32 of the
     rows section; ``layout``: a :class:`Layout`."""
@@ -271,6 +297,11 @@ class Header:
         row_bytes = dim * DTYPE_CODES[code].itemsize
         if version == FORMAT_V1:
             self.meta_crc, self.data_crc = c1, c2
+            self.layout = Layout(version, n_rows, row_bytes, bool(flags & FLAG_VERSIONS))
+        elif (version == FORMAT_TOMBSTONES) != bool(flags & FLAG_TOMBSTONES):
+            raise CorruptionError(f"{where}: format version {version} with flags {flags}")
+        elif version == FORMAT_TOMBSTONES:
+            self.meta_crc, self.data_crc = c1, 0
             self.layout = Layout(version, n_rows, row_bytes, bool(flags & FLAG_VERSIONS))
         else:
             if c2 < 1 or c2 % ROWS_ALIGN:

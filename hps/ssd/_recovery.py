@@ -4,9 +4,9 @@ Open = take the ``LOCK`` -> check ``STORE`` (dim, dtype, version; written when t
 read ``MANIFEST``: a listed file that is missing or of another size raises CorruptionError naming
 it -> delete temp files and ``.param`` files the manifest does not list (writes whose manifest switch
 never happened, hence never acknowledged) -> read every listed file's header and keys section
-(checksummed) -> for each key keep the row with the highest (version, file seq, slot) -> per-file
-stale counters. A format-1 store (no manifest) takes the files its directory holds, then gets a
-manifest and a format-2 descriptor.
+(checksummed) -> for each key keep the entry with the highest (version, file seq, slot), and the
+key only when that entry is a row, not a tombstone -> per-file stale counters. A format-1 store (no
+manifest) takes the files its directory holds, then gets a manifest and a format-2 descriptor.
 """
 
 from __future__ import annotations
@@ -112,6 +112,7 @@ def _rebuild(io, listed: dict, next_seq: int, discarded: int) -> Catalog:
     """Read the listed files ({seq: size}) -> the Catalog (index, file table, stale counters)."""
     seqs = sorted(listed)
     keys, vers, fseq, slots, files = [], [], [], [], {}
+    tomb = []
     for seq in seqs:
         where = io.p(F.param_name(seq))
         size = io.env.size(where)
@@ -122,8 +123,10 @@ def _rebuild(io, listed: dict, next_seq: int, discarded: int) -> Catalog:
         vers.append(v)
         fseq.append(np.full(hdr.n_rows, seq, dtype=np.int64))
         slots.append(np.arange(hdr.n_rows, dtype=np.int64))
-        files[seq] = FileMeta(seq, hdr.layout, crcs if hdr.version != F.FORMAT_V1 else None)
-    total = sum(f.n_rows for f in files.values())
+        tomb.append(np.full(hdr.n_rows, hdr.layout.tombstones))
+        files[seq] = FileMeta(seq, hdr.layout, crcs if hdr.version == F.FORMAT_VERSION else None,
+                              horizon=int(v.min()) if hdr.n_rows else seq)
+    total = sum(f.n_rows for f in files.values() if not f.tombstones)
     index = KeyIndex(width=2, capacity=INDEX_START_KEYS)
     if total:
         keys, vers = np.concatenate(keys), np.concatenate(vers)
@@ -131,15 +134,16 @@ def _rebuild(io, listed: dict, next_seq: int, discarded: int) -> Catalog:
         order = np.lexsort((slots, fseq, vers, keys))   # last key is the primary sort key
         ks = keys[order]
         win = order[np.flatnonzero(np.r_[ks[1:] != ks[:-1], True])]
+        win = win[~np.concatenate(tomb)[win]]           # a key whose newest entry is a tombstone is gone
         loc = np.empty((win.shape[0], 2), dtype=np.int64)
         loc[:, 0] = fseq[win]
         loc[:, 1] = slots[win]
-        index = KeyIndex(width=2, capacity=2 * win.shape[0])
+        index = KeyIndex(width=2, capacity=2 * win.shape[0] or INDEX_START_KEYS)
         index.assign(keys[win], loc)
         ordinal = np.searchsorted(np.asarray(seqs, dtype=np.int64), fseq[win])
         live = np.bincount(ordinal, minlength=len(seqs))
         for seq, lv in zip(seqs, live.tolist()):
-            files[seq].stale = files[seq].n_rows - lv
+            files[seq].stale = 0 if files[seq].tombstones else files[seq].n_rows - lv
     next_seq = max(next_seq, (seqs[-1] + 1) if seqs else 1)
     stats = dict(recovered_rows=len(index), recovered_files=len(files), discarded_files=discarded)
     if files or discarded:

@@ -88,11 +88,13 @@ class SSDStore:
     - ``load(keys (n,) uint64) -> (rows (n, dim) of dtype, found (n,) bool)``: newest rows, zeros
       where missing. Reads only the blocks holding asked rows and checks each block's crc.
     - ``contains(keys (n,) uint64) -> (n,) bool``: which keys have a live row (the index; no file read).
-    - ``delete(keys (n,) uint64) -> int``: forget keys (their rows turn stale; see the method).
+    - ``delete(keys (n,) uint64) -> int``: forget keys, durably (a tombstone file; their rows turn
+      stale).
     - ``compact()``: merge every file more than ``stale_fraction`` stale (and rewrite format-1
-      files as format 2); -> number of files removed. Runs by itself in a background thread when
-      rows on disk exceed ``compact_ratio`` x live rows. After a quiescent ``compact()``: disk rows
-      <= 2 x live rows (+ per-file headers, keys and the last block's padding).
+      files as format 2), and the tombstone files into one; -> number of files removed. Runs by
+      itself in a background thread when rows on disk exceed ``compact_ratio`` x live rows. After
+      a quiescent ``compact()``: disk rows <= 2 x live rows (+ per-file headers, keys and the last
+      block's padding, + 16 B per tombstone still needed).
     - ``export_h5(path)`` / ``import_h5(path)``: the whole store as HDF5 ("keys", "rows").
 
     Thread-safe (see the module docstring for the locks). One process at a time (advisory lock).
@@ -165,18 +167,31 @@ class SSDStore:
             self._wake.set()
 
     def delete(self, keys) -> int:
-        """Forget ``keys`` (n,) uint64 -> how many were live. Loads miss them at once; their rows
-        count as stale, so compaction reclaims the space. Not durable (no tombstone is written): a
-        store reopened finds a deleted key again in the files that still hold a copy of it — its
-        newest copy, or, once a compaction has merged the file holding that one away, an older copy
-        another file keeps (the trainer's SSD-PS is scratch space, never reopened; a ``--keep-ssd``
-        store of a job with ``--expire-after`` is the case to mind)."""
+        """Forget ``keys`` (n,) uint64 -> how many were live; blocks until durable. Loads miss them at
+        once; a tombstone file of the live ones is written as a dump's files are (a reopened store
+        finds none of them, whatever older copies its files keep), and their rows count as stale, so
+        compaction reclaims the space. A failure deletes nothing."""
         k = np.unique(as_keys(keys))
+        io, cat = self._io, self._cat
         with self._dump_mu:
-            n = self._cat.delete(k, self.path)
-        if n and self._thread is not None and self._cat.needs_compaction(self.options.compact_ratio):
+            gone = k[cat.contains(k, self.path)]
+            if gone.shape[0] == 0:
+                return 0
+            seq = cat.reserve(1, self.path)
+            committed = []
+            try:
+                f = io.write_param(seq, np.ascontiguousarray(gone, dtype="<u8"), None, None)
+                io.env.fsync_dir(self.path)
+                switch_manifest(io, cat, [f], (), lambda: committed.append(cat.commit_delete(f, gone)))
+            except BaseException as e:
+                if not committed:
+                    io.unlink_quietly([F.param_name(seq)])
+                if isinstance(e, OSError):
+                    raise space_error(e, f"deleting {gone.shape[0]} rows") from e
+                raise
+        if self._thread is not None and cat.needs_compaction(self.options.compact_ratio):
             self._wake.set()
-        return n
+        return committed[0]
 
     def load(self, keys):
         """-> (rows (n, dim) of dtype, found (n,) bool): newest version of each key, zeros where missing."""

@@ -17,6 +17,9 @@ class DictStore:
         for k, r in zip(np.asarray(keys, dtype=np.uint64).tolist(), np.asarray(rows)):
             self.d[k] = np.array(r, dtype=self.dtype)   # later duplicates win
 
+    def delete(self, keys) -> int:
+        return sum(self.d.pop(k, None) is not None for k in np.unique(np.asarray(keys, dtype=np.uint64)).tolist())
+
     def load(self, keys):
         keys = np.asarray(keys, dtype=np.uint64)
         out = np.zeros((keys.shape[0], self.dim), dtype=self.dtype)
