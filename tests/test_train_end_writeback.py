@@ -81,10 +81,14 @@ def test_trainer_export_after_fit_is_the_export_of_the_cli(tmp_path, capsys, spi
     same_export(model, load_export(tmp_path / "lib"))
 
 
-def test_keep_ssd_keeps_a_store_holding_every_row(tmp_path, capsys, spilling):
-    _, _, (keys, values, _) = run(tmp_path, "exp", spilling, capsys)
+@pytest.mark.parametrize("expiry", [[], ["--expire-after", "20"]], ids=["all", "expiry"])  # 20: after they spilled
+def test_keep_ssd_keeps_a_store_holding_every_row(tmp_path, capsys, spilling, expiry):
+    """... and, with expiry, none of the keys it deleted, though their rows had spilled to it."""
+    _, _, (keys, values, _) = run(tmp_path, "exp", [*spilling, *expiry], capsys)
     ssd = tmp_path / "ssd"
-    m, _, _ = run(tmp_path, "kept", [*spilling, "--ssd-path", str(ssd), "--keep-ssd"], capsys, export=False)
+    m, _, _ = run(tmp_path, "kept", [*spilling, *expiry, "--ssd-path", str(ssd), "--keep-ssd"], capsys,
+                  export=False)
+    assert (m.get("expired_keys", 0) > 0) == bool(expiry)
     with SSDStore(ssd / "rank0-of-1" / "store", dim=16) as s:
         got = [(k, r) for k, r in s.iter_rows()]
     sk, sr = np.concatenate([k for k, _ in got]), np.concatenate([r for _, r in got])
