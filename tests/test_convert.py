@@ -222,6 +222,52 @@ def test_data_standardized_with_its_own_statistics_is_refused_where_others_are_g
         open_dataset(tmp_path / "cb", "parquet", 10, dense_stats=stats)
 
 
+def test_dense_stats_from_a_conversion_or_an_export_standardizes_eval_data_as_the_training_data(tmp_path):
+    """``--dense-stats-from``: eval data converted with the training data's statistics (of its conversion,
+    or of the model's export) is the eval data a job standardizing with those reads, and scores alike."""
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    a, b = _csv(tmp_path / "a"), _csv(tmp_path / "b", n=500)
+    cols = ["--dense-columns", "x", "--dense-transform", "standardize", "--max-malformed", "0.1", "--no-progress"]
+    assert convert_main(["--format", "csv", "--data", str(a), "--out", str(tmp_path / "ca"), *cols]) == 0
+    stats = open_dataset(tmp_path / "ca", "parquet", 10).dense_stats
+    _train(tmp_path, "m", "--format", "parquet", "--data", str(tmp_path / "ca"))
+    want = open_dataset(b, "csv", 1000, dense_columns=["x"], dense_transform="standardize", dense_stats=stats,
+                        max_malformed=0.1)
+    want = np.concatenate([x.dense for x in want.batches()])
+    for src in ("ca", "m"):
+        out = tmp_path / f"cb-{src}"
+        assert convert_main(["--format", "csv", "--data", str(b), "--out", str(out), *cols,
+                             "--dense-stats-from", str(tmp_path / src)]) == 0
+        ds = open_dataset(out, "parquet", 1000, dense_stats=stats)   # as training's eval reads it: not refused
+        assert ds.dense_stats == stats
+        np.testing.assert_array_equal(np.concatenate([x.dense for x in ds.batches()]), want)
+    assert train_main([*TRAIN, "--format", "parquet", "--data", str(tmp_path / "ca"),
+                       "--eval-data", str(tmp_path / "cb-m")]) == 0
+    from hps.predict import Predictor
+
+    pred = Predictor(tmp_path / "m")                            # scoring: the raw data and its conversion alike
+    raw, conv = pred.predict(b, max_malformed=0.1), pred.predict(tmp_path / "cb-m")
+    assert raw[0].shape[0] > 400
+    for x, y in zip(raw, conv):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("case", ["no-transform", "not-a-model", "not-standardized"])
+def test_dense_stats_from_refuses_what_holds_no_statistics(tmp_path, capsys, case):
+    src = _csv(tmp_path)
+    convert("csv", src, tmp_path / "plain", {"dense_columns": ["x"]}, max_malformed=0.1)
+    cols = ["--dense-columns", "x", "--max-malformed", "0.1", "--no-progress"]
+    if case != "no-transform":
+        cols += ["--dense-transform", "standardize"]
+    stats_from = {"not-a-model": tmp_path, "not-standardized": tmp_path / "plain"}.get(case, tmp_path / "plain")
+    assert convert_main(["--format", "csv", "--data", str(src), "--out", str(tmp_path / "out"), *cols,
+                         "--dense-stats-from", str(stats_from)]) == 2
+    err = capsys.readouterr().err
+    assert {"no-transform": "gives the statistics of --dense-transform standardize",
+            "not-a-model": "neither an export", "not-standardized": "was not standardized"}[case] in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_model_trained_from_a_conversion_scores_raw_and_converted_data_alike(tmp_path, criteo):
     from hps.predict import Predictor
 

@@ -36,6 +36,9 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--categorical-columns", help="csv, parquet: the fields in order, comma separated")
     g.add_argument("--dense-transform", choices=DENSE_TRANSFORMS,
                    help="csv, parquet: transform of the dense columns, stored transformed (none)")
+    g.add_argument("--dense-stats-from", metavar="PATH",
+                   help="with --dense-transform standardize: the statistics of an export's training data "
+                        "(--export DIR) or of a conversion, not this data's own (eval and scoring data)")
     g.add_argument("--int-as-categorical", action="store_true", help="criteo: also bucketize the integers")
     g.add_argument("--libsvm-fields", type=int, help="libsvm: positional fields")
     g.add_argument("--strict", action="store_true", help="stop at the first malformed line")

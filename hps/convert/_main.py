@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from .._argparse import comma_names
 from ..cli import EXIT_BAD_INPUT, EXIT_FAILED, build_convert_parser
@@ -26,6 +27,11 @@ def main(argv=None) -> int:
                        strict=a.strict, max_malformed=a.max_malformed, readers=a.readers,
                        dense_transform=a.dense_transform)
         opts = format_options(d, a.seed, a.batch_size)
+        if a.dense_stats_from is not None:
+            if d.dense_transform != "standardize":
+                raise InvalidInputError("--dense-stats-from gives the statistics of --dense-transform standardize: "
+                                        "add it")
+            opts["dense_stats"] = training_dense_stats(a.dense_stats_from)
         if a.format == "synthetic" and a.split == "eval":  # the eval split as a training set of its own rows
             opts = _eval_split(opts)
         bar = _bar(a.progress)
@@ -43,6 +49,32 @@ def main(argv=None) -> int:
     print(f"hps: converted {man['rows']:,} examples ({a.format}{skipped}) into {len(man['files'])} file(s) in "
           f"{a.out}; train with --format parquet --data {a.out}")
     return 0
+
+
+def training_dense_stats(path) -> dict:
+    """The dense statistics another job standardized with: those of an export (its ``model.json``: the
+    training data's) or of data converted with ``--dense-transform standardize``. InvalidInputError
+    when ``path`` is neither, or holds none."""
+    from ..data._converted import converted_source, is_converted
+    from ..formats._manifest import EXPORT_META, read_checked
+
+    p = Path(path)
+    if (p / EXPORT_META).is_file():
+        meta, _ = read_checked(p / EXPORT_META, "export")
+        stats, what = (meta.get("data") or {}).get("options", {}).get("dense_stats"), "export's training data"
+    else:
+        try:
+            converted = p.exists() and is_converted(p)
+        except InvalidInputError:
+            converted = False
+        if not converted:
+            raise InvalidInputError(f"--dense-stats-from {p}: neither an export (no {EXPORT_META}) nor data "
+                                    "written by python -m hps.convert")
+        stats, what = converted_source(p)["options"].get("dense_stats"), "conversion"
+    if stats is None:
+        raise InvalidInputError(f"--dense-stats-from {p}: the {what} was not standardized (no "
+                                "--dense-transform standardize): it holds no dense statistics")
+    return stats
 
 
 def _eval_split(opts: dict) -> dict:
