@@ -278,9 +278,9 @@ class SSDStore:
         return max(0, self._cat.index_room() - self._compactor.rows_cap())
 
     def stats(self) -> dict:
-        """Counters: files, disk_bytes, live_rows, stale_rows, bytes_read, bytes_written, compactions,
-        recovered_rows, recovered_files, discarded_files, compaction_errors, index_bytes (DRAM of
-        the key index and block crc tables)."""
+        """Counters: files (tombstone files too), disk_bytes, live_rows, stale_rows, tombstones (deleted
+        keys' entries on disk), bytes_read, bytes_written, compactions, recovered_rows, recovered_files,
+        discarded_files, compaction_errors, index_bytes (DRAM of the key index and block crc tables)."""
         return dict(self._cat.stats(), index_bytes=self._cat.index_bytes())
 
     def export_h5(self, path) -> int:
