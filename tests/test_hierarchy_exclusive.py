@@ -180,3 +180,27 @@ def test_victims_read_in_place_reach_the_mem_ps_as_gathered_ones_do(owned):
     a, b = m1.cache.dirty_rows(), m2.cache.dirty_rows()
     np.testing.assert_array_equal(a[0], b[0])
     np.testing.assert_array_equal(a[1], b[1])
+
+
+class FailingDeletes(DictStore):
+    def delete(self, keys):
+        raise OSError(28, "No space left on device")   # SSDStore.delete writes a tombstone file now
+
+
+def test_a_delete_the_store_refuses_leaves_every_tier_its_rows():
+    """Expiry's delete when the SSD-PS fails (its disk full): the rows of the tiers above, newer than the
+    store's, stay where they were (they were dropped before the store was asked)."""
+    store = FailingDeletes(W)
+    mem = MemPS(store, W, initializer=RowInitializer(2, W, seed=0), capacity_rows=8)
+    hier = ParameterHierarchy(HashTable(64, W), mem, window=2, owned_mask=Collectives().owned_mask)
+    cached, resident = np.array([1], np.uint64), np.array([2], np.uint64)
+    store.dump(np.r_[cached, resident], np.zeros((2, W), np.float32))
+    mem.push(cached, np.ones((1, W), np.float32))                       # newer than the store's, dirty
+    hier.prepare(0, resident)
+    hier.hbm.accumulate(resident, np.full((1, W), 5.0, np.float32))    # "trained" in the HBM-PS
+    hier.mark_trained(0)
+    want = hier.read_owned(np.r_[cached, resident])
+    with pytest.raises(OSError, match="No space"):
+        hier.delete(np.r_[cached, resident])
+    np.testing.assert_array_equal(hier.read_owned(np.r_[cached, resident]), want)
+    assert mem.cache.contains(cached)[0] and hier.hbm.contains(resident)[0]

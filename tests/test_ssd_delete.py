@@ -3,12 +3,15 @@ reopen, whatever compaction merged away meanwhile; compaction merges tombstone f
 entries no row on disk needs any more; a failed delete deletes nothing."""
 
 import errno
+import struct
 
 import numpy as np
 import pytest
 
-from hps.errors import CorruptionError, DiskFullError
-from hps.ssd import FLAG_TOMBSTONES, FORMAT_TOMBSTONES, FORMAT_VERSION, HEADER_STRUCT, PosixEnv, SSDOptions, SSDStore
+from hps.errors import CorruptionError, DiskFullError, StoreFormatError
+from hps.ssd import (FLAG_TOMBSTONES, FORMAT_TOMBSTONES, FORMAT_VERSION, HEADER_STRUCT, MANIFEST_STRUCT, PosixEnv,
+                     SSDOptions, SSDStore)
+from hps.ssd._format import crc32, pack_manifest, pack_store, unpack_manifest, unpack_store
 from tests.reference.store import DictStore
 
 DIM = 4
@@ -190,3 +193,22 @@ def test_only_a_store_that_deleted_has_format_3_files_and_a_damaged_one_is_refus
     f.write_bytes(bytes(buf))
     with pytest.raises(CorruptionError, match="keys section checksum"):
         SSDStore(path, DIM, options=NOBG)
+
+
+def test_compact_with_nothing_to_drop_is_no_compaction(tmp_path):
+    with SSDStore(tmp_path / "s", DIM, options=NOBG) as s:
+        s.dump(np.arange(10, dtype=np.uint64), rows_of(range(10), 1))
+        s.delete(u64(1))
+        for _ in range(3):
+            assert s.compact() == 0
+        assert s.stats()["compactions"] == 0 and s.stats()["tombstones"] == 1
+
+
+def test_a_newer_store_descriptor_or_manifest_is_refused():
+    """Version 3 is a tombstone file's: a descriptor or a manifest of version 3 is not this reader's."""
+    with pytest.raises(StoreFormatError, match="newer than this reader"):
+        unpack_store(pack_store(1, DIM, version=FORMAT_TOMBSTONES), "STORE")
+    body = bytearray(pack_manifest(1, np.zeros((0, 2), np.uint64))[:-4])
+    MANIFEST_STRUCT.pack_into(body, 0, b"HPSMANIF", FORMAT_TOMBSTONES, 1, 0)
+    with pytest.raises(StoreFormatError, match="newer than this reader"):
+        unpack_manifest(bytes(body) + struct.pack("<I", crc32(bytes(body))), "MANIFEST")

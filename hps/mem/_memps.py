@@ -377,15 +377,16 @@ class MemPS:
         return rows
 
     def delete(self, keys) -> int:
-        """Delete ``keys`` (n,) uint64 from the cache and the store (a deleted key that comes back
-        is born again from the initializer) -> keys the store held. Raises InvalidInputError,
-        deleting nothing, when one of them is pinned."""
+        """Delete ``keys`` (n,) uint64 from the store, then the cache (a deleted key that comes back is
+        born again from the initializer; a store that fails leaves the newer cached rows) -> keys the
+        store held. Raises InvalidInputError, deleting nothing, when one of them is pinned."""
         k = as_keys(keys)
         with self._lock:
-            if k.shape[0] == 0:
-                return 0
+            if (self.cache.pin_counts(k) > 0).any():   # pins change only under this lock
+                raise InvalidInputError("delete: pinned keys cannot be removed (unpin them first)")
+            n = self.store.delete(k)
             self.cache.discard(k)
-            return self.store.delete(k)
+            return n
 
     def write_through(self, keys, rows) -> None:
         """Make the store hold ``rows`` (n, row_width) of distinct ``keys`` (n,), rows another tier
@@ -428,10 +429,9 @@ class MemPS:
             return n
 
     def rows_after_flush(self, held) -> int:
-        """The distinct keys the store would hold if the rows of ``held`` (n,) uint64 keys (rows another
-        tier holds: the HBM-PS's) were pushed and the cache flushed -> that count, with nothing
-        written: the store's live keys, plus the dirty cached keys and ``held`` that it lacks (one
-        probe of the store's index). REQUIRES: the store has ``contains`` and ``len``."""
+        """The distinct keys the store would hold if the rows of ``held`` (n,) uint64 keys (another
+        tier's: the HBM-PS's) were pushed and the cache flushed, with nothing written: its live keys,
+        the dirty cached keys and ``held`` it lacks (one probe of its ``contains``, and ``len``)."""
         k = as_keys(held)
         with self._lock:
             extra, _, _ = unique_counts(np.concatenate([self.cache.dirty_rows(rows=False)[0], k]))

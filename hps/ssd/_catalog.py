@@ -6,9 +6,9 @@ block crcs), the next sequence number and the counters. ``SSDStore``, compaction
 through the methods below; none of them does file I/O.
 
 Concurrency: thread-safe. Every method holds the catalog's lock ``_mu`` for O(batch) in-memory work.
-``changing()`` serialises the changes of the file set (a dump's or a compaction's manifest switch
-and commit): lock order ``changing()`` before ``_mu``. A file that left the file set is deleted only
-once no reader holds a reference to it (``release`` returns it).
+``changing()`` serialises the changes of the file set (a dump's, a delete's or a compaction's manifest
+switch and commit): lock order ``changing()`` before ``_mu``. A file that left the file set is deleted
+only once no reader holds a reference to it (``release`` returns it).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""How a change of a store's file set becomes durable — the one protocol that ``dump``
-(:mod:`hps.ssd._store`) and compaction (:mod:`hps.ssd._compaction`) both follow (LevelDB's
+"""How a change of a store's file set becomes durable — the one protocol that ``dump`` and ``delete``
+(:mod:`hps.ssd._store`) and compaction (:mod:`hps.ssd._compaction`) all follow (LevelDB's
 ``VersionSet::LogAndApply``, with the manifest rewritten whole).
 
 1. The new parameter files are written, fsynced and renamed into place (``FileIO.write_param``) and

@@ -10,7 +10,8 @@ live rows (plus the last, partly filled merged file of each step).
 Tombstone files (one per ``delete``) are merged into one, keeping the newest entry of each key that
 still hides an older row from a reopen (the key has no live row, and rows older than the entry are on
 disk): a background round once there are ``TOMBSTONE_FILES`` of them, ``compact()`` whenever there
-are any.
+are any. A tombstone merge holds every entry it reads (16 B each) at once; one row file older than the
+deletes keeps their entries (it may hold copies of the keys) until compaction merges it.
 
 Concurrency: ``Compactor.lock`` serialises compactions; file I/O happens outside the catalog's
 lock. A row is re-pointed only if the index still points at its source location at commit time,
@@ -63,12 +64,12 @@ class Compactor:
                     self._unlink(self.cat.end_compaction([f for f in victims if f.compacting], ok))
             tombs = self.cat.pick_tombstones(1 if force else TOMBSTONE_FILES)
             if tombs:
-                ok = False
+                merged = None
                 try:
-                    removed += self._merge_tombstones(tombs)
-                    ok = True
-                finally:
-                    self._unlink(self.cat.end_compaction([f for f in tombs if f.compacting], ok))
+                    merged = self._merge_tombstones(tombs)
+                finally:   # a merge that found nothing to drop is no compaction
+                    self._unlink(self.cat.end_compaction([f for f in tombs if f.compacting], bool(merged)))
+                removed += merged or 0
             return removed
 
     def rows_cap(self) -> int:
@@ -103,7 +104,8 @@ class Compactor:
 
     def _merge_tombstones(self, group) -> int:
         """Rewrite the tombstone files ``group`` as one of the entries still needed (the newest of
-        each key; see ``Catalog.tombstones_needed``), or none -> files removed (len(group) - written)."""
+        each key; see ``Catalog.tombstones_needed``), or none -> files removed (len(group) - written),
+        None when there was nothing to drop (nothing rewritten)."""
         keys, versions = [], []
         for f in group:
             _, k, v, _ = self.io.read_meta(f.seq, f.size)
@@ -117,7 +119,7 @@ class Compactor:
         keep = np.flatnonzero(newest)
         keep = keep[self.cat.tombstones_needed(k[keep], v[keep])]
         if len(group) == 1 and keep.shape[0] == k.shape[0]:
-            return 0                                   # nothing to drop: leave the file as it is
+            return None                                # nothing to drop: leave the file as it is
         written, committed = [], []
         no = (np.empty(0, np.uint64), np.empty((0, 2), np.int64), np.empty((0, 2), np.int64))
         try:
@@ -131,6 +133,8 @@ class Compactor:
         except BaseException as e:
             if not committed:
                 self._unlink([f.seq for f in written])
+            # else the manifest's rename may not be durable (its directory's fsync failed): the files it
+            # left out stay until the next open removes them, for a crash could bring it back
             if isinstance(e, OSError):
                 raise space_error(e, "compacting tombstones") from e
             raise

@@ -172,10 +172,11 @@ def _with_crc(body: bytes) -> bytes:
     return body + struct.pack("<I", crc32(body))
 
 
-def _check_version(version: int, where: str) -> None:
-    if version > FORMAT_TOMBSTONES:
+def _check_version(version: int, where: str, newest: int = FORMAT_VERSION) -> None:
+    """StoreFormatError when ``version`` is newer than ``newest``, the newest this reader reads there."""
+    if version > newest:
         raise StoreFormatError(f"{where}: format version {version} is newer than this reader "
-                               f"({FORMAT_TOMBSTONES}); upgrade hps")
+                               f"({newest}); upgrade hps")
 
 
 # -- STORE -------------------------------------------------------------------------------------------
@@ -290,7 +291,7 @@ class Header:
         (hcrc,) = struct.unpack_from("<I", mv, HEADER_CRC_OFFSET)
         if crc32(mv[:HEADER_CRC_OFFSET]) != hcrc or magic != MAGIC:
             raise CorruptionError(f"{where}: header checksum mismatch or bad magic")
-        _check_version(version, where)
+        _check_version(version, where, FORMAT_TOMBSTONES)
         if code not in DTYPE_CODES or version < FORMAT_V1:
             raise CorruptionError(f"{where}: unknown dtype code {code} or version {version}")
         self.version, self.code, self.dim, self.flags, self.seq, self.n_rows = version, code, dim, flags, seq, n_rows

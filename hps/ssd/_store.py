@@ -170,7 +170,8 @@ class SSDStore:
         """Forget ``keys`` (n,) uint64 -> how many were live; blocks until durable. Loads miss them at
         once; a tombstone file of the live ones is written as a dump's files are (a reopened store
         finds none of them, whatever older copies its files keep), and their rows count as stale, so
-        compaction reclaims the space. A failure deletes nothing."""
+        compaction reclaims the space. A failure before its manifest switch deletes nothing (one
+        after it, of the directory's fsync, leaves the keys deleted)."""
         k = np.unique(as_keys(keys))
         io, cat = self._io, self._cat
         with self._dump_mu:
@@ -256,8 +257,8 @@ class SSDStore:
             self._unlink(self._cat.release(files.values(), nread))
 
     def compact(self) -> int:
-        """Merge every file more than ``stale_fraction`` stale now -> number of files removed. Raises
-        StoreError on a closed store, as the other data calls do."""
+        """Merge every file more than ``stale_fraction`` stale now, and the tombstone files into one
+        -> number of files removed. Raises StoreError on a closed store, as the other data calls do."""
         self._cat.reserve(0, self.path)   # raises on a closed store
         return self._compactor.run(force=True)
 

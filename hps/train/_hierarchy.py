@@ -309,11 +309,13 @@ class ParameterHierarchy:
         for longer than the residency window may still be cached there), MEM-PS and SSD-PS. A deleted
         key that comes back is born again from the initializer -> keys the SSD-PS held. Holds the
         residency lock. REQUIRES: no batch in flight uses them (expiry deletes only keys unused for
-        longer than the residency window); with ``allreduce`` every rank deletes the same keys."""
+        longer than the residency window); with ``allreduce`` every rank deletes the same keys. The
+        lower tiers first: when they fail (the SSD-PS's disk full), the HBM-PS keeps its rows."""
         with self._lock:
+            n = self.memps.delete(keys)
             if keys.shape[0]:
                 self.hbm.erase(keys)
-            return self.memps.delete(keys)
+            return n
 
     def update_owned(self, keys: np.ndarray, update) -> np.ndarray:
         """Apply ``update(sel, rows) -> new rows`` to the current rows of owned, unique ``keys`` (n,)
