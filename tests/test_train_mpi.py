@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -286,3 +287,12 @@ def test_a_killed_rank_takes_the_job_down(mpiexec, tmp_path):
     proc, took = kill_rank_mid_run(mpiexec, tmp_path)
     assert proc.returncode != 0
     assert took < 60
+
+
+def test_a_job_frees_its_communicators_when_it_ends(mpiexec):
+    """``hps.train.run`` called again and again in one process (a library user's loop): each job's
+    communicators (its channels', EASGD's) are freed at its end, and the next job trains alike."""
+    proc = subprocess.run([mpiexec, "-n", "2", sys.executable, str(Path(__file__).parent / "mpi" / "run_twice.py")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "run_twice: OK on 2 ranks" in proc.stdout

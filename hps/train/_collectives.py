@@ -39,9 +39,10 @@ STAGE_CHANNELS = {"read": "read", "prepare": "prepare", "place": None, "train": 
 class Channel:
     """Collectives of one thread over its own communicator (``None``: a one-process job)."""
 
-    def __init__(self, name: str, comm, stats: CommStats, spin: bool = True):
+    def __init__(self, name: str, comm, stats: CommStats, spin: bool = True, parent: "Channel | None" = None):
         self.name = name
         self.comm = comm
+        self.parent = parent             # the channel of the thread this one's calls run on: they count there too
         self.rank = comm.Get_rank() if comm is not None else 0
         self.size = comm.Get_size() if comm is not None else 1
         self.stats = stats
@@ -56,13 +57,23 @@ class Channel:
         """Run one MPI call (``blocking()``, or ``nonblocking()`` -> Request polled in yield mode) and
         add its wall and thread-CPU time to this channel -> what ``blocking()`` returned (None polled)."""
         c0, t0 = time.thread_time(), time.perf_counter()
-        self.in_call = True
+        counted = (self,) if self.parent is None else (self, self.parent)
+        for ch in counted:
+            ch.in_call = True
         try:
             return self.waiter.run(blocking, nonblocking)
         finally:
-            self.in_call = False
-            self.mpi_cpu_seconds += time.thread_time() - c0
-            self.mpi_seconds += time.perf_counter() - t0
+            cpu, wall = time.thread_time() - c0, time.perf_counter() - t0
+            for ch in counted:
+                ch.in_call = False
+                ch.mpi_cpu_seconds += cpu
+                ch.mpi_seconds += wall
+
+    def free(self) -> None:
+        """Free this channel's communicator (collective over it). Idempotent."""
+        if self.comm is not None:
+            self.comm.Free()
+            self.comm = None
 
     def _account(self, kind: str, nbytes: int, t0: float) -> None:
         self.stats.add(kind, nbytes, time.perf_counter() - t0, 1)
@@ -268,6 +279,7 @@ class Collectives:
 
     def __init__(self, comm=None, mpi_wait: str = "auto"):
         self.stats = CommStats()
+        self._extra: list = []    # features' channels (:meth:`channel`)
         if comm is None or comm.Get_size() == 1:
             self.rank, self.size, self.wait_mode = 0, 1, "local"
             self.cores_per_rank, self.ranks_on_node = node_cores(), 1
@@ -296,6 +308,21 @@ class Collectives:
     def channels(self) -> dict:
         return {name: getattr(self, name) for name in CHANNELS}
 
+    def channel(self, name: str, comm, thread: str | None = None) -> Channel:
+        """A Channel over ``comm``, a communicator made for it (:meth:`close` frees it), for a feature's
+        collectives (EASGD's): on the thread of channel ``thread``, whose MPI time (its stage's wait) it
+        counts in too, or (None) on a thread of its own, counted in :meth:`mpi_seconds`."""
+        ch = Channel(name, comm, self.stats, spin=self.wait_mode == "spin",
+                     parent=getattr(self, thread) if thread else None)
+        self._extra.append(ch)
+        return ch
+
+    def close(self) -> None:
+        """Free every communicator of this job's channels (collective: every rank, at the end of a job
+        that ended well). Idempotent."""
+        for ch in [*self.channels().values(), *self._extra]:
+            ch.free()
+
     def in_call(self, channel: str | None) -> bool:
         """Whether the thread of channel ``channel`` (None: a thread without one) is inside an MPI call."""
         return channel is not None and getattr(self, channel).in_call
@@ -305,7 +332,10 @@ class Collectives:
         return dict(self.stats.bytes_sent)
 
     def mpi_seconds(self) -> float:
-        return sum(c.mpi_seconds for c in self.channels().values())
+        """Seconds this rank spent inside MPI calls, every channel's (a feature's on a stage's thread
+        counted once, in its stage's channel)."""
+        own = [c for c in self._extra if c.parent is None]
+        return sum(c.mpi_seconds for c in [*self.channels().values(), *own])
 
     def warm_up(self, keys: np.ndarray, width: int) -> None:
         """Compile (or load from Numba's cache) the kernels these collectives run on the host, on

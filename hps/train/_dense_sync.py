@@ -18,10 +18,11 @@ them first completes the allgather on its own (:meth:`flush`, collective, the sa
 an all-hot mini-batch, the end of every batch — before evaluations, checkpoints, exports and the end
 of training — and a step of the unfused path); riders need their sums at once, so with a rider that
 can leave a buffer (FAE's hot rows) the allgather runs right after the step. With ``--sparse-sync
-allreduce`` and HET the sparse sync calls :meth:`DenseSync.begin` as soon as a mini-batch's dense
-gradients (and the riders' buffers) are ready: their reduce-scatter runs while the sparse gradients
-are summed (as PyTorch DDP starts a bucket's all-reduce during the backward pass, Li et al., VLDB
-2020, §3.2.3), and :meth:`DenseSync.step` waits for it and runs the allgather. The model's host backward runs in
+allreduce`` the sparse sync calls :meth:`DenseSync.begin` as soon as a mini-batch's dense gradients
+(and the riders' buffers) are ready: their reduce-scatter runs while the sparse gradients are summed
+(as PyTorch DDP starts a bucket's all-reduce during the backward pass, Li et al., VLDB 2020,
+§3.2.3), and :meth:`DenseSync.step` waits for it and runs the allgather. HET's step does not begin it
+early: its dense sync runs whole in :meth:`DenseSync.step`, after the sparse work. The model's host backward runs in
 chunks of examples, each through every layer (``hps.model._chunks``), so no layer's gradient is whole
 before the last chunk ends: the dense gradients are one bucket, ready at the end of the backward.
 

@@ -48,7 +48,6 @@ import numpy as np
 from ..comm import DENSE_EASGD, Compression
 from ..comm._compress import from_bf16, to_bf16
 from ..errors import InvalidInputError
-from ._collectives import Channel
 from ._dense_sync import CKPT_GROUP, DenseSync, check_groups
 
 
@@ -88,10 +87,9 @@ class EasgdSync(DenseSync):
         self.wait_seconds = 0.0
         self._pending = None                        # Future or ndarray: the last round's d
         self._restored = None                       # read_checkpoint's state, until restore applies it
-        spin = coll.wait_mode == "spin"
         base = coll.main.comm
-        self.group_ch = Channel("group", base.Split(self.group, rank), coll.stats, spin=spin)
-        self.bg_ch = Channel("easgd", base.Dup(), coll.stats, spin=spin)
+        self.group_ch = coll.channel("group", base.Split(self.group, rank), thread="train")  # the train thread's
+        self.bg_ch = coll.channel("easgd", base.Dup())                                      # the rounds' thread
         flat = self._flatten()
         self.centre = flat[self.group * self.m:(self.group + 1) * self.m].copy() if self.leader else None
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"hps-easgd-r{rank}")

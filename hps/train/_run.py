@@ -57,7 +57,9 @@ def run(cfg, comm=None, log=print, on_fatal=None) -> dict:
     say = log if coll.rank == 0 else (lambda *a, **k: None)
     check_outputs(cfg.train)
     with _checkpoint.locked(cfg.train.checkpoint_dir, coll.main):  # one job per --checkpoint-dir
-        return _train(cfg, coll, say, log, on_fatal)
+        metrics = _train(cfg, coll, say, log, on_fatal)
+    coll.close()  # its communicators (a job that failed keeps them: a rank gone would not free its own)
+    return metrics
 
 
 def _train(cfg, coll, say, log, on_fatal) -> dict:

@@ -9,6 +9,7 @@ subtracted from the copy at the next round). The serial reference runs the same 
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import h5py
@@ -109,6 +110,25 @@ def run(coll, G, compress, steps=STEPS, stop_at=None, state=None):
         ds.close()
 
 
+def check_wait_counts_in_the_train_stage(world):
+    """The group all-reduce runs on the train thread: a late partner's wait is MPI time of the train
+    channel (the train stage's, not its own CPU) and of the job; the channels' communicators are freed.
+    Groups of 2 (ranks 0 and 1 in the first)."""
+    coll = Collectives(world, "spin")
+    ds = make_dense_sync("easgd", coll, initial(), DenseAdam(LR), HostBackend(None), groups=world.Get_size() // 2,
+                         every=EVERY)
+    try:
+        if world.Get_rank() == 1:
+            time.sleep(0.5)
+        ds.step(unflat(flat(grad(world.Get_rank(), 0))), 1, world.Get_size())
+    finally:
+        ds.close()
+    if world.Get_rank() == 0:
+        assert coll.train.mpi_seconds >= 0.4 and coll.mpi_seconds() >= 0.4, (coll.train.mpi_seconds, coll.mpi_seconds())
+    coll.close()
+    assert all(c.comm is None for c in [*coll.channels().values(), ds.group_ch, ds.bg_ch])
+
+
 def main():
     world = MPI.COMM_WORLD
     size, rank = world.Get_size(), world.Get_rank()
@@ -139,6 +159,8 @@ def main():
                 after = world.allreduce(coll.stats.bytes_sent[C.DENSE_EASGD]) - before
                 assert after * 2 <= sent + 64 * size, (after, sent)  # bf16: half the bytes (padding aside)
             coll.stats.reset()
+    if size >= 4:
+        check_wait_counts_in_the_train_stage(world)
     world.Barrier()
     if rank == 0:
         shutil.rmtree(tmp)
