@@ -1,6 +1,7 @@
 """--compress codecs (hps.comm._compress): bfloat16 rounding to nearest even checked against a
 reference that picks the nearer of the two neighbouring bfloat16 values in float64, int8 rows
-within half a quantisation step, and the channel exchanges of a one-process job left alone."""
+within half a quantisation step rounded to bfloat16 (tiny rows as zeros, NaN/inf rows as all NaN),
+and the channel exchanges of a one-process job left alone."""
 
 import numpy as np
 import pytest
@@ -9,6 +10,11 @@ from hps.comm import COMPRESS_MODES, CommStats, Compression
 from hps.comm._compress import INT8_SCALE_BYTES, exchange, from_bf16, from_int8_rows, to_bf16, to_int8_rows
 from hps.errors import InvalidInputError
 from hps.train._collectives import Channel
+
+#: Documented int8 row bound, in steps of max|row| / 127: half a step, the step rounded to bfloat16.
+INT8_BOUND = (1 + 2.0 ** -8) / 2
+#: Rows with max|row| below this (a zero or subnormal bfloat16 scale) are sent as zeros.
+INT8_FLUSH = 127 * 2.0 ** -126
 
 
 def reference_bf16(x: np.ndarray) -> np.ndarray:
@@ -58,8 +64,7 @@ def test_int8_rows_are_within_half_a_step_and_take_d_plus_2_bytes(d):
     assert packed.dtype == np.uint8 and packed.shape == (200, d + INT8_SCALE_BYTES)
     y = from_int8_rows(packed)
     step = np.abs(x).max(axis=1, keepdims=True) / 127
-    # half a step of the (bf16-rounded, up to 2^-8 relative) scale, plus that scale's error at +-127
-    assert (np.abs(y - x) <= step * (0.5 + 127 * 2.0 ** -8) + 1e-12).all()
+    assert (np.abs(y - x) <= step * INT8_BOUND).all()     # half a step rounded up to bfloat16
     np.testing.assert_array_equal(y[3], 0.0)
     assert np.abs(y).max() <= np.abs(x).max() * (1 + 2.0 ** -8)
 
@@ -82,3 +87,42 @@ def test_one_process_channel_passes_rows_through_untouched():
         assert out is rows
     vec = rows.ravel().copy()
     assert Compression("bf16").allreduce_dense(ch, vec) is vec
+
+
+def test_int8_rows_with_nan_or_inf_decode_as_all_nan():
+    x = np.array([[np.nan, 1.0, -0.5], [np.inf, 1.0, 0.0], [0.0, -np.inf, 2.0], [1.0, -0.5, 0.25]], np.float32)
+    packed = to_int8_rows(x)
+    assert packed[:3, :INT8_SCALE_BYTES].copy().view(np.uint16).ravel().tolist() == [0x7FC0] * 3
+    assert (packed[:3, INT8_SCALE_BYTES:] == 0).all()
+    y = from_int8_rows(packed)
+    assert np.isnan(y[:3]).all()
+    np.testing.assert_allclose(y[3], x[3], atol=INT8_BOUND / 127)   # other rows unaffected
+
+
+def test_int8_tiny_rows_flush_to_zero_and_rows_above_keep_the_bound():
+    x = np.array([[1e-37, 1e-40, 0.0], [3e-38, -1e-39, 0.0], [1e-45, 0.0, -1e-45],
+                  [1.4e-36, -1e-40, 5e-37]], np.float32)
+    y = from_int8_rows(to_int8_rows(x))
+    np.testing.assert_array_equal(y, 0.0)
+    x = np.array([[1.5e-36, -1e-40, 5e-37], [1e-30, 3e-31, -1e-33]], np.float32)   # normal bfloat16 scale
+    y = from_int8_rows(to_int8_rows(x))
+    assert (np.abs(y - x) <= np.abs(x).max(axis=1, keepdims=True) / 127 * INT8_BOUND).all()
+
+
+def test_int8_bound_on_random_rows_of_every_magnitude():
+    """Half a step rounded up to bfloat16, (1 + 2^-8) / 2 * max|row| / 127 (always when max|row| >= 127 * 2^-126),
+    else all zeros; the values sit at half-integer multiples of a scale that bfloat16 rounds up by ~2^-8."""
+    rng = np.random.default_rng(5)
+    n = 40000
+    mag = 2.0 ** rng.uniform(-145, 120, n)
+    x = (rng.standard_normal((n, 8)) * mag[:, None]).astype(np.float32)
+    step = 2.0 ** rng.integers(-126, 110, n) * (1 + rng.integers(0, 128, n) / 128 + 2.0 ** -8 + 2.0 ** -14)
+    half = (rng.integers(-126, 127, (n, 7)) + 0.5) * step[:, None] * (1 + 2.0 ** -8)
+    adv = np.concatenate([(127 * step)[:, None], half], axis=1).astype(np.float32)
+    for rows, tiny in ((x, 1000), (adv, 0)):
+        y = from_int8_rows(to_int8_rows(rows))
+        amax = np.abs(rows).max(axis=1, keepdims=True).astype(np.float64)
+        err = np.abs(y.astype(np.float64) - rows)
+        within = (err <= amax / 127 * INT8_BOUND).all(axis=1)
+        assert within[amax[:, 0] >= INT8_FLUSH].all()
+        assert (y[~within] == 0).all() and (amax[~within] < INT8_FLUSH).all() and (~within).sum() >= tiny

@@ -55,7 +55,10 @@ def from_bf16(h: np.ndarray) -> np.ndarray:
 
 
 def to_int8_rows(x: np.ndarray) -> np.ndarray:
-    """(n, d) float32 -> (n, 2 + d) uint8: each row's bfloat16 scale, then its d int8 values."""
+    """(n, d) float32 -> (n, 2 + d) uint8: each row's bfloat16 scale, then its d int8 values.
+
+    Decoded rows are within ``(1 + 2^-8) / 2 * max|row| / 127``; rows with ``max|row|`` below about
+    1.5e-36 decode as zeros, rows holding a NaN or an inf as all NaN (``K.int8_encode_rows``)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     n, d = x.shape
     q, scale = np.empty((n, d), np.int8), np.empty(n, np.uint16)
