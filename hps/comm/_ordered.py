@@ -38,6 +38,7 @@ import time
 import numpy as np
 
 from .._hashing import group_by_owner, owner_of
+from .._keys import as_keys
 from ..errors import InvalidInputError
 from ._compress_kernels import sum_rows_f32
 from ._kernels import segment_sum
@@ -264,12 +265,14 @@ def ordered_sparse_allreduce(comm, keys: np.ndarray, values: np.ndarray, run=SPI
     """(keys (m,) uint64, sums (m, d) float32): the union of every rank's ``keys`` (n,) uint64 —
     REQUIRES distinct on each rank — with each key's rows ``values`` (n, d) float32 summed over the
     ranks holding it, in rank order from 0. The same keys, in the same order (owner rank, then the
-    order the owner first received them), and the same bits on every rank."""
+    order the owner first received them), and the same bits on every rank. Keys are checked as
+    ``hps._keys.as_keys``: int64 is taken bitwise, other dtypes raise InvalidTypeError, the sentinel key
+    2**64-1 (-1 as int64) InvalidInputError (on the rank that passed them)."""
     p = comm.Get_size()
+    keys = as_keys(keys)  # uint64 (int64 bitwise); refuses other dtypes and the sentinel key (typed errors)
     values = np.ascontiguousarray(values, dtype=np.float32)
     if values.ndim != 2 or values.shape[0] != keys.shape[0]:
         raise InvalidInputError(f"values must be (n, d) with n = {keys.shape[0]} keys, got {values.shape}")
-    keys = np.ascontiguousarray(keys, dtype=np.uint64)
     if p == 1:
         return keys, values
     with metered(stats, SPARSE_ALLREDUCE) as meter:

@@ -19,7 +19,7 @@ SPARSE_ROWS = "sparse_rows"              # embedding rows an owner serves for a 
 SPARSE_GRADS = "sparse_grads"            # per-key gradient sums sent to their owners
 # --consistency het (hps/train/_het_sync.py)
 HET_CLOCKS = "het_clocks"                # global clocks an owner sends for the keys asked of it
-HET_CONTROL = "het_control"              # fetch flags, one byte per asked key
+HET_CONTROL = "het_control"              # fetch flags, one bit per asked key (packed per rank)
 HET_PUSH = "het_push"                    # pushed gradients with their keys and clocks
 DENSE_EASGD = "dense_easgd"              # EASGD rounds between groups and the centre copy (--dense-sync easgd)
 KINDS = (SPARSE_PULL, SPARSE_ALLREDUCE, DENSE_ALLREDUCE, OWNER_WRITEBACK, SPARSE_KEYS, SPARSE_ROWS,

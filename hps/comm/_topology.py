@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ..errors import InvalidInputError
+import numbers
+
+from ..errors import InvalidInputError, InvalidTypeError
 from ._mpi import MPI
 from ._wait import DEFAULT_WAIT, WAIT_MODES, Waiter
 
@@ -45,8 +47,13 @@ class Topology:
             raise InvalidInputError("comm must be an intra-communicator")
         size = comm.Get_size()
         rank = comm.Get_rank()
-        # Every rank checks the same arguments, so a bad argument raises on every rank (no hang).
-        args = comm.allgather((ranks_per_node, None if node_ids is None else tuple(int(x) for x in node_ids), wait))
+        # Every rank checks every rank's arguments after one allgather (nothing before it can raise), so
+        # a bad argument raises on every rank, before any other collective: nothing hangs.
+        args = comm.allgather((ranks_per_node, _node_ids_or_error(node_ids), wait))
+        bad = [(r, a[1][1]) for r, a in enumerate(args) if isinstance(a[1], tuple) and a[1][:1] == ("error",)]
+        if bad:
+            raise InvalidTypeError(f"node_ids must be a sequence of comm.size ints, the same on every rank "
+                                   f"(rank r's node, e.g. [0, 0, 1, 1]): rank {bad[0][0]} passed {bad[0][1]}")
         if any(a != args[0] for a in args):
             raise InvalidInputError(f"Topology arguments differ between ranks: {args}")
         if wait not in WAIT_MODES:
@@ -55,9 +62,11 @@ class Topology:
             node_ids = args[0][1]
             if len(node_ids) != size:
                 raise InvalidInputError(f"node_ids must have one entry per rank ({size}), got {len(node_ids)}")
+            out = [(r, c) for r, c in enumerate(node_ids) if not 0 <= c < _MAX_COLOR]
+            if out:
+                raise InvalidInputError(f"node_ids must lie in [0, 2**31) (MPI colors), got {str(out[0][1])[:40]} "
+                                        f"for rank {out[0][0]}; pass e.g. the node index 0, 1, ... of each rank")
             color = node_ids[rank]
-            if color < 0:
-                raise InvalidInputError(f"node_ids must be >= 0, got {color} for rank {rank}")
         elif ranks_per_node is not None:
             rpn = ranks_per_node
             if isinstance(rpn, bool) or not isinstance(rpn, int) or rpn < 1:
@@ -119,3 +128,33 @@ class Topology:
             f"Topology(rank={self.rank}/{self.size}, node={self.node_id}/{self.n_nodes}, "
             f"local={self.local_rank}/{self.local_size}, node_sizes={self.node_sizes})"
         )
+
+
+_MAX_COLOR = 2**31  # MPI_Comm_split takes a C int color
+
+
+def _node_ids_or_error(node_ids):
+    """``node_ids`` as a tuple of Python ints, ``None`` as is, or ``("error", what)`` saying what is wrong
+    with it. Never raises: its result goes to the allgather every rank checks."""
+    if node_ids is None:
+        return None
+    if isinstance(node_ids, (str, bytes)):
+        return ("error", f"a {type(node_ids).__name__}, not a sequence of ints")
+    try:
+        items = tuple(node_ids)
+    except Exception:  # not iterable, or an iterator that raised
+        return ("error", f"an object of type {type(node_ids).__name__}, not a sequence")
+    ids = []
+    for x in items:
+        try:
+            if isinstance(x, bool) or not isinstance(x, numbers.Real):
+                ok = False
+            else:
+                ok = isinstance(x, numbers.Integral) or float(x).is_integer()  # 2.0 is node 2, 0.5 no node
+            if ok:
+                ids.append(int(x))
+                continue
+        except Exception:  # e.g. a float() that overflows: reported below like any bad entry
+            pass
+        return ("error", f"the entry {x!r:.40} of type {type(x).__name__}, not an integer")
+    return tuple(ids)
