@@ -101,7 +101,7 @@ def test_keep_ssd_keeps_a_store_holding_every_row(tmp_path, capsys, spilling, ex
 @pytest.mark.mpi
 @pytest.mark.parametrize("sync", [[], ["--sparse-sync", "allreduce"]])  # allreduce: replicas of others' rows
 def test_two_ranks_without_export_report_the_model_size_of_two_with_export(mpiexec, tmp_path, sync):
-    argv = resolve_spill([*EVICTING, *sync, "--ranks-per-node", "2", "--mem-budget", SPILL],
+    argv = resolve_spill([*EVICTING, *sync, "--epochs", "1", "--ranks-per-node", "2", "--mem-budget", SPILL],
                          lambda a: mpirun(mpiexec, 2, a), 1.3 * TABLE_KEYS / 2)
     ms = {}
     for name, extra in (("exp", ["--export", str(tmp_path / "model")]), ("plain", [])):

@@ -60,7 +60,8 @@ def test_fae_and_a_schedule_decaying_to_zero_train_like_the_cpu(tmp_path):
 
 #: option -> the metrics that show it ran (name -> predicate on the metrics)
 RANK_CASES = {
-    "het-s0": (["--consistency", "het", "--staleness", "0"], lambda m: m["het_hits"] == 0 < m["het_fetches"]),
+    # HET at staleness 2 fetches (misses) and hits its cache; staleness 0 (fetches only) is a subset of its
+    # paths, and its equality to BSP is tested on the CPU (tests/test_train_het_mpi.py)
     "het-s2": (["--consistency", "het", "--staleness", "2", "--het-cache", "0.2"], lambda m: m["het_hits"] > 0),
     "easgd-g2-bf16": (["--dense-sync", "easgd", "--groups", "2", "--easgd-every", "2", "--compress", "bf16"],
                       lambda m: m["easgd_rounds"] > 0 and m["compress"] == "bf16"),
