@@ -9,7 +9,8 @@
    change (``commit``) runs. Until the rename nothing is acknowledged; a failure leaves the old
    manifest, and the caller removes the files it wrote.
 3. A full device (``ENOSPC``, ``EDQUOT``) surfaces as :class:`hps.errors.DiskFullError`
-   (:func:`space_error`); nothing acknowledged is lost.
+   (:func:`space_error`); nothing acknowledged is lost. :func:`publishing` wraps steps 1-3 for every
+   caller.
 
 Thread safety: :func:`switch_manifest` takes the catalog's ``changing()`` lock itself; callers hold
 their own serialising lock (``_dump_mu`` or ``Compactor.lock``) before it, never the catalog's lock.
@@ -18,6 +19,7 @@ their own serialising lock (``_dump_mu`` or ``Compactor.lock``) before it, never
 from __future__ import annotations
 
 import errno
+from contextlib import contextmanager
 
 from ..errors import DiskFullError
 
@@ -35,6 +37,23 @@ def switch_manifest(io, cat, add, remove, commit) -> None:
             io.env.fsync_dir(io.path)
         finally:
             commit()
+
+
+@contextmanager
+def publishing(io, what: str, names):
+    """Around the writing of a change's files and its :func:`switch_manifest`: yields ``committed``, a
+    list its commit appends to. A failure before the commit removes the files ``names()`` names (none
+    of them was acknowledged); one after it leaves them (the manifest may list them). An OSError comes
+    out as :func:`space_error` makes it (``what``: the operation, for the message)."""
+    committed: list = []
+    try:
+        yield committed
+    except BaseException as e:
+        if not committed:
+            io.unlink_quietly(names())
+        if isinstance(e, OSError):
+            raise space_error(e, what) from e
+        raise
 
 
 def space_error(e: OSError, what: str) -> OSError:

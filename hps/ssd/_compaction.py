@@ -27,7 +27,7 @@ import threading
 import numpy as np
 
 from . import _format as F
-from ._commit import space_error, switch_manifest
+from ._commit import publishing, switch_manifest
 
 #: Tombstone files (one per ``delete``) a background compaction lets pile up before it merges them.
 TOMBSTONE_FILES = 8
@@ -120,9 +120,12 @@ class Compactor:
         keep = keep[self.cat.tombstones_needed(k[keep], v[keep])]
         if len(group) == 1 and keep.shape[0] == k.shape[0]:
             return None                                # nothing to drop: leave the file as it is
-        written, committed = [], []
+        written: list = []
         no = (np.empty(0, np.uint64), np.empty((0, 2), np.int64), np.empty((0, 2), np.int64))
-        try:
+        # a failure after the commit leaves the files it took out of the manifest: the rename may not be
+        # durable (the directory's fsync failed), so a crash could bring them back; the next open removes them
+        with publishing(self.io, "compacting tombstones", lambda: [F.param_name(f.seq) for f in written]) \
+                as committed:
             if keep.shape[0]:
                 seq = self.cat.reserve(1, self.io.path)
                 written.append(self.io.write_param(seq, np.ascontiguousarray(k[keep], dtype="<u8"),
@@ -130,14 +133,6 @@ class Compactor:
                 self.io.env.fsync_dir(self.io.path)
             switch_manifest(self.io, self.cat, written, group,
                             lambda: committed.append(self.cat.commit_merge(group, written, *no)))
-        except BaseException as e:
-            if not committed:
-                self._unlink([f.seq for f in written])
-            # else the manifest's rename may not be durable (its directory's fsync failed): the files it
-            # left out stay until the next open removes them, for a crash could bring it back
-            if isinstance(e, OSError):
-                raise space_error(e, "compacting tombstones") from e
-            raise
         self._unlink(committed[0])
         return len(group) - len(written)
 
@@ -148,8 +143,6 @@ class Compactor:
         written, keys, src, new = [], [], [], []
         pending, n_pending = [], 0
         horizons: list = []
-        doomed: list = []
-        committed: list = []
 
         def flush():
             nonlocal pending, n_pending
@@ -173,10 +166,10 @@ class Compactor:
             cat_keys = np.concatenate(keys) if keys else np.empty(0, np.uint64)
             cat_src = np.concatenate(src) if src else np.empty((0, 2), np.int64)
             cat_new = np.concatenate(new) if new else np.empty((0, 2), np.int64)
-            doomed.extend(self.cat.commit_merge(group, written, cat_keys, cat_src, cat_new))
-            committed.append(True)
+            committed.append(self.cat.commit_merge(group, written, cat_keys, cat_src, cat_new))  # (the with's)
 
-        try:
+        # the manifest does not list the merged files until the commit: they go when it fails before
+        with publishing(self.io, "compacting", lambda: [F.param_name(f.seq) for f in written]) as committed:
             for f in group:
                 if self.cat.all_stale(f):
                     continue
@@ -192,10 +185,4 @@ class Compactor:
             if written:
                 self.io.env.fsync_dir(self.io.path)
             switch_manifest(self.io, self.cat, written, group, commit)
-        except BaseException as e:
-            if not committed:    # the manifest does not list the merged files: they go
-                self._unlink([f.seq for f in written])
-            if isinstance(e, OSError):
-                raise space_error(e, "compacting") from e
-            raise
-        self._unlink(doomed)
+        self._unlink(committed[0])

@@ -29,7 +29,7 @@ from .._checks import positive_int
 from .._keys import as_keys, check_rows
 from ..errors import InvalidInputError, StoreError
 from . import _format as F
-from ._commit import space_error, switch_manifest
+from ._commit import publishing, switch_manifest
 from ._compaction import Compactor
 from ._env import DEFAULT_ENV
 from ._fileio import PAGE_CACHE_MODES, FileIO
@@ -141,13 +141,14 @@ class SSDStore:
         with self._dump_mu:
             seq0 = cat.reserve(n_files, self.path)
             written: list = [None] * n_files
-            committed = []
 
             def write_one(i):
                 sl = slice(i * rpf, (i + 1) * rpf)
                 written[i] = io.write_param(seq0 + i, k[sl], None, r[sl])
 
-            try:
+            # nothing acknowledged: no file of this dump may survive (unless the manifest lists them)
+            with publishing(io, f"dumping {m} rows", lambda: [F.param_name(seq0 + i) for i in range(n_files)]) \
+                    as committed:
                 wait = io.start(write_one, n_files)  # fsyncs of several files overlap (group commit)
                 try:   # while the files are written: stage the keys in the index (invisible to loads)
                     staged = cat.stage(k)
@@ -157,12 +158,6 @@ class SSDStore:
                 io.env.fsync_dir(self.path)
                 switch_manifest(io, cat, written, (),
                                 lambda: committed.append(cat.commit_dump(staged, own, written)))
-            except BaseException as e:   # nothing acknowledged: no file of this dump may survive
-                if not committed:        # (unless the manifest lists them already)
-                    io.unlink_quietly([F.param_name(seq0 + i) for i in range(n_files)])
-                if isinstance(e, OSError):
-                    raise space_error(e, f"dumping {m} rows") from e
-                raise
         if self._thread is not None and cat.needs_compaction(self.options.compact_ratio):
             self._wake.set()
 
@@ -179,17 +174,10 @@ class SSDStore:
             if gone.shape[0] == 0:
                 return 0
             seq = cat.reserve(1, self.path)
-            committed = []
-            try:
+            with publishing(io, f"deleting {gone.shape[0]} rows", lambda: [F.param_name(seq)]) as committed:
                 f = io.write_param(seq, np.ascontiguousarray(gone, dtype="<u8"), None, None)
                 io.env.fsync_dir(self.path)
                 switch_manifest(io, cat, [f], (), lambda: committed.append(cat.commit_delete(f, gone)))
-            except BaseException as e:
-                if not committed:
-                    io.unlink_quietly([F.param_name(seq)])
-                if isinstance(e, OSError):
-                    raise space_error(e, f"deleting {gone.shape[0]} rows") from e
-                raise
         if self._thread is not None and cat.needs_compaction(self.options.compact_ratio):
             self._wake.set()
         return committed[0]
