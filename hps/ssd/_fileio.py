@@ -123,7 +123,7 @@ class FileIO:
         if rows is None:
             flags, bb = flags | F.FLAG_TOMBSTONES, 0
             lay = F.Layout(F.FORMAT_TOMBSTONES, n, self.row_bytes, versions is not None)
-            crcs, rows = None, b""
+            crcs = None
         else:
             lay = F.Layout(F.FORMAT_VERSION, n, self.row_bytes, versions is not None, bb)
             crcs = F.block_crcs(rows, bb)
@@ -134,7 +134,7 @@ class FileIO:
         if crcs is not None:
             meta[lay.crcs_offset - F.HEADER_SIZE:][:4 * lay.n_blocks] = crcs.astype("<u4").view(np.uint8)
         header = F.pack_header(self.code, self.dim, flags, seq, n, F.crc32(meta), bb)
-        pad = lay.size - lay.rows_offset - n * self.row_bytes if crcs is not None else 0
+        pad = 0 if rows is None else lay.size - lay.rows_offset - n * self.row_bytes
         tmp, final = self.p(F.tmp_name(seq)), self.p(F.param_name(seq))
         env = self.env
         try:
@@ -142,7 +142,7 @@ class FileIO:
             try:
                 env.write(h, header)
                 env.write(h, meta)
-                if len(rows):
+                if rows is not None:
                     env.write(h, rows)
                 if pad:
                     env.write(h, bytes(pad))
